@@ -1,0 +1,92 @@
+//! Shared memory: a memfd, sized, then sealed against shrinking and growing.
+//!
+//! The seals are the point: a memfd that any holder could `ftruncate` would let one buggy or
+//! hostile process shrink it under every other process mapping it, and their next access to the
+//! lost pages would be a SIGBUS. A sealed size cannot change for anyone.
+
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::sync::OnceLock;
+
+use rustix::fs::{MemfdFlags, SealFlags};
+
+use crate::{Error, Result, TensorMemory};
+
+/// The name memfds carry in `/proc/<pid>/fd` and `/proc/<pid>/maps`: says whose they are.
+const MEMFD_NAME: &str = "hwtensor";
+
+/// The seals every hwtensor memfd carries. `SEAL` stops anyone from adding `F_SEAL_WRITE` later,
+/// which would make every writable mapping of ours fail.
+fn size_seals() -> SealFlags {
+    SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL
+}
+
+/// Creates a zero-filled memfd of `len` bytes with its size sealed.
+pub(crate) fn create(len: usize) -> Result<OwnedFd> {
+    let alloc_err = |op: &'static str, e: rustix::io::Errno| Error::Alloc {
+        memory: TensorMemory::Shm,
+        bytes: len,
+        source: std::io::Error::other(format!("{op}: {e}")),
+    };
+    let fd = rustix::fs::memfd_create(MEMFD_NAME, MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)
+        .map_err(|e| alloc_err("memfd_create", e))?;
+    rustix::fs::ftruncate(&fd, len as u64).map_err(|e| alloc_err("ftruncate", e))?;
+    rustix::fs::fcntl_add_seals(&fd, size_seals()).map_err(|e| alloc_err("F_ADD_SEALS", e))?;
+    Ok(fd)
+}
+
+/// Seals an imported tmpfs fd against shrinking where the fd allows it.
+///
+/// A memfd made without `MFD_ALLOW_SEALING`, or a POSIX shm file, cannot be sealed: then a peer
+/// that truncates it can still fault us, and we say so once per import rather than refuse memory
+/// the user chose to share.
+pub(crate) fn seal_against_truncation(fd: BorrowedFd<'_>) {
+    let sealed = rustix::fs::fcntl_get_seals(fd)
+        .map(|s| s.contains(SealFlags::SHRINK))
+        .unwrap_or(false);
+    if sealed {
+        return;
+    }
+    if let Err(e) = rustix::fs::fcntl_add_seals(fd, SealFlags::SHRINK) {
+        log::warn!(
+            "imported shared memory cannot be sealed against shrinking ({e}); \
+             a peer that truncates it would fault this process"
+        );
+    }
+}
+
+/// Why memfds cannot be made here, probed once (the kernel's support cannot change while the
+/// process runs).
+pub(crate) fn unavailable_reason() -> Option<String> {
+    static REASON: OnceLock<Option<String>> = OnceLock::new();
+    REASON
+        .get_or_init(|| {
+            create(0)
+                .err()
+                .map(|e| format!("memfd_create with seals fails: {e}"))
+        })
+        .clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_memfd_refuses_to_shrink_or_grow() {
+        let fd = create(8192).unwrap();
+        assert_eq!(rustix::fs::fstat(&fd).unwrap().st_size, 8192);
+        assert!(rustix::fs::ftruncate(&fd, 4096).is_err());
+        assert!(rustix::fs::ftruncate(&fd, 16384).is_err());
+        assert!(rustix::fs::fcntl_add_seals(&fd, SealFlags::WRITE).is_err());
+        assert_eq!(rustix::fs::fstat(&fd).unwrap().st_size, 8192);
+    }
+
+    #[test]
+    fn importing_an_unsealed_memfd_seals_it_against_shrinking() {
+        let fd =
+            rustix::fs::memfd_create("t", MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING).unwrap();
+        rustix::fs::ftruncate(&fd, 4096).unwrap();
+        seal_against_truncation(std::os::fd::AsFd::as_fd(&fd));
+        assert!(rustix::fs::ftruncate(&fd, 0).is_err());
+    }
+}

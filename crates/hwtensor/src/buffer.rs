@@ -1,0 +1,137 @@
+//! [`Buffer`]: one backing allocation shared by a tensor and all its views and batches.
+
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use crate::backing::dmabuf::SyncBracket;
+use crate::backing::Storage;
+use crate::identity::{BufferIdentity, BufferLiveness};
+use crate::map::Direction;
+use crate::{Error, Result, TensorMemory};
+
+/// The bit of [`BufferInner::maps`] that marks a live write map; the bits below count read maps.
+const WRITER: usize = 1 << (usize::BITS - 1);
+
+#[derive(Debug)]
+pub(crate) struct BufferInner {
+    storage: Storage,
+    identity: BufferIdentity,
+    /// Live maps of this buffer: `WRITER`, or the number of read maps. Keeps Rust's aliasing
+    /// rules within this process across views: a `&mut [T]` from one view never coexists with a
+    /// `&[T]` from another view of the same bytes.
+    maps: AtomicUsize,
+}
+
+/// A shared handle to one buffer.
+#[derive(Clone, Debug)]
+pub(crate) struct Buffer(Arc<BufferInner>);
+
+impl Buffer {
+    pub(crate) fn new(storage: Storage) -> Result<Buffer> {
+        let identity = storage.identity()?;
+        Ok(Buffer(Arc::new(BufferInner {
+            storage,
+            identity,
+            maps: AtomicUsize::new(0),
+        })))
+    }
+
+    pub(crate) fn allocate(memory: TensorMemory, len: usize) -> Result<Buffer> {
+        Buffer::new(Storage::allocate(memory, len)?)
+    }
+
+    pub(crate) fn import(fd: OwnedFd, len: usize) -> Result<Buffer> {
+        Buffer::new(Storage::import(fd, len)?)
+    }
+
+    pub(crate) fn ptr(&self) -> *mut u8 {
+        self.0.storage.ptr()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.0.storage.len()
+    }
+
+    pub(crate) fn memory(&self) -> TensorMemory {
+        self.0.storage.memory()
+    }
+
+    pub(crate) fn fd(&self) -> Option<BorrowedFd<'_>> {
+        self.0.storage.fd()
+    }
+
+    pub(crate) fn writable(&self) -> bool {
+        self.0.storage.writable()
+    }
+
+    pub(crate) fn identity(&self) -> BufferIdentity {
+        self.0.identity
+    }
+
+    pub(crate) fn liveness(&self) -> BufferLiveness {
+        BufferLiveness(Arc::downgrade(&self.0))
+    }
+
+    /// Registers a CPU access in `direction`: refuses one that would alias a live write map,
+    /// and opens the DMA-BUF sync bracket where the buffer needs one.
+    pub(crate) fn begin_access(&self, direction: Direction) -> Result<AccessGuard<'_>> {
+        let claim = self.claim(direction)?;
+        let bracket = match self.memory() {
+            TensorMemory::DmaBuf => self
+                .fd()
+                .map(|fd| SyncBracket::begin(fd, direction))
+                .transpose()?,
+            _ => None,
+        };
+        Ok(AccessGuard {
+            _bracket: bracket,
+            _claim: claim,
+        })
+    }
+
+    fn claim(&self, direction: Direction) -> Result<Claim<'_>> {
+        let maps = &self.0.maps;
+        let write = direction != Direction::Read;
+        let swapped = if write {
+            maps.compare_exchange(0, WRITER, Ordering::Acquire, Ordering::Relaxed)
+        } else {
+            maps.fetch_update(Ordering::Acquire, Ordering::Relaxed, |n| {
+                (n & WRITER == 0 && n + 1 < WRITER).then_some(n + 1)
+            })
+        };
+        match swapped {
+            Ok(_) => Ok(Claim { maps, write }),
+            Err(held) if held & WRITER != 0 => Err(Error::MapBusy {
+                held: "for writing",
+            }),
+            Err(_) => Err(Error::MapBusy {
+                held: "for reading",
+            }),
+        }
+    }
+}
+
+/// A live CPU access: the aliasing claim and, for a DMA-BUF, the sync bracket.
+#[derive(Debug)]
+pub(crate) struct AccessGuard<'a> {
+    // Field order: the sync bracket closes while the claim still holds off other maps.
+    _bracket: Option<SyncBracket<'a>>,
+    _claim: Claim<'a>,
+}
+
+#[derive(Debug)]
+struct Claim<'a> {
+    maps: &'a AtomicUsize,
+    write: bool,
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        if self.write {
+            self.maps.store(0, Ordering::Release);
+        } else {
+            self.maps.fetch_sub(1, Ordering::Release);
+        }
+    }
+}

@@ -1,0 +1,185 @@
+//! Element types: [`DType`] with fixed codes and the sealed [`Element`] trait.
+
+use std::fmt;
+use std::str::FromStr;
+
+use half::f16;
+
+use crate::{Error, Tensor, TensorDyn};
+
+/// The element type of a tensor.
+///
+/// The numeric codes are part of the wire format (blobs, the C ABI): they never change, and new
+/// types only ever take new codes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum DType {
+    U8 = 1,
+    I8 = 2,
+    U16 = 3,
+    I16 = 4,
+    U32 = 5,
+    I32 = 6,
+    U64 = 7,
+    I64 = 8,
+    F16 = 9,
+    F32 = 10,
+    F64 = 11,
+}
+
+impl DType {
+    /// Every dtype, in code order.
+    pub const ALL: [DType; 11] = [
+        DType::U8,
+        DType::I8,
+        DType::U16,
+        DType::I16,
+        DType::U32,
+        DType::I32,
+        DType::U64,
+        DType::I64,
+        DType::F16,
+        DType::F32,
+        DType::F64,
+    ];
+
+    /// The stable numeric code.
+    pub const fn code(self) -> u8 {
+        self as u8
+    }
+
+    /// The dtype with this code, if any.
+    pub fn from_code(code: u8) -> Option<DType> {
+        DType::ALL.into_iter().find(|d| d.code() == code)
+    }
+
+    /// Bytes per element.
+    pub const fn size(self) -> usize {
+        match self {
+            DType::U8 | DType::I8 => 1,
+            DType::U16 | DType::I16 | DType::F16 => 2,
+            DType::U32 | DType::I32 | DType::F32 => 4,
+            DType::U64 | DType::I64 | DType::F64 => 8,
+        }
+    }
+
+    /// The stable lower-case name (`"u8"`, `"f16"`, ...).
+    pub const fn name(self) -> &'static str {
+        match self {
+            DType::U8 => "u8",
+            DType::I8 => "i8",
+            DType::U16 => "u16",
+            DType::I16 => "i16",
+            DType::U32 => "u32",
+            DType::I32 => "i32",
+            DType::U64 => "u64",
+            DType::I64 => "i64",
+            DType::F16 => "f16",
+            DType::F32 => "f32",
+            DType::F64 => "f64",
+        }
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for DType {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self, Error> {
+        DType::ALL
+            .into_iter()
+            .find(|d| d.name() == s)
+            .ok_or_else(|| Error::Shape(format!("unknown dtype {s:?}")))
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// A type a tensor can hold.
+///
+/// Sealed: every implementor is plain old data for which any bit pattern is a valid value, which
+/// is what makes it sound to view memory that another process writes as `[T]`.
+pub trait Element:
+    sealed::Sealed + Copy + Default + PartialEq + fmt::Debug + Send + Sync + 'static
+{
+    /// The dtype of this element type.
+    const DTYPE: DType;
+    /// Borrows a dtype-erased tensor as `Tensor<Self>` when it holds this type.
+    fn from_dyn(t: &TensorDyn) -> Option<&Tensor<Self>>;
+    /// Takes a dtype-erased tensor as `Tensor<Self>`, or gives it back.
+    fn from_dyn_owned(t: TensorDyn) -> Result<Tensor<Self>, TensorDyn>;
+    /// Erases the element type.
+    fn into_dyn(t: Tensor<Self>) -> TensorDyn;
+}
+
+macro_rules! element {
+    ($($ty:ty => $variant:ident),* $(,)?) => {$(
+        impl sealed::Sealed for $ty {}
+        impl Element for $ty {
+            const DTYPE: DType = DType::$variant;
+            fn from_dyn(t: &TensorDyn) -> Option<&Tensor<Self>> {
+                match t {
+                    TensorDyn::$variant(t) => Some(t),
+                    _ => None,
+                }
+            }
+            fn from_dyn_owned(t: TensorDyn) -> Result<Tensor<Self>, TensorDyn> {
+                match t {
+                    TensorDyn::$variant(t) => Ok(t),
+                    other => Err(other),
+                }
+            }
+            fn into_dyn(t: Tensor<Self>) -> TensorDyn {
+                TensorDyn::$variant(t)
+            }
+        }
+    )*};
+}
+
+element! {
+    u8 => U8, i8 => I8, u16 => U16, i16 => I16, u32 => U32, i32 => I32,
+    u64 => U64, i64 => I64, f16 => F16, f32 => F32, f64 => F64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_and_names_are_fixed_and_round_trip() {
+        let expected = [
+            (1, "u8"),
+            (2, "i8"),
+            (3, "u16"),
+            (4, "i16"),
+            (5, "u32"),
+            (6, "i32"),
+            (7, "u64"),
+            (8, "i64"),
+            (9, "f16"),
+            (10, "f32"),
+            (11, "f64"),
+        ];
+        for (d, (code, name)) in DType::ALL.into_iter().zip(expected) {
+            assert_eq!((d.code(), d.name()), (code, name));
+            assert_eq!(DType::from_code(code), Some(d));
+            assert_eq!(name.parse::<DType>().unwrap(), d);
+        }
+        assert_eq!(DType::from_code(0), None);
+        assert_eq!(DType::from_code(12), None);
+        assert!("f8".parse::<DType>().is_err());
+    }
+
+    #[test]
+    fn element_sizes_match_the_rust_types() {
+        assert_eq!(<f16 as Element>::DTYPE.size(), std::mem::size_of::<f16>());
+        assert_eq!(<u64 as Element>::DTYPE.size(), std::mem::size_of::<u64>());
+        assert_eq!(<i8 as Element>::DTYPE.size(), 1);
+    }
+}

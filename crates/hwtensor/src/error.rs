@@ -1,0 +1,87 @@
+//! The one error type of the crate.
+//!
+//! Every variant names what was wrong and, where there is one, what to do instead: callers
+//! print these to users who did not write the code that failed.
+
+use crate::{DType, TensorMemory};
+
+/// Result alias used across hwtensor.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in hwtensor.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A backing was requested that this machine or build cannot provide.
+    #[error("{memory} memory is not available here: {reason}")]
+    Unavailable {
+        memory: TensorMemory,
+        reason: String,
+    },
+
+    /// Allocation of the backing memory failed.
+    #[error("could not allocate {bytes} bytes of {memory} memory: {source}")]
+    Alloc {
+        memory: TensorMemory,
+        bytes: usize,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// A shape, stride or region that does not describe valid memory.
+    #[error("invalid shape: {0}")]
+    Shape(String),
+
+    /// A view, batch index or region that lies outside its parent.
+    #[error("out of bounds: {0}")]
+    OutOfBounds(String),
+
+    /// A row stride below the format minimum, past the buffer, or misaligned.
+    #[error("invalid row stride: {0}")]
+    RowStride(String),
+
+    /// An image operation on a tensor that is not an image, or a format that cannot do it.
+    #[error("image: {0}")]
+    Image(String),
+
+    /// An fd that cannot back a tensor: wrong kind of file, too small, closed.
+    #[error("unusable fd: {0}")]
+    Fd(String),
+
+    /// A map in a direction the tensor's declared [`CpuAccess`](crate::CpuAccess) forbids.
+    #[error("CPU {requested} access refused: the tensor was declared {declared:?}")]
+    AccessDenied {
+        requested: &'static str,
+        declared: crate::CpuAccess,
+    },
+
+    /// A map that would alias a live write map of the same buffer (or a write map that would
+    /// alias any live map).
+    #[error("the buffer is already mapped {held}; drop that map first")]
+    MapBusy { held: &'static str },
+
+    /// A typed borrow of a [`TensorDyn`](crate::TensorDyn) with the wrong element type.
+    #[error("dtype mismatch: the tensor holds {actual}, {expected} was asked for")]
+    DType { expected: DType, actual: DType },
+
+    /// A destination slice of the wrong length.
+    #[error("length mismatch: {0}")]
+    Length(String),
+
+    /// An operating-system call failed.
+    #[error("{op} failed: {source}")]
+    Os {
+        op: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    pub(crate) fn os(op: &'static str, errno: rustix::io::Errno) -> Self {
+        Error::Os {
+            op,
+            source: errno.into(),
+        }
+    }
+}

@@ -1,0 +1,329 @@
+//! [`PixelFormat`]: image layouts, their buffer geometry and their plane tables.
+//!
+//! Geometry is exact for every size a camera produces. A semi-planar image of odd height has
+//! `h + ceil(h / 2)` combined rows (NV12 at 640x483 is 725 rows), because the last chroma row
+//! still covers the last luma row; rounding down loses it and rounding the buffer up to an even
+//! height misplaces every plane a driver computes from the real height.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::{Error, Result};
+
+/// How the components of an image are arranged in memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// All components of a pixel are adjacent: `[h, w, c]` (or `[h, w]` for one component).
+    Packed,
+    /// One full-size plane per component: `[c, h, w]`.
+    Planar,
+    /// A full-size luma plane followed by one interleaved chroma plane: `[rows, w]`.
+    SemiPlanar,
+}
+
+/// The pixel formats hwtensor describes.
+///
+/// The numeric codes are part of the wire format and never change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum PixelFormat {
+    Rgb = 1,
+    Rgba = 2,
+    Bgra = 3,
+    Grey = 4,
+    Yuyv = 5,
+    Vyuy = 6,
+    Nv12 = 7,
+    Nv16 = 8,
+    Nv24 = 9,
+    PlanarRgb = 10,
+    PlanarRgba = 11,
+}
+
+/// One plane of an image: where it starts in the buffer and how its rows are laid out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Plane {
+    /// Byte offset of the plane's first row from the start of the image.
+    pub offset: usize,
+    /// Bytes from the start of one row of the plane to the next.
+    pub row_stride: usize,
+    /// Number of rows.
+    pub rows: usize,
+    /// Bytes the plane occupies (`rows * row_stride`).
+    pub size: usize,
+}
+
+impl PixelFormat {
+    /// Every format, in code order.
+    pub const ALL: [PixelFormat; 11] = [
+        PixelFormat::Rgb,
+        PixelFormat::Rgba,
+        PixelFormat::Bgra,
+        PixelFormat::Grey,
+        PixelFormat::Yuyv,
+        PixelFormat::Vyuy,
+        PixelFormat::Nv12,
+        PixelFormat::Nv16,
+        PixelFormat::Nv24,
+        PixelFormat::PlanarRgb,
+        PixelFormat::PlanarRgba,
+    ];
+
+    /// The stable numeric code.
+    pub const fn code(self) -> u8 {
+        self as u8
+    }
+
+    /// The format with this code, if any.
+    pub fn from_code(code: u8) -> Option<PixelFormat> {
+        PixelFormat::ALL.into_iter().find(|f| f.code() == code)
+    }
+
+    /// The stable name (`"rgba"`, `"nv12"`, `"planar_rgb"`, ...).
+    pub const fn name(self) -> &'static str {
+        match self {
+            PixelFormat::Rgb => "rgb",
+            PixelFormat::Rgba => "rgba",
+            PixelFormat::Bgra => "bgra",
+            PixelFormat::Grey => "grey",
+            PixelFormat::Yuyv => "yuyv",
+            PixelFormat::Vyuy => "vyuy",
+            PixelFormat::Nv12 => "nv12",
+            PixelFormat::Nv16 => "nv16",
+            PixelFormat::Nv24 => "nv24",
+            PixelFormat::PlanarRgb => "planar_rgb",
+            PixelFormat::PlanarRgba => "planar_rgba",
+        }
+    }
+
+    /// How the components are arranged.
+    pub const fn layout(self) -> Layout {
+        use PixelFormat::*;
+        match self {
+            Rgb | Rgba | Bgra | Grey | Yuyv | Vyuy => Layout::Packed,
+            Nv12 | Nv16 | Nv24 => Layout::SemiPlanar,
+            PlanarRgb | PlanarRgba => Layout::Planar,
+        }
+    }
+
+    /// Elements per pixel in a packed row (YUYV carries 2 per pixel: Y and alternately U or V),
+    /// or the number of planes of a planar format. 1 for semi-planar formats (per luma sample).
+    pub const fn channels(self) -> usize {
+        use PixelFormat::*;
+        match self {
+            Grey | Nv12 | Nv16 | Nv24 => 1,
+            Yuyv | Vyuy => 2,
+            Rgb | PlanarRgb => 3,
+            Rgba | Bgra | PlanarRgba => 4,
+        }
+    }
+
+    /// Whether pixels come in horizontal pairs that share chroma, so widths and x offsets must
+    /// be even.
+    pub const fn pairs_pixels(self) -> bool {
+        matches!(
+            self,
+            PixelFormat::Yuyv | PixelFormat::Vyuy | PixelFormat::Nv12 | PixelFormat::Nv16
+        )
+    }
+
+    /// Rows of the combined buffer grid of an image `height` pixels high.
+    pub const fn buffer_rows(self, height: usize) -> usize {
+        match self {
+            PixelFormat::Nv12 => height + height.div_ceil(2),
+            PixelFormat::Nv16 => 2 * height,
+            PixelFormat::Nv24 => 3 * height,
+            _ => height,
+        }
+    }
+
+    /// The shape of the buffer that holds one `w`x`h` image: the tensor's shape.
+    pub fn allocation_shape(self, w: usize, h: usize) -> Vec<usize> {
+        match (self.layout(), self.channels()) {
+            (Layout::Packed, 1) => vec![h, w],
+            (Layout::Packed, c) => vec![h, w, c],
+            (Layout::Planar, c) => vec![c, h, w],
+            (Layout::SemiPlanar, _) => vec![self.buffer_rows(h), w],
+        }
+    }
+
+    /// The index grid of the image: one entry per addressable sample. Formats whose components
+    /// are not independent samples (YUV) address pixels: NV12 and YUYV are `[h, w]`.
+    pub fn addressing_shape(self, w: usize, h: usize) -> Vec<usize> {
+        match (self.layout(), self.channels()) {
+            (Layout::SemiPlanar, _) => vec![h, w],
+            (Layout::Packed, _) if self.pairs_pixels() => vec![h, w],
+            _ => self.allocation_shape(w, h),
+        }
+    }
+
+    /// Position, counted from the last dimension, of the row dimension in `allocation_shape`:
+    /// the dimension whose stride is the row stride.
+    pub(crate) fn row_dim_from_end(self) -> usize {
+        match (self.layout(), self.channels()) {
+            (Layout::Packed, c) if c > 1 => 3,
+            _ => 2,
+        }
+    }
+
+    /// Bytes of one tight row of the image at `w` pixels with `elem`-byte components.
+    pub fn min_row_bytes(self, w: usize, elem: usize) -> Option<usize> {
+        let per_px = match self.layout() {
+            Layout::Packed => self.channels(),
+            Layout::Planar | Layout::SemiPlanar => 1,
+        };
+        w.checked_mul(per_px)?.checked_mul(elem)
+    }
+
+    /// Checks that a `w`x`h` image of this format can exist.
+    pub fn check_size(self, w: usize, h: usize) -> Result<()> {
+        if self.pairs_pixels() && w % 2 != 0 {
+            return Err(Error::Image(format!(
+                "{self} shares chroma between horizontal pixel pairs, so its width must be even (got {w})"
+            )));
+        }
+        let _ = (w, h);
+        Ok(())
+    }
+
+    /// The planes of a `w`x`h` image whose rows are `row_stride` bytes apart.
+    ///
+    /// Row strides are bytes. The chroma plane of NV24 carries two bytes per pixel, so its rows
+    /// are `2 * row_stride` apart (the V4L2 and DRM convention).
+    pub fn plane_table(self, w: usize, h: usize, row_stride: usize) -> Result<Vec<Plane>> {
+        self.check_size(w, h)?;
+        let plane = |offset: usize, row_stride: usize, rows: usize| -> Result<Plane> {
+            let size = rows.checked_mul(row_stride).ok_or_else(|| {
+                Error::Shape(format!("{rows} rows of {row_stride} bytes overflow"))
+            })?;
+            Ok(Plane {
+                offset,
+                row_stride,
+                rows,
+                size,
+            })
+        };
+        let luma = plane(0, row_stride, h)?;
+        let planes = match self {
+            _ if self.layout() == Layout::Packed => vec![luma],
+            PixelFormat::PlanarRgb | PixelFormat::PlanarRgba => {
+                let mut v = Vec::with_capacity(self.channels());
+                for i in 0..self.channels() {
+                    let offset = luma
+                        .size
+                        .checked_mul(i)
+                        .ok_or_else(|| Error::Shape("plane offset overflows".into()))?;
+                    v.push(plane(offset, row_stride, h)?);
+                }
+                v
+            }
+            PixelFormat::Nv12 => vec![luma, plane(luma.size, row_stride, h.div_ceil(2))?],
+            PixelFormat::Nv16 => vec![luma, plane(luma.size, row_stride, h)?],
+            PixelFormat::Nv24 => {
+                let chroma_stride = row_stride
+                    .checked_mul(2)
+                    .ok_or_else(|| Error::Shape("NV24 chroma stride overflows".into()))?;
+                vec![luma, plane(luma.size, chroma_stride, h)?]
+            }
+            _ => unreachable!("every layout is covered"),
+        };
+        Ok(planes)
+    }
+}
+
+impl fmt::Display for PixelFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for PixelFormat {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        PixelFormat::ALL
+            .into_iter()
+            .find(|f| f.name() == s)
+            .ok_or_else(|| Error::Image(format!("unknown pixel format {s:?}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use PixelFormat::*;
+
+    #[test]
+    fn nv12_at_640x480_is_460800_bytes() {
+        let planes = Nv12.plane_table(640, 480, 640).unwrap();
+        assert_eq!(planes.iter().map(|p| p.size).sum::<usize>(), 460_800);
+        assert_eq!(Nv12.allocation_shape(640, 480), vec![720, 640]);
+    }
+
+    #[test]
+    fn an_odd_height_keeps_its_last_chroma_row() {
+        assert_eq!(Nv12.allocation_shape(640, 483), vec![725, 640]);
+        let planes = Nv12.plane_table(640, 483, 640).unwrap();
+        assert_eq!(planes[1].rows, 242);
+        assert_eq!(planes[1].offset, 483 * 640);
+    }
+
+    #[test]
+    fn semi_planar_formats_address_pixels_not_rows() {
+        assert_eq!(Nv12.addressing_shape(64, 48), vec![48, 64]);
+        assert_eq!(Yuyv.addressing_shape(64, 48), vec![48, 64]);
+        assert_eq!(Yuyv.allocation_shape(64, 48), vec![48, 64, 2]);
+        assert_eq!(Rgba.addressing_shape(64, 48), vec![48, 64, 4]);
+    }
+
+    #[test]
+    fn shapes_follow_the_layout() {
+        assert_eq!(Rgb.allocation_shape(4, 2), vec![2, 4, 3]);
+        assert_eq!(Grey.allocation_shape(4, 2), vec![2, 4]);
+        assert_eq!(PlanarRgba.allocation_shape(4, 2), vec![4, 2, 4]);
+        assert_eq!(Nv16.allocation_shape(4, 2), vec![4, 4]);
+        assert_eq!(Nv24.allocation_shape(4, 2), vec![6, 4]);
+    }
+
+    #[test]
+    fn planar_planes_follow_one_another_at_the_padded_stride() {
+        let planes = PlanarRgb.plane_table(100, 10, 128).unwrap();
+        let offsets: Vec<_> = planes.iter().map(|p| p.offset).collect();
+        assert_eq!(offsets, vec![0, 1280, 2560]);
+    }
+
+    #[test]
+    fn nv24_chroma_rows_are_twice_the_luma_stride() {
+        let planes = Nv24.plane_table(64, 8, 64).unwrap();
+        assert_eq!(
+            planes[1],
+            Plane {
+                offset: 512,
+                row_stride: 128,
+                rows: 8,
+                size: 1024
+            }
+        );
+    }
+
+    #[test]
+    fn chroma_pairs_need_an_even_width() {
+        assert!(Nv12.plane_table(641, 480, 704).is_err());
+        assert!(Yuyv.check_size(3, 2).is_err());
+        assert!(Nv24.check_size(3, 2).is_ok());
+        assert!(Rgb.check_size(3, 3).is_ok());
+    }
+
+    #[test]
+    fn codes_and_names_round_trip() {
+        for f in PixelFormat::ALL {
+            assert_eq!(PixelFormat::from_code(f.code()), Some(f));
+            assert_eq!(f.name().parse::<PixelFormat>().unwrap(), f);
+        }
+        assert_eq!(PixelFormat::from_code(0), None);
+    }
+
+    #[test]
+    fn a_plane_table_that_overflows_is_an_error() {
+        assert!(PlanarRgb.plane_table(2, usize::MAX / 2, 4).is_err());
+    }
+}

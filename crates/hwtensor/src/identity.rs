@@ -1,0 +1,50 @@
+//! [`BufferIdentity`]: a cache key for the memory under a tensor, derived from the OS object.
+//!
+//! Caches of GPU imports (EGL images, Vulkan memory, CUDA external memory) are keyed on the
+//! buffer, not on the tensor or the fd number: a consumer that receives the same frame buffer
+//! again, as a fresh `dup` through a socket, must find its existing import. Device and inode name
+//! the kernel object itself, so every fd of it, in every process and every copy of this library,
+//! yields the same identity.
+
+use std::os::fd::BorrowedFd;
+use std::sync::Weak;
+
+use crate::{Error, Result};
+
+/// Which buffer a tensor's bytes live in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BufferIdentity {
+    /// An fd-backed buffer: the device and inode of the kernel object (`fstat`).
+    File { dev: u64, ino: u64 },
+    /// A heap buffer of this process: its base address. Addresses are reused after a free, so
+    /// pair a heap identity with a [`BufferLiveness`] before trusting a cache hit.
+    Heap { addr: usize },
+}
+
+impl BufferIdentity {
+    pub(crate) fn of_fd(fd: BorrowedFd<'_>) -> Result<Self> {
+        let st = rustix::fs::fstat(fd)
+            .map_err(|e| Error::Fd(format!("fstat for the buffer identity failed: {e}")))?;
+        Ok(BufferIdentity::File {
+            dev: st.st_dev,
+            ino: st.st_ino,
+        })
+    }
+
+    pub(crate) fn heap(addr: usize) -> Self {
+        BufferIdentity::Heap { addr }
+    }
+}
+
+/// A weak handle that tells whether a buffer is still alive, without keeping it alive.
+///
+/// A cache stores one next to each entry and drops the entry once the buffer is gone.
+#[derive(Clone, Debug)]
+pub struct BufferLiveness(pub(crate) Weak<crate::buffer::BufferInner>);
+
+impl BufferLiveness {
+    /// Whether any tensor over the buffer still exists.
+    pub fn is_alive(&self) -> bool {
+        self.0.strong_count() > 0
+    }
+}

@@ -1,0 +1,261 @@
+//! Images: tensors that also know their pixel format, size and row stride.
+
+use std::os::fd::OwnedFd;
+
+use crate::buffer::Buffer;
+use crate::format::Plane;
+use crate::geometry::{byte_strides, element_count, extent};
+use crate::memory::Purpose;
+use crate::tensor::{allocate, import_access};
+use crate::{CpuAccess, Element, Error, PixelFormat, Result, Tensor, TensorMemory};
+
+/// Row pitch alignment of images on memory a device imports (DMA-BUF, GPU).
+///
+/// Mali and Vivante refuse EGL imports of DMA-BUFs whose pitch is not a multiple of 64 bytes,
+/// and 64 also satisfies every GPU's linear-image pitch rule we know of.
+pub const IMAGE_PITCH_ALIGN: usize = 64;
+
+/// What makes a tensor an image.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ImageInfo {
+    pub format: PixelFormat,
+    pub width: usize,
+    pub height: usize,
+    /// Bytes from one row to the next (always set here; [`Tensor::row_stride`] reports `None`
+    /// when it equals the tight row).
+    pub row_stride: usize,
+}
+
+/// The row stride an image gets on `memory`: tight on the host, aligned for devices.
+fn default_row_stride(
+    format: PixelFormat,
+    w: usize,
+    elem: usize,
+    memory: TensorMemory,
+) -> Result<usize> {
+    let tight = format
+        .min_row_bytes(w, elem)
+        .ok_or_else(|| Error::Shape(format!("a {w}-pixel {format} row overflows usize")))?;
+    match memory {
+        TensorMemory::DmaBuf | TensorMemory::Gpu => tight
+            .checked_next_multiple_of(IMAGE_PITCH_ALIGN)
+            .ok_or_else(|| Error::Shape(format!("a {w}-pixel {format} row overflows usize"))),
+        _ => Ok(tight),
+    }
+}
+
+/// Shape and strides of `batch` (or one, when `None`) images.
+fn image_geometry(
+    batch: Option<usize>,
+    format: PixelFormat,
+    w: usize,
+    h: usize,
+    elem: usize,
+    row_stride: usize,
+) -> Result<(Vec<usize>, Vec<usize>)> {
+    format.check_size(w, h)?;
+    let mut shape = format.allocation_shape(w, h);
+    if let Some(n) = batch {
+        shape.insert(0, n);
+    }
+    let strides = byte_strides(&shape, elem, Some((format.row_dim_from_end(), row_stride)))?;
+    extent(&shape, &strides, elem)?;
+    element_count(&shape)?;
+    Ok((shape, strides))
+}
+
+impl<T: Element> Tensor<T> {
+    /// A zeroed `w`x`h` image on `memory` (automatic when `None`: DMA-BUF, then heap), with the
+    /// CPU access its users declare. DMA-BUF images get a 64-byte-aligned row pitch.
+    pub fn image(
+        w: usize,
+        h: usize,
+        format: PixelFormat,
+        memory: Option<TensorMemory>,
+        access: CpuAccess,
+    ) -> Result<Self> {
+        Self::image_impl(None, w, h, format, memory, access)
+    }
+
+    /// `n` zeroed `w`x`h` images in one buffer, shape `[n, ...]`; [`Tensor::batch`] picks one.
+    pub fn image_batch(
+        n: usize,
+        w: usize,
+        h: usize,
+        format: PixelFormat,
+        memory: Option<TensorMemory>,
+        access: CpuAccess,
+    ) -> Result<Self> {
+        Self::image_impl(Some(n), w, h, format, memory, access)
+    }
+
+    fn image_impl(
+        batch: Option<usize>,
+        w: usize,
+        h: usize,
+        format: PixelFormat,
+        memory: Option<TensorMemory>,
+        access: CpuAccess,
+    ) -> Result<Self> {
+        let elem = Self::elem();
+        let geometry = |m| {
+            let stride = default_row_stride(format, w, elem, m)?;
+            image_geometry(batch, format, w, h, elem, stride).map(|g| (g, stride))
+        };
+        let bytes =
+            |m| geometry(m).and_then(|((shape, strides), _)| extent(&shape, &strides, elem));
+        let (buffer, chosen) = allocate(Purpose::Image, memory, bytes)?;
+        let ((shape, strides), row_stride) = geometry(chosen)?;
+        let info = ImageInfo {
+            format,
+            width: w,
+            height: h,
+            row_stride,
+        };
+        Ok(Self::over(buffer, shape, strides, Some(info), access))
+    }
+
+    /// A `w`x`h` image over a foreign fd (a DMA-BUF from a camera or decoder, a memfd), with
+    /// rows `row_stride` bytes apart (tight when `None`). The fd is taken; see
+    /// [`Tensor::from_fd`] for what is refused.
+    pub fn image_from_fd(
+        fd: OwnedFd,
+        w: usize,
+        h: usize,
+        format: PixelFormat,
+        row_stride: Option<usize>,
+        access: CpuAccess,
+    ) -> Result<Self> {
+        let elem = Self::elem();
+        let stride = match row_stride {
+            Some(s) => check_row_stride(format, w, elem, s)?,
+            None => default_row_stride(format, w, elem, TensorMemory::Mem)?,
+        };
+        let (shape, strides) = image_geometry(None, format, w, h, elem, stride)?;
+        let buffer = Buffer::import(fd, extent(&shape, &strides, elem)?)?;
+        let access = access.narrowed_to(import_access(&buffer));
+        let info = ImageInfo {
+            format,
+            width: w,
+            height: h,
+            row_stride: stride,
+        };
+        Ok(Self::over(buffer, shape, strides, Some(info), access))
+    }
+
+    /// The image description, or `None` for a plain tensor.
+    pub fn image_info(&self) -> Option<&ImageInfo> {
+        self.image.as_ref()
+    }
+
+    /// The pixel format of an image.
+    pub fn format(&self) -> Option<PixelFormat> {
+        self.image.map(|i| i.format)
+    }
+
+    /// Width of an image in pixels.
+    pub fn width(&self) -> Option<usize> {
+        self.image.map(|i| i.width)
+    }
+
+    /// Height of an image in pixels.
+    pub fn height(&self) -> Option<usize> {
+        self.image.map(|i| i.height)
+    }
+
+    /// The row stride in bytes of an image whose rows are padded; `None` when they are tight
+    /// (or for a plain tensor).
+    pub fn row_stride(&self) -> Option<usize> {
+        let info = self.image?;
+        let tight = info.format.min_row_bytes(info.width, Self::elem())?;
+        (info.row_stride != tight).then_some(info.row_stride)
+    }
+
+    /// The row stride in bytes, tight or not.
+    pub fn effective_row_stride(&self) -> Option<usize> {
+        self.image.map(|i| i.row_stride)
+    }
+
+    /// Changes the row stride of an image (to match a consumer's pitch, for example).
+    ///
+    /// Refused when the stride is below the format's tight row, is not a whole number of
+    /// elements, or when the image at that stride would not fit in the buffer.
+    pub fn set_row_stride(&mut self, row_stride: usize) -> Result<()> {
+        let info = self.image.ok_or_else(|| {
+            Error::Image("set_row_stride needs an image; this is a plain tensor".into())
+        })?;
+        let elem = Self::elem();
+        check_row_stride(info.format, info.width, elem, row_stride)?;
+        let row = Some((info.format.row_dim_from_end(), row_stride));
+        let strides = byte_strides(&self.shape, elem, row)?;
+        let end = extent(&self.shape, &strides, elem)?
+            .checked_add(self.offset)
+            .ok_or_else(|| Error::RowStride(format!("{row_stride} bytes overflows")))?;
+        if end > self.buffer.len() {
+            return Err(Error::RowStride(format!(
+                "a row stride of {row_stride} bytes needs {end} bytes but the buffer holds {}",
+                self.buffer.len()
+            )));
+        }
+        self.strides = strides;
+        self.image = Some(ImageInfo { row_stride, ..info });
+        Ok(())
+    }
+
+    /// The planes of an image, relative to its first byte.
+    pub fn plane_table(&self) -> Result<Vec<Plane>> {
+        let info = self.image.ok_or_else(|| {
+            Error::Image("plane_table needs an image; this is a plain tensor".into())
+        })?;
+        info.format
+            .plane_table(info.width, info.height, info.row_stride)
+    }
+}
+
+fn check_row_stride(format: PixelFormat, w: usize, elem: usize, stride: usize) -> Result<usize> {
+    let min = format
+        .min_row_bytes(w, elem)
+        .ok_or_else(|| Error::Shape(format!("a {w}-pixel {format} row overflows usize")))?;
+    if stride < min {
+        return Err(Error::RowStride(format!(
+            "{stride} bytes is below the {min}-byte minimum of a {w}-pixel {format} row"
+        )));
+    }
+    if stride % elem != 0 {
+        return Err(Error::RowStride(format!(
+            "{stride} bytes is not a whole number of {elem}-byte elements"
+        )));
+    }
+    Ok(stride)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_memory_rows_are_padded_to_64_bytes_and_host_rows_are_tight() {
+        assert_eq!(
+            default_row_stride(PixelFormat::Rgb, 100, 1, TensorMemory::DmaBuf).unwrap(),
+            320
+        );
+        assert_eq!(
+            default_row_stride(PixelFormat::Rgb, 100, 1, TensorMemory::Mem).unwrap(),
+            300
+        );
+        assert_eq!(
+            default_row_stride(PixelFormat::Rgba, 640, 1, TensorMemory::DmaBuf).unwrap(),
+            2560
+        );
+    }
+
+    #[test]
+    fn a_stride_below_the_row_or_between_elements_is_refused() {
+        assert!(check_row_stride(PixelFormat::Rgba, 10, 1, 39).is_err());
+        assert!(check_row_stride(PixelFormat::Rgba, 10, 4, 162).is_err());
+        assert_eq!(
+            check_row_stride(PixelFormat::Rgba, 10, 4, 192).unwrap(),
+            192
+        );
+    }
+}

@@ -1,0 +1,44 @@
+//! hwtensor: zero-copy tensors over heap, shared-memory and DMA-BUF memory, with exact image
+//! metadata.
+//!
+//! ```
+//! use hwtensor::{CpuAccess, PixelFormat, Region, Tensor, TensorMemory};
+//!
+//! // A 1080p RGBA frame in shared memory, written through a map and read through a view.
+//! let frame = Tensor::<u8>::image(1920, 1080, PixelFormat::Rgba, Some(TensorMemory::Shm), CpuAccess::ReadWrite)?;
+//! frame.map_write()?.fill(7);
+//! let crop = frame.view(Region::new(100, 50, 640, 480))?;
+//! assert_eq!(crop.shape(), &[480, 640, 4]);
+//! assert!(crop.to_vec()?.iter().all(|&b| b == 7));
+//! # Ok::<(), hwtensor::Error>(())
+//! ```
+
+mod backing;
+mod buffer;
+mod dtype;
+mod error;
+mod format;
+pub mod geometry;
+mod identity;
+mod image;
+mod map;
+mod memory;
+mod region;
+mod tensor;
+mod tensor_dyn;
+
+pub use dtype::{DType, Element};
+pub use error::{Error, Result};
+pub use format::{Layout, PixelFormat, Plane};
+pub use identity::{BufferIdentity, BufferLiveness};
+pub use image::{ImageInfo, IMAGE_PITCH_ALIGN};
+pub use map::{
+    CpuAccess, Direction, MapDirection, MapRead, MapReadWrite, MapWrite, ReadOnly, ReadWrite,
+    TensorMap, Writable, WriteOnly,
+};
+pub use memory::{TensorMemory, FORCE_MEM_ENV};
+pub use region::Region;
+pub use tensor::Tensor;
+pub use tensor_dyn::TensorDyn;
+
+pub use half::f16;

@@ -1,0 +1,309 @@
+//! CPU maps: direction-typed guards over the buffer's persistent mapping.
+//!
+//! A map is a pointer into the mapping made when the buffer was, plus a claim that keeps Rust's
+//! aliasing rules across views and, on a DMA-BUF, the cache-sync bracket. Read maps deref to
+//! `&[T]` only; there is no way to get `&mut` from one:
+//!
+//! ```compile_fail
+//! use hwtensor::{Tensor, TensorMemory};
+//! let t = Tensor::<u8>::new(&[4], Some(TensorMemory::Mem)).unwrap();
+//! let mut m = t.map_read().unwrap();
+//! m[0] = 1; // error: a read map gives no mutable access
+//! ```
+
+use std::marker::PhantomData;
+use std::ops::{Deref, DerefMut};
+
+use crate::buffer::AccessGuard;
+use crate::geometry::for_each_run;
+use crate::{Element, Error, Result, Tensor};
+
+/// The CPU access a tensor's users declare when it is made.
+///
+/// It tells the library which cache maintenance a buffer needs and lets it refuse a map in a
+/// direction nobody declared: a camera frame declared `Read` cannot be scribbled on by mistake.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum CpuAccess {
+    None = 0,
+    Read = 1,
+    Write = 2,
+    ReadWrite = 3,
+}
+
+impl CpuAccess {
+    fn allows(self, direction: Direction) -> bool {
+        let bits = self as u8;
+        let need = match direction {
+            Direction::Read => CpuAccess::Read as u8,
+            Direction::Write => CpuAccess::Write as u8,
+            Direction::ReadWrite => CpuAccess::ReadWrite as u8,
+        };
+        bits & need == need
+    }
+
+    /// The access both `self` and `other` allow.
+    pub fn narrowed_to(self, other: CpuAccess) -> CpuAccess {
+        match (self as u8) & (other as u8) {
+            0 => CpuAccess::None,
+            1 => CpuAccess::Read,
+            2 => CpuAccess::Write,
+            _ => CpuAccess::ReadWrite,
+        }
+    }
+}
+
+/// The direction of one CPU access.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Direction {
+    Read,
+    Write,
+    ReadWrite,
+}
+
+/// Marker of a map's direction.
+pub trait MapDirection: private::Sealed {
+    /// The direction of the CPU access.
+    const DIRECTION: Direction;
+}
+
+/// Marker for maps that allow mutation.
+pub trait Writable: MapDirection {}
+
+/// Read-only maps.
+#[derive(Debug)]
+pub enum ReadOnly {}
+/// Write-only maps (they deref for reading, but the bytes are only guaranteed to be the
+/// device's after a write map has been dropped).
+#[derive(Debug)]
+pub enum WriteOnly {}
+/// Read-write maps.
+#[derive(Debug)]
+pub enum ReadWrite {}
+
+mod private {
+    pub trait Sealed {}
+    impl Sealed for super::ReadOnly {}
+    impl Sealed for super::WriteOnly {}
+    impl Sealed for super::ReadWrite {}
+}
+
+impl MapDirection for ReadOnly {
+    const DIRECTION: Direction = Direction::Read;
+}
+impl MapDirection for WriteOnly {
+    const DIRECTION: Direction = Direction::Write;
+}
+impl MapDirection for ReadWrite {
+    const DIRECTION: Direction = Direction::ReadWrite;
+}
+impl Writable for WriteOnly {}
+impl Writable for ReadWrite {}
+
+/// A live CPU map of a tensor. See [`MapRead`], [`MapWrite`], [`MapReadWrite`].
+///
+/// Derefs to the elements from the tensor's first to its last; for a padded image or a view
+/// that includes the row padding in between, so address it through its strides (or through
+/// [`view`](TensorMap::view) with the `ndarray` feature).
+pub struct TensorMap<'a, T: Element, D: MapDirection> {
+    tensor: &'a Tensor<T>,
+    ptr: *mut T,
+    len: usize,
+    _access: AccessGuard<'a>,
+    _direction: PhantomData<D>,
+}
+
+/// A read map: `&[T]` only.
+pub type MapRead<'a, T> = TensorMap<'a, T, ReadOnly>;
+/// A write map.
+pub type MapWrite<'a, T> = TensorMap<'a, T, WriteOnly>;
+/// A read-write map.
+pub type MapReadWrite<'a, T> = TensorMap<'a, T, ReadWrite>;
+
+impl<T: Element> Tensor<T> {
+    /// Maps the tensor for reading.
+    pub fn map_read(&self) -> Result<MapRead<'_, T>> {
+        self.map_as()
+    }
+
+    /// Maps the tensor for writing.
+    pub fn map_write(&self) -> Result<MapWrite<'_, T>> {
+        self.map_as()
+    }
+
+    /// Maps the tensor for reading and writing.
+    pub fn map(&self) -> Result<MapReadWrite<'_, T>> {
+        self.map_as()
+    }
+
+    fn map_as<D: MapDirection>(&self) -> Result<TensorMap<'_, T, D>> {
+        if !self.access.allows(D::DIRECTION) {
+            return Err(Error::AccessDenied {
+                requested: match D::DIRECTION {
+                    Direction::Read => "read",
+                    Direction::Write => "write",
+                    Direction::ReadWrite => "read-write",
+                },
+                declared: self.access,
+            });
+        }
+        let access = self.buffer.begin_access(D::DIRECTION)?;
+        // SAFETY: `offset + byte_extent` lies within the buffer (checked when this tensor or the
+        // view it came from was made), so the offset pointer stays inside the mapping.
+        let ptr = unsafe { self.buffer.ptr().add(self.offset) }.cast::<T>();
+        Ok(TensorMap {
+            tensor: self,
+            ptr,
+            len: self.byte_extent() / Self::elem(),
+            _access: access,
+            _direction: PhantomData,
+        })
+    }
+
+    /// Copies the elements into `dst` in logical order without row padding: the tight layout an
+    /// NPU or a file wants. `dst` must hold exactly [`len`](Tensor::len) elements.
+    pub fn copy_to_flat(&self, dst: &mut [T]) -> Result<()> {
+        if dst.len() != self.len() {
+            return Err(Error::Length(format!(
+                "copy_to_flat needs {} elements, the slice has {}",
+                self.len(),
+                dst.len()
+            )));
+        }
+        let map = self.map_read()?;
+        let elem = Self::elem();
+        let mut at = 0;
+        for_each_run(&self.shape, &self.strides, elem, |offset, bytes| {
+            let (src, n) = (offset / elem, bytes / elem);
+            dst[at..at + n].copy_from_slice(&map[src..src + n]);
+            at += n;
+        });
+        Ok(())
+    }
+
+    /// The elements in logical order without padding, as a new vector.
+    pub fn to_vec(&self) -> Result<Vec<T>> {
+        let mut v = vec![T::default(); self.len()];
+        self.copy_to_flat(&mut v)?;
+        Ok(v)
+    }
+
+    /// Fills the tensor from `src`, given in logical order without padding.
+    pub fn copy_from_flat(&self, src: &[T]) -> Result<()> {
+        if src.len() != self.len() {
+            return Err(Error::Length(format!(
+                "copy_from_flat needs {} elements, the slice has {}",
+                self.len(),
+                src.len()
+            )));
+        }
+        let mut map = self.map_write()?;
+        let elem = Self::elem();
+        let mut at = 0;
+        for_each_run(&self.shape, &self.strides, elem, |offset, bytes| {
+            let (dst, n) = (offset / elem, bytes / elem);
+            map[dst..dst + n].copy_from_slice(&src[at..at + n]);
+            at += n;
+        });
+        Ok(())
+    }
+}
+
+impl<T: Element, D: MapDirection> TensorMap<'_, T, D> {
+    /// The tensor's shape.
+    pub fn shape(&self) -> &[usize] {
+        self.tensor.shape()
+    }
+
+    /// The tensor's byte strides.
+    pub fn strides(&self) -> &[usize] {
+        self.tensor.strides()
+    }
+
+    /// The mapped elements (see the type's note on padding).
+    pub fn as_slice(&self) -> &[T] {
+        self
+    }
+
+    #[cfg(feature = "ndarray")]
+    fn nd_shape(&self) -> ndarray::StrideShape<ndarray::IxDyn> {
+        use ndarray::ShapeBuilder;
+        let elem = T::DTYPE.size();
+        let strides: Vec<usize> = self.tensor.strides().iter().map(|s| s / elem).collect();
+        ndarray::IxDyn(self.tensor.shape()).strides(ndarray::IxDyn(&strides))
+    }
+
+    /// The tensor as an ndarray view with its real strides.
+    #[cfg(feature = "ndarray")]
+    pub fn view(&self) -> ndarray::ArrayViewD<'_, T> {
+        // SAFETY: every index of shape x strides lands inside the mapped extent (that is how
+        // the extent is computed), the pointer is aligned for T (offsets and strides are whole
+        // elements over an aligned base), and `&self` keeps the map alive for the view's life.
+        unsafe { ndarray::ArrayViewD::from_shape_ptr(self.nd_shape(), self.ptr.cast_const()) }
+    }
+}
+
+impl<T: Element, D: Writable> TensorMap<'_, T, D> {
+    /// The mapped elements, mutably.
+    pub fn as_mut_slice(&mut self) -> &mut [T] {
+        self
+    }
+
+    /// The tensor as a mutable ndarray view with its real strides.
+    #[cfg(feature = "ndarray")]
+    pub fn view_mut(&mut self) -> ndarray::ArrayViewMutD<'_, T> {
+        // SAFETY: as in `view`; the strides are all positive, so no two indices alias, and
+        // `&mut self` makes this the only access through this map while the buffer's claim
+        // excludes every other map of the buffer.
+        unsafe { ndarray::ArrayViewMutD::from_shape_ptr(self.nd_shape(), self.ptr) }
+    }
+}
+
+impl<T: Element, D: MapDirection> Deref for TensorMap<'_, T, D> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        // SAFETY: `ptr..ptr+len` is inside the buffer's live mapping (held by the tensor the
+        // map borrows), aligned for T, and every bit pattern is a valid T (Element is sealed to
+        // plain numbers). The claim forbids a concurrent write map of this buffer in-process.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl<T: Element, D: Writable> DerefMut for TensorMap<'_, T, D> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        // SAFETY: as for Deref; in addition the write claim is exclusive, so no other map of
+        // this buffer exists in this process while this one lives.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+impl<T: Element, D: MapDirection> std::fmt::Debug for TensorMap<'_, T, D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TensorMap")
+            .field("shape", &self.shape())
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn declared_access_decides_each_direction() {
+        assert!(CpuAccess::Read.allows(Direction::Read));
+        assert!(!CpuAccess::Read.allows(Direction::Write));
+        assert!(!CpuAccess::Write.allows(Direction::ReadWrite));
+        assert!(CpuAccess::ReadWrite.allows(Direction::ReadWrite));
+        assert!(!CpuAccess::None.allows(Direction::Read));
+        assert_eq!(
+            CpuAccess::ReadWrite.narrowed_to(CpuAccess::Read),
+            CpuAccess::Read
+        );
+        assert_eq!(
+            CpuAccess::Write.narrowed_to(CpuAccess::Read),
+            CpuAccess::None
+        );
+    }
+}

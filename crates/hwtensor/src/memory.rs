@@ -1,0 +1,190 @@
+//! [`TensorMemory`]: which kind of memory backs a tensor, and the automatic choice.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::backing::{dmabuf, shm};
+use crate::Error;
+
+/// The environment variable that forces automatic selection to heap memory.
+///
+/// For debugging a pipeline: it takes shared and DMA memory out of the picture without a rebuild.
+pub const FORCE_MEM_ENV: &str = "HWTENSOR_FORCE_MEM";
+
+/// The memory that backs a tensor.
+///
+/// Every variant exists on every platform and build, so code (and the C ABI) can name a backing
+/// that is not present; [`TensorMemory::is_available`] answers at run time. The numeric codes are
+/// part of the wire format and never change; `0` is left free for "choose for me" in C.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum TensorMemory {
+    /// Heap memory of this process: 64-byte aligned, page aligned from one page up.
+    Mem = 1,
+    /// A sealed memfd: shareable with other processes by fd.
+    Shm = 2,
+    /// A kernel DMA-BUF: allocated from a dma-heap, or imported from a driver.
+    DmaBuf = 3,
+    /// Memory on the process GPU device.
+    Gpu = 4,
+    /// CUDA device memory.
+    Cuda = 5,
+}
+
+impl TensorMemory {
+    /// Every backing, in code order.
+    pub const ALL: [TensorMemory; 5] = [
+        TensorMemory::Mem,
+        TensorMemory::Shm,
+        TensorMemory::DmaBuf,
+        TensorMemory::Gpu,
+        TensorMemory::Cuda,
+    ];
+
+    /// The stable numeric code.
+    pub const fn code(self) -> u8 {
+        self as u8
+    }
+
+    /// The backing with this code, if any.
+    pub fn from_code(code: u8) -> Option<TensorMemory> {
+        TensorMemory::ALL.into_iter().find(|m| m.code() == code)
+    }
+
+    /// The stable name: `"mem"`, `"shm"`, `"dmabuf"`, `"gpu"`, `"cuda"`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            TensorMemory::Mem => "mem",
+            TensorMemory::Shm => "shm",
+            TensorMemory::DmaBuf => "dmabuf",
+            TensorMemory::Gpu => "gpu",
+            TensorMemory::Cuda => "cuda",
+        }
+    }
+
+    /// Whether this process can allocate this backing now.
+    pub fn is_available(self) -> bool {
+        self.unavailable_reason().is_none()
+    }
+
+    /// Why this backing cannot be allocated here, or `None` when it can.
+    pub fn unavailable_reason(self) -> Option<String> {
+        match self {
+            TensorMemory::Mem => None,
+            TensorMemory::Shm => shm::unavailable_reason(),
+            TensorMemory::DmaBuf => dmabuf::unavailable_reason(),
+            TensorMemory::Gpu => Some(
+                "this build has no GPU backing yet (the process GPU device is not built in)".into(),
+            ),
+            TensorMemory::Cuda => Some("this build has no CUDA backing".into()),
+        }
+    }
+
+    /// Checks availability, as an error that says why not.
+    pub(crate) fn ensure_available(self) -> Result<(), Error> {
+        match self.unavailable_reason() {
+            None => Ok(()),
+            Some(reason) => Err(Error::Unavailable {
+                memory: self,
+                reason,
+            }),
+        }
+    }
+}
+
+impl fmt::Display for TensorMemory {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for TensorMemory {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self, Error> {
+        TensorMemory::ALL
+            .into_iter()
+            .find(|m| m.name() == s)
+            .ok_or_else(|| Error::Shape(format!("unknown tensor memory {s:?}")))
+    }
+}
+
+/// What a tensor is for; it decides the order automatic selection tries backings in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Purpose {
+    Plain,
+    Image,
+}
+
+/// The backings automatic selection tries, in order, for `purpose`.
+///
+/// Images skip Shm: an image is worth sharing with a GPU or NPU only as a DMA-BUF, and a memfd
+/// gives a display or codec driver nothing it can import, so heap memory is the honest fallback.
+pub(crate) fn auto_candidates(purpose: Purpose, force_mem: bool) -> &'static [TensorMemory] {
+    use TensorMemory::*;
+    match (force_mem, purpose) {
+        (true, _) => &[Mem],
+        (false, Purpose::Plain) => &[DmaBuf, Shm, Mem],
+        (false, Purpose::Image) => &[DmaBuf, Mem],
+    }
+}
+
+/// Whether `HWTENSOR_FORCE_MEM` asks for heap memory (`1`, `true`, `yes`).
+pub(crate) fn force_mem_requested() -> bool {
+    std::env::var(FORCE_MEM_ENV)
+        .map(|v| matches!(v.trim(), "1" | "true" | "yes"))
+        .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_and_names_are_fixed_and_round_trip() {
+        let expected = [
+            (1, "mem"),
+            (2, "shm"),
+            (3, "dmabuf"),
+            (4, "gpu"),
+            (5, "cuda"),
+        ];
+        for (m, (code, name)) in TensorMemory::ALL.into_iter().zip(expected) {
+            assert_eq!((m.code(), m.name()), (code, name));
+            assert_eq!(TensorMemory::from_code(code), Some(m));
+            assert_eq!(name.parse::<TensorMemory>().unwrap(), m);
+        }
+        assert_eq!(TensorMemory::from_code(0), None);
+        assert!("vram".parse::<TensorMemory>().is_err());
+    }
+
+    #[test]
+    fn plain_tensors_prefer_dmabuf_then_shm_then_heap() {
+        use TensorMemory::*;
+        assert_eq!(auto_candidates(Purpose::Plain, false), &[DmaBuf, Shm, Mem]);
+    }
+
+    #[test]
+    fn images_prefer_dmabuf_then_heap() {
+        use TensorMemory::*;
+        assert_eq!(auto_candidates(Purpose::Image, false), &[DmaBuf, Mem]);
+    }
+
+    #[test]
+    fn forcing_heap_memory_leaves_only_heap() {
+        assert_eq!(auto_candidates(Purpose::Plain, true), &[TensorMemory::Mem]);
+        assert_eq!(auto_candidates(Purpose::Image, true), &[TensorMemory::Mem]);
+    }
+
+    #[test]
+    fn heap_is_always_available_and_gpu_is_not_in_this_build() {
+        assert!(TensorMemory::Mem.is_available());
+        assert!(TensorMemory::Gpu.unavailable_reason().is_some());
+        assert!(matches!(
+            TensorMemory::Cuda.ensure_available(),
+            Err(Error::Unavailable {
+                memory: TensorMemory::Cuda,
+                ..
+            })
+        ));
+    }
+}

@@ -1,0 +1,125 @@
+//! [`Region`], [`Tensor::view`] and [`Tensor::batch`]: zero-copy sub-tensors.
+
+use crate::geometry::extent;
+use crate::image::ImageInfo;
+use crate::{Element, Error, Layout, Result, Tensor};
+
+/// A rectangle of pixels (or of `[h, w]` cells of a plain tensor), relative to the tensor it is
+/// applied to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Region {
+    pub x: usize,
+    pub y: usize,
+    pub width: usize,
+    pub height: usize,
+}
+
+impl Region {
+    pub const fn new(x: usize, y: usize, width: usize, height: usize) -> Self {
+        Region {
+            x,
+            y,
+            width,
+            height,
+        }
+    }
+}
+
+impl<T: Element> Tensor<T> {
+    /// The sub-rectangle `region`, sharing this tensor's buffer.
+    ///
+    /// For an image the region is in pixels. For a plain tensor it selects rows and columns of
+    /// its `[h, w]` dimensions: the last two of a rank-2 tensor, the three before the last
+    /// (`[.., h, w, c]`) from rank 3 up. A region that does not fit is an error, never clamped;
+    /// views nest, each relative to its parent.
+    pub fn view(&self, region: Region) -> Result<Self> {
+        let (h_dim, w_dim) = self.row_and_column_dims()?;
+        if let Some(info) = self.image {
+            check_image_region(&info, region)?;
+        }
+        let fits = |start: usize, len: usize, dim: usize| {
+            start
+                .checked_add(len)
+                .is_some_and(|end| end <= self.shape[dim])
+        };
+        if !fits(region.y, region.height, h_dim) || !fits(region.x, region.width, w_dim) {
+            return Err(Error::OutOfBounds(format!(
+                "{region:?} does not fit in {} x {} (width x height)",
+                self.shape[w_dim], self.shape[h_dim]
+            )));
+        }
+        let mut view = self.clone();
+        view.offset += region.y * self.strides[h_dim] + region.x * self.strides[w_dim];
+        view.shape[h_dim] = region.height;
+        view.shape[w_dim] = region.width;
+        view.image = self.image.map(|i| ImageInfo {
+            width: region.width,
+            height: region.height,
+            ..i
+        });
+        debug_assert!(
+            view.offset + extent(&view.shape, &view.strides, Self::elem()).unwrap()
+                <= self.buffer.len()
+        );
+        Ok(view)
+    }
+
+    /// Item `index` of the leading (batch) dimension, which the result drops: `[n, h, w, c]`
+    /// gives `[h, w, c]`. An index past the end is an error.
+    pub fn batch(&self, index: usize) -> Result<Self> {
+        let n = *self
+            .shape
+            .first()
+            .ok_or_else(|| Error::Shape("a rank-0 tensor has no batch dimension".into()))?;
+        if let Some(info) = self.image {
+            if self.shape.len() == info.format.allocation_shape(info.width, info.height).len() {
+                return Err(Error::Image(
+                    "this image is not batched; make it with Tensor::image_batch".into(),
+                ));
+            }
+        }
+        if index >= n {
+            return Err(Error::OutOfBounds(format!(
+                "batch {index} of a batch of {n}"
+            )));
+        }
+        let mut item = self.clone();
+        item.offset += index * self.strides[0];
+        item.shape.remove(0);
+        item.strides.remove(0);
+        Ok(item)
+    }
+
+    /// Which dimensions a region's rows and columns select.
+    fn row_and_column_dims(&self) -> Result<(usize, usize)> {
+        let rank = self.shape.len();
+        let from_end = match self.image {
+            Some(info) => info.format.row_dim_from_end(),
+            None if rank >= 3 => 3,
+            None if rank == 2 => 2,
+            None => {
+                return Err(Error::Shape(format!(
+                    "a region needs rows and columns; this tensor has rank {rank}"
+                )))
+            }
+        };
+        Ok((rank - from_end, rank - from_end + 1))
+    }
+}
+
+fn check_image_region(info: &ImageInfo, region: Region) -> Result<()> {
+    match info.format.layout() {
+        Layout::SemiPlanar => Err(Error::Image(format!(
+            "a region of a {} image spans two planes and is not one strided tensor; \
+             address its planes through plane_table()",
+            info.format
+        ))),
+        _ if info.format.pairs_pixels() && (region.x % 2 != 0 || region.width % 2 != 0) => {
+            Err(Error::Image(format!(
+                "{} pixels come in pairs: a region needs an even x and width (got x {} width {})",
+                info.format, region.x, region.width
+            )))
+        }
+        _ => Ok(()),
+    }
+}

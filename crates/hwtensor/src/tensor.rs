@@ -1,0 +1,201 @@
+//! [`Tensor<T>`]: a typed n-dimensional view of one buffer.
+
+use std::marker::PhantomData;
+use std::os::fd::OwnedFd;
+
+use crate::buffer::Buffer;
+use crate::geometry::{byte_strides, element_count, extent};
+use crate::identity::{BufferIdentity, BufferLiveness};
+use crate::image::ImageInfo;
+use crate::memory::{auto_candidates, force_mem_requested, Purpose};
+use crate::{CpuAccess, Element, Error, Result, TensorMemory};
+
+/// A tensor of `T` over heap, shared or DMA memory.
+///
+/// Cloning a tensor, taking a [`view`](Tensor::view) or a [`batch`](Tensor::batch) shares the
+/// buffer: no bytes are copied, and every one of them has the same
+/// [`identity`](Tensor::identity). The buffer is freed (and its fd closed) when the last one
+/// goes.
+#[derive(Clone, Debug)]
+pub struct Tensor<T: Element> {
+    pub(crate) buffer: Buffer,
+    /// Byte offset of the first element in the buffer.
+    pub(crate) offset: usize,
+    pub(crate) shape: Vec<usize>,
+    /// Byte strides, one per dimension.
+    pub(crate) strides: Vec<usize>,
+    pub(crate) image: Option<ImageInfo>,
+    pub(crate) access: CpuAccess,
+    pub(crate) _elem: PhantomData<T>,
+}
+
+impl<T: Element> Tensor<T> {
+    /// A zeroed tensor of `shape` on `memory`, or on the best backing here when `None`
+    /// (DMA-BUF, then shared memory, then heap; heap only under `HWTENSOR_FORCE_MEM=1`).
+    pub fn new(shape: &[usize], memory: Option<TensorMemory>) -> Result<Self> {
+        let strides = byte_strides(shape, Self::elem(), None)?;
+        let bytes = element_count(shape)?
+            .checked_mul(Self::elem())
+            .ok_or_else(|| {
+                Error::Shape(format!("{shape:?} of {} overflows usize bytes", T::DTYPE))
+            })?;
+        let buffer = allocate(Purpose::Plain, memory, |_| Ok(bytes))?.0;
+        Ok(Self::over(
+            buffer,
+            shape.to_vec(),
+            strides,
+            None,
+            CpuAccess::ReadWrite,
+        ))
+    }
+
+    /// A tensor of `shape` over the first bytes of a foreign fd: a DMA-BUF, a memfd or a shared
+    /// memory file. Takes the fd; it is closed when the last tensor over it is dropped, or at
+    /// once when the import fails.
+    ///
+    /// Refuses a file of any other kind (regular file, pipe, socket, device node), naming it,
+    /// and an fd smaller than the shape.
+    pub fn from_fd(fd: OwnedFd, shape: &[usize]) -> Result<Self> {
+        let strides = byte_strides(shape, Self::elem(), None)?;
+        let bytes = extent(shape, &strides, Self::elem())?;
+        let buffer = Buffer::import(fd, bytes)?;
+        let access = import_access(&buffer);
+        Ok(Self::over(buffer, shape.to_vec(), strides, None, access))
+    }
+
+    pub(crate) fn over(
+        buffer: Buffer,
+        shape: Vec<usize>,
+        strides: Vec<usize>,
+        image: Option<ImageInfo>,
+        access: CpuAccess,
+    ) -> Self {
+        Tensor {
+            buffer,
+            offset: 0,
+            shape,
+            strides,
+            image,
+            access,
+            _elem: PhantomData,
+        }
+    }
+
+    pub(crate) const fn elem() -> usize {
+        T::DTYPE.size()
+    }
+
+    /// The dimensions.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// The byte stride of each dimension.
+    pub fn strides(&self) -> &[usize] {
+        &self.strides
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// Whether the tensor has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Byte offset of the first element within the buffer (non-zero for views and batches).
+    pub fn byte_offset(&self) -> usize {
+        self.offset
+    }
+
+    /// Bytes from the first element to one past the last, padding included.
+    pub fn byte_extent(&self) -> usize {
+        extent(&self.shape, &self.strides, Self::elem()).expect("checked when the tensor was made")
+    }
+
+    /// Size of the whole buffer in bytes.
+    pub fn buffer_len(&self) -> usize {
+        self.buffer.len()
+    }
+
+    /// Whether the elements follow one another without gaps, in C order.
+    pub fn is_contiguous(&self) -> bool {
+        byte_strides(&self.shape, Self::elem(), None).is_ok_and(|s| s == self.strides)
+    }
+
+    /// The backing this tensor lives on.
+    pub fn memory(&self) -> TensorMemory {
+        self.buffer.memory()
+    }
+
+    /// The declared CPU access.
+    pub fn access(&self) -> CpuAccess {
+        self.access
+    }
+
+    /// Which buffer the bytes live in; equal for views, batches and re-imports of one buffer.
+    pub fn identity(&self) -> BufferIdentity {
+        self.buffer.identity()
+    }
+
+    /// A weak handle that tells whether the buffer still exists.
+    pub fn liveness(&self) -> BufferLiveness {
+        self.buffer.liveness()
+    }
+
+    /// A new close-on-exec fd of the buffer, for another process or API. Heap memory has none.
+    pub fn clone_fd(&self) -> Result<OwnedFd> {
+        let fd = self.buffer.fd().ok_or_else(|| Error::Unavailable {
+            memory: TensorMemory::Mem,
+            reason: "heap memory has no fd to share; allocate on shm or dmabuf to hand it over"
+                .into(),
+        })?;
+        fd.try_clone_to_owned().map_err(|e| Error::Os {
+            op: "dup of the tensor's fd",
+            source: e,
+        })
+    }
+}
+
+/// A foreign buffer mapped read-only can only be read.
+pub(crate) fn import_access(buffer: &Buffer) -> CpuAccess {
+    if buffer.writable() {
+        CpuAccess::ReadWrite
+    } else {
+        CpuAccess::Read
+    }
+}
+
+/// Allocates a buffer of `bytes(memory)` on `memory`, or on the first automatic candidate that
+/// is available and succeeds.
+///
+/// Automatic selection falls through on allocation failure as well as on absence: a board whose
+/// CMA pool is exhausted still gets a tensor, on the next backing.
+pub(crate) fn allocate(
+    purpose: Purpose,
+    memory: Option<TensorMemory>,
+    bytes: impl Fn(TensorMemory) -> Result<usize>,
+) -> Result<(Buffer, TensorMemory)> {
+    if let Some(m) = memory {
+        return Ok((Buffer::allocate(m, bytes(m)?)?, m));
+    }
+    let mut last = None;
+    for &m in auto_candidates(purpose, force_mem_requested()) {
+        if !m.is_available() {
+            continue;
+        }
+        match Buffer::allocate(m, bytes(m)?) {
+            Ok(b) => return Ok((b, m)),
+            Err(e) => {
+                log::debug!("automatic selection: {m} failed ({e}), trying the next backing");
+                last = Some(e);
+            }
+        }
+    }
+    Err(last.unwrap_or_else(|| Error::Unavailable {
+        memory: TensorMemory::Mem,
+        reason: "no backing could be allocated".into(),
+    }))
+}
