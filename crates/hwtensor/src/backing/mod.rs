@@ -39,7 +39,10 @@ impl Storage {
         }
     }
 
-    /// Maps `len` bytes of a foreign fd after checking what it is and that it is big enough.
+    /// Maps a foreign fd after checking what it is and that it holds at least `len` bytes.
+    ///
+    /// The whole fd is mapped, not just `len`: the buffer's capacity is what the fd holds, so a
+    /// consumer may later widen the row stride into padding the producer allocated.
     pub(crate) fn import(fd: OwnedFd, len: usize) -> Result<Storage> {
         let info = classify::inspect(fd.as_fd())?;
         if info.size < len as u64 {
@@ -51,7 +54,13 @@ impl Storage {
         if info.memory == TensorMemory::Shm {
             shm::seal_against_truncation(fd.as_fd());
         }
-        FdMapping::new(fd, len, info.memory).map(Storage::Fd)
+        let size = usize::try_from(info.size).map_err(|_| {
+            Error::Fd(format!(
+                "an fd of {} bytes cannot be mapped here",
+                info.size
+            ))
+        })?;
+        FdMapping::new(fd, size, info.memory).map(Storage::Fd)
     }
 
     pub(crate) fn ptr(&self) -> *mut u8 {

@@ -1,0 +1,147 @@
+//! fd export and import: sharing, identity, and every fd that must be refused.
+
+use std::fs::File;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+
+use hwtensor::{CpuAccess, DType, Error, PixelFormat, Tensor, TensorDyn, TensorMemory};
+
+fn memfd(len: u64) -> OwnedFd {
+    let fd = rustix::fs::memfd_create("test", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+    rustix::fs::ftruncate(&fd, len).unwrap();
+    fd
+}
+
+fn refusal(fd: OwnedFd) -> String {
+    match Tensor::<u8>::from_fd(fd, &[16]) {
+        Err(Error::Fd(msg)) => msg,
+        other => panic!("expected an fd error, got {other:?}"),
+    }
+}
+
+#[test]
+fn an_imported_fd_shares_memory_and_identity_with_the_exporter() {
+    let a = Tensor::<u32>::new(&[64], Some(TensorMemory::Shm)).unwrap();
+    let b = Tensor::<u32>::from_fd(a.clone_fd().unwrap(), &[64]).unwrap();
+    assert_eq!(b.memory(), TensorMemory::Shm);
+    assert_eq!(a.identity(), b.identity());
+    a.map_write().unwrap()[63] = 0xdead_beef;
+    assert_eq!(b.map_read().unwrap()[63], 0xdead_beef);
+    b.map_write().unwrap()[0] = 7;
+    assert_eq!(a.map_read().unwrap()[0], 7);
+}
+
+#[test]
+fn re_importing_a_dup_of_the_same_fd_gives_the_same_identity() {
+    let fd = memfd(4096);
+    let dup = fd.try_clone().unwrap();
+    let a = Tensor::<u8>::from_fd(fd, &[4096]).unwrap();
+    let b = Tensor::<u8>::from_fd(dup, &[1024]).unwrap();
+    assert_eq!(a.identity(), b.identity());
+    let other = Tensor::<u8>::from_fd(memfd(4096), &[4096]).unwrap();
+    assert_ne!(a.identity(), other.identity());
+}
+
+#[test]
+fn cloned_fds_are_close_on_exec() {
+    let t = Tensor::<u8>::new(&[16], Some(TensorMemory::Shm)).unwrap();
+    let fd = t.clone_fd().unwrap();
+    let flags = rustix::io::fcntl_getfd(&fd).unwrap();
+    assert!(flags.contains(rustix::io::FdFlags::CLOEXEC));
+}
+
+#[test]
+fn a_regular_file_is_refused_by_name() {
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("regular-file");
+    std::fs::write(&path, [0u8; 64]).unwrap();
+    let msg = refusal(File::open(&path).unwrap().into());
+    // The target dir may live on tmpfs, where a regular file is shared memory.
+    if !msg.contains("got") {
+        panic!("unexpected message {msg}");
+    }
+    assert!(msg.contains("file"), "{msg}");
+}
+
+#[test]
+fn a_pipe_is_refused_by_name() {
+    let (r, _w) = std::io::pipe().unwrap();
+    let msg = refusal(r.into());
+    assert!(msg.contains("pipe"), "{msg}");
+}
+
+#[test]
+fn a_socket_is_refused_by_name() {
+    let (a, _b) = UnixStream::pair().unwrap();
+    let msg = refusal(a.into());
+    assert!(msg.contains("socket"), "{msg}");
+}
+
+#[test]
+fn a_device_node_is_refused_by_name() {
+    let msg = refusal(File::open("/dev/null").unwrap().into());
+    assert!(msg.contains("character device"), "{msg}");
+}
+
+#[test]
+fn an_fd_smaller_than_the_shape_is_refused_before_it_is_mapped() {
+    let err = Tensor::<u32>::from_fd(memfd(100), &[26]).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("holds 100 bytes but the tensor needs 104"),
+        "{err}"
+    );
+    let err = Tensor::<u8>::image_from_fd(
+        memfd(1000),
+        16,
+        16,
+        PixelFormat::Rgba,
+        None,
+        CpuAccess::Read,
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("needs 1024"), "{err}");
+}
+
+#[test]
+fn a_shape_that_overflows_is_refused_before_the_fd_is_looked_at() {
+    assert!(Tensor::<u64>::from_fd(memfd(64), &[usize::MAX / 2, 4]).is_err());
+}
+
+#[test]
+fn a_read_only_fd_imports_as_a_read_only_tensor() {
+    let fd = memfd(64);
+    let path = format!("/proc/self/fd/{}", fd.as_raw_fd());
+    let ro: OwnedFd = File::open(path).unwrap().into();
+    let t = Tensor::<u8>::from_fd(ro, &[64]).unwrap();
+    assert_eq!(t.access(), CpuAccess::Read);
+    assert!(t.map_read().is_ok());
+    assert!(matches!(t.map_write(), Err(Error::AccessDenied { .. })));
+}
+
+#[test]
+fn an_imported_memfd_can_no_longer_be_shrunk_under_us() {
+    let fd = rustix::fs::memfd_create(
+        "t",
+        rustix::fs::MemfdFlags::CLOEXEC | rustix::fs::MemfdFlags::ALLOW_SEALING,
+    )
+    .unwrap();
+    rustix::fs::ftruncate(&fd, 4096).unwrap();
+    let keep = fd.try_clone().unwrap();
+    let t = Tensor::<u8>::from_fd(fd, &[4096]).unwrap();
+    assert!(
+        rustix::fs::ftruncate(keep.as_fd(), 0).is_err(),
+        "the peer's truncate must fail"
+    );
+    assert_eq!(
+        t.map_read().unwrap()[4095],
+        0,
+        "and the last byte stays readable"
+    );
+}
+
+#[test]
+fn a_dyn_tensor_imports_with_its_dtype() {
+    let d = TensorDyn::from_fd(memfd(48), &[3, 4], DType::F32).unwrap();
+    assert_eq!(d.dtype(), DType::F32);
+    assert_eq!(d.memory(), TensorMemory::Shm);
+}

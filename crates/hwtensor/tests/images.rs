@@ -1,0 +1,281 @@
+//! Images: exact geometry, row strides, planes, views and batches.
+
+use std::os::fd::OwnedFd;
+
+use hwtensor::{CpuAccess, Error, PixelFormat, Plane, Region, Tensor, TensorMemory};
+use proptest::prelude::*;
+
+const RW: CpuAccess = CpuAccess::ReadWrite;
+
+fn memfd(len: u64) -> OwnedFd {
+    let fd = rustix::fs::memfd_create("test", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+    rustix::fs::ftruncate(&fd, len).unwrap();
+    fd
+}
+
+/// An image whose every byte holds its own index (mod 251, a prime, so rows do not repeat).
+fn numbered(w: usize, h: usize, format: PixelFormat, memory: TensorMemory) -> Tensor<u8> {
+    let t = Tensor::<u8>::image(w, h, format, Some(memory), RW).unwrap();
+    for (i, b) in t.map_write().unwrap().iter_mut().enumerate() {
+        *b = (i % 251) as u8;
+    }
+    t
+}
+
+#[test]
+fn nv12_at_640x480_is_460800_bytes_and_483_rows_make_725() {
+    let t = Tensor::<u8>::image(640, 480, PixelFormat::Nv12, Some(TensorMemory::Mem), RW).unwrap();
+    assert_eq!(t.buffer_len(), 460_800);
+    assert_eq!(t.shape(), &[720, 640]);
+    let odd =
+        Tensor::<u8>::image(640, 483, PixelFormat::Nv12, Some(TensorMemory::Shm), RW).unwrap();
+    assert_eq!(odd.shape(), &[725, 640]);
+    assert_eq!(odd.buffer_len(), 725 * 640);
+}
+
+#[test]
+fn every_format_allocates_its_allocation_shape_tightly_on_the_host() {
+    for format in PixelFormat::ALL {
+        let t = Tensor::<u8>::image(64, 6, format, Some(TensorMemory::Mem), RW).unwrap();
+        assert_eq!(
+            t.shape(),
+            format.allocation_shape(64, 6).as_slice(),
+            "{format}"
+        );
+        assert_eq!(t.row_stride(), None, "{format} is tight on the heap");
+        let planes = t.plane_table().unwrap();
+        let total: usize = planes.iter().map(|p| p.size).sum();
+        assert_eq!(total, t.buffer_len(), "{format}: planes cover the buffer");
+    }
+}
+
+#[test]
+fn an_image_on_dmabuf_without_a_dma_heap_is_a_clear_error() {
+    if TensorMemory::DmaBuf.is_available() {
+        eprintln!("SKIPPED: an_image_on_dmabuf_without_a_dma_heap_is_a_clear_error - this machine has a dma-heap");
+        return;
+    }
+    let err =
+        Tensor::<u8>::image(64, 64, PixelFormat::Rgba, Some(TensorMemory::DmaBuf), RW).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Unavailable {
+                memory: TensorMemory::DmaBuf,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let auto = Tensor::<u8>::image(64, 64, PixelFormat::Rgba, None, RW).unwrap();
+    assert_eq!(
+        auto.memory(),
+        TensorMemory::Mem,
+        "images fall back from DMA-BUF to heap"
+    );
+}
+
+#[test]
+fn a_row_stride_below_the_format_minimum_is_refused() {
+    let mut t = Tensor::<u8>::image(10, 4, PixelFormat::Rgb, Some(TensorMemory::Mem), RW).unwrap();
+    let err = t.set_row_stride(29).unwrap_err();
+    assert!(matches!(err, Error::RowStride(_)), "{err}");
+    assert_eq!(
+        t.effective_row_stride(),
+        Some(30),
+        "a refused stride changes nothing"
+    );
+}
+
+#[test]
+fn a_row_stride_past_the_buffer_capacity_is_refused() {
+    let mut t = Tensor::<u8>::image(10, 4, PixelFormat::Rgb, Some(TensorMemory::Mem), RW).unwrap();
+    let err = t.set_row_stride(31).unwrap_err();
+    assert!(err.to_string().contains("buffer holds 120"), "{err}");
+    assert!(t.set_row_stride(usize::MAX).is_err());
+}
+
+#[test]
+fn a_row_stride_that_splits_an_element_is_refused() {
+    let fd = memfd(4096);
+    let err = Tensor::<f32>::image_from_fd(fd, 4, 4, PixelFormat::Rgba, Some(66), RW).unwrap_err();
+    assert!(matches!(err, Error::RowStride(_)), "{err}");
+}
+
+#[test]
+fn a_padded_image_from_an_fd_strips_its_padding_for_an_npu() {
+    let (w, h, stride) = (5, 3, 64);
+    let t = Tensor::<u8>::image_from_fd(memfd(3 * 64), w, h, PixelFormat::Rgb, Some(stride), RW)
+        .unwrap();
+    assert_eq!(t.row_stride(), Some(64));
+    assert_eq!(t.strides(), &[64, 3, 1]);
+    {
+        let mut m = t.map_write().unwrap();
+        for y in 0..h {
+            for x in 0..w * 3 {
+                m[y * stride + x] = (y * 100 + x) as u8;
+            }
+        }
+    }
+    let flat = t.to_vec().unwrap();
+    let expected: Vec<u8> = (0..h)
+        .flat_map(|y| (0..w * 3).map(move |x| (y * 100 + x) as u8))
+        .collect();
+    assert_eq!(flat, expected);
+}
+
+#[test]
+fn widening_the_stride_inside_a_larger_buffer_moves_the_rows() {
+    let mut t =
+        Tensor::<u8>::image_from_fd(memfd(4 * 64), 8, 4, PixelFormat::Grey, None, RW).unwrap();
+    assert_eq!(t.row_stride(), None);
+    t.set_row_stride(64).unwrap();
+    assert_eq!(t.strides(), &[64, 1]);
+    assert_eq!(
+        t.plane_table().unwrap(),
+        vec![Plane {
+            offset: 0,
+            row_stride: 64,
+            rows: 4,
+            size: 256
+        }]
+    );
+}
+
+#[test]
+fn a_view_offset_in_x_that_touches_the_last_row_maps_and_reads_correctly() {
+    // Tight 8x4 RGBA in a buffer of exactly 128 bytes: the view's last row ends at the last
+    // byte, so a map sized in whole rows from the view's start would run 16 bytes past it.
+    let t = numbered(8, 4, PixelFormat::Rgba, TensorMemory::Shm);
+    assert_eq!(t.buffer_len(), 128);
+    let v = t.view(Region::new(4, 2, 4, 2)).unwrap();
+    assert_eq!(v.shape(), &[2, 4, 4]);
+    assert_eq!(v.byte_offset() + v.byte_extent(), 128);
+    let expected: Vec<u8> = [2usize, 3]
+        .iter()
+        .flat_map(|y| (16..32).map(move |x| (y * 32 + x) as u8))
+        .collect();
+    assert_eq!(v.to_vec().unwrap(), expected);
+    let m = v.map_read().unwrap();
+    assert_eq!(m.len(), 48);
+    assert_eq!(m.view()[[1, 3, 3]], 127);
+}
+
+#[test]
+fn views_nest_relative_to_their_parent_and_share_its_buffer() {
+    let t = numbered(16, 16, PixelFormat::Rgb, TensorMemory::Mem);
+    let outer = t.view(Region::new(2, 3, 10, 10)).unwrap();
+    let inner = outer.view(Region::new(1, 1, 4, 4)).unwrap();
+    let direct = t.view(Region::new(3, 4, 4, 4)).unwrap();
+    assert_eq!(inner.to_vec().unwrap(), direct.to_vec().unwrap());
+    assert_eq!(inner.identity(), t.identity());
+    assert_eq!(inner.width(), Some(4));
+    inner.map_write().unwrap()[0] = 255;
+    assert_eq!(
+        t.map_read().unwrap()[4 * 48 + 3 * 3],
+        255,
+        "a view writes into its parent"
+    );
+}
+
+#[test]
+fn a_view_out_of_bounds_is_an_error_not_a_clamp() {
+    let t = numbered(16, 8, PixelFormat::Rgba, TensorMemory::Mem);
+    for r in [
+        Region::new(0, 0, 17, 1),
+        Region::new(15, 0, 2, 1),
+        Region::new(0, 8, 1, 1),
+        Region::new(0, 4, 1, 5),
+        Region::new(usize::MAX, 0, 2, 1),
+        Region::new(0, 1, 1, usize::MAX),
+    ] {
+        assert!(matches!(t.view(r), Err(Error::OutOfBounds(_))), "{r:?}");
+    }
+    let v = t.view(Region::new(8, 4, 8, 4)).unwrap();
+    assert!(
+        v.view(Region::new(1, 0, 8, 1)).is_err(),
+        "a nested view is bounded by its parent"
+    );
+}
+
+#[test]
+fn a_view_of_a_semi_planar_image_is_refused_with_the_way_out() {
+    let t = Tensor::<u8>::image(64, 64, PixelFormat::Nv12, Some(TensorMemory::Mem), RW).unwrap();
+    let err = t.view(Region::new(0, 0, 32, 32)).unwrap_err();
+    assert!(err.to_string().contains("plane_table"), "{err}");
+}
+
+#[test]
+fn a_view_that_splits_a_yuyv_pixel_pair_is_refused() {
+    let t = Tensor::<u8>::image(64, 4, PixelFormat::Yuyv, Some(TensorMemory::Mem), RW).unwrap();
+    assert!(t.view(Region::new(1, 0, 2, 2)).is_err());
+    assert!(t.view(Region::new(2, 0, 3, 2)).is_err());
+    assert_eq!(t.view(Region::new(2, 0, 4, 2)).unwrap().shape(), &[2, 4, 2]);
+}
+
+#[test]
+fn a_planar_view_selects_the_same_rectangle_of_every_plane() {
+    let t = numbered(8, 4, PixelFormat::PlanarRgb, TensorMemory::Mem);
+    let v = t.view(Region::new(6, 3, 2, 1)).unwrap();
+    assert_eq!(v.shape(), &[3, 1, 2]);
+    assert_eq!(v.to_vec().unwrap(), vec![30, 31, 62, 63, 94, 95]);
+}
+
+#[test]
+fn batches_pick_one_image_and_refuse_an_index_past_the_end() {
+    let t =
+        Tensor::<u8>::image_batch(3, 4, 2, PixelFormat::Rgba, Some(TensorMemory::Shm), RW).unwrap();
+    assert_eq!(t.shape(), &[3, 2, 4, 4]);
+    let second = t.batch(1).unwrap();
+    assert_eq!(second.shape(), &[2, 4, 4]);
+    assert_eq!(second.byte_offset(), 32);
+    second.map_write().unwrap().fill(9);
+    let all = t.to_vec().unwrap();
+    assert!(all[32..64].iter().all(|&b| b == 9) && all[..32].iter().all(|&b| b == 0));
+    assert!(matches!(t.batch(3), Err(Error::OutOfBounds(_))));
+    assert!(
+        second.batch(0).is_err(),
+        "a single image has no batch dimension"
+    );
+    let crop = second.view(Region::new(1, 1, 2, 1)).unwrap();
+    assert_eq!(crop.byte_offset(), 32 + 16 + 4);
+}
+
+#[test]
+fn a_plain_tensor_views_its_height_and_width() {
+    let t = Tensor::<u16>::new(&[2, 6, 5, 3], Some(TensorMemory::Mem)).unwrap();
+    let v = t.view(Region::new(1, 2, 3, 4)).unwrap();
+    assert_eq!(v.shape(), &[2, 4, 3, 3]);
+    assert_eq!(v.byte_offset(), (2 * 5 * 3 + 3) * 2);
+    let b = t.batch(1).unwrap().view(Region::new(4, 5, 1, 1)).unwrap();
+    assert_eq!(b.shape(), &[1, 1, 3]);
+    assert!(Tensor::<u8>::new(&[7], Some(TensorMemory::Mem))
+        .unwrap()
+        .view(Region::new(0, 0, 1, 1))
+        .is_err());
+}
+
+proptest! {
+    #[test]
+    fn any_view_reads_what_its_rectangle_of_the_parent_holds(
+        w in 1usize..40, h in 1usize..20, pad in 0usize..9,
+        rx in 0usize..40, ry in 0usize..20, rw in 0usize..40, rh in 0usize..20,
+    ) {
+        let stride = w * 3 + pad;
+        let t = Tensor::<u8>::image_from_fd(memfd((stride * h) as u64), w, h, PixelFormat::Rgb, Some(stride), RW).unwrap();
+        for (i, b) in t.map_write().unwrap().iter_mut().enumerate() {
+            *b = (i % 251) as u8;
+        }
+        let region = Region::new(rx, ry, rw, rh);
+        match t.view(region) {
+            Ok(v) => {
+                prop_assert!(rx + rw <= w && ry + rh <= h);
+                let expected: Vec<u8> = (ry..ry + rh)
+                    .flat_map(|y| (rx * 3..(rx + rw) * 3).map(move |x| ((y * stride + x) % 251) as u8))
+                    .collect();
+                prop_assert_eq!(v.to_vec().unwrap(), expected);
+            }
+            Err(_) => prop_assert!(rx + rw > w || ry + rh > h),
+        }
+    }
+}

@@ -1,0 +1,109 @@
+//! Maps: declared access, aliasing across views, ndarray views.
+
+use hwtensor::{CpuAccess, Error, PixelFormat, Region, Tensor, TensorMemory};
+
+fn image(access: CpuAccess) -> Tensor<u8> {
+    Tensor::image(8, 4, PixelFormat::Rgba, Some(TensorMemory::Shm), access).unwrap()
+}
+
+#[test]
+fn a_map_in_an_undeclared_direction_is_refused() {
+    let read_only = image(CpuAccess::Read);
+    assert!(read_only.map_read().is_ok());
+    assert!(matches!(
+        read_only.map_write(),
+        Err(Error::AccessDenied {
+            requested: "write",
+            ..
+        })
+    ));
+    assert!(matches!(read_only.map(), Err(Error::AccessDenied { .. })));
+
+    let write_only = image(CpuAccess::Write);
+    assert!(write_only.map_write().is_ok());
+    assert!(matches!(
+        write_only.map_read(),
+        Err(Error::AccessDenied {
+            requested: "read",
+            ..
+        })
+    ));
+
+    let none = image(CpuAccess::None);
+    assert!(none.map_read().is_err() && none.map_write().is_err() && none.map().is_err());
+}
+
+#[test]
+fn read_maps_share_and_a_write_map_excludes_every_other_map_of_the_buffer() {
+    let t = image(CpuAccess::ReadWrite);
+    let left = t.view(Region::new(0, 0, 4, 4)).unwrap();
+    let right = t.view(Region::new(4, 0, 4, 4)).unwrap();
+    {
+        let _a = left.map_read().unwrap();
+        let _b = right.map_read().unwrap();
+        assert!(matches!(
+            t.map_write(),
+            Err(Error::MapBusy {
+                held: "for reading"
+            })
+        ));
+    }
+    {
+        let _w = left.map_write().unwrap();
+        assert!(matches!(
+            right.map_read(),
+            Err(Error::MapBusy {
+                held: "for writing"
+            })
+        ));
+        assert!(matches!(t.map(), Err(Error::MapBusy { .. })));
+    }
+    assert!(t.map().is_ok(), "dropping the maps releases the buffer");
+}
+
+#[test]
+fn a_map_is_the_same_memory_every_time() {
+    let t = Tensor::<u32>::new(&[1024], Some(TensorMemory::Shm)).unwrap();
+    let p1 = t.map_read().unwrap().as_ptr();
+    let p2 = t.map().unwrap().as_ptr();
+    assert_eq!(p1, p2, "one persistent mapping, not an mmap per map");
+}
+
+#[test]
+fn ndarray_views_follow_the_real_strides() {
+    let mut t = Tensor::<u8>::image(
+        3,
+        2,
+        PixelFormat::Rgb,
+        Some(TensorMemory::Mem),
+        CpuAccess::ReadWrite,
+    )
+    .unwrap();
+    assert!(
+        t.set_row_stride(9).is_ok(),
+        "2 rows of 9 bytes fit in the 18-byte buffer"
+    );
+    {
+        let mut m = t.map().unwrap();
+        let mut v = m.view_mut();
+        v[[1, 2, 0]] = 42;
+        v[[0, 0, 2]] = 7;
+    }
+    let m = t.map_read().unwrap();
+    assert_eq!(m[9 + 2 * 3], 42);
+    assert_eq!(m[2], 7);
+    assert_eq!(m.view().shape(), &[2, 3, 3]);
+    assert_eq!(m.view()[[1, 2, 0]], 42);
+}
+
+#[test]
+fn copy_from_flat_and_copy_to_flat_refuse_a_slice_of_the_wrong_length() {
+    let t = Tensor::<f32>::new(&[2, 3], Some(TensorMemory::Mem)).unwrap();
+    assert!(matches!(t.copy_from_flat(&[1.0; 5]), Err(Error::Length(_))));
+    assert!(matches!(
+        t.copy_to_flat(&mut [0.0; 7]),
+        Err(Error::Length(_))
+    ));
+    t.copy_from_flat(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).unwrap();
+    assert_eq!(t.to_vec().unwrap(), vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+}
