@@ -148,9 +148,15 @@ impl<T: Element> Tensor<T> {
             });
         }
         let access = self.buffer.begin_access(D::DIRECTION)?;
-        // SAFETY: `offset + byte_extent` lies within the buffer (checked when this tensor or the
-        // view it came from was made), so the offset pointer stays inside the mapping.
-        let ptr = unsafe { self.buffer.ptr().add(self.offset) }.cast::<T>();
+        let ptr = if self.is_empty() {
+            // An empty view at the far edge of an image may start past the buffer's end: it
+            // maps nothing, so it gets no pointer into the buffer at all.
+            std::ptr::NonNull::<T>::dangling().as_ptr()
+        } else {
+            // SAFETY: `offset + byte_extent` of a non-empty tensor lies within the buffer
+            // (checked when it or the view it came from was made): the pointer stays inside.
+            unsafe { self.buffer.ptr().add(self.offset) }.cast::<T>()
+        };
         Ok(TensorMap {
             tensor: self,
             ptr,

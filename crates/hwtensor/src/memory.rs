@@ -94,7 +94,7 @@ impl TensorMemory {
 
 impl fmt::Display for TensorMemory {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+        f.pad(self.name())
     }
 }
 

@@ -52,7 +52,7 @@ pub(crate) const DMA_BUF_IOCTL_SYNC: Opcode = opcode::write::<DmaBufSync>(b'b', 
 /// `DMA_BUF_SYNC_*` flags.
 pub(crate) mod sync_flags {
     pub const READ: u64 = 1 << 0;
-    pub const WRITE: u64 = 2 << 0;
+    pub const WRITE: u64 = 1 << 1;
     pub const START: u64 = 0 << 2;
     pub const END: u64 = 1 << 2;
 }
