@@ -68,6 +68,14 @@ pub enum Error {
     #[error("length mismatch: {0}")]
     Length(String),
 
+    /// A blob that is malformed, hostile, or from a writer this reader cannot follow.
+    #[error("bad blob: {0}")]
+    Blob(String),
+
+    /// A hand-off over a socket that failed: the peer closed, sent too many fds, stalled.
+    #[error("hand-off: {0}")]
+    Handoff(String),
+
     /// An operating-system call failed.
     #[error("{op} failed: {source}")]
     Os {

@@ -13,12 +13,17 @@
 //! # Ok::<(), hwtensor::Error>(())
 //! ```
 
+#[macro_use]
+mod macros;
+
 mod backing;
+pub mod blob;
 mod buffer;
 mod dtype;
 mod error;
 mod format;
 pub mod geometry;
+pub mod handoff;
 mod identity;
 mod image;
 mod map;
@@ -38,7 +43,7 @@ pub use map::{
 };
 pub use memory::{TensorMemory, FORCE_MEM_ENV};
 pub use region::Region;
-pub use tensor::Tensor;
+pub use tensor::{Quantization, Tensor};
 pub use tensor_dyn::TensorDyn;
 
 pub use half::f16;

@@ -231,6 +231,18 @@ impl<T: Element, D: MapDirection> TensorMap<'_, T, D> {
         self
     }
 
+    /// The mapped bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        // SAFETY: the same memory as the element slice, viewed as bytes: u8 has alignment 1 and
+        // every element type is plain data without padding.
+        unsafe {
+            std::slice::from_raw_parts(
+                self.ptr.cast::<u8>(),
+                std::mem::size_of_val(self.as_slice()),
+            )
+        }
+    }
+
     #[cfg(feature = "ndarray")]
     fn nd_shape(&self) -> ndarray::StrideShape<ndarray::IxDyn> {
         use ndarray::ShapeBuilder;
@@ -253,6 +265,14 @@ impl<T: Element, D: Writable> TensorMap<'_, T, D> {
     /// The mapped elements, mutably.
     pub fn as_mut_slice(&mut self) -> &mut [T] {
         self
+    }
+
+    /// The mapped bytes, mutably.
+    pub fn as_bytes_mut(&mut self) -> &mut [u8] {
+        let len = std::mem::size_of_val(self.as_slice());
+        // SAFETY: as in `as_bytes`; and any byte pattern is a valid element, so writes through
+        // the byte view cannot make an invalid T.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.cast::<u8>(), len) }
     }
 
     /// The tensor as a mutable ndarray view with its real strides.

@@ -1,7 +1,7 @@
 //! [`Tensor<T>`]: a typed n-dimensional view of one buffer.
 
 use std::marker::PhantomData;
-use std::os::fd::OwnedFd;
+use std::os::fd::{BorrowedFd, OwnedFd};
 
 use crate::buffer::Buffer;
 use crate::geometry::{byte_strides, element_count, extent};
@@ -26,7 +26,16 @@ pub struct Tensor<T: Element> {
     pub(crate) strides: Vec<usize>,
     pub(crate) image: Option<ImageInfo>,
     pub(crate) access: CpuAccess,
+    pub(crate) quantization: Option<Quantization>,
     pub(crate) _elem: PhantomData<T>,
+}
+
+/// Affine quantization of an integer tensor: `real = scale * (q - zero_point)`, as TFLite and
+/// most NPU toolchains describe their inputs and outputs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Quantization {
+    pub scale: f32,
+    pub zero_point: i32,
 }
 
 impl<T: Element> Tensor<T> {
@@ -77,6 +86,7 @@ impl<T: Element> Tensor<T> {
             strides,
             image,
             access,
+            quantization: None,
             _elem: PhantomData,
         }
     }
@@ -145,6 +155,21 @@ impl<T: Element> Tensor<T> {
         self.buffer.liveness()
     }
 
+    /// The quantization parameters, if any were set.
+    pub fn quantization(&self) -> Option<Quantization> {
+        self.quantization
+    }
+
+    /// Sets (or clears) the quantization parameters.
+    pub fn set_quantization(&mut self, quantization: Option<Quantization>) {
+        self.quantization = quantization;
+    }
+
+    /// The buffer's fd, borrowed (heap memory has none).
+    pub fn as_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.buffer.fd()
+    }
+
     /// A new close-on-exec fd of the buffer, for another process or API. Heap memory has none.
     pub fn clone_fd(&self) -> Result<OwnedFd> {
         let fd = self.buffer.fd().ok_or_else(|| Error::Unavailable {
@@ -157,6 +182,124 @@ impl<T: Element> Tensor<T> {
             source: e,
         })
     }
+}
+
+/// The geometry a tensor is made from when it arrives from outside (a blob): every field is
+/// checked against the others and against the buffer before a tensor exists.
+#[derive(Debug)]
+pub(crate) struct Parts {
+    pub offset: usize,
+    pub shape: Vec<usize>,
+    pub strides: Vec<usize>,
+    pub image: Option<ImageInfo>,
+    pub access: CpuAccess,
+    pub quantization: Option<Quantization>,
+}
+
+impl<T: Element> Tensor<T> {
+    /// A tensor over `buffer` as `parts` describe it, after checking that the strides are whole,
+    /// non-overlapping elements, that the extent lies inside the buffer, and that an image's
+    /// shape and row stride agree with its format.
+    pub(crate) fn from_parts(buffer: Buffer, parts: Parts) -> Result<Self> {
+        let elem = Self::elem();
+        let Parts {
+            offset,
+            shape,
+            strides,
+            image,
+            access,
+            quantization,
+        } = parts;
+        check_strides(&shape, &strides, elem)?;
+        let end = extent(&shape, &strides, elem)?
+            .checked_add(offset)
+            .ok_or_else(|| Error::Shape("offset plus extent overflows".into()))?;
+        if !shape.contains(&0) && end > buffer.len() {
+            return Err(Error::OutOfBounds(format!(
+                "the tensor ends at byte {end} of a {}-byte buffer",
+                buffer.len()
+            )));
+        }
+        if let Some(info) = image {
+            check_image_parts(&info, &shape, &strides, elem)?;
+        }
+        let access = access.narrowed_to(import_access(&buffer));
+        Ok(Tensor {
+            buffer,
+            offset,
+            shape,
+            strides,
+            image,
+            access,
+            quantization,
+            _elem: PhantomData,
+        })
+    }
+}
+
+/// Strides must be whole elements and no two indices may name the same element: a mutable map
+/// of an overlapping layout would hand out aliasing `&mut`.
+fn check_strides(shape: &[usize], strides: &[usize], elem: usize) -> Result<()> {
+    if shape.len() != strides.len() {
+        return Err(Error::Shape(format!(
+            "{} dimensions but {} strides",
+            shape.len(),
+            strides.len()
+        )));
+    }
+    if strides.iter().any(|s| s % elem != 0) {
+        return Err(Error::Shape(format!(
+            "strides {strides:?} are not whole {elem}-byte elements"
+        )));
+    }
+    let mut dims: Vec<(usize, usize)> = strides
+        .iter()
+        .copied()
+        .zip(shape.iter().copied())
+        .filter(|&(_, d)| d > 1)
+        .collect();
+    dims.sort_unstable();
+    let mut reach = elem;
+    for (stride, dim) in dims {
+        if stride < reach {
+            return Err(Error::Shape(format!(
+                "strides {strides:?} of {shape:?} overlap"
+            )));
+        }
+        reach = stride
+            .checked_mul(dim)
+            .ok_or_else(|| Error::Shape(format!("strides {strides:?} overflow")))?;
+    }
+    Ok(())
+}
+
+fn check_image_parts(
+    info: &ImageInfo,
+    shape: &[usize],
+    strides: &[usize],
+    elem: usize,
+) -> Result<()> {
+    let image_shape = info.format.allocation_shape(info.width, info.height);
+    let batched = shape.len() == image_shape.len() + 1;
+    if !(shape.ends_with(&image_shape) && (batched || shape.len() == image_shape.len())) {
+        return Err(Error::Image(format!(
+            "shape {shape:?} is not a {}x{} {} image",
+            info.width, info.height, info.format
+        )));
+    }
+    info.format.check_size(info.width, info.height)?;
+    let min = info
+        .format
+        .min_row_bytes(info.width, elem)
+        .unwrap_or(usize::MAX);
+    let row_dim = shape.len() - info.format.row_dim_from_end();
+    if info.row_stride < min || strides[row_dim] != info.row_stride {
+        return Err(Error::RowStride(format!(
+            "row stride {} disagrees with the strides {strides:?} or is below the {min}-byte row",
+            info.row_stride
+        )));
+    }
+    Ok(())
 }
 
 /// A foreign buffer mapped read-only can only be read.

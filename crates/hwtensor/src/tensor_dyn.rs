@@ -24,44 +24,6 @@ pub enum TensorDyn {
     F64(Tensor<f64>),
 }
 
-/// Runs `$body` with `$t` bound to the typed tensor inside `$self`, whatever its type.
-macro_rules! each {
-    ($self:expr, $t:ident => $body:expr) => {
-        match $self {
-            TensorDyn::U8($t) => $body,
-            TensorDyn::I8($t) => $body,
-            TensorDyn::U16($t) => $body,
-            TensorDyn::I16($t) => $body,
-            TensorDyn::U32($t) => $body,
-            TensorDyn::I32($t) => $body,
-            TensorDyn::U64($t) => $body,
-            TensorDyn::I64($t) => $body,
-            TensorDyn::F16($t) => $body,
-            TensorDyn::F32($t) => $body,
-            TensorDyn::F64($t) => $body,
-        }
-    };
-}
-
-/// Calls the generic constructor `$make::<T>(...)` for the `T` of a run-time dtype.
-macro_rules! for_dtype {
-    ($dtype:expr, $make:ident ( $($arg:expr),* )) => {
-        match $dtype {
-            DType::U8 => Tensor::<u8>::$make($($arg),*).map(TensorDyn::U8),
-            DType::I8 => Tensor::<i8>::$make($($arg),*).map(TensorDyn::I8),
-            DType::U16 => Tensor::<u16>::$make($($arg),*).map(TensorDyn::U16),
-            DType::I16 => Tensor::<i16>::$make($($arg),*).map(TensorDyn::I16),
-            DType::U32 => Tensor::<u32>::$make($($arg),*).map(TensorDyn::U32),
-            DType::I32 => Tensor::<i32>::$make($($arg),*).map(TensorDyn::I32),
-            DType::U64 => Tensor::<u64>::$make($($arg),*).map(TensorDyn::U64),
-            DType::I64 => Tensor::<i64>::$make($($arg),*).map(TensorDyn::I64),
-            DType::F16 => Tensor::<f16>::$make($($arg),*).map(TensorDyn::F16),
-            DType::F32 => Tensor::<f32>::$make($($arg),*).map(TensorDyn::F32),
-            DType::F64 => Tensor::<f64>::$make($($arg),*).map(TensorDyn::F64),
-        }
-    };
-}
-
 impl TensorDyn {
     /// See [`Tensor::new`].
     pub fn new(shape: &[usize], dtype: DType, memory: Option<TensorMemory>) -> Result<Self> {
@@ -87,7 +49,7 @@ impl TensorDyn {
 
     /// The element type.
     pub fn dtype(&self) -> DType {
-        each!(self, t => t.dtype())
+        each_tensor!(self, t => t.dtype())
     }
 
     /// Borrows the typed tensor, or says which type it holds.
@@ -104,15 +66,15 @@ impl TensorDyn {
     }
 
     pub fn shape(&self) -> &[usize] {
-        each!(self, t => t.shape())
+        each_tensor!(self, t => t.shape())
     }
 
     pub fn strides(&self) -> &[usize] {
-        each!(self, t => t.strides())
+        each_tensor!(self, t => t.strides())
     }
 
     pub fn len(&self) -> usize {
-        each!(self, t => t.len())
+        each_tensor!(self, t => t.len())
     }
 
     pub fn is_empty(&self) -> bool {
@@ -120,43 +82,51 @@ impl TensorDyn {
     }
 
     pub fn byte_offset(&self) -> usize {
-        each!(self, t => t.byte_offset())
+        each_tensor!(self, t => t.byte_offset())
     }
 
     pub fn buffer_len(&self) -> usize {
-        each!(self, t => t.buffer_len())
+        each_tensor!(self, t => t.buffer_len())
     }
 
     pub fn memory(&self) -> TensorMemory {
-        each!(self, t => t.memory())
+        each_tensor!(self, t => t.memory())
     }
 
     pub fn access(&self) -> CpuAccess {
-        each!(self, t => t.access())
+        each_tensor!(self, t => t.access())
     }
 
     pub fn identity(&self) -> BufferIdentity {
-        each!(self, t => t.identity())
+        each_tensor!(self, t => t.identity())
     }
 
     pub fn liveness(&self) -> BufferLiveness {
-        each!(self, t => t.liveness())
+        each_tensor!(self, t => t.liveness())
     }
 
     pub fn image_info(&self) -> Option<&ImageInfo> {
-        each!(self, t => t.image_info())
+        each_tensor!(self, t => t.image_info())
+    }
+
+    pub fn as_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        each_tensor!(self, t => t.as_fd())
+    }
+
+    pub fn quantization(&self) -> Option<crate::Quantization> {
+        each_tensor!(self, t => t.quantization())
     }
 
     pub fn clone_fd(&self) -> Result<OwnedFd> {
-        each!(self, t => t.clone_fd())
+        each_tensor!(self, t => t.clone_fd())
     }
 
     pub fn view(&self, region: Region) -> Result<Self> {
-        each!(self, t => t.view(region).map(Element::into_dyn))
+        each_tensor!(self, t => t.view(region).map(Element::into_dyn))
     }
 
     pub fn batch(&self, index: usize) -> Result<Self> {
-        each!(self, t => t.batch(index).map(Element::into_dyn))
+        each_tensor!(self, t => t.batch(index).map(Element::into_dyn))
     }
 }
 

@@ -1,0 +1,189 @@
+//! Hand-off over a Unix stream socket: a blob and its fds (SCM_RIGHTS) in one message.
+//!
+//! The blob is size-prefixed, so a receiver reads exactly one message and never eats into the
+//! next. fds arrive close-on-exec (`MSG_CMSG_CLOEXEC`), so a consumer that spawns a child does
+//! not leak every frame buffer into it. A peer that closes mid-message, stalls mid-message,
+//! sends more fds than the blob names, or a blob longer than any tensor needs gets a clear
+//! [`Error::Handoff`]; any fds received are closed on the way out.
+
+use std::io::{IoSlice, IoSliceMut};
+use std::mem::MaybeUninit;
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
+
+use rustix::event::{poll, PollFd, PollFlags};
+use rustix::io::Errno;
+use rustix::net::{
+    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, ReturnFlags, SendAncillaryBuffer,
+    SendAncillaryMessage, SendFlags,
+};
+
+use crate::blob::{self, Transport, HEADER_LEN, MAX_FDS};
+use crate::{Error, Result, TensorDyn};
+
+/// How long the rest of a message may take once its first byte has arrived. A live peer writes
+/// a blob in microseconds (an inline 4K frame in milliseconds); a peer silent for this long has
+/// hung or died holding the socket, and waiting longer would hang the consumer with it.
+pub const MID_MESSAGE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The largest blob a receiver accepts: room for an inline 4K RGBA f32 frame (133 MB) several
+/// times over, while a hostile length prefix cannot make it allocate gigabytes.
+pub const MAX_BLOB_LEN: usize = 1 << 30;
+
+/// Bytes that carry the blob's length claim.
+const LEN_PREFIX: usize = 12;
+
+fn handoff(what: impl Into<String>) -> Error {
+    Error::Handoff(what.into())
+}
+
+/// Sends `tensor` zero-copy: its fd by SCM_RIGHTS when it has one, its bytes inline when it is
+/// heap memory.
+pub fn send(stream: &UnixStream, tensor: &TensorDyn) -> Result<()> {
+    let mode = if tensor.as_fd().is_some() {
+        Transport::Reference
+    } else {
+        Transport::Inline
+    };
+    send_as(stream, tensor, mode)
+}
+
+/// Sends `tensor` in the given transport mode.
+pub fn send_as(stream: &UnixStream, tensor: &TensorDyn, mode: Transport) -> Result<()> {
+    let (bytes, fds) = blob::export(tensor, mode)?;
+    send_blob(stream, &bytes, &fds)
+}
+
+/// Receives one tensor (waiting for its first byte as long as the stream's read timeout allows).
+pub fn recv(stream: &UnixStream) -> Result<TensorDyn> {
+    let (bytes, fds) = recv_blob(stream)?;
+    blob::import(&bytes, fds)
+}
+
+/// Sends raw blob bytes with `fds` attached to the first byte.
+pub fn send_blob(stream: &UnixStream, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> Result<()> {
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    if !fds.is_empty()
+        && (fds.len() > MAX_FDS || !control.push(SendAncillaryMessage::ScmRights(fds)))
+    {
+        return Err(handoff(format!(
+            "{} fds is more than the {MAX_FDS} one message carries",
+            fds.len()
+        )));
+    }
+    let mut sent = 0;
+    while sent < bytes.len() {
+        let iov = [IoSlice::new(&bytes[sent..])];
+        match rustix::net::sendmsg(stream, &iov, &mut control, SendFlags::NOSIGNAL) {
+            Ok(n) => {
+                sent += n;
+                control.clear(); // the fds went with the first byte
+            }
+            Err(Errno::INTR) => continue,
+            Err(e) => {
+                return Err(handoff(format!(
+                    "send failed after {sent} of {} bytes: {e}",
+                    bytes.len()
+                )))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Receives one blob and the fds that came with it.
+pub fn recv_blob(stream: &UnixStream) -> Result<(Vec<u8>, Vec<OwnedFd>)> {
+    let mut rx = Receiver {
+        stream,
+        fds: Vec::new(),
+        started: None,
+    };
+    let mut bytes = vec![0u8; LEN_PREFIX];
+    rx.fill(&mut bytes, 0)?;
+    let total = blob::claimed_len(&bytes).expect("the prefix is there");
+    if !(HEADER_LEN..=MAX_BLOB_LEN).contains(&total) {
+        return Err(handoff(format!(
+            "the peer announced a {total}-byte blob ({HEADER_LEN} to {MAX_BLOB_LEN} accepted)"
+        )));
+    }
+    bytes.resize(total, 0);
+    rx.fill(&mut bytes, LEN_PREFIX)?;
+    Ok((bytes, rx.fds))
+}
+
+struct Receiver<'a> {
+    stream: &'a UnixStream,
+    fds: Vec<OwnedFd>,
+    /// When the message's first byte arrived: the mid-message deadline counts from it.
+    started: Option<Instant>,
+}
+
+impl Receiver<'_> {
+    /// Fills `buf[from..]` from the socket, collecting fds as they come.
+    fn fill(&mut self, buf: &mut [u8], from: usize) -> Result<()> {
+        let mut got = from;
+        while got < buf.len() {
+            if let Some(started) = self.started {
+                self.wait_readable(started, got, buf.len())?;
+            }
+            let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
+            let mut control = RecvAncillaryBuffer::new(&mut space);
+            let mut iov = [IoSliceMut::new(&mut buf[got..])];
+            let msg = match rustix::net::recvmsg(
+                self.stream,
+                &mut iov,
+                &mut control,
+                RecvFlags::CMSG_CLOEXEC,
+            ) {
+                Ok(m) => m,
+                Err(Errno::INTR) => continue,
+                Err(e) if e == Errno::AGAIN && self.started.is_none() => {
+                    return Err(handoff("no message within the stream's read timeout"));
+                }
+                Err(e) => {
+                    return Err(handoff(format!(
+                        "receive failed after {got} of {} bytes: {e}",
+                        buf.len()
+                    )))
+                }
+            };
+            for message in control.drain() {
+                if let RecvAncillaryMessage::ScmRights(fds) = message {
+                    self.fds.extend(fds);
+                }
+            }
+            if msg.flags.contains(ReturnFlags::CTRUNC) || self.fds.len() > MAX_FDS {
+                return Err(handoff(format!(
+                    "the peer sent more fds than the {MAX_FDS} a blob may name"
+                )));
+            }
+            if msg.bytes == 0 {
+                return Err(handoff(format!(
+                    "the peer closed the socket after {got} of {} bytes",
+                    buf.len()
+                )));
+            }
+            self.started.get_or_insert_with(Instant::now);
+            got += msg.bytes;
+        }
+        Ok(())
+    }
+
+    fn wait_readable(&self, started: Instant, got: usize, want: usize) -> Result<()> {
+        let left = MID_MESSAGE_TIMEOUT.saturating_sub(started.elapsed());
+        let stalled = || {
+            handoff(format!(
+                "the peer stalled after {got} of {want} bytes for {MID_MESSAGE_TIMEOUT:?}"
+            ))
+        };
+        let timeout = rustix::event::Timespec::try_from(left).map_err(|_| stalled())?;
+        let mut pfd = [PollFd::new(self.stream, PollFlags::IN)];
+        match poll(&mut pfd, Some(&timeout)) {
+            Ok(0) => Err(stalled()),
+            Ok(_) | Err(Errno::INTR) => Ok(()),
+            Err(e) => Err(handoff(format!("poll failed: {e}"))),
+        }
+    }
+}

@@ -1,0 +1,247 @@
+//! The blob: round trips in both modes, and hostile input that must be refused.
+
+use std::os::fd::OwnedFd;
+
+use hwtensor::blob::{self, Transport, HEADER_LEN};
+use hwtensor::{
+    CpuAccess, DType, Error, PixelFormat, Quantization, Region, Tensor, TensorDyn, TensorMemory,
+};
+
+fn owned(fds: &[std::os::fd::BorrowedFd<'_>]) -> Vec<OwnedFd> {
+    fds.iter()
+        .map(|fd| fd.try_clone_to_owned().unwrap())
+        .collect()
+}
+
+fn numbered_image(memory: TensorMemory) -> Tensor<u8> {
+    let t =
+        Tensor::<u8>::image(16, 8, PixelFormat::Rgba, Some(memory), CpuAccess::ReadWrite).unwrap();
+    for (i, b) in t.map_write().unwrap().iter_mut().enumerate() {
+        *b = (i % 251) as u8;
+    }
+    t
+}
+
+fn reference_blob() -> (Tensor<u8>, Vec<u8>) {
+    let t = numbered_image(TensorMemory::Shm);
+    let (bytes, _) = blob::export(&t.clone().into(), Transport::Reference).unwrap();
+    (t, bytes)
+}
+
+#[test]
+fn a_shared_image_travels_by_reference_and_arrives_as_the_same_buffer() {
+    let t = numbered_image(TensorMemory::Shm);
+    let d: TensorDyn = t.view(Region::new(4, 2, 8, 6)).unwrap().into();
+    let (bytes, fds) = blob::export(&d, Transport::Reference).unwrap();
+    assert_eq!(fds.len(), 1);
+    let got = blob::import(&bytes, owned(&fds)).unwrap();
+    assert_eq!(got.identity(), t.identity());
+    assert_eq!(got.shape(), &[6, 8, 4]);
+    assert_eq!(got.byte_offset(), d.byte_offset());
+    assert_eq!(got.image_info(), d.image_info());
+    let got = got.as_tensor::<u8>().unwrap();
+    assert_eq!(
+        got.to_vec().unwrap(),
+        d.as_tensor::<u8>().unwrap().to_vec().unwrap()
+    );
+}
+
+#[test]
+fn a_heap_tensor_travels_inline_with_its_bytes_only() {
+    let t = numbered_image(TensorMemory::Mem);
+    let view = t.view(Region::new(8, 4, 8, 4)).unwrap();
+    let d: TensorDyn = view.clone().into();
+    let (bytes, fds) = blob::export(&d, Transport::Inline).unwrap();
+    assert!(fds.is_empty());
+    assert!(
+        bytes.len() < HEADER_LEN + 512,
+        "only the view's extent travels, not the whole image"
+    );
+    let got = blob::import(&bytes, vec![]).unwrap();
+    assert_eq!(got.memory(), TensorMemory::Mem);
+    assert_eq!(got.byte_offset(), 0);
+    assert_eq!(
+        got.as_tensor::<u8>().unwrap().to_vec().unwrap(),
+        view.to_vec().unwrap()
+    );
+}
+
+#[test]
+fn heap_memory_cannot_travel_by_reference() {
+    let t = numbered_image(TensorMemory::Mem);
+    assert!(blob::export(&t.into(), Transport::Reference).is_err());
+}
+
+#[test]
+fn dtype_batches_and_quantization_survive_the_trip() {
+    let mut t = Tensor::<i8>::new(&[3, 4, 5, 2], Some(TensorMemory::Shm)).unwrap();
+    t.set_quantization(Some(Quantization {
+        scale: 0.25,
+        zero_point: -3,
+    }));
+    let batch: TensorDyn = t.batch(2).unwrap().into();
+    let (bytes, fds) = blob::export(&batch, Transport::Reference).unwrap();
+    let got = blob::import(&bytes, owned(&fds)).unwrap();
+    assert_eq!(got.dtype(), DType::I8);
+    assert_eq!(got.shape(), &[4, 5, 2]);
+    assert_eq!(got.byte_offset(), 80);
+    assert_eq!(
+        got.quantization(),
+        Some(Quantization {
+            scale: 0.25,
+            zero_point: -3
+        })
+    );
+    let f = TensorDyn::image(
+        6,
+        4,
+        PixelFormat::PlanarRgb,
+        DType::F32,
+        Some(TensorMemory::Mem),
+        CpuAccess::Read,
+    )
+    .unwrap();
+    let got = blob::import(&blob::export(&f, Transport::Inline).unwrap().0, vec![]).unwrap();
+    assert_eq!(got.dtype(), DType::F32);
+    assert_eq!(got.access(), CpuAccess::Read);
+    assert_eq!(got.image_info(), f.image_info());
+}
+
+#[test]
+fn every_format_round_trips_inline() {
+    for format in PixelFormat::ALL {
+        let t = TensorDyn::image(
+            8,
+            5,
+            format,
+            DType::U8,
+            Some(TensorMemory::Mem),
+            CpuAccess::ReadWrite,
+        )
+        .unwrap();
+        let got = blob::import(&blob::export(&t, Transport::Inline).unwrap().0, vec![]).unwrap();
+        assert_eq!(got.shape(), t.shape(), "{format}");
+    }
+}
+
+#[test]
+fn a_blob_cut_short_at_any_byte_is_refused() {
+    let (t, bytes) = reference_blob();
+    for len in 0..bytes.len() {
+        let fd = t.clone_fd().unwrap();
+        assert!(
+            blob::import(&bytes[..len], vec![fd]).is_err(),
+            "accepted {len} of {} bytes",
+            bytes.len()
+        );
+    }
+    let inline = blob::export(&t.into(), Transport::Inline).unwrap().0;
+    for len in (0..inline.len()).step_by(7) {
+        assert!(
+            blob::import(&inline[..len], vec![]).is_err(),
+            "accepted {len} bytes"
+        );
+    }
+}
+
+#[test]
+fn a_blob_with_bytes_past_its_length_is_refused() {
+    let (t, mut bytes) = reference_blob();
+    bytes.push(0);
+    assert!(blob::import(&bytes, vec![t.clone_fd().unwrap()]).is_err());
+}
+
+#[test]
+fn every_hostile_value_in_every_header_and_array_word_is_refused() {
+    let (t, bytes) = reference_blob();
+    let hostile = [0u32, 1, 2, 0x7fff_ffff, 0x8000_0000, 0xffff_fffe, u32::MAX];
+    let mut tried = 0;
+    for at in (0..bytes.len()).step_by(4) {
+        for v in hostile {
+            let mut b = bytes.clone();
+            b[at..at + 4].copy_from_slice(&v.to_le_bytes());
+            if b == bytes {
+                continue;
+            }
+            tried += 1;
+            let result = blob::import(&b, vec![t.clone_fd().unwrap()]);
+            assert!(
+                result.is_err(),
+                "word at {at} set to {v:#x} was accepted: {:?}",
+                result.map(|d| d.shape().to_vec())
+            );
+        }
+    }
+    assert!(tried > 150, "{tried} mutations");
+}
+
+#[test]
+fn a_version_or_requirement_this_reader_does_not_know_is_refused_by_name() {
+    let (t, bytes) = reference_blob();
+    let mut newer = bytes.clone();
+    newer[4] = 2;
+    let err = blob::import(&newer, vec![t.clone_fd().unwrap()]).unwrap_err();
+    assert!(err.to_string().contains("version 2"), "{err}");
+    let mut requires = bytes.clone();
+    requires[12] |= 1 << 5;
+    let err = blob::import(&requires, vec![t.clone_fd().unwrap()]).unwrap_err();
+    assert!(err.to_string().contains("newer hwtensor"), "{err}");
+}
+
+#[test]
+fn a_longer_header_from_a_later_writer_is_skipped_over() {
+    let (t, bytes) = reference_blob();
+    let mut later = bytes[..HEADER_LEN].to_vec();
+    later.extend_from_slice(&[0u8; 8]);
+    later.extend_from_slice(&bytes[HEADER_LEN..]);
+    later[6..8].copy_from_slice(&((HEADER_LEN + 8) as u16).to_le_bytes());
+    let total = later.len() as u32;
+    later[8..12].copy_from_slice(&total.to_le_bytes());
+    let got = blob::import(&later, vec![t.clone_fd().unwrap()]).unwrap();
+    assert_eq!(got.identity(), t.identity());
+}
+
+#[test]
+fn fd_tables_that_do_not_match_the_blob_are_refused() {
+    let (t, bytes) = reference_blob();
+    assert!(
+        blob::import(&bytes, vec![]).is_err(),
+        "no fd for a reference plane"
+    );
+    let two = vec![t.clone_fd().unwrap(), t.clone_fd().unwrap()];
+    assert!(blob::import(&bytes, two).is_err(), "a duplicated fd");
+    let mut out_of_range = bytes.clone();
+    let plane_at = HEADER_LEN + 2 * 8 * 3;
+    out_of_range[plane_at..plane_at + 4].copy_from_slice(&1u32.to_le_bytes());
+    assert!(
+        blob::import(&out_of_range, vec![t.clone_fd().unwrap()]).is_err(),
+        "fd index 1 of 1"
+    );
+}
+
+#[test]
+fn an_fd_smaller_than_the_blob_claims_is_refused() {
+    let (_, bytes) = reference_blob();
+    let small = rustix::fs::memfd_create("small", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+    rustix::fs::ftruncate(&small, 100).unwrap();
+    let err = blob::import(&bytes, vec![small]).unwrap_err();
+    assert!(matches!(err, Error::Fd(_)), "{err}");
+}
+
+#[test]
+fn an_oversized_fd_is_fine_and_the_wrong_kind_of_fd_is_not() {
+    let (t, bytes) = reference_blob();
+    let big = rustix::fs::memfd_create("big", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+    rustix::fs::ftruncate(&big, 1 << 20).unwrap();
+    assert!(blob::import(&bytes, vec![big]).is_ok());
+    let (pipe, _w) = std::io::pipe().unwrap();
+    assert!(blob::import(&bytes, vec![pipe.into()]).is_err());
+    drop(t);
+}
+
+#[test]
+fn an_inline_blob_that_comes_with_fds_is_refused() {
+    let t = numbered_image(TensorMemory::Shm);
+    let (bytes, _) = blob::export(&t.clone().into(), Transport::Inline).unwrap();
+    assert!(blob::import(&bytes, vec![t.clone_fd().unwrap()]).is_err());
+}
