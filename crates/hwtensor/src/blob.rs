@@ -249,7 +249,7 @@ fn plane_records_of(info: &ImageInfo, elem: usize, byte_offset: usize) -> Result
         .map(|(i, p)| {
             // NV24 chroma rows carry two bytes per pixel; every other plane row is the luma row.
             let row = if info.format == PixelFormat::Nv24 && i == 1 {
-                luma_row * 2
+                luma_row.checked_mul(2).ok_or_else(overflow)?
             } else {
                 luma_row
             };

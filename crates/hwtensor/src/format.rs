@@ -128,11 +128,13 @@ impl PixelFormat {
     }
 
     /// Rows of the combined buffer grid of an image `height` pixels high.
+    ///
+    /// Saturates rather than wraps: [`check_size`](Self::check_size) refuses such heights.
     pub const fn buffer_rows(self, height: usize) -> usize {
         match self {
-            PixelFormat::Nv12 => height + height.div_ceil(2),
-            PixelFormat::Nv16 => 2 * height,
-            PixelFormat::Nv24 => 3 * height,
+            PixelFormat::Nv12 => height.saturating_add(height.div_ceil(2)),
+            PixelFormat::Nv16 => height.saturating_mul(2),
+            PixelFormat::Nv24 => height.saturating_mul(3),
             _ => height,
         }
     }
@@ -182,7 +184,12 @@ impl PixelFormat {
                 "{self} shares chroma between horizontal pixel pairs, so its width must be even (got {w})"
             )));
         }
-        let _ = (w, h);
+        if self.buffer_rows(h) == usize::MAX {
+            return Err(Error::Image(format!(
+                "a {self} image {h} rows high overflows usize"
+            )));
+        }
+        let _ = w;
         Ok(())
     }
 
