@@ -1,0 +1,200 @@
+//! `hwtensor bench`: the library's figures beside the reference they are judged against,
+//! measured in the same run (machines are shared and noisy: only side-by-side ratios hold).
+
+use std::os::unix::net::UnixStream;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use hwtensor::blob::Transport;
+use hwtensor::handoff::{recv, send_as};
+use hwtensor::{Tensor, TensorDyn, TensorMemory};
+
+use crate::timing::{fmt, median, median_per_call, monotonic_ns};
+
+/// Frame sizes users stream: (name, width, height).
+const FRAMES: [(&str, usize, usize); 4] = [
+    ("360p", 640, 360),
+    ("720p", 1280, 720),
+    ("1080p", 1920, 1080),
+    ("4k", 3840, 2160),
+];
+const HANDOFF_FRAMES: [(&str, usize, usize); 3] = [
+    ("360p", 640, 360),
+    ("1080p", 1920, 1080),
+    ("4k", 3840, 2160),
+];
+
+/// Targets from the issues, checked and printed beside the figures.
+const MAP_TARGET: Duration = Duration::from_nanos(100);
+const FILL_TARGET_RATIO: f64 = 0.8;
+const HANDOFF_TARGET: Duration = Duration::from_micros(50);
+const HANDOFF_GROWTH_LIMIT: f64 = 2.0;
+
+struct Samples {
+    /// Timed batches (or rounds) per figure.
+    rounds: usize,
+}
+
+pub fn run(quick: bool) -> crate::Result {
+    let s = Samples {
+        rounds: if quick { 15 } else { 101 },
+    };
+    println!("== core: [1, H, W, 4] u8 tensors (medians) ==");
+    allocate_and_map(&s)?;
+    fill(&s)?;
+    println!("\n== hand-off: send + receive + import + first map, across a thread (medians) ==");
+    handoff(&s)?;
+    Ok(())
+}
+
+fn shape(w: usize, h: usize) -> [usize; 4] {
+    [1, h, w, 4]
+}
+
+fn verdict(ok: bool) -> &'static str {
+    if ok {
+        "meets target"
+    } else {
+        "MISSES target"
+    }
+}
+
+fn allocate_and_map(s: &Samples) -> crate::Result {
+    println!(
+        "{:<8} {:<6} {:>12} {:>10}",
+        "frame", "memory", "allocate", "map"
+    );
+    for (name, w, h) in FRAMES {
+        for memory in [TensorMemory::Mem, TensorMemory::Shm] {
+            let alloc = median_per_call(s.rounds, 10, || {
+                drop(Tensor::<u8>::new(&shape(w, h), Some(memory)).unwrap())
+            });
+            let t = Tensor::<u8>::new(&shape(w, h), Some(memory))?;
+            let map = median_per_call(s.rounds, 1000, || {
+                drop(std::hint::black_box(t.map().unwrap()))
+            });
+            let note = if memory == TensorMemory::Shm {
+                verdict(map <= MAP_TARGET)
+            } else {
+                ""
+            };
+            println!(
+                "{name:<8} {:<6} {:>12} {:>10}  {note}",
+                memory.name(),
+                fmt(alloc),
+                fmt(map)
+            );
+        }
+    }
+    Ok(())
+}
+
+fn fill(s: &Samples) -> crate::Result {
+    println!(
+        "\n{:<8} {:>12} {:>12} {:>12} {:>9} {:>9}",
+        "frame", "memcpy", "mem fill", "shm fill", "mem/cpy", "shm/cpy"
+    );
+    for (name, w, h) in FRAMES {
+        let bytes = w * h * 4;
+        let src: Vec<u8> = (0..bytes).map(|i| i as u8).collect();
+        let mut dst = vec![0u8; bytes];
+        let mem = Tensor::<u8>::new(&shape(w, h), Some(TensorMemory::Mem))?;
+        let shm = Tensor::<u8>::new(&shape(w, h), Some(TensorMemory::Shm))?;
+        // Interleave the three so drift on a shared machine hits them alike.
+        let (mut copy_t, mut mem_t, mut shm_t) = (vec![], vec![], vec![]);
+        for _ in 0..s.rounds {
+            copy_t.push(median_per_call(1, 1, || {
+                dst.copy_from_slice(std::hint::black_box(&src))
+            }));
+            mem_t.push(median_per_call(1, 1, || {
+                mem.map_write().unwrap().copy_from_slice(&src)
+            }));
+            shm_t.push(median_per_call(1, 1, || {
+                shm.map_write().unwrap().copy_from_slice(&src)
+            }));
+        }
+        let (c, m, sh) = (median(&mut copy_t), median(&mut mem_t), median(&mut shm_t));
+        let ratio = |x: Duration| c.as_secs_f64() / x.as_secs_f64();
+        let note = if matches!(name, "1080p" | "4k") {
+            verdict(ratio(sh) >= FILL_TARGET_RATIO)
+        } else {
+            ""
+        };
+        println!(
+            "{name:<8} {:>12} {:>12} {:>12} {:>8.2}x {:>8.2}x  {note}",
+            fmt(c),
+            fmt(m),
+            fmt(sh),
+            ratio(m),
+            ratio(sh)
+        );
+    }
+    Ok(())
+}
+
+/// Median latency of handing `tensor` to a consumer thread in `mode`: from just before `send`
+/// to just after the consumer's first map returns.
+fn handoff_latency(tensor: &TensorDyn, mode: Transport, rounds: usize) -> crate::Result<Duration> {
+    let (tx, rx) = UnixStream::pair()?;
+    let (done_tx, done_rx) = mpsc::channel::<Result<u64, String>>();
+    let consumer = std::thread::spawn(move || {
+        while let Ok(received) = recv(&rx) {
+            let first_map = received
+                .as_tensor::<u8>()
+                .map_err(|e| e.to_string())
+                .and_then(|t| {
+                    let m = t.map_read().map_err(|e| e.to_string())?;
+                    std::hint::black_box(m.first().copied());
+                    Ok(monotonic_ns())
+                });
+            if done_tx.send(first_map).is_err() {
+                break;
+            }
+        }
+    });
+    let mut times = Vec::with_capacity(rounds);
+    for round in 0..rounds + 5 {
+        let sent_at = monotonic_ns();
+        send_as(&tx, tensor, mode)?;
+        let mapped_at = done_rx.recv_timeout(Duration::from_secs(10))??;
+        if round >= 5 {
+            times.push(Duration::from_nanos(mapped_at.saturating_sub(sent_at)));
+        }
+    }
+    drop(tx);
+    consumer
+        .join()
+        .map_err(|_| "the consumer thread panicked")?;
+    Ok(median(&mut times))
+}
+
+fn handoff(s: &Samples) -> crate::Result {
+    println!(
+        "{:<8} {:>12} {:>14} {:>10}",
+        "frame", "zero-copy", "copy (inline)", "copy/zero"
+    );
+    let mut zero_copy = vec![];
+    for (name, w, h) in HANDOFF_FRAMES {
+        let t: TensorDyn = Tensor::<u8>::new(&shape(w, h), Some(TensorMemory::Shm))?.into();
+        let zc = handoff_latency(&t, Transport::Reference, s.rounds)?;
+        let copy = handoff_latency(&t, Transport::Inline, s.rounds.min(31))?;
+        let note = if name == "1080p" {
+            verdict(zc <= HANDOFF_TARGET)
+        } else {
+            ""
+        };
+        println!(
+            "{name:<8} {:>12} {:>14} {:>9.1}x  {note}",
+            fmt(zc),
+            fmt(copy),
+            copy.as_secs_f64() / zc.as_secs_f64()
+        );
+        zero_copy.push(zc);
+    }
+    let growth = zero_copy[2].as_secs_f64() / zero_copy[0].as_secs_f64();
+    println!(
+        "4k / 360p zero-copy hand-off: {growth:.2}x  {}",
+        verdict(growth <= HANDOFF_GROWTH_LIMIT)
+    );
+    Ok(())
+}

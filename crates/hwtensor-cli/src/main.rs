@@ -1,0 +1,70 @@
+//! `hwtensor`: what this machine offers (probe), two processes sharing frames (demo), and the
+//! library's figures (bench).
+
+mod bench;
+mod demo;
+mod pattern;
+mod probe;
+mod timing;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "hwtensor",
+    version,
+    about = "Zero-copy tensors: probe, demo, bench"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Which backings this machine offers, and why not where not.
+    Probe {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// A producer process hands 1080p frames to a consumer process, zero-copy.
+    Demo {
+        /// Frames to stream through the pool of buffers.
+        #[arg(long, default_value_t = 1)]
+        frames: u32,
+    },
+    /// Core and hand-off benchmarks, with the reference figures measured in the same run.
+    Bench {
+        /// Fewer samples: a quick look, not figures to quote.
+        #[arg(long)]
+        quick: bool,
+    },
+    /// The consumer half of `demo` (started by the producer).
+    #[command(hide = true)]
+    DemoConsumer {
+        #[arg(long)]
+        socket: String,
+    },
+}
+
+fn main() -> ExitCode {
+    let result = match Cli::parse().command {
+        Command::Probe { json } => probe::run(json),
+        Command::Demo { frames } => demo::producer(frames),
+        Command::Bench { quick } => bench::run(quick),
+        Command::DemoConsumer { socket } => demo::consumer(&socket),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Errors of the command: a library error or a failed check, as one line.
+pub type Result<T = ()> = std::result::Result<T, Box<dyn std::error::Error>>;

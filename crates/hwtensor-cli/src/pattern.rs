@@ -1,0 +1,30 @@
+//! The frame pattern of the demo: every pixel of every frame differs, so a consumer that saw a
+//! stale buffer, a wrong offset or another frame's pixels fails verification.
+
+/// Golden-ratio multiplier: spreads frame numbers over the 32-bit space.
+const FRAME_SPREAD: u32 = 0x9e37_79b1;
+
+/// The RGBA pixel `index` of frame `frame`.
+pub fn pixel(frame: u32, index: usize) -> [u8; 4] {
+    (frame.wrapping_mul(FRAME_SPREAD) ^ index as u32).to_le_bytes()
+}
+
+/// The acknowledgement the consumer writes over the same pixel.
+pub fn ack(frame: u32, index: usize) -> [u8; 4] {
+    (!u32::from_le_bytes(pixel(frame, index))).to_le_bytes()
+}
+
+/// Writes `f(frame, i)` into every pixel of `bytes`.
+pub fn fill(bytes: &mut [u8], frame: u32, f: fn(u32, usize) -> [u8; 4]) {
+    for (i, px) in bytes.chunks_exact_mut(4).enumerate() {
+        px.copy_from_slice(&f(frame, i));
+    }
+}
+
+/// The index of the first pixel of `bytes` that is not `f(frame, i)`, if any.
+pub fn first_mismatch(bytes: &[u8], frame: u32, f: fn(u32, usize) -> [u8; 4]) -> Option<usize> {
+    bytes
+        .chunks_exact(4)
+        .enumerate()
+        .position(|(i, px)| px != f(frame, i))
+}

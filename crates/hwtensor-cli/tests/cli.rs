@@ -1,0 +1,74 @@
+//! The `hwtensor` command, run as users run it.
+
+use std::process::Command;
+
+fn hwtensor(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_hwtensor"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn probe_names_every_backing_and_says_why_one_is_missing() {
+    let out = hwtensor(&["probe"]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    for name in ["mem", "shm", "dmabuf", "gpu", "cuda"] {
+        assert!(
+            text.lines().any(|l| l.starts_with(name)),
+            "{name} missing from:\n{text}"
+        );
+    }
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("gpu") && l.contains("no ")),
+        "{text}"
+    );
+}
+
+#[test]
+fn probe_json_is_machine_readable() {
+    let out = hwtensor(&["probe", "--json"]);
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let backings = v["backings"].as_array().unwrap();
+    assert_eq!(backings.len(), 5);
+    assert_eq!(backings[0]["memory"], "mem");
+    assert_eq!(backings[0]["available"], true);
+}
+
+#[test]
+fn the_demo_streams_frames_between_two_processes_and_verifies_both_directions() {
+    let out = hwtensor(&["demo", "--frames", "7"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("consumer: 7 frame(s) mapped without a copy, every pixel verified"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("every acknowledgement verified"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn a_bad_argument_is_one_clear_line_and_a_failure_status() {
+    let out = hwtensor(&["demo", "--frames", "lots"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("invalid value"));
+}
+
+#[test]
+fn a_consumer_whose_producer_is_gone_fails_with_a_clear_error() {
+    let out = hwtensor(&["demo-consumer", "--socket", "hwtensor-test-nobody-listens"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.starts_with("error: "), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+}
