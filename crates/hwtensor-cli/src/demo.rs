@@ -140,7 +140,7 @@ fn check_ack(sent: &Tensor<u8>, back: &TensorDyn, frame: u32) -> crate::Result {
 
 fn progress(frame: u32, frames: u32) {
     let step = (frames / 10).max(1);
-    if frames > 1 && ((frame + 1) % step == 0 || frame + 1 == frames) {
+    if frames > 1 && ((frame + 1).is_multiple_of(step) || frame + 1 == frames) {
         eprintln!("producer: {}/{frames} frames", frame + 1);
     }
 }

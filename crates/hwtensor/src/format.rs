@@ -179,7 +179,7 @@ impl PixelFormat {
 
     /// Checks that a `w`x`h` image of this format can exist.
     pub fn check_size(self, w: usize, h: usize) -> Result<()> {
-        if self.pairs_pixels() && w % 2 != 0 {
+        if self.pairs_pixels() && !w.is_multiple_of(2) {
             return Err(Error::Image(format!(
                 "{self} shares chroma between horizontal pixel pairs, so its width must be even (got {w})"
             )));

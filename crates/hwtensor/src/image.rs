@@ -221,7 +221,7 @@ fn check_row_stride(format: PixelFormat, w: usize, elem: usize, stride: usize) -
             "{stride} bytes is below the {min}-byte minimum of a {w}-pixel {format} row"
         )));
     }
-    if stride % elem != 0 {
+    if !stride.is_multiple_of(elem) {
         return Err(Error::RowStride(format!(
             "{stride} bytes is not a whole number of {elem}-byte elements"
         )));

@@ -110,7 +110,9 @@ fn check_image_region(info: &ImageInfo, region: Region) -> Result<()> {
              address its planes through plane_table()",
             info.format
         ))),
-        _ if info.format.pairs_pixels() && (region.x % 2 != 0 || region.width % 2 != 0) => {
+        _ if info.format.pairs_pixels()
+            && (!region.x.is_multiple_of(2) || !region.width.is_multiple_of(2)) =>
+        {
             Err(Error::Image(format!(
                 "{} pixels come in pairs: a region needs an even x and width (got x {} width {})",
                 info.format, region.x, region.width
