@@ -76,6 +76,22 @@ pub enum Error {
     #[error("hand-off: {0}")]
     Handoff(String),
 
+    /// The GPU device could not be made or used.
+    #[error("GPU: {0}")]
+    Gpu(String),
+
+    /// A call at the wrong time (for example installing a host device after first use).
+    #[error("invalid operation: {0}")]
+    InvalidOperation(String),
+
+    /// A call with arguments that cannot work (null handles, a device that does not answer).
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+
+    /// A bounded wait that ran out.
+    #[error("timed out: {0}")]
+    Timeout(String),
+
     /// An operating-system call failed.
     #[error("{op} failed: {source}")]
     Os {

@@ -23,6 +23,8 @@ mod dtype;
 mod error;
 mod format;
 pub mod geometry;
+#[cfg(target_os = "linux")]
+pub mod gpu;
 pub mod handoff;
 mod identity;
 mod image;

@@ -1,0 +1,267 @@
+//! Adapters: what Vulkan devices this machine has, and which one `HWTENSOR_GPU_ADAPTER` picks.
+
+use std::ffi::CStr;
+
+use ash::vk;
+
+/// The environment variable that selects the adapter.
+pub const ADAPTER_ENV: &str = "HWTENSOR_GPU_ADAPTER";
+
+/// The kind of device an adapter is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AdapterKind {
+    Discrete,
+    Integrated,
+    Virtual,
+    /// A CPU implementation (lavapipe, SwiftShader): a real, conformant device without hardware.
+    Software,
+    Other,
+}
+
+impl AdapterKind {
+    fn from_vk(t: vk::PhysicalDeviceType) -> Self {
+        match t {
+            vk::PhysicalDeviceType::DISCRETE_GPU => AdapterKind::Discrete,
+            vk::PhysicalDeviceType::INTEGRATED_GPU => AdapterKind::Integrated,
+            vk::PhysicalDeviceType::VIRTUAL_GPU => AdapterKind::Virtual,
+            vk::PhysicalDeviceType::CPU => AdapterKind::Software,
+            _ => AdapterKind::Other,
+        }
+    }
+
+    /// Preference among hardware adapters: discrete, then integrated, then virtual.
+    fn hardware_rank(self) -> Option<u8> {
+        match self {
+            AdapterKind::Discrete => Some(0),
+            AdapterKind::Integrated => Some(1),
+            AdapterKind::Virtual => Some(2),
+            _ => None,
+        }
+    }
+}
+
+/// One Vulkan physical device, described.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AdapterInfo {
+    pub name: String,
+    pub kind: AdapterKind,
+    pub vendor_id: u32,
+    pub device_id: u32,
+    pub device_uuid: [u8; 16],
+    pub driver_uuid: [u8; 16],
+    /// The LUID, where the driver reports a valid one (lavapipe and NVIDIA on Linux do not).
+    pub luid: Option<[u8; 8]>,
+    pub driver_name: String,
+    pub driver_info: String,
+    pub driver_version: u32,
+    pub api_version: u32,
+}
+
+impl AdapterInfo {
+    /// Whether this is a CPU implementation, judged by the device type (never by the name).
+    pub fn is_software(&self) -> bool {
+        self.kind == AdapterKind::Software
+    }
+
+    /// `"name (kind, Vulkan x.y.z)"`, for logs and the probe.
+    pub fn label(&self) -> String {
+        format!(
+            "{} ({:?}, Vulkan {}.{}.{})",
+            self.name,
+            self.kind,
+            vk::api_version_major(self.api_version),
+            vk::api_version_minor(self.api_version),
+            vk::api_version_patch(self.api_version)
+        )
+    }
+
+    /// Reads the description of `physical` (needs Vulkan 1.1 properties2, which every device
+    /// with timeline semaphores has).
+    pub(crate) fn query(instance: &ash::Instance, physical: vk::PhysicalDevice) -> AdapterInfo {
+        let mut id = vk::PhysicalDeviceIDProperties::default();
+        let mut driver = vk::PhysicalDeviceDriverProperties::default();
+        let mut props2 = vk::PhysicalDeviceProperties2::default().push_next(&mut id).push_next(&mut driver);
+        // SAFETY: `physical` was enumerated from `instance`, and the chained structs outlive the call.
+        unsafe { instance.get_physical_device_properties2(physical, &mut props2) };
+        let p = props2.properties;
+        AdapterInfo {
+            name: c_chars(&p.device_name),
+            kind: AdapterKind::from_vk(p.device_type),
+            vendor_id: p.vendor_id,
+            device_id: p.device_id,
+            device_uuid: id.device_uuid,
+            driver_uuid: id.driver_uuid,
+            luid: (id.device_luid_valid == vk::TRUE).then_some(id.device_luid),
+            driver_name: c_chars(&driver.driver_name),
+            driver_info: c_chars(&driver.driver_info),
+            driver_version: p.driver_version,
+            api_version: p.api_version,
+        }
+    }
+}
+
+fn c_chars(chars: &[std::ffi::c_char]) -> String {
+    // SAFETY: Vulkan fixed-size name arrays are NUL-terminated within their length.
+    let bytes: &[u8] = unsafe { std::slice::from_raw_parts(chars.as_ptr().cast(), chars.len()) };
+    CStr::from_bytes_until_nul(bytes).map(|c| c.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+/// What `HWTENSOR_GPU_ADAPTER` asks for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AdapterChoice {
+    /// Unset or `hardware`: the best hardware device; the software one if there is none.
+    Hardware,
+    Software,
+    Discrete,
+    Integrated,
+    /// A device UUID (32 hex digits, dashes allowed).
+    Uuid([u8; 16]),
+    /// A case-insensitive substring of the device name.
+    Name(String),
+}
+
+impl AdapterChoice {
+    /// Parses the variable's value. Total: anything that is not a keyword or a UUID is a name.
+    pub fn parse(value: Option<&str>) -> AdapterChoice {
+        let Some(v) = value.map(str::trim).filter(|v| !v.is_empty()) else {
+            return AdapterChoice::Hardware;
+        };
+        match v.to_ascii_lowercase().as_str() {
+            "hardware" | "default" => AdapterChoice::Hardware,
+            "software" | "cpu" => AdapterChoice::Software,
+            "discrete" => AdapterChoice::Discrete,
+            "integrated" => AdapterChoice::Integrated,
+            _ => parse_uuid(v).map(AdapterChoice::Uuid).unwrap_or_else(|| AdapterChoice::Name(v.to_string())),
+        }
+    }
+
+    /// The choice the environment makes.
+    pub fn from_env() -> AdapterChoice {
+        AdapterChoice::parse(std::env::var(ADAPTER_ENV).ok().as_deref())
+    }
+
+    fn matches(&self, a: &AdapterInfo) -> bool {
+        match self {
+            AdapterChoice::Hardware => a.kind.hardware_rank().is_some(),
+            AdapterChoice::Software => a.is_software(),
+            AdapterChoice::Discrete => a.kind == AdapterKind::Discrete,
+            AdapterChoice::Integrated => a.kind == AdapterKind::Integrated,
+            AdapterChoice::Uuid(u) => a.device_uuid == *u,
+            AdapterChoice::Name(n) => a.name.to_lowercase().contains(&n.to_lowercase()),
+        }
+    }
+}
+
+fn parse_uuid(v: &str) -> Option<[u8; 16]> {
+    let hex: String = v.chars().filter(|c| *c != '-').collect();
+    if hex.len() != 32 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
+        return None;
+    }
+    let mut out = [0u8; 16];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(out)
+}
+
+/// Formats a UUID the way `HWTENSOR_GPU_ADAPTER` accepts it.
+pub fn format_uuid(u: &[u8; 16]) -> String {
+    let h: String = u.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{}-{}-{}-{}-{}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..])
+}
+
+/// The index of the adapter `choice` selects among `adapters`.
+///
+/// Hardware prefers discrete, then integrated, then virtual, and falls back to software when
+/// there is no hardware. A choice that matches nothing falls back to that default, with a
+/// warning: a typo in a deployment variable should cost performance, not the whole pipeline.
+pub fn select(choice: &AdapterChoice, adapters: &[AdapterInfo]) -> Option<usize> {
+    let best_hardware = || {
+        (0..adapters.len())
+            .filter_map(|i| adapters[i].kind.hardware_rank().map(|r| (r, i)))
+            .min()
+            .map(|(_, i)| i)
+    };
+    let default = || best_hardware().or_else(|| adapters.iter().position(AdapterInfo::is_software)).or((!adapters.is_empty()).then_some(0));
+    let chosen = match choice {
+        AdapterChoice::Hardware => best_hardware(),
+        other => adapters.iter().position(|a| other.matches(a)),
+    };
+    if chosen.is_none() && *choice != AdapterChoice::Hardware {
+        log::warn!("{ADAPTER_ENV}={choice:?} matches no adapter; using the default");
+    }
+    chosen.or_else(default)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn adapter(name: &str, kind: AdapterKind, uuid: u8) -> AdapterInfo {
+        AdapterInfo {
+            name: name.into(),
+            kind,
+            vendor_id: 0,
+            device_id: 0,
+            device_uuid: [uuid; 16],
+            driver_uuid: [0; 16],
+            luid: None,
+            driver_name: String::new(),
+            driver_info: String::new(),
+            driver_version: 0,
+            api_version: vk::API_VERSION_1_3,
+        }
+    }
+
+    fn machine() -> Vec<AdapterInfo> {
+        vec![
+            adapter("llvmpipe (LLVM 15.0.6, 256 bits)", AdapterKind::Software, 1),
+            adapter("Mali-G610", AdapterKind::Integrated, 2),
+            adapter("NVIDIA H200", AdapterKind::Discrete, 3),
+        ]
+    }
+
+    #[test]
+    fn every_form_of_the_variable_parses() {
+        assert_eq!(AdapterChoice::parse(None), AdapterChoice::Hardware);
+        assert_eq!(AdapterChoice::parse(Some("  ")), AdapterChoice::Hardware);
+        assert_eq!(AdapterChoice::parse(Some("Hardware")), AdapterChoice::Hardware);
+        assert_eq!(AdapterChoice::parse(Some("software")), AdapterChoice::Software);
+        assert_eq!(AdapterChoice::parse(Some("DISCRETE")), AdapterChoice::Discrete);
+        assert_eq!(AdapterChoice::parse(Some("integrated")), AdapterChoice::Integrated);
+        assert_eq!(AdapterChoice::parse(Some("03030303-0303-0303-0303-030303030303")), AdapterChoice::Uuid([3; 16]));
+        assert_eq!(AdapterChoice::parse(Some("0303030303030303030303030303030")), AdapterChoice::Name("0303030303030303030303030303030".into()));
+        assert_eq!(AdapterChoice::parse(Some("H200")), AdapterChoice::Name("H200".into()));
+    }
+
+    #[test]
+    fn hardware_prefers_discrete_then_integrated_then_software() {
+        let m = machine();
+        assert_eq!(select(&AdapterChoice::Hardware, &m), Some(2));
+        assert_eq!(select(&AdapterChoice::Hardware, &m[..2]), Some(1));
+        assert_eq!(select(&AdapterChoice::Hardware, &m[..1]), Some(0), "software when there is no hardware");
+        assert_eq!(select(&AdapterChoice::Hardware, &[]), None);
+    }
+
+    #[test]
+    fn explicit_choices_pick_their_adapter() {
+        let m = machine();
+        assert_eq!(select(&AdapterChoice::Software, &m), Some(0));
+        assert_eq!(select(&AdapterChoice::Integrated, &m), Some(1));
+        assert_eq!(select(&AdapterChoice::Uuid([3; 16]), &m), Some(2));
+        assert_eq!(select(&AdapterChoice::Name("mali".into()), &m), Some(1));
+    }
+
+    #[test]
+    fn a_choice_that_matches_nothing_falls_back_to_the_default() {
+        let m = machine();
+        assert_eq!(select(&AdapterChoice::Name("radeon".into()), &m), Some(2));
+        assert_eq!(select(&AdapterChoice::Discrete, &m[..1]), Some(0));
+    }
+
+    #[test]
+    fn uuids_print_the_way_they_parse() {
+        let u = [0xab; 16];
+        assert_eq!(AdapterChoice::parse(Some(&format_uuid(&u))), AdapterChoice::Uuid(u));
+    }
+}

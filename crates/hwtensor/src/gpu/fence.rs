@@ -1,0 +1,201 @@
+//! The timeline fence: one timeline semaphore, one shared counter, one queue lock.
+
+use std::collections::BTreeMap;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use ash::vk;
+
+use super::rendezvous::QueueLock;
+use crate::{Error, Result};
+
+/// How long `wait` spins on the counter before it blocks. On NVIDIA a thread blocked in
+/// `vkWaitSemaphores` can wake ~10 ms after a value signalled by CUDA lands, and blocking costs
+/// ~36 us where spinning sees a value in ~8 us (PLATFORM.md); 50 us of spinning catches the
+/// common case and costs little when the value is far off.
+pub const WAIT_SPIN: Duration = Duration::from_micros(50);
+
+/// The slice the completion-fd waiter sleeps in, so a new, earlier request is not starved
+/// behind a wait for a later value.
+const WAITER_SLICE: Duration = Duration::from_millis(2);
+
+/// The words every copy shares: in the rendezvous record, or private to this copy.
+#[derive(Clone, Copy)]
+pub(crate) struct Shared {
+    pub counter: &'static AtomicU64,
+    pub pending: &'static AtomicU64,
+    pub lock: &'static AtomicU32,
+}
+
+impl Shared {
+    /// Words of this copy alone (no rendezvous, or no shared semaphore).
+    pub(crate) fn private() -> Shared {
+        Shared {
+            counter: Box::leak(Box::new(AtomicU64::new(0))),
+            pending: Box::leak(Box::new(AtomicU64::new(0))),
+            lock: Box::leak(Box::new(AtomicU32::new(0))),
+        }
+    }
+}
+
+/// A point on the process timeline: the exported fence (where there is one) and the value a
+/// consumer waits for. A value is never paired with the wrong fence: no fence, no pairing.
+#[derive(Debug)]
+pub struct GpuCompletion {
+    pub fence: Option<OwnedFd>,
+    pub value: u64,
+}
+
+pub(crate) struct Timeline {
+    pub semaphore: vk::Semaphore,
+    pub shared: Shared,
+    /// Whether the semaphore is the process one (false: a private fallback, never exported).
+    pub exportable: bool,
+    waiter: OnceLock<Mutex<mpsc::Sender<(u64, OwnedFd)>>>,
+}
+
+impl Timeline {
+    pub(crate) fn new(semaphore: vk::Semaphore, shared: Shared, exportable: bool) -> Timeline {
+        Timeline { semaphore, shared, exportable, waiter: OnceLock::new() }
+    }
+
+    /// Allocates the next value and submits its signal, as one step under the queue lock: two
+    /// threads that took 1 and 2 and submitted 2 first would drive the timeline backwards.
+    pub(crate) fn signal(&self, device: &ash::Device, queue: vk::Queue) -> Option<u64> {
+        let _lock = QueueLock::acquire(self.shared.lock);
+        let value = self.shared.counter.fetch_add(1, Ordering::AcqRel) + 1;
+        // The new value is above every deferred one, so its signal covers them too.
+        self.shared.pending.store(0, Ordering::Release);
+        match self.submit(device, queue, value) {
+            Ok(()) => Some(value),
+            Err(e) => {
+                log::error!("hwtensor: submitting timeline signal {value} failed: {e}");
+                None
+            }
+        }
+    }
+
+    /// Allocates the next value; its signal goes with the next submission (`flush`, or any
+    /// copy's `signal`). Submit the work it covers before calling this.
+    pub(crate) fn signal_deferred(&self) -> u64 {
+        let _lock = QueueLock::acquire(self.shared.lock);
+        let value = self.shared.counter.fetch_add(1, Ordering::AcqRel) + 1;
+        self.shared.pending.fetch_max(value, Ordering::AcqRel);
+        value
+    }
+
+    /// Submits the signal of every deferred value in one submission.
+    pub(crate) fn flush(&self, device: &ash::Device, queue: vk::Queue) -> Result<()> {
+        let _lock = QueueLock::acquire(self.shared.lock);
+        let pending = self.shared.pending.swap(0, Ordering::AcqRel);
+        if pending == 0 {
+            return Ok(());
+        }
+        self.submit(device, queue, pending).map_err(|e| Error::Gpu(format!("submitting timeline signal {pending} failed: {e}")))
+    }
+
+    fn submit(&self, device: &ash::Device, queue: vk::Queue, value: u64) -> std::result::Result<(), vk::Result> {
+        let values = [value];
+        let semaphores = [self.semaphore];
+        let mut timeline = vk::TimelineSemaphoreSubmitInfo::default().signal_semaphore_values(&values);
+        let submit = vk::SubmitInfo::default().signal_semaphores(&semaphores).push_next(&mut timeline);
+        // SAFETY: the queue lock (shared by every copy) gives the external synchronisation the
+        // queue needs; the semaphore is a timeline semaphore of this device; values increase.
+        unsafe { device.queue_submit(queue, &[submit], vk::Fence::null()) }
+    }
+
+    pub(crate) fn last_signalled(&self) -> u64 {
+        self.shared.counter.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn completed_value(&self, device: &ash::Device) -> Result<u64> {
+        // SAFETY: a query of a live semaphore of this device.
+        unsafe { device.get_semaphore_counter_value(self.semaphore) }
+            .map_err(|e| Error::Gpu(format!("reading the timeline failed: {e}")))
+    }
+
+    /// Waits until the timeline reaches `value`, at most `timeout`.
+    pub(crate) fn wait(&self, device: &ash::Device, value: u64, timeout: Duration) -> Result<()> {
+        let started = Instant::now();
+        while started.elapsed() < WAIT_SPIN.min(timeout) {
+            if self.completed_value(device)? >= value {
+                return Ok(());
+            }
+            std::hint::spin_loop();
+        }
+        let left = timeout.saturating_sub(started.elapsed());
+        let values = [value];
+        let semaphores = [self.semaphore];
+        let info = vk::SemaphoreWaitInfo::default().semaphores(&semaphores).values(&values);
+        // SAFETY: a wait on a live semaphore of this device; waits need no queue lock.
+        match unsafe { device.wait_semaphores(&info, left.as_nanos().min(u64::MAX as u128) as u64) } {
+            Ok(()) => Ok(()),
+            Err(vk::Result::TIMEOUT) => Err(Error::Timeout(format!(
+                "timeline value {value} did not complete within {timeout:?} (reached {}, last allocated {})",
+                self.completed_value(device).unwrap_or(0),
+                self.last_signalled()
+            ))),
+            Err(e) => Err(Error::Gpu(format!("waiting for timeline value {value} failed: {e}"))),
+        }
+    }
+
+    /// An eventfd that becomes readable when `value` completes (at once if it has). One waiter
+    /// thread per copy serves every such fd, so an event loop needs no thread per wait.
+    pub(crate) fn completion_fd(&self, device: &'static ash::Device, value: u64) -> Result<OwnedFd> {
+        let done = self.completed_value(device)? >= value;
+        let fd = rustix::event::eventfd(done as u32, rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK)
+            .map_err(|e| Error::os("eventfd", e))?;
+        if !done {
+            let ours = fd.try_clone().map_err(|e| Error::Os { op: "dup of an eventfd", source: e })?;
+            let sender = self.waiter.get_or_init(|| Mutex::new(spawn_waiter(device, self.semaphore)));
+            sender
+                .lock()
+                .map_err(|_| Error::Gpu("the completion waiter is gone".into()))?
+                .send((value, ours))
+                .map_err(|_| Error::Gpu("the completion waiter is gone".into()))?;
+        }
+        Ok(fd)
+    }
+}
+
+fn spawn_waiter(device: &'static ash::Device, semaphore: vk::Semaphore) -> mpsc::Sender<(u64, OwnedFd)> {
+    let (tx, rx) = mpsc::channel::<(u64, OwnedFd)>();
+    let body = move || {
+        let mut waiting: BTreeMap<u64, Vec<OwnedFd>> = BTreeMap::new();
+        loop {
+            let next = if waiting.is_empty() { rx.recv().ok() } else { rx.try_recv().ok() };
+            if let Some((value, fd)) = next {
+                waiting.entry(value).or_default().push(fd);
+                continue;
+            }
+            let Some((&lowest, _)) = waiting.first_key_value() else { return };
+            let info = vk::SemaphoreWaitInfo::default().semaphores(std::slice::from_ref(&semaphore)).values(std::slice::from_ref(&lowest));
+            // SAFETY: the device and semaphore live for the process; waits need no queue lock.
+            let _ = unsafe { device.wait_semaphores(&info, WAITER_SLICE.as_nanos() as u64) };
+            // SAFETY: as above.
+            let reached = unsafe { device.get_semaphore_counter_value(semaphore) }.unwrap_or(0);
+            let later = waiting.split_off(&(reached + 1));
+            for fd in std::mem::replace(&mut waiting, later).into_values().flatten() {
+                let _ = rustix::io::write(&fd, &1u64.to_ne_bytes());
+            }
+        }
+    };
+    if let Err(e) = std::thread::Builder::new().name("hwtensor-completion".into()).spawn(body) {
+        log::error!("hwtensor: cannot start the completion waiter: {e}");
+    }
+    tx
+}
+
+/// Makes a fresh fd from the driver close-on-exec (lavapipe returns them without the flag).
+pub(crate) fn own_cloexec(raw: i32) -> Option<OwnedFd> {
+    if raw < 0 {
+        return None;
+    }
+    // SAFETY: the driver just created this fd for us and nothing else owns it.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    rustix::io::fcntl_setfd(&fd, rustix::io::FdFlags::CLOEXEC).ok()?;
+    Some(fd)
+}

@@ -1,0 +1,488 @@
+//! The process GPU device: one Vulkan device and one timeline fence for every copy of this
+//! library in the process (the contract is `design/gpu-device.md`).
+//!
+//! `device()` makes it on the first call, in this order: adopt what another copy published in
+//! the rendezvous record; else take the host's device given to [`use_external_device`]; else
+//! select an adapter and create one. Then it publishes what it got, so later copies adopt it.
+//! libvulkan is loaded at run time, so a machine without Vulkan gets an error, not a link
+//! failure.
+
+mod adapter;
+mod create;
+mod fence;
+mod rendezvous;
+
+use std::os::fd::OwnedFd;
+use std::sync::atomic::Ordering;
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use ash::vk;
+use ash::vk::Handle;
+
+pub use adapter::{format_uuid, AdapterChoice, AdapterInfo, AdapterKind, ADAPTER_ENV};
+pub use create::{validation_errors, DEBUG_ENV};
+pub use fence::{GpuCompletion, WAIT_SPIN};
+
+use fence::{own_cloexec, Shared, Timeline};
+use rendezvous::{Found, ProcessKey, Published, Record};
+
+use crate::{Error, Result};
+
+pub use ash;
+
+/// Optional capabilities the device was created with.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Features(u32);
+
+impl Features {
+    pub const EXTERNAL_MEMORY_FD: u32 = 1 << 0;
+    pub const EXTERNAL_SEMAPHORE_FD: u32 = 1 << 1;
+    pub const EXTERNAL_MEMORY_HOST: u32 = 1 << 2;
+    pub const DMA_BUF: u32 = 1 << 3;
+    pub const SYNCHRONIZATION2: u32 = 1 << 4;
+    /// Where the ladder tier (0 = everything supported took) lives in the bits.
+    const TIER_SHIFT: u32 = 24;
+    const NAMES: [(u32, &'static str); 5] = [
+        (Self::EXTERNAL_MEMORY_FD, "external_memory_fd"),
+        (Self::EXTERNAL_SEMAPHORE_FD, "external_semaphore_fd"),
+        (Self::EXTERNAL_MEMORY_HOST, "external_memory_host"),
+        (Self::DMA_BUF, "dma_buf"),
+        (Self::SYNCHRONIZATION2, "synchronization2"),
+    ];
+
+    /// Whether every capability in `flags` is present.
+    pub fn has(self, flags: u32) -> bool {
+        self.0 & flags == flags
+    }
+
+    /// How many optional extensions creation had to drop.
+    pub fn tier(self) -> u32 {
+        self.0 >> Self::TIER_SHIFT
+    }
+
+    /// The names of the capabilities present.
+    pub fn names(self) -> Vec<&'static str> {
+        Self::NAMES.iter().filter(|(f, _)| self.has(*f)).map(|(_, n)| *n).collect()
+    }
+}
+
+impl std::fmt::Debug for Features {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.names())
+    }
+}
+
+/// How this copy came by its device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// This copy created it.
+    Created,
+    /// Another copy in the process published it; this copy adopted it.
+    Adopted,
+    /// The host application's, installed with [`use_external_device`].
+    External,
+}
+
+/// A host application's Vulkan device, for [`use_external_device`].
+#[derive(Clone, Copy, Debug)]
+pub struct ExternalDevice {
+    pub instance: vk::Instance,
+    pub physical_device: vk::PhysicalDevice,
+    /// Created with the `timelineSemaphore` feature enabled.
+    pub device: vk::Device,
+    pub queue_family: u32,
+    pub queue_index: u32,
+    /// The `vkGetInstanceProcAddr` the instance was created through.
+    pub get_instance_proc_addr: vk::PFN_vkGetInstanceProcAddr,
+}
+
+/// The process GPU device.
+pub struct GpuDevice {
+    _entry: ash::Entry,
+    instance: ash::Instance,
+    physical: vk::PhysicalDevice,
+    device: ash::Device,
+    queue: vk::Queue,
+    queue_family: u32,
+    info: AdapterInfo,
+    features: Features,
+    origin: Origin,
+    timeline: Timeline,
+}
+
+// SAFETY: Vulkan handles are usable from any thread; the one object that needs external
+// synchronisation, the queue, is only used under the shared queue lock.
+unsafe impl Sync for GpuDevice {}
+// SAFETY: as above.
+unsafe impl Send for GpuDevice {}
+
+static DEVICE: OnceLock<std::result::Result<&'static GpuDevice, String>> = OnceLock::new();
+static EXTERNAL: Mutex<Option<ExternalDevice>> = Mutex::new(None);
+
+/// The process device, made on the first call. A failure is kept, and every later call gets
+/// the same text at once.
+pub fn device() -> Result<&'static GpuDevice> {
+    match DEVICE.get_or_init(|| init().map(|d| &*Box::leak(Box::new(d)))) {
+        Ok(d) => Ok(d),
+        Err(e) => Err(Error::Gpu(e.clone())),
+    }
+}
+
+/// Every adapter this machine's Vulkan sees.
+pub fn adapters() -> Result<Vec<AdapterInfo>> {
+    let entry = create::load_entry().map_err(Error::Gpu)?;
+    let instance = create::create_instance(&entry, false).map_err(Error::Gpu)?;
+    let list = create::enumerate(&instance).map(|v| v.into_iter().map(|(_, i)| i).collect());
+    // SAFETY: the instance has no children and nothing else holds it.
+    unsafe { instance.destroy_instance(None) };
+    list.map_err(Error::Gpu)
+}
+
+/// Installs the host's device as the process device. Call it before anything calls
+/// [`device`].
+///
+/// # Safety
+/// The handles must be live, belong together, and stay alive for the rest of the process; the
+/// device must have the `timelineSemaphore` feature enabled.
+pub unsafe fn use_external_device(ext: ExternalDevice) -> Result<()> {
+    if let Some(state) = DEVICE.get() {
+        return Err(Error::InvalidOperation(match state {
+            Ok(_) => "this copy of hwtensor already has its process device; install the host device before the first GPU use".into(),
+            Err(e) => format!("the process device already failed here, so a host device can no longer be installed: {e}"),
+        }));
+    }
+    if ext.instance == vk::Instance::null() || ext.physical_device == vk::PhysicalDevice::null() || ext.device == vk::Device::null() {
+        return Err(Error::InvalidArgument("use_external_device needs non-null instance, physical device and device handles".into()));
+    }
+    let key = ProcessKey::current();
+    if let Some((key, Ok(record))) = key.map(|k| (k, rendezvous::open_record(k.pid))) {
+        if let Found::Ours(_) = record.read(key) {
+            return Err(Error::InvalidOperation("another copy of hwtensor in this process already published a device; the host device would be ignored".into()));
+        }
+    }
+    // SAFETY: the caller vouches for the handles; loading function pointers calls the loader.
+    let (instance, device) = unsafe { load_handles(ext.get_instance_proc_addr, ext.instance, ext.device) };
+    check_device_answers(&instance, ext.device)?;
+    let _ = device;
+    *EXTERNAL.lock().map_err(|_| Error::InvalidOperation("a previous installer panicked".into()))? = Some(ext);
+    Ok(())
+}
+
+/// Loads instance and device function tables through a given `vkGetInstanceProcAddr`.
+///
+/// # Safety
+/// `instance` and `device` must be live handles created through `gipa`.
+unsafe fn load_handles(gipa: vk::PFN_vkGetInstanceProcAddr, instance: vk::Instance, device: vk::Device) -> (ash::Instance, ash::Device) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        let entry = ash::Entry::from_static_fn(ash::StaticFn { get_instance_proc_addr: gipa });
+        let instance = ash::Instance::load(entry.static_fn(), instance);
+        let device = ash::Device::load(instance.fp_v1_0(), device);
+        (instance, device)
+    }
+}
+
+/// Refuses a device that does not give us the functions we call.
+fn check_device_answers(instance: &ash::Instance, device: vk::Device) -> Result<()> {
+    for name in [c"vkQueueSubmit", c"vkCreateSemaphore", c"vkWaitSemaphores", c"vkGetSemaphoreCounterValue", c"vkGetDeviceQueue"] {
+        // SAFETY: vkGetDeviceProcAddr takes any device handle of this instance and a C string.
+        let f = unsafe { (instance.fp_v1_0().get_device_proc_addr)(device, name.as_ptr()) };
+        if f.is_none() {
+            return Err(Error::InvalidArgument(format!("the device does not answer {name:?}; is it a live device with Vulkan 1.2?")));
+        }
+    }
+    Ok(())
+}
+
+fn init() -> std::result::Result<GpuDevice, String> {
+    let key = ProcessKey::current();
+    let record = match key.map(|k| rendezvous::open_record(k.pid)) {
+        Some(Ok(r)) => Some(r),
+        Some(Err(e)) => {
+            log::warn!("hwtensor: no GPU rendezvous ({e}); other copies of hwtensor in this process will make their own device");
+            None
+        }
+        None => {
+            log::warn!("hwtensor: no GPU rendezvous (cannot read this process's start time)");
+            None
+        }
+    };
+    let (Some(record), Some(key)) = (record, key) else { return own_device(None) };
+    match record.read(key) {
+        // SAFETY: the record names this very process (pid and start time), so its handles are
+        // live in this address space.
+        Found::Ours(p) => unsafe { adopt(record, &p) },
+        Found::Empty => publish_or_adopt(record, key, rendezvous::EMPTY),
+        Found::Stale => {
+            log::info!("hwtensor: re-claiming a GPU rendezvous left by a dead process with this pid");
+            publish_or_adopt(record, key, rendezvous::LAYOUT_V1)
+                .or_else(|_| publish_or_adopt(record, key, rendezvous::CLAIMING))
+        }
+        Found::Foreign(v) => {
+            log::warn!("hwtensor: the GPU rendezvous has layout {v:#x}, not {:#x}; not trusted, keeping a device of our own", rendezvous::LAYOUT_V1);
+            own_device(None)
+        }
+        Found::Unsettled => {
+            log::warn!("hwtensor: the GPU rendezvous stayed claimed past its settle budget; keeping a device of our own");
+            own_device(None)
+        }
+    }
+}
+
+/// Makes (or takes the host's) device, then publishes it; a copy that loses the race drops
+/// what it built and adopts the winner's.
+fn publish_or_adopt(record: &'static Record, key: ProcessKey, expected: u32) -> std::result::Result<GpuDevice, String> {
+    let dev = own_device(Some(record))?;
+    let published = dev.published();
+    if record.publish(expected, key, &published) {
+        rendezvous::unlink_at_exit(key.pid);
+        return Ok(dev);
+    }
+    match record.read(key) {
+        Found::Ours(p) => {
+            dev.discard();
+            // SAFETY: published by this process, as checked by `read`.
+            unsafe { adopt(record, &p) }
+        }
+        other => {
+            log::warn!("hwtensor: could not publish the process device ({other:?}); other copies will make their own");
+            Ok(dev)
+        }
+    }
+}
+
+/// A device of this copy: the host's, if installed, else a new one. Its timeline uses the
+/// record's counter and lock when there is a record to share.
+fn own_device(record: Option<&'static Record>) -> std::result::Result<GpuDevice, String> {
+    let shared = match record {
+        Some(r) => Shared { counter: &r.counter, pending: &r.pending, lock: &r.queue_lock },
+        None => Shared::private(),
+    };
+    let external = EXTERNAL.lock().ok().and_then(|mut e| e.take());
+    let (entry, instance, physical, device, queue_family, queue_index, info, features, origin) = match external {
+        Some(ext) => {
+            // SAFETY: use_external_device's caller vouched for these handles.
+            let (instance, device) = unsafe { load_handles(ext.get_instance_proc_addr, ext.instance, ext.device) };
+            // SAFETY: as above.
+            let entry = unsafe { ash::Entry::from_static_fn(ash::StaticFn { get_instance_proc_addr: ext.get_instance_proc_addr }) };
+            let info = AdapterInfo::query(&instance, ext.physical_device);
+            let features = Features(0);
+            (entry, instance, ext.physical_device, device, ext.queue_family, ext.queue_index, info, features, Origin::External)
+        }
+        None => {
+            let c = create::create()?;
+            std::mem::forget(c.messenger); // lives as long as the instance: the process
+            (c.entry, c.instance, c.physical, c.device, c.queue_family, 0, c.info, c.features, Origin::Created)
+        }
+    };
+    // SAFETY: the family and index were used to create the device.
+    let queue = unsafe { device.get_device_queue(queue_family, queue_index) };
+    let exportable = features.has(Features::EXTERNAL_SEMAPHORE_FD) && timeline_exportable(&instance, physical);
+    let semaphore = create_semaphore(&device, shared.counter.load(Ordering::Acquire), exportable)
+        .map_err(|e| format!("creating the timeline semaphore on {} failed: {e}", info.label()))?;
+    Ok(GpuDevice {
+        _entry: entry,
+        instance,
+        physical,
+        device,
+        queue,
+        queue_family,
+        info,
+        features,
+        origin,
+        timeline: Timeline::new(semaphore, shared, exportable),
+    })
+}
+
+/// Adopts the device another copy published.
+///
+/// # Safety
+/// `p` must come from a record that names this process.
+unsafe fn adopt(record: &'static Record, p: &Published) -> std::result::Result<GpuDevice, String> {
+    if p.get_instance_proc_addr == 0 || p.device == 0 {
+        return Err("the published GPU device record is incomplete".into());
+    }
+    // SAFETY: a non-zero function pointer published by a copy in this process.
+    let gipa: vk::PFN_vkGetInstanceProcAddr = unsafe { std::mem::transmute::<usize, vk::PFN_vkGetInstanceProcAddr>(p.get_instance_proc_addr as usize) };
+    let instance_h = vk::Instance::from_raw(p.instance);
+    let device_h = vk::Device::from_raw(p.device);
+    // SAFETY: live handles of this process, created through `gipa`.
+    let (instance, device) = unsafe { load_handles(gipa, instance_h, device_h) };
+    // SAFETY: as above.
+    let entry = unsafe { ash::Entry::from_static_fn(ash::StaticFn { get_instance_proc_addr: gipa }) };
+    let physical = vk::PhysicalDevice::from_raw(p.physical_device);
+    let info = AdapterInfo::query(&instance, physical);
+    let features = Features(p.features);
+    let (timeline, exportable) = if p.semaphore != 0 {
+        let shared = Shared { counter: &record.counter, pending: &record.pending, lock: &record.queue_lock };
+        (Timeline::new(vk::Semaphore::from_raw(p.semaphore), shared, true), true)
+    } else {
+        // No shared semaphore to open: signal a private one, and never export it.
+        let shared = Shared::private();
+        let s = create_semaphore(&device, 0, false).map_err(|e| format!("creating a private timeline failed: {e}"))?;
+        (Timeline::new(s, shared, false), false)
+    };
+    let _ = exportable;
+    Ok(GpuDevice {
+        _entry: entry,
+        instance,
+        physical,
+        device,
+        queue: vk::Queue::from_raw(p.queue),
+        queue_family: p.queue_family,
+        info,
+        features,
+        origin: Origin::Adopted,
+        timeline,
+    })
+}
+
+fn timeline_exportable(instance: &ash::Instance, physical: vk::PhysicalDevice) -> bool {
+    let mut type_info = vk::SemaphoreTypeCreateInfo::default().semaphore_type(vk::SemaphoreType::TIMELINE);
+    let info = vk::PhysicalDeviceExternalSemaphoreInfo::default()
+        .handle_type(vk::ExternalSemaphoreHandleTypeFlags::OPAQUE_FD)
+        .push_next(&mut type_info);
+    let mut props = vk::ExternalSemaphoreProperties::default();
+    // SAFETY: a query on an enumerated device; the chain outlives the call.
+    unsafe { instance.get_physical_device_external_semaphore_properties(physical, &info, &mut props) };
+    props.external_semaphore_features.contains(vk::ExternalSemaphoreFeatureFlags::EXPORTABLE)
+}
+
+fn create_semaphore(device: &ash::Device, initial: u64, exportable: bool) -> std::result::Result<vk::Semaphore, vk::Result> {
+    let mut type_info = vk::SemaphoreTypeCreateInfo::default().semaphore_type(vk::SemaphoreType::TIMELINE).initial_value(initial);
+    let mut export = vk::ExportSemaphoreCreateInfo::default().handle_types(vk::ExternalSemaphoreHandleTypeFlags::OPAQUE_FD);
+    let mut info = vk::SemaphoreCreateInfo::default().push_next(&mut type_info);
+    if exportable {
+        info = info.push_next(&mut export);
+    }
+    // SAFETY: a plain creation on a live device; the chain outlives the call.
+    unsafe { device.create_semaphore(&info, None) }
+}
+
+impl GpuDevice {
+    fn published(&self) -> Published {
+        Published {
+            instance: self.instance.handle().as_raw(),
+            physical_device: self.physical.as_raw(),
+            device: self.device.handle().as_raw(),
+            queue: self.queue.as_raw(),
+            queue_family: self.queue_family,
+            queue_index: 0,
+            semaphore: if self.timeline.exportable || self.origin != Origin::Adopted { self.timeline.semaphore.as_raw() } else { 0 },
+            get_instance_proc_addr: self.instance_gipa() as usize as u64,
+            features: self.features.0,
+        }
+    }
+
+    fn instance_gipa(&self) -> vk::PFN_vkGetInstanceProcAddr {
+        self._entry.static_fn().get_instance_proc_addr
+    }
+
+    /// Destroys a device this copy built and lost the publication race with.
+    fn discard(self) {
+        // SAFETY: nothing else has seen these objects: they were never published.
+        unsafe {
+            self.device.destroy_semaphore(self.timeline.semaphore, None);
+            if self.origin == Origin::Created {
+                self.device.destroy_device(None);
+                self.instance.destroy_instance(None);
+            }
+        }
+    }
+
+    pub fn instance(&self) -> &ash::Instance {
+        &self.instance
+    }
+    pub fn physical_device(&self) -> vk::PhysicalDevice {
+        self.physical
+    }
+    pub fn device(&self) -> &ash::Device {
+        &self.device
+    }
+    pub fn queue_family(&self) -> u32 {
+        self.queue_family
+    }
+    /// The timeline semaphore every copy signals.
+    pub fn semaphore(&self) -> vk::Semaphore {
+        self.timeline.semaphore
+    }
+    pub fn origin(&self) -> Origin {
+        self.origin
+    }
+    pub fn adapter(&self) -> &AdapterInfo {
+        &self.info
+    }
+    pub fn adapter_label(&self) -> String {
+        self.info.label()
+    }
+    pub fn is_software(&self) -> bool {
+        self.info.is_software()
+    }
+    pub fn device_uuid(&self) -> [u8; 16] {
+        self.info.device_uuid
+    }
+    pub fn driver_uuid(&self) -> [u8; 16] {
+        self.info.driver_uuid
+    }
+    pub fn features(&self) -> Features {
+        self.features
+    }
+
+    /// Allocates the next timeline value and submits its signal; `None` if the submission
+    /// failed (the device is lost). The value covers all work queued before it.
+    pub fn signal(&self) -> Option<u64> {
+        self.timeline.signal(&self.device, self.queue)
+    }
+
+    /// Allocates the next value now; its signal is submitted by [`flush`](Self::flush) (or
+    /// by the next `signal` of any copy). Submit the work it covers first.
+    pub fn signal_deferred(&self) -> u64 {
+        self.timeline.signal_deferred()
+    }
+
+    /// Submits every deferred signal in one submission.
+    pub fn flush(&self) -> Result<()> {
+        self.timeline.flush(&self.device, self.queue)
+    }
+
+    /// The newest value allocated by any copy.
+    pub fn last_signalled(&self) -> u64 {
+        self.timeline.last_signalled()
+    }
+
+    /// The value the GPU has reached.
+    pub fn completed_value(&self) -> Result<u64> {
+        self.timeline.completed_value(&self.device)
+    }
+
+    /// Waits for `value`, at most `timeout`: spins briefly, then blocks.
+    pub fn wait(&self, value: u64, timeout: Duration) -> Result<()> {
+        self.timeline.wait(&self.device, value, timeout)
+    }
+
+    /// A pollable fd that becomes readable when `value` completes.
+    pub fn completion_fd(&'static self, value: u64) -> Result<OwnedFd> {
+        self.timeline.completion_fd(&self.device, value)
+    }
+
+    /// A new fd of the timeline semaphore for another API or process; `None` where the driver
+    /// cannot export one (lavapipe) or this copy signals a private timeline.
+    pub fn export_fence(&self) -> Option<OwnedFd> {
+        if !self.timeline.exportable {
+            return None;
+        }
+        let ext = ash::khr::external_semaphore_fd::Device::new(&self.instance, &self.device);
+        let info = vk::SemaphoreGetFdInfoKHR::default()
+            .semaphore(self.timeline.semaphore)
+            .handle_type(vk::ExternalSemaphoreHandleTypeFlags::OPAQUE_FD);
+        // SAFETY: the semaphore was created exportable as OPAQUE_FD on this device.
+        let raw = unsafe { ext.get_semaphore_fd(&info) }.ok()?;
+        own_cloexec(raw)
+    }
+
+    /// The point `value` on the timeline, with the fence where one can be exported.
+    pub fn completion(&self, value: u64) -> GpuCompletion {
+        GpuCompletion { fence: self.export_fence(), value }
+    }
+}

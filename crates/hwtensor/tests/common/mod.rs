@@ -1,0 +1,21 @@
+//! Helpers shared by the GPU test binaries.
+#![allow(dead_code)]
+
+use hwtensor::gpu::{self, GpuDevice};
+
+/// Whether this run must prove the GPU paths (`HWTENSOR_TEST_REQUIRE_GPU=1`).
+pub fn gpu_required() -> bool {
+    std::env::var("HWTENSOR_TEST_REQUIRE_GPU").is_ok_and(|v| v == "1")
+}
+
+/// The process device, or a printed skip (a failure when the GPU is required).
+pub fn device_or_skip(test: &str) -> Option<&'static GpuDevice> {
+    match gpu::device() {
+        Ok(d) => Some(d),
+        Err(e) if gpu_required() => panic!("{test}: HWTENSOR_TEST_REQUIRE_GPU=1 but there is no GPU device: {e}"),
+        Err(e) => {
+            eprintln!("SKIPPED: {test} - {e}");
+            None
+        }
+    }
+}
