@@ -16,33 +16,56 @@ const BOUND: Duration = Duration::from_secs(5);
 
 #[test]
 fn two_calls_give_one_device() {
-    let Some(a) = device_or_skip("two_calls_give_one_device") else { return };
+    let Some(a) = device_or_skip("two_calls_give_one_device") else {
+        return;
+    };
     let b = gpu::device().unwrap();
     assert!(std::ptr::eq(a, b));
     assert_eq!(a.origin(), Origin::Created);
-    eprintln!("process device: {} features {:?}", a.adapter_label(), a.features());
+    eprintln!(
+        "process device: {} features {:?}",
+        a.adapter_label(),
+        a.features()
+    );
 }
 
 #[test]
 fn the_device_describes_its_adapter() {
-    let Some(d) = device_or_skip("the_device_describes_its_adapter") else { return };
+    let Some(d) = device_or_skip("the_device_describes_its_adapter") else {
+        return;
+    };
     assert_ne!(d.device_uuid(), [0; 16]);
-    assert_eq!(d.is_software(), d.adapter().kind == gpu::AdapterKind::Software);
+    assert_eq!(
+        d.is_software(),
+        d.adapter().kind == gpu::AdapterKind::Software
+    );
     let listed = gpu::adapters().unwrap();
-    assert!(listed.iter().any(|a| a.device_uuid == d.device_uuid()), "the device's adapter is listed");
+    assert!(
+        listed.iter().any(|a| a.device_uuid == d.device_uuid()),
+        "the device's adapter is listed"
+    );
 }
 
 #[test]
 fn signals_from_many_threads_are_strictly_increasing_and_all_complete() {
-    let Some(d) = device_or_skip("signals_from_many_threads_are_strictly_increasing_and_all_complete") else { return };
+    let Some(d) =
+        device_or_skip("signals_from_many_threads_are_strictly_increasing_and_all_complete")
+    else {
+        return;
+    };
     let per_thread: Vec<Vec<u64>> = (0..4)
-        .map(|_| std::thread::spawn(move || (0..200).map(|_| d.signal().unwrap()).collect::<Vec<_>>()))
+        .map(|_| {
+            std::thread::spawn(move || (0..200).map(|_| d.signal().unwrap()).collect::<Vec<_>>())
+        })
         .collect::<Vec<_>>()
         .into_iter()
         .map(|t| t.join().unwrap())
         .collect();
     for values in &per_thread {
-        assert!(values.windows(2).all(|w| w[0] < w[1]), "each thread sees increasing values");
+        assert!(
+            values.windows(2).all(|w| w[0] < w[1]),
+            "each thread sees increasing values"
+        );
     }
     let all: HashSet<u64> = per_thread.iter().flatten().copied().collect();
     assert_eq!(all.len(), 800, "no value handed out twice");
@@ -54,17 +77,26 @@ fn signals_from_many_threads_are_strictly_increasing_and_all_complete() {
 
 #[test]
 fn a_wait_for_a_value_never_signalled_times_out_within_its_bound() {
-    let Some(d) = device_or_skip("a_wait_for_a_value_never_signalled_times_out_within_its_bound") else { return };
+    let Some(d) = device_or_skip("a_wait_for_a_value_never_signalled_times_out_within_its_bound")
+    else {
+        return;
+    };
     let never = d.last_signalled() + 1_000_000;
     let started = Instant::now();
     let err = d.wait(never, Duration::from_millis(100)).unwrap_err();
     assert!(matches!(err, Error::Timeout(_)), "{err}");
-    assert!(started.elapsed() < Duration::from_secs(2), "took {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        started.elapsed()
+    );
 }
 
 #[test]
 fn deferred_signals_complete_when_flushed() {
-    let Some(d) = device_or_skip("deferred_signals_complete_when_flushed") else { return };
+    let Some(d) = device_or_skip("deferred_signals_complete_when_flushed") else {
+        return;
+    };
     let a = d.signal_deferred();
     let b = d.signal_deferred();
     assert!(b > a);
@@ -82,15 +114,24 @@ fn readable_within(fd: &impl AsFd, timeout: Duration) -> bool {
 
 #[test]
 fn a_completion_fd_becomes_readable_when_its_value_completes() {
-    let Some(d) = device_or_skip("a_completion_fd_becomes_readable_when_its_value_completes") else { return };
+    let Some(d) = device_or_skip("a_completion_fd_becomes_readable_when_its_value_completes")
+    else {
+        return;
+    };
     let done = d.signal().unwrap();
     d.wait(done, BOUND).unwrap();
-    assert!(readable_within(&d.completion_fd(done).unwrap(), Duration::ZERO), "a completed value is readable at once");
+    assert!(
+        readable_within(&d.completion_fd(done).unwrap(), Duration::ZERO),
+        "a completed value is readable at once"
+    );
 
     let later = d.last_signalled() + 1;
     let fd = d.completion_fd(later).unwrap();
     let fds: Vec<_> = (0..3).map(|_| d.completion_fd(later).unwrap()).collect();
-    assert!(!readable_within(&fd, Duration::from_millis(20)), "not before the value is signalled");
+    assert!(
+        !readable_within(&fd, Duration::from_millis(20)),
+        "not before the value is signalled"
+    );
     // Other tests signal concurrently, so `later` may be reached by theirs or by ours.
     d.signal().unwrap();
     assert!(readable_within(&fd, BOUND));
@@ -99,23 +140,39 @@ fn a_completion_fd_becomes_readable_when_its_value_completes() {
 
 #[test]
 fn the_fence_exports_exactly_where_the_driver_can() {
-    let Some(d) = device_or_skip("the_fence_exports_exactly_where_the_driver_can") else { return };
+    let Some(d) = device_or_skip("the_fence_exports_exactly_where_the_driver_can") else {
+        return;
+    };
     let fence = d.export_fence();
     if d.features().has(Features::EXTERNAL_SEMAPHORE_FD) && !d.is_software() {
-        let fd = fence.as_ref().expect("a driver with timeline export gives a fence");
-        assert!(rustix::io::fcntl_getfd(fd).unwrap().contains(rustix::io::FdFlags::CLOEXEC));
+        let fd = fence
+            .as_ref()
+            .expect("a driver with timeline export gives a fence");
+        assert!(rustix::io::fcntl_getfd(fd)
+            .unwrap()
+            .contains(rustix::io::FdFlags::CLOEXEC));
     }
     if d.is_software() {
         assert!(fence.is_none(), "lavapipe cannot export semaphores");
         let c = d.completion(d.signal().unwrap());
         assert!(c.fence.is_none(), "no fence, so no value paired with one");
     }
-    eprintln!("export_fence on {}: {}", d.adapter_label(), if d.export_fence().is_some() { "Some" } else { "None" });
+    eprintln!(
+        "export_fence on {}: {}",
+        d.adapter_label(),
+        if d.export_fence().is_some() {
+            "Some"
+        } else {
+            "None"
+        }
+    );
 }
 
 #[test]
 fn the_hot_path_of_device_is_shared_by_threads() {
-    let Some(d) = device_or_skip("the_hot_path_of_device_is_shared_by_threads") else { return };
+    let Some(d) = device_or_skip("the_hot_path_of_device_is_shared_by_threads") else {
+        return;
+    };
     let d = Arc::new(d as *const _ as usize);
     let same = (0..8)
         .map(|_| {

@@ -12,18 +12,36 @@ use hwtensor::Error;
 
 /// The host's side: its own instance and device, the way an application that already renders
 /// with Vulkan has them.
-fn host_device() -> Option<(ash::Entry, ash::Instance, vk::PhysicalDevice, ash::Device, u32)> {
+fn host_device() -> Option<(
+    ash::Entry,
+    ash::Instance,
+    vk::PhysicalDevice,
+    ash::Device,
+    u32,
+)> {
     // SAFETY: loading the system loader.
     let entry = unsafe { ash::Entry::load() }.ok()?;
     let app = vk::ApplicationInfo::default().api_version(vk::API_VERSION_1_2);
     // SAFETY: plain creation with locals that outlive the call.
-    let instance = unsafe { entry.create_instance(&vk::InstanceCreateInfo::default().application_info(&app), None) }.ok()?;
+    let instance = unsafe {
+        entry.create_instance(
+            &vk::InstanceCreateInfo::default().application_info(&app),
+            None,
+        )
+    }
+    .ok()?;
     // SAFETY: a query on a live instance.
-    let physical = *unsafe { instance.enumerate_physical_devices() }.ok()?.first()?;
+    let physical = *unsafe { instance.enumerate_physical_devices() }
+        .ok()?
+        .first()?;
     let priorities = [1.0];
-    let queues = [vk::DeviceQueueCreateInfo::default().queue_family_index(0).queue_priorities(&priorities)];
+    let queues = [vk::DeviceQueueCreateInfo::default()
+        .queue_family_index(0)
+        .queue_priorities(&priorities)];
     let mut v12 = vk::PhysicalDeviceVulkan12Features::default().timeline_semaphore(true);
-    let info = vk::DeviceCreateInfo::default().queue_create_infos(&queues).push_next(&mut v12);
+    let info = vk::DeviceCreateInfo::default()
+        .queue_create_infos(&queues)
+        .push_next(&mut v12);
     // SAFETY: as above.
     let device = unsafe { instance.create_device(physical, &info, None) }.ok()?;
     Some((entry, instance, physical, device, 0))
@@ -44,7 +62,10 @@ fn a_host_device_installed_before_first_use_becomes_the_process_device() {
     assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
 
     let Some((entry, instance, physical, device, family)) = host_device() else {
-        assert!(!gpu_required(), "HWTENSOR_TEST_REQUIRE_GPU=1 but the host device could not be made");
+        assert!(
+            !gpu_required(),
+            "HWTENSOR_TEST_REQUIRE_GPU=1 but the host device could not be made"
+        );
         eprintln!("SKIPPED: a_host_device_installed_before_first_use_becomes_the_process_device - no Vulkan device");
         return;
     };
@@ -70,6 +91,9 @@ fn a_host_device_installed_before_first_use_becomes_the_process_device() {
     std::mem::forget((entry, instance, device));
 }
 
-unsafe extern "system" fn dummy_gipa(_: vk::Instance, _: *const std::ffi::c_char) -> vk::PFN_vkVoidFunction {
+unsafe extern "system" fn dummy_gipa(
+    _: vk::Instance,
+    _: *const std::ffi::c_char,
+) -> vk::PFN_vkVoidFunction {
     None
 }

@@ -10,7 +10,10 @@ fn a_failure_is_cached_with_identical_text_and_blocks_a_late_host_device() {
     // No driver manifest can be found: every Vulkan loader fails to find a device.
     std::env::set_var("VK_ICD_FILENAMES", "/nonexistent/hwtensor-test-icd.json");
     std::env::set_var("VK_DRIVER_FILES", "/nonexistent/hwtensor-test-icd.json");
-    let first = gpu::device().err().expect("no driver, so no device").to_string();
+    let first = gpu::device()
+        .err()
+        .expect("no driver, so no device")
+        .to_string();
     let started = Instant::now();
     let second = gpu::device().err().expect("still no device").to_string();
     let again = started.elapsed();
@@ -28,7 +31,10 @@ fn a_failure_is_cached_with_identical_text_and_blocks_a_late_host_device() {
     // SAFETY: refused before any handle is used, which is what this test checks.
     let err = unsafe { gpu::use_external_device(ext) }.unwrap_err();
     assert!(matches!(err, Error::InvalidOperation(_)), "{err}");
-    assert!(err.to_string().contains(first.trim_start_matches("GPU: ")), "quotes the cached failure: {err}");
+    assert!(
+        err.to_string().contains(first.trim_start_matches("GPU: ")),
+        "quotes the cached failure: {err}"
+    );
 }
 
 unsafe extern "system" fn dummy_gipa(

@@ -55,7 +55,10 @@ fn line_with(out: &mut BufReader<ChildStdout>, prefix: &str) -> String {
     let mut line = String::new();
     loop {
         line.clear();
-        assert!(out.read_line(&mut line).unwrap() > 0, "the helper ended before printing {prefix:?}");
+        assert!(
+            out.read_line(&mut line).unwrap() > 0,
+            "the helper ended before printing {prefix:?}"
+        );
         // libtest prints its own "test <name> ... " in front of the first line.
         if let Some(at) = line.find(&format!("{prefix} ")) {
             return line[at + prefix.len()..].trim().to_string();
@@ -69,7 +72,11 @@ fn late_process_with(record: &[u8]) -> (u64, String) {
     let (mut child, mut out) = spawn("late");
     let pid = child.id();
     std::fs::write(record_path(pid), record).unwrap();
-    std::fs::set_permissions(record_path(pid), std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    std::fs::set_permissions(
+        record_path(pid),
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
     writeln!(child.stdin.as_mut().unwrap(), "go").unwrap();
     let report = line_with(&mut out, "value");
     assert!(child.wait().unwrap().success());
@@ -95,16 +102,26 @@ fn a_record_left_by_a_killed_process_does_not_break_the_next_one() {
     publisher.kill().unwrap(); // SIGKILL: no exit handlers run
     publisher.wait().unwrap();
     let leftover_path = record_path(publisher.id());
-    let leftover = std::fs::read(&leftover_path).expect("a killed publisher leaves its record behind");
+    let leftover =
+        std::fs::read(&leftover_path).expect("a killed publisher leaves its record behind");
     std::fs::remove_file(&leftover_path).unwrap();
 
     let (value, origin) = late_process_with(&leftover);
-    assert_eq!(origin, "Created", "a dead process's device is never adopted");
-    assert!(value > last, "the counter is never reset: {value} after {last}");
+    assert_eq!(
+        origin, "Created",
+        "a dead process's device is never adopted"
+    );
+    assert!(
+        value > last,
+        "the counter is never reset: {value} after {last}"
+    );
 
     let mut foreign = leftover.clone();
     foreign[..4].copy_from_slice(&0x4857_0002u32.to_ne_bytes());
     let (value, origin) = late_process_with(&foreign);
     assert_eq!(origin, "Created");
-    assert_eq!(value, 1, "a foreign record is not trusted: its counter is not used");
+    assert_eq!(
+        value, 1,
+        "a foreign record is not trusted: its counter is not used"
+    );
 }

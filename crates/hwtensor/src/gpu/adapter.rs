@@ -80,7 +80,9 @@ impl AdapterInfo {
     pub(crate) fn query(instance: &ash::Instance, physical: vk::PhysicalDevice) -> AdapterInfo {
         let mut id = vk::PhysicalDeviceIDProperties::default();
         let mut driver = vk::PhysicalDeviceDriverProperties::default();
-        let mut props2 = vk::PhysicalDeviceProperties2::default().push_next(&mut id).push_next(&mut driver);
+        let mut props2 = vk::PhysicalDeviceProperties2::default()
+            .push_next(&mut id)
+            .push_next(&mut driver);
         // SAFETY: `physical` was enumerated from `instance`, and the chained structs outlive the call.
         unsafe { instance.get_physical_device_properties2(physical, &mut props2) };
         let p = props2.properties;
@@ -103,7 +105,9 @@ impl AdapterInfo {
 fn c_chars(chars: &[std::ffi::c_char]) -> String {
     // SAFETY: Vulkan fixed-size name arrays are NUL-terminated within their length.
     let bytes: &[u8] = unsafe { std::slice::from_raw_parts(chars.as_ptr().cast(), chars.len()) };
-    CStr::from_bytes_until_nul(bytes).map(|c| c.to_string_lossy().into_owned()).unwrap_or_default()
+    CStr::from_bytes_until_nul(bytes)
+        .map(|c| c.to_string_lossy().into_owned())
+        .unwrap_or_default()
 }
 
 /// What `HWTENSOR_GPU_ADAPTER` asks for.
@@ -131,7 +135,9 @@ impl AdapterChoice {
             "software" | "cpu" => AdapterChoice::Software,
             "discrete" => AdapterChoice::Discrete,
             "integrated" => AdapterChoice::Integrated,
-            _ => parse_uuid(v).map(AdapterChoice::Uuid).unwrap_or_else(|| AdapterChoice::Name(v.to_string())),
+            _ => parse_uuid(v)
+                .map(AdapterChoice::Uuid)
+                .unwrap_or_else(|| AdapterChoice::Name(v.to_string())),
         }
     }
 
@@ -167,7 +173,14 @@ fn parse_uuid(v: &str) -> Option<[u8; 16]> {
 /// Formats a UUID the way `HWTENSOR_GPU_ADAPTER` accepts it.
 pub fn format_uuid(u: &[u8; 16]) -> String {
     let h: String = u.iter().map(|b| format!("{b:02x}")).collect();
-    format!("{}-{}-{}-{}-{}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..])
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..]
+    )
 }
 
 /// The index of the adapter `choice` selects among `adapters`.
@@ -182,7 +195,11 @@ pub fn select(choice: &AdapterChoice, adapters: &[AdapterInfo]) -> Option<usize>
             .min()
             .map(|(_, i)| i)
     };
-    let default = || best_hardware().or_else(|| adapters.iter().position(AdapterInfo::is_software)).or((!adapters.is_empty()).then_some(0));
+    let default = || {
+        best_hardware()
+            .or_else(|| adapters.iter().position(AdapterInfo::is_software))
+            .or((!adapters.is_empty()).then_some(0))
+    };
     let chosen = match choice {
         AdapterChoice::Hardware => best_hardware(),
         other => adapters.iter().position(|a| other.matches(a)),
@@ -225,13 +242,34 @@ mod tests {
     fn every_form_of_the_variable_parses() {
         assert_eq!(AdapterChoice::parse(None), AdapterChoice::Hardware);
         assert_eq!(AdapterChoice::parse(Some("  ")), AdapterChoice::Hardware);
-        assert_eq!(AdapterChoice::parse(Some("Hardware")), AdapterChoice::Hardware);
-        assert_eq!(AdapterChoice::parse(Some("software")), AdapterChoice::Software);
-        assert_eq!(AdapterChoice::parse(Some("DISCRETE")), AdapterChoice::Discrete);
-        assert_eq!(AdapterChoice::parse(Some("integrated")), AdapterChoice::Integrated);
-        assert_eq!(AdapterChoice::parse(Some("03030303-0303-0303-0303-030303030303")), AdapterChoice::Uuid([3; 16]));
-        assert_eq!(AdapterChoice::parse(Some("0303030303030303030303030303030")), AdapterChoice::Name("0303030303030303030303030303030".into()));
-        assert_eq!(AdapterChoice::parse(Some("H200")), AdapterChoice::Name("H200".into()));
+        assert_eq!(
+            AdapterChoice::parse(Some("Hardware")),
+            AdapterChoice::Hardware
+        );
+        assert_eq!(
+            AdapterChoice::parse(Some("software")),
+            AdapterChoice::Software
+        );
+        assert_eq!(
+            AdapterChoice::parse(Some("DISCRETE")),
+            AdapterChoice::Discrete
+        );
+        assert_eq!(
+            AdapterChoice::parse(Some("integrated")),
+            AdapterChoice::Integrated
+        );
+        assert_eq!(
+            AdapterChoice::parse(Some("03030303-0303-0303-0303-030303030303")),
+            AdapterChoice::Uuid([3; 16])
+        );
+        assert_eq!(
+            AdapterChoice::parse(Some("0303030303030303030303030303030")),
+            AdapterChoice::Name("0303030303030303030303030303030".into())
+        );
+        assert_eq!(
+            AdapterChoice::parse(Some("H200")),
+            AdapterChoice::Name("H200".into())
+        );
     }
 
     #[test]
@@ -239,7 +277,11 @@ mod tests {
         let m = machine();
         assert_eq!(select(&AdapterChoice::Hardware, &m), Some(2));
         assert_eq!(select(&AdapterChoice::Hardware, &m[..2]), Some(1));
-        assert_eq!(select(&AdapterChoice::Hardware, &m[..1]), Some(0), "software when there is no hardware");
+        assert_eq!(
+            select(&AdapterChoice::Hardware, &m[..1]),
+            Some(0),
+            "software when there is no hardware"
+        );
         assert_eq!(select(&AdapterChoice::Hardware, &[]), None);
     }
 
@@ -262,6 +304,9 @@ mod tests {
     #[test]
     fn uuids_print_the_way_they_parse() {
         let u = [0xab; 16];
-        assert_eq!(AdapterChoice::parse(Some(&format_uuid(&u))), AdapterChoice::Uuid(u));
+        assert_eq!(
+            AdapterChoice::parse(Some(&format_uuid(&u))),
+            AdapterChoice::Uuid(u)
+        );
     }
 }

@@ -17,9 +17,18 @@ const MINIMUM_API: u32 = vk::API_VERSION_1_2;
 
 /// Optional device extensions, most valued first; the ladder drops them from the end.
 const OPTIONAL_EXTENSIONS: [(&CStr, u32); 4] = [
-    (ash::khr::external_memory_fd::NAME, Features::EXTERNAL_MEMORY_FD),
-    (ash::khr::external_semaphore_fd::NAME, Features::EXTERNAL_SEMAPHORE_FD),
-    (ash::ext::external_memory_host::NAME, Features::EXTERNAL_MEMORY_HOST),
+    (
+        ash::khr::external_memory_fd::NAME,
+        Features::EXTERNAL_MEMORY_FD,
+    ),
+    (
+        ash::khr::external_semaphore_fd::NAME,
+        Features::EXTERNAL_SEMAPHORE_FD,
+    ),
+    (
+        ash::ext::external_memory_host::NAME,
+        Features::EXTERNAL_MEMORY_HOST,
+    ),
     (ash::ext::external_memory_dma_buf::NAME, Features::DMA_BUF),
 ];
 
@@ -56,19 +65,32 @@ pub(crate) fn load_entry() -> Result<ash::Entry, String> {
 pub(crate) fn create_instance(entry: &ash::Entry, debug: bool) -> Result<ash::Instance, String> {
     // SAFETY: plain queries on a loaded entry.
     let layers = unsafe { entry.enumerate_instance_layer_properties() }.unwrap_or_default();
-    let has_validation = layers.iter().any(|l| l.layer_name_as_c_str() == Ok(VALIDATION_LAYER));
+    let has_validation = layers
+        .iter()
+        .any(|l| l.layer_name_as_c_str() == Ok(VALIDATION_LAYER));
     if debug && !has_validation {
         log::warn!("{DEBUG_ENV}=1 but {VALIDATION_LAYER:?} is not installed; continuing without validation");
     }
-    let layer_names: Vec<*const i8> = if debug && has_validation { vec![VALIDATION_LAYER.as_ptr()] } else { vec![] };
-    let ext_names: Vec<*const i8> = if debug && has_validation { vec![ash::ext::debug_utils::NAME.as_ptr()] } else { vec![] };
-    let app = vk::ApplicationInfo::default().application_name(c"hwtensor").api_version(REQUESTED_API);
+    let layer_names: Vec<*const i8> = if debug && has_validation {
+        vec![VALIDATION_LAYER.as_ptr()]
+    } else {
+        vec![]
+    };
+    let ext_names: Vec<*const i8> = if debug && has_validation {
+        vec![ash::ext::debug_utils::NAME.as_ptr()]
+    } else {
+        vec![]
+    };
+    let app = vk::ApplicationInfo::default()
+        .application_name(c"hwtensor")
+        .api_version(REQUESTED_API);
     let info = vk::InstanceCreateInfo::default()
         .application_info(&app)
         .enabled_layer_names(&layer_names)
         .enabled_extension_names(&ext_names);
     // SAFETY: every pointer in `info` refers to locals that outlive the call.
-    unsafe { entry.create_instance(&info, None) }.map_err(|e| format!("vkCreateInstance failed: {e}"))
+    unsafe { entry.create_instance(&info, None) }
+        .map_err(|e| format!("vkCreateInstance failed: {e}"))
 }
 
 unsafe extern "system" fn on_validation_message(
@@ -96,8 +118,14 @@ fn create_messenger(
 ) -> Option<(ash::ext::debug_utils::Instance, vk::DebugUtilsMessengerEXT)> {
     let utils = ash::ext::debug_utils::Instance::new(entry, instance);
     let info = vk::DebugUtilsMessengerCreateInfoEXT::default()
-        .message_severity(vk::DebugUtilsMessageSeverityFlagsEXT::WARNING | vk::DebugUtilsMessageSeverityFlagsEXT::ERROR)
-        .message_type(vk::DebugUtilsMessageTypeFlagsEXT::VALIDATION | vk::DebugUtilsMessageTypeFlagsEXT::GENERAL)
+        .message_severity(
+            vk::DebugUtilsMessageSeverityFlagsEXT::WARNING
+                | vk::DebugUtilsMessageSeverityFlagsEXT::ERROR,
+        )
+        .message_type(
+            vk::DebugUtilsMessageTypeFlagsEXT::VALIDATION
+                | vk::DebugUtilsMessageTypeFlagsEXT::GENERAL,
+        )
         .pfn_user_callback(Some(on_validation_message));
     // SAFETY: the instance was created with VK_EXT_debug_utils enabled (debug mode only).
     let messenger = unsafe { utils.create_debug_utils_messenger(&info, None) }.ok()?;
@@ -105,10 +133,16 @@ fn create_messenger(
 }
 
 /// Every adapter this instance sees.
-pub(crate) fn enumerate(instance: &ash::Instance) -> Result<Vec<(vk::PhysicalDevice, AdapterInfo)>, String> {
+pub(crate) fn enumerate(
+    instance: &ash::Instance,
+) -> Result<Vec<(vk::PhysicalDevice, AdapterInfo)>, String> {
     // SAFETY: a plain query on a live instance.
-    let physicals = unsafe { instance.enumerate_physical_devices() }.map_err(|e| format!("vkEnumeratePhysicalDevices failed: {e}"))?;
-    Ok(physicals.into_iter().map(|p| (p, AdapterInfo::query(instance, p))).collect())
+    let physicals = unsafe { instance.enumerate_physical_devices() }
+        .map_err(|e| format!("vkEnumeratePhysicalDevices failed: {e}"))?;
+    Ok(physicals
+        .into_iter()
+        .map(|p| (p, AdapterInfo::query(instance, p)))
+        .collect())
 }
 
 /// Creates the process device on the adapter `HWTENSOR_GPU_ADAPTER` selects.
@@ -116,12 +150,23 @@ pub(crate) fn create() -> Result<Created, String> {
     let entry = load_entry()?;
     let debug = debug_requested();
     let instance = create_instance(&entry, debug)?;
-    let messenger = if debug { create_messenger(&entry, &instance) } else { None };
+    let messenger = if debug {
+        create_messenger(&entry, &instance)
+    } else {
+        None
+    };
     let built = build_device(&instance);
     match built {
-        Ok((physical, device, queue_family, info, features)) => {
-            Ok(Created { entry, instance, physical, device, queue_family, info, features, messenger })
-        }
+        Ok((physical, device, queue_family, info, features)) => Ok(Created {
+            entry,
+            instance,
+            physical,
+            device,
+            queue_family,
+            info,
+            features,
+            messenger,
+        }),
         Err(e) => {
             if let Some((utils, m)) = messenger {
                 // SAFETY: the messenger belongs to this instance and nothing else uses it.
@@ -139,12 +184,17 @@ type Built = (vk::PhysicalDevice, ash::Device, u32, AdapterInfo, Features);
 fn build_device(instance: &ash::Instance) -> Result<Built, String> {
     let adapters = enumerate(instance)?;
     let infos: Vec<AdapterInfo> = adapters.iter().map(|(_, i)| i.clone()).collect();
-    let index = select(&AdapterChoice::from_env(), &infos).ok_or("no Vulkan adapter on this machine")?;
+    let index =
+        select(&AdapterChoice::from_env(), &infos).ok_or("no Vulkan adapter on this machine")?;
     let (physical, info) = adapters[index].clone();
     if info.api_version < MINIMUM_API || !has_timeline_semaphores(instance, physical) {
-        return Err(format!("{} has no timeline semaphores (Vulkan 1.2), which hwtensor needs", info.label()));
+        return Err(format!(
+            "{} has no timeline semaphores (Vulkan 1.2), which hwtensor needs",
+            info.label()
+        ));
     }
-    let queue_family = main_queue_family(instance, physical).ok_or_else(|| format!("{} has no compute queue", info.label()))?;
+    let queue_family = main_queue_family(instance, physical)
+        .ok_or_else(|| format!("{} has no compute queue", info.label()))?;
     let supported = supported_optional(instance, physical);
     let sync2 = info.api_version >= vk::API_VERSION_1_3 && has_synchronization2(instance, physical);
     let mut last_error = String::new();
@@ -157,16 +207,24 @@ fn build_device(instance: &ash::Instance) -> Result<Built, String> {
                     features.0 |= Features::SYNCHRONIZATION2;
                 }
                 features.0 |= (tier as u32) << Features::TIER_SHIFT;
-                log::info!("hwtensor: process GPU device on {} (feature tier {tier}: {features:?})", info.label());
+                log::info!(
+                    "hwtensor: process GPU device on {} (feature tier {tier}: {features:?})",
+                    info.label()
+                );
                 return Ok((physical, device, queue_family, info, features));
             }
             Err(e) => {
-                log::warn!("device creation at tier {tier} failed ({e}); dropping an optional extension");
+                log::warn!(
+                    "device creation at tier {tier} failed ({e}); dropping an optional extension"
+                );
                 last_error = e.to_string();
             }
         }
     }
-    Err(format!("vkCreateDevice failed on {} even with no optional extensions: {last_error}", info.label()))
+    Err(format!(
+        "vkCreateDevice failed on {} even with no optional extensions: {last_error}",
+        info.label()
+    ))
 }
 
 fn has_timeline_semaphores(instance: &ash::Instance, physical: vk::PhysicalDevice) -> bool {
@@ -197,11 +255,22 @@ fn main_queue_family(instance: &ash::Instance, physical: vk::PhysicalDevice) -> 
         .map(|i| i as u32)
 }
 
-fn supported_optional(instance: &ash::Instance, physical: vk::PhysicalDevice) -> Vec<(&'static CStr, u32)> {
+fn supported_optional(
+    instance: &ash::Instance,
+    physical: vk::PhysicalDevice,
+) -> Vec<(&'static CStr, u32)> {
     // SAFETY: a query on an enumerated device.
-    let available = unsafe { instance.enumerate_device_extension_properties(physical) }.unwrap_or_default();
-    let has = |name: &CStr| available.iter().any(|e| e.extension_name_as_c_str() == Ok(name));
-    OPTIONAL_EXTENSIONS.into_iter().filter(|(name, _)| has(name)).collect()
+    let available =
+        unsafe { instance.enumerate_device_extension_properties(physical) }.unwrap_or_default();
+    let has = |name: &CStr| {
+        available
+            .iter()
+            .any(|e| e.extension_name_as_c_str() == Ok(name))
+    };
+    OPTIONAL_EXTENSIONS
+        .into_iter()
+        .filter(|(name, _)| has(name))
+        .collect()
 }
 
 fn create_logical(
@@ -212,11 +281,16 @@ fn create_logical(
     sync2: bool,
 ) -> Result<ash::Device, vk::Result> {
     let priorities = [1.0f32];
-    let queues = [vk::DeviceQueueCreateInfo::default().queue_family_index(queue_family).queue_priorities(&priorities)];
+    let queues = [vk::DeviceQueueCreateInfo::default()
+        .queue_family_index(queue_family)
+        .queue_priorities(&priorities)];
     let names: Vec<*const i8> = extensions.iter().map(|(n, _)| n.as_ptr()).collect();
     let mut v12 = vk::PhysicalDeviceVulkan12Features::default().timeline_semaphore(true);
     let mut v13 = vk::PhysicalDeviceVulkan13Features::default().synchronization2(true);
-    let mut info = vk::DeviceCreateInfo::default().queue_create_infos(&queues).enabled_extension_names(&names).push_next(&mut v12);
+    let mut info = vk::DeviceCreateInfo::default()
+        .queue_create_infos(&queues)
+        .enabled_extension_names(&names)
+        .push_next(&mut v12);
     if sync2 {
         info = info.push_next(&mut v13);
     }

@@ -59,7 +59,12 @@ pub(crate) struct Timeline {
 
 impl Timeline {
     pub(crate) fn new(semaphore: vk::Semaphore, shared: Shared, exportable: bool) -> Timeline {
-        Timeline { semaphore, shared, exportable, waiter: OnceLock::new() }
+        Timeline {
+            semaphore,
+            shared,
+            exportable,
+            waiter: OnceLock::new(),
+        }
     }
 
     /// Allocates the next value and submits its signal, as one step under the queue lock: two
@@ -94,14 +99,23 @@ impl Timeline {
         if pending == 0 {
             return Ok(());
         }
-        self.submit(device, queue, pending).map_err(|e| Error::Gpu(format!("submitting timeline signal {pending} failed: {e}")))
+        self.submit(device, queue, pending)
+            .map_err(|e| Error::Gpu(format!("submitting timeline signal {pending} failed: {e}")))
     }
 
-    fn submit(&self, device: &ash::Device, queue: vk::Queue, value: u64) -> std::result::Result<(), vk::Result> {
+    fn submit(
+        &self,
+        device: &ash::Device,
+        queue: vk::Queue,
+        value: u64,
+    ) -> std::result::Result<(), vk::Result> {
         let values = [value];
         let semaphores = [self.semaphore];
-        let mut timeline = vk::TimelineSemaphoreSubmitInfo::default().signal_semaphore_values(&values);
-        let submit = vk::SubmitInfo::default().signal_semaphores(&semaphores).push_next(&mut timeline);
+        let mut timeline =
+            vk::TimelineSemaphoreSubmitInfo::default().signal_semaphore_values(&values);
+        let submit = vk::SubmitInfo::default()
+            .signal_semaphores(&semaphores)
+            .push_next(&mut timeline);
         // SAFETY: the queue lock (shared by every copy) gives the external synchronisation the
         // queue needs; the semaphore is a timeline semaphore of this device; values increase.
         unsafe { device.queue_submit(queue, &[submit], vk::Fence::null()) }
@@ -129,7 +143,9 @@ impl Timeline {
         let left = timeout.saturating_sub(started.elapsed());
         let values = [value];
         let semaphores = [self.semaphore];
-        let info = vk::SemaphoreWaitInfo::default().semaphores(&semaphores).values(&values);
+        let info = vk::SemaphoreWaitInfo::default()
+            .semaphores(&semaphores)
+            .values(&values);
         // SAFETY: a wait on a live semaphore of this device; waits need no queue lock.
         match unsafe { device.wait_semaphores(&info, left.as_nanos().min(u64::MAX as u128) as u64) } {
             Ok(()) => Ok(()),
@@ -144,13 +160,25 @@ impl Timeline {
 
     /// An eventfd that becomes readable when `value` completes (at once if it has). One waiter
     /// thread per copy serves every such fd, so an event loop needs no thread per wait.
-    pub(crate) fn completion_fd(&self, device: &'static ash::Device, value: u64) -> Result<OwnedFd> {
+    pub(crate) fn completion_fd(
+        &self,
+        device: &'static ash::Device,
+        value: u64,
+    ) -> Result<OwnedFd> {
         let done = self.completed_value(device)? >= value;
-        let fd = rustix::event::eventfd(done as u32, rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK)
-            .map_err(|e| Error::os("eventfd", e))?;
+        let fd = rustix::event::eventfd(
+            done as u32,
+            rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK,
+        )
+        .map_err(|e| Error::os("eventfd", e))?;
         if !done {
-            let ours = fd.try_clone().map_err(|e| Error::Os { op: "dup of an eventfd", source: e })?;
-            let sender = self.waiter.get_or_init(|| Mutex::new(spawn_waiter(device, self.semaphore)));
+            let ours = fd.try_clone().map_err(|e| Error::Os {
+                op: "dup of an eventfd",
+                source: e,
+            })?;
+            let sender = self
+                .waiter
+                .get_or_init(|| Mutex::new(spawn_waiter(device, self.semaphore)));
             sender
                 .lock()
                 .map_err(|_| Error::Gpu("the completion waiter is gone".into()))?
@@ -161,29 +189,46 @@ impl Timeline {
     }
 }
 
-fn spawn_waiter(device: &'static ash::Device, semaphore: vk::Semaphore) -> mpsc::Sender<(u64, OwnedFd)> {
+fn spawn_waiter(
+    device: &'static ash::Device,
+    semaphore: vk::Semaphore,
+) -> mpsc::Sender<(u64, OwnedFd)> {
     let (tx, rx) = mpsc::channel::<(u64, OwnedFd)>();
     let body = move || {
         let mut waiting: BTreeMap<u64, Vec<OwnedFd>> = BTreeMap::new();
         loop {
-            let next = if waiting.is_empty() { rx.recv().ok() } else { rx.try_recv().ok() };
+            let next = if waiting.is_empty() {
+                rx.recv().ok()
+            } else {
+                rx.try_recv().ok()
+            };
             if let Some((value, fd)) = next {
                 waiting.entry(value).or_default().push(fd);
                 continue;
             }
-            let Some((&lowest, _)) = waiting.first_key_value() else { return };
-            let info = vk::SemaphoreWaitInfo::default().semaphores(std::slice::from_ref(&semaphore)).values(std::slice::from_ref(&lowest));
+            let Some((&lowest, _)) = waiting.first_key_value() else {
+                return;
+            };
+            let info = vk::SemaphoreWaitInfo::default()
+                .semaphores(std::slice::from_ref(&semaphore))
+                .values(std::slice::from_ref(&lowest));
             // SAFETY: the device and semaphore live for the process; waits need no queue lock.
             let _ = unsafe { device.wait_semaphores(&info, WAITER_SLICE.as_nanos() as u64) };
             // SAFETY: as above.
             let reached = unsafe { device.get_semaphore_counter_value(semaphore) }.unwrap_or(0);
             let later = waiting.split_off(&(reached + 1));
-            for fd in std::mem::replace(&mut waiting, later).into_values().flatten() {
+            for fd in std::mem::replace(&mut waiting, later)
+                .into_values()
+                .flatten()
+            {
                 let _ = rustix::io::write(&fd, &1u64.to_ne_bytes());
             }
         }
     };
-    if let Err(e) = std::thread::Builder::new().name("hwtensor-completion".into()).spawn(body) {
+    if let Err(e) = std::thread::Builder::new()
+        .name("hwtensor-completion".into())
+        .spawn(body)
+    {
         log::error!("hwtensor: cannot start the completion waiter: {e}");
     }
     tx

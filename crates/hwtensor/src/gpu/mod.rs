@@ -63,7 +63,11 @@ impl Features {
 
     /// The names of the capabilities present.
     pub fn names(self) -> Vec<&'static str> {
-        Self::NAMES.iter().filter(|(f, _)| self.has(*f)).map(|(_, n)| *n).collect()
+        Self::NAMES
+            .iter()
+            .filter(|(f, _)| self.has(*f))
+            .map(|(_, n)| *n)
+            .collect()
     }
 }
 
@@ -152,8 +156,14 @@ pub unsafe fn use_external_device(ext: ExternalDevice) -> Result<()> {
             Err(e) => format!("the process device already failed here, so a host device can no longer be installed: {e}"),
         }));
     }
-    if ext.instance == vk::Instance::null() || ext.physical_device == vk::PhysicalDevice::null() || ext.device == vk::Device::null() {
-        return Err(Error::InvalidArgument("use_external_device needs non-null instance, physical device and device handles".into()));
+    if ext.instance == vk::Instance::null()
+        || ext.physical_device == vk::PhysicalDevice::null()
+        || ext.device == vk::Device::null()
+    {
+        return Err(Error::InvalidArgument(
+            "use_external_device needs non-null instance, physical device and device handles"
+                .into(),
+        ));
     }
     let key = ProcessKey::current();
     if let Some((key, Ok(record))) = key.map(|k| (k, rendezvous::open_record(k.pid))) {
@@ -162,10 +172,13 @@ pub unsafe fn use_external_device(ext: ExternalDevice) -> Result<()> {
         }
     }
     // SAFETY: the caller vouches for the handles; loading function pointers calls the loader.
-    let (instance, device) = unsafe { load_handles(ext.get_instance_proc_addr, ext.instance, ext.device) };
+    let (instance, device) =
+        unsafe { load_handles(ext.get_instance_proc_addr, ext.instance, ext.device) };
     check_device_answers(&instance, ext.device)?;
     let _ = device;
-    *EXTERNAL.lock().map_err(|_| Error::InvalidOperation("a previous installer panicked".into()))? = Some(ext);
+    *EXTERNAL
+        .lock()
+        .map_err(|_| Error::InvalidOperation("a previous installer panicked".into()))? = Some(ext);
     Ok(())
 }
 
@@ -173,10 +186,16 @@ pub unsafe fn use_external_device(ext: ExternalDevice) -> Result<()> {
 ///
 /// # Safety
 /// `instance` and `device` must be live handles created through `gipa`.
-unsafe fn load_handles(gipa: vk::PFN_vkGetInstanceProcAddr, instance: vk::Instance, device: vk::Device) -> (ash::Instance, ash::Device) {
+unsafe fn load_handles(
+    gipa: vk::PFN_vkGetInstanceProcAddr,
+    instance: vk::Instance,
+    device: vk::Device,
+) -> (ash::Instance, ash::Device) {
     // SAFETY: the caller's contract.
     unsafe {
-        let entry = ash::Entry::from_static_fn(ash::StaticFn { get_instance_proc_addr: gipa });
+        let entry = ash::Entry::from_static_fn(ash::StaticFn {
+            get_instance_proc_addr: gipa,
+        });
         let instance = ash::Instance::load(entry.static_fn(), instance);
         let device = ash::Device::load(instance.fp_v1_0(), device);
         (instance, device)
@@ -185,11 +204,19 @@ unsafe fn load_handles(gipa: vk::PFN_vkGetInstanceProcAddr, instance: vk::Instan
 
 /// Refuses a device that does not give us the functions we call.
 fn check_device_answers(instance: &ash::Instance, device: vk::Device) -> Result<()> {
-    for name in [c"vkQueueSubmit", c"vkCreateSemaphore", c"vkWaitSemaphores", c"vkGetSemaphoreCounterValue", c"vkGetDeviceQueue"] {
+    for name in [
+        c"vkQueueSubmit",
+        c"vkCreateSemaphore",
+        c"vkWaitSemaphores",
+        c"vkGetSemaphoreCounterValue",
+        c"vkGetDeviceQueue",
+    ] {
         // SAFETY: vkGetDeviceProcAddr takes any device handle of this instance and a C string.
         let f = unsafe { (instance.fp_v1_0().get_device_proc_addr)(device, name.as_ptr()) };
         if f.is_none() {
-            return Err(Error::InvalidArgument(format!("the device does not answer {name:?}; is it a live device with Vulkan 1.2?")));
+            return Err(Error::InvalidArgument(format!(
+                "the device does not answer {name:?}; is it a live device with Vulkan 1.2?"
+            )));
         }
     }
     Ok(())
@@ -208,14 +235,18 @@ fn init() -> std::result::Result<GpuDevice, String> {
             None
         }
     };
-    let (Some(record), Some(key)) = (record, key) else { return own_device(None) };
+    let (Some(record), Some(key)) = (record, key) else {
+        return own_device(None);
+    };
     match record.read(key) {
         // SAFETY: the record names this very process (pid and start time), so its handles are
         // live in this address space.
         Found::Ours(p) => unsafe { adopt(record, &p) },
         Found::Empty => publish_or_adopt(record, key, rendezvous::EMPTY),
         Found::Stale => {
-            log::info!("hwtensor: re-claiming a GPU rendezvous left by a dead process with this pid");
+            log::info!(
+                "hwtensor: re-claiming a GPU rendezvous left by a dead process with this pid"
+            );
             publish_or_adopt(record, key, rendezvous::LAYOUT_V1)
                 .or_else(|_| publish_or_adopt(record, key, rendezvous::CLAIMING))
         }
@@ -232,7 +263,11 @@ fn init() -> std::result::Result<GpuDevice, String> {
 
 /// Makes (or takes the host's) device, then publishes it; a copy that loses the race drops
 /// what it built and adopts the winner's.
-fn publish_or_adopt(record: &'static Record, key: ProcessKey, expected: u32) -> std::result::Result<GpuDevice, String> {
+fn publish_or_adopt(
+    record: &'static Record,
+    key: ProcessKey,
+    expected: u32,
+) -> std::result::Result<GpuDevice, String> {
     let dev = own_device(Some(record))?;
     let published = dev.published();
     if record.publish(expected, key, &published) {
@@ -256,31 +291,69 @@ fn publish_or_adopt(record: &'static Record, key: ProcessKey, expected: u32) -> 
 /// record's counter and lock when there is a record to share.
 fn own_device(record: Option<&'static Record>) -> std::result::Result<GpuDevice, String> {
     let shared = match record {
-        Some(r) => Shared { counter: &r.counter, pending: &r.pending, lock: &r.queue_lock },
+        Some(r) => Shared {
+            counter: &r.counter,
+            pending: &r.pending,
+            lock: &r.queue_lock,
+        },
         None => Shared::private(),
     };
     let external = EXTERNAL.lock().ok().and_then(|mut e| e.take());
-    let (entry, instance, physical, device, queue_family, queue_index, info, features, origin) = match external {
-        Some(ext) => {
-            // SAFETY: use_external_device's caller vouched for these handles.
-            let (instance, device) = unsafe { load_handles(ext.get_instance_proc_addr, ext.instance, ext.device) };
-            // SAFETY: as above.
-            let entry = unsafe { ash::Entry::from_static_fn(ash::StaticFn { get_instance_proc_addr: ext.get_instance_proc_addr }) };
-            let info = AdapterInfo::query(&instance, ext.physical_device);
-            let features = Features(0);
-            (entry, instance, ext.physical_device, device, ext.queue_family, ext.queue_index, info, features, Origin::External)
-        }
-        None => {
-            let c = create::create()?;
-            std::mem::forget(c.messenger); // lives as long as the instance: the process
-            (c.entry, c.instance, c.physical, c.device, c.queue_family, 0, c.info, c.features, Origin::Created)
-        }
-    };
+    let (entry, instance, physical, device, queue_family, queue_index, info, features, origin) =
+        match external {
+            Some(ext) => {
+                // SAFETY: use_external_device's caller vouched for these handles.
+                let (instance, device) =
+                    unsafe { load_handles(ext.get_instance_proc_addr, ext.instance, ext.device) };
+                // SAFETY: as above.
+                let entry = unsafe {
+                    ash::Entry::from_static_fn(ash::StaticFn {
+                        get_instance_proc_addr: ext.get_instance_proc_addr,
+                    })
+                };
+                let info = AdapterInfo::query(&instance, ext.physical_device);
+                let features = Features(0);
+                (
+                    entry,
+                    instance,
+                    ext.physical_device,
+                    device,
+                    ext.queue_family,
+                    ext.queue_index,
+                    info,
+                    features,
+                    Origin::External,
+                )
+            }
+            None => {
+                let c = create::create()?;
+                // Vulkan handles have no Drop: the messenger lives on with the instance, for the
+                // life of the process.
+                let _ = c.messenger;
+                (
+                    c.entry,
+                    c.instance,
+                    c.physical,
+                    c.device,
+                    c.queue_family,
+                    0,
+                    c.info,
+                    c.features,
+                    Origin::Created,
+                )
+            }
+        };
     // SAFETY: the family and index were used to create the device.
     let queue = unsafe { device.get_device_queue(queue_family, queue_index) };
-    let exportable = features.has(Features::EXTERNAL_SEMAPHORE_FD) && timeline_exportable(&instance, physical);
+    let exportable =
+        features.has(Features::EXTERNAL_SEMAPHORE_FD) && timeline_exportable(&instance, physical);
     let semaphore = create_semaphore(&device, shared.counter.load(Ordering::Acquire), exportable)
-        .map_err(|e| format!("creating the timeline semaphore on {} failed: {e}", info.label()))?;
+        .map_err(|e| {
+        format!(
+            "creating the timeline semaphore on {} failed: {e}",
+            info.label()
+        )
+    })?;
     Ok(GpuDevice {
         _entry: entry,
         instance,
@@ -304,23 +377,39 @@ unsafe fn adopt(record: &'static Record, p: &Published) -> std::result::Result<G
         return Err("the published GPU device record is incomplete".into());
     }
     // SAFETY: a non-zero function pointer published by a copy in this process.
-    let gipa: vk::PFN_vkGetInstanceProcAddr = unsafe { std::mem::transmute::<usize, vk::PFN_vkGetInstanceProcAddr>(p.get_instance_proc_addr as usize) };
+    let gipa: vk::PFN_vkGetInstanceProcAddr = unsafe {
+        std::mem::transmute::<usize, vk::PFN_vkGetInstanceProcAddr>(
+            p.get_instance_proc_addr as usize,
+        )
+    };
     let instance_h = vk::Instance::from_raw(p.instance);
     let device_h = vk::Device::from_raw(p.device);
     // SAFETY: live handles of this process, created through `gipa`.
     let (instance, device) = unsafe { load_handles(gipa, instance_h, device_h) };
     // SAFETY: as above.
-    let entry = unsafe { ash::Entry::from_static_fn(ash::StaticFn { get_instance_proc_addr: gipa }) };
+    let entry = unsafe {
+        ash::Entry::from_static_fn(ash::StaticFn {
+            get_instance_proc_addr: gipa,
+        })
+    };
     let physical = vk::PhysicalDevice::from_raw(p.physical_device);
     let info = AdapterInfo::query(&instance, physical);
     let features = Features(p.features);
     let (timeline, exportable) = if p.semaphore != 0 {
-        let shared = Shared { counter: &record.counter, pending: &record.pending, lock: &record.queue_lock };
-        (Timeline::new(vk::Semaphore::from_raw(p.semaphore), shared, true), true)
+        let shared = Shared {
+            counter: &record.counter,
+            pending: &record.pending,
+            lock: &record.queue_lock,
+        };
+        (
+            Timeline::new(vk::Semaphore::from_raw(p.semaphore), shared, true),
+            true,
+        )
     } else {
         // No shared semaphore to open: signal a private one, and never export it.
         let shared = Shared::private();
-        let s = create_semaphore(&device, 0, false).map_err(|e| format!("creating a private timeline failed: {e}"))?;
+        let s = create_semaphore(&device, 0, false)
+            .map_err(|e| format!("creating a private timeline failed: {e}"))?;
         (Timeline::new(s, shared, false), false)
     };
     let _ = exportable;
@@ -339,19 +428,31 @@ unsafe fn adopt(record: &'static Record, p: &Published) -> std::result::Result<G
 }
 
 fn timeline_exportable(instance: &ash::Instance, physical: vk::PhysicalDevice) -> bool {
-    let mut type_info = vk::SemaphoreTypeCreateInfo::default().semaphore_type(vk::SemaphoreType::TIMELINE);
+    let mut type_info =
+        vk::SemaphoreTypeCreateInfo::default().semaphore_type(vk::SemaphoreType::TIMELINE);
     let info = vk::PhysicalDeviceExternalSemaphoreInfo::default()
         .handle_type(vk::ExternalSemaphoreHandleTypeFlags::OPAQUE_FD)
         .push_next(&mut type_info);
     let mut props = vk::ExternalSemaphoreProperties::default();
     // SAFETY: a query on an enumerated device; the chain outlives the call.
-    unsafe { instance.get_physical_device_external_semaphore_properties(physical, &info, &mut props) };
-    props.external_semaphore_features.contains(vk::ExternalSemaphoreFeatureFlags::EXPORTABLE)
+    unsafe {
+        instance.get_physical_device_external_semaphore_properties(physical, &info, &mut props)
+    };
+    props
+        .external_semaphore_features
+        .contains(vk::ExternalSemaphoreFeatureFlags::EXPORTABLE)
 }
 
-fn create_semaphore(device: &ash::Device, initial: u64, exportable: bool) -> std::result::Result<vk::Semaphore, vk::Result> {
-    let mut type_info = vk::SemaphoreTypeCreateInfo::default().semaphore_type(vk::SemaphoreType::TIMELINE).initial_value(initial);
-    let mut export = vk::ExportSemaphoreCreateInfo::default().handle_types(vk::ExternalSemaphoreHandleTypeFlags::OPAQUE_FD);
+fn create_semaphore(
+    device: &ash::Device,
+    initial: u64,
+    exportable: bool,
+) -> std::result::Result<vk::Semaphore, vk::Result> {
+    let mut type_info = vk::SemaphoreTypeCreateInfo::default()
+        .semaphore_type(vk::SemaphoreType::TIMELINE)
+        .initial_value(initial);
+    let mut export = vk::ExportSemaphoreCreateInfo::default()
+        .handle_types(vk::ExternalSemaphoreHandleTypeFlags::OPAQUE_FD);
     let mut info = vk::SemaphoreCreateInfo::default().push_next(&mut type_info);
     if exportable {
         info = info.push_next(&mut export);
@@ -369,7 +470,11 @@ impl GpuDevice {
             queue: self.queue.as_raw(),
             queue_family: self.queue_family,
             queue_index: 0,
-            semaphore: if self.timeline.exportable || self.origin != Origin::Adopted { self.timeline.semaphore.as_raw() } else { 0 },
+            semaphore: if self.timeline.exportable || self.origin != Origin::Adopted {
+                self.timeline.semaphore.as_raw()
+            } else {
+                0
+            },
             get_instance_proc_addr: self.instance_gipa() as usize as u64,
             features: self.features.0,
         }
@@ -483,6 +588,9 @@ impl GpuDevice {
 
     /// The point `value` on the timeline, with the fence where one can be exported.
     pub fn completion(&self, value: u64) -> GpuCompletion {
-        GpuCompletion { fence: self.export_fence(), value }
+        GpuCompletion {
+            fence: self.export_fence(),
+            value,
+        }
     }
 }

@@ -88,7 +88,10 @@ pub(crate) struct ProcessKey {
 impl ProcessKey {
     pub(crate) fn current() -> Option<ProcessKey> {
         let pid = rustix::process::getpid().as_raw_nonzero().get() as u32;
-        Some(ProcessKey { pid, start_time: start_time_of("self")? })
+        Some(ProcessKey {
+            pid,
+            start_time: start_time_of("self")?,
+        })
     }
 }
 
@@ -96,7 +99,11 @@ impl ProcessKey {
 pub(crate) fn start_time_of(pid: &str) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) may hold spaces and parentheses: count from the last ')'.
-    stat[stat.rfind(')')? + 1..].split_whitespace().nth(19)?.parse().ok()
+    stat[stat.rfind(')')? + 1..]
+        .split_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()
 }
 
 /// What a reader found in the record.
@@ -165,7 +172,11 @@ impl Record {
     /// writes `p`, and publishes it with a release store of the version last. The counter is
     /// left as it is: resetting it would make the next signal value go backwards.
     pub(crate) fn publish(&self, expected: u32, me: ProcessKey, p: &Published) -> bool {
-        if self.version.compare_exchange(expected, CLAIMING, Ordering::Acquire, Ordering::Relaxed).is_err() {
+        if self
+            .version
+            .compare_exchange(expected, CLAIMING, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
             return false;
         }
         self.pid.store(me.pid, Ordering::Release);
@@ -215,9 +226,13 @@ pub(crate) fn open_record(pid: u32) -> Result<&'static Record, String> {
     // Another copy may have created the name and not sized it yet: size it ourselves (the same
     // size, so this never truncates a live record) rather than map past its end.
     if (st.st_size as usize) < RECORD_BYTES {
-        rustix::fs::ftruncate(&fd, RECORD_BYTES as u64).map_err(|e| format!("cannot size {name}: {e}"))?;
+        rustix::fs::ftruncate(&fd, RECORD_BYTES as u64)
+            .map_err(|e| format!("cannot size {name}: {e}"))?;
     }
-    let map = memmap2::MmapOptions::new().len(RECORD_BYTES).map_raw(&fd).map_err(|e| format!("cannot map {name}: {e}"))?;
+    let map = memmap2::MmapOptions::new()
+        .len(RECORD_BYTES)
+        .map_raw(&fd)
+        .map_err(|e| format!("cannot map {name}: {e}"))?;
     let ptr = map.as_mut_ptr().cast::<Record>();
     // The mapping lives as long as the process: every `&'static` below depends on it.
     std::mem::forget(map);
@@ -236,12 +251,17 @@ extern "C" fn unlink_record_at_exit() {
 
 /// Arranges for this process's record to be removed at normal exit.
 pub(crate) fn unlink_at_exit(pid: u32) {
-    let Ok(name) = CString::new(record_name(pid)) else { return };
+    let Ok(name) = CString::new(record_name(pid)) else {
+        return;
+    };
     if PUBLISHED_NAME.set(name).is_ok() {
         // SAFETY: `atexit` takes a plain function of this copy; in a library unloaded early glibc
         // runs it at dlclose instead, while the code is still mapped.
         if unsafe { libc::atexit(unlink_record_at_exit) } != 0 {
-            log::warn!("hwtensor: cannot register the rendezvous cleanup; {} may outlive the process", record_name(pid));
+            log::warn!(
+                "hwtensor: cannot register the rendezvous cleanup; {} may outlive the process",
+                record_name(pid)
+            );
         }
     }
 }
@@ -255,7 +275,10 @@ const LOCK_SPINS: u32 = 100;
 impl<'a> QueueLock<'a> {
     pub(crate) fn acquire(word: &'a AtomicU32) -> Self {
         let mut spins = 0;
-        while word.compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed).is_err() {
+        while word
+            .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
             spins += 1;
             if spins < LOCK_SPINS {
                 std::hint::spin_loop();
@@ -278,10 +301,17 @@ mod tests {
     use super::*;
     use std::sync::Arc;
 
-    const ME: ProcessKey = ProcessKey { pid: 42, start_time: 1000 };
+    const ME: ProcessKey = ProcessKey {
+        pid: 42,
+        start_time: 1000,
+    };
 
     fn published(device: u64) -> Published {
-        Published { device, semaphore: device + 1, ..Published::default() }
+        Published {
+            device,
+            semaphore: device + 1,
+            ..Published::default()
+        }
     }
 
     #[test]
@@ -289,7 +319,10 @@ mod tests {
         let r = Record::default();
         assert_eq!(r.read(ME), Found::Empty);
         assert!(r.publish(EMPTY, ME, &published(7)));
-        assert!(!r.publish(EMPTY, ME, &published(8)), "a second claim of a published record fails");
+        assert!(
+            !r.publish(EMPTY, ME, &published(8)),
+            "a second claim of a published record fails"
+        );
         assert_eq!(r.read(ME), Found::Ours(published(7)));
     }
 
@@ -316,7 +349,13 @@ mod tests {
         let r = Record::default();
         r.version.store(CLAIMING, Ordering::Release);
         let started = Instant::now();
-        assert_eq!(r.read(ProcessKey { pid: 0, start_time: 0 }), Found::Unsettled);
+        assert_eq!(
+            r.read(ProcessKey {
+                pid: 0,
+                start_time: 0
+            }),
+            Found::Unsettled
+        );
         assert!(started.elapsed() < SETTLE_BUDGET * 4);
     }
 
@@ -333,14 +372,19 @@ mod tests {
             .map(|t| t.join().unwrap())
             .sum();
         assert_eq!(winners, 1);
-        let Found::Ours(p) = r.read(ME) else { panic!("nothing published") };
+        let Found::Ours(p) = r.read(ME) else {
+            panic!("nothing published")
+        };
         assert!((100..108).contains(&p.device));
     }
 
     #[test]
     fn a_record_of_another_process_is_stale_and_reclaimed_without_resetting_the_counter() {
         let r = Record::default();
-        let dead = ProcessKey { pid: 42, start_time: 999 };
+        let dead = ProcessKey {
+            pid: 42,
+            start_time: 999,
+        };
         assert!(r.publish(EMPTY, dead, &published(1)));
         r.counter.store(5000, Ordering::Release);
         r.queue_lock.store(1, Ordering::Release); // the dead process died holding it

@@ -12,7 +12,9 @@ pub fn gpu_required() -> bool {
 pub fn device_or_skip(test: &str) -> Option<&'static GpuDevice> {
     match gpu::device() {
         Ok(d) => Some(d),
-        Err(e) if gpu_required() => panic!("{test}: HWTENSOR_TEST_REQUIRE_GPU=1 but there is no GPU device: {e}"),
+        Err(e) if gpu_required() => {
+            panic!("{test}: HWTENSOR_TEST_REQUIRE_GPU=1 but there is no GPU device: {e}")
+        }
         Err(e) => {
             eprintln!("SKIPPED: {test} - {e}");
             None

@@ -1,0 +1,164 @@
+//! The C ABI of hwtensor: the process GPU device and its timeline fence.
+//!
+//! Every function returns an [`HwtStatus`]; on anything but `HWT_STATUS_OK` the reason is kept
+//! per thread for [`hwt_last_error`]. Out-pointers are written only on success. This library
+//! is also the "second copy" of hwtensor in tests: loaded with `dlopen(RTLD_LOCAL)` beside a
+//! statically linked copy, it must find and share the same device, counter and fence.
+
+use std::cell::RefCell;
+use std::ffi::c_char;
+use std::os::fd::IntoRawFd;
+use std::time::Duration;
+
+use hwtensor::gpu::{self, ash::vk::Handle, GpuDevice};
+use hwtensor::Error;
+
+/// The outcome of a call.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HwtStatus {
+    Ok = 0,
+    /// No GPU device here (no loader, no adapter, no timeline support), or no exportable fence.
+    Unavailable = 1,
+    /// A bounded wait ran out.
+    Timeout = 2,
+    /// A null out-pointer or another argument that cannot work.
+    InvalidArgument = 3,
+    /// A call at the wrong time.
+    InvalidOperation = 4,
+    /// Anything else; see `hwt_last_error`.
+    Failed = 5,
+}
+
+thread_local! {
+    static LAST_ERROR: RefCell<String> = const { RefCell::new(String::new()) };
+}
+
+fn fail(status: HwtStatus, message: impl Into<String>) -> HwtStatus {
+    LAST_ERROR.with(|e| *e.borrow_mut() = message.into());
+    status
+}
+
+fn from_error(e: Error) -> HwtStatus {
+    let status = match e {
+        Error::Gpu(_) | Error::Unavailable { .. } => HwtStatus::Unavailable,
+        Error::Timeout(_) => HwtStatus::Timeout,
+        Error::InvalidArgument(_) => HwtStatus::InvalidArgument,
+        Error::InvalidOperation(_) => HwtStatus::InvalidOperation,
+        _ => HwtStatus::Failed,
+    };
+    fail(status, e.to_string())
+}
+
+/// Runs `f` on the process device and writes its result through `out`.
+fn with_device<T>(
+    out: *mut T,
+    f: impl FnOnce(&'static GpuDevice) -> Result<T, Error>,
+) -> HwtStatus {
+    if out.is_null() {
+        return fail(HwtStatus::InvalidArgument, "the out-pointer is null");
+    }
+    match gpu::device().and_then(f) {
+        Ok(v) => {
+            // SAFETY: non-null (checked) and, by this ABI's contract, valid for one write of T.
+            unsafe { out.write(v) };
+            HwtStatus::Ok
+        }
+        Err(e) => from_error(e),
+    }
+}
+
+/// The `VkDevice` of the process device, as an integer.
+#[no_mangle]
+pub extern "C" fn hwt_gpu_device_handle(out: *mut u64) -> HwtStatus {
+    with_device(out, |d| Ok(d.device().handle().as_raw()))
+}
+
+/// The timeline `VkSemaphore` every copy signals, as an integer.
+#[no_mangle]
+pub extern "C" fn hwt_gpu_semaphore_handle(out: *mut u64) -> HwtStatus {
+    with_device(out, |d| Ok(d.semaphore().as_raw()))
+}
+
+/// The device UUID (16 bytes) of the process device.
+#[no_mangle]
+pub extern "C" fn hwt_gpu_device_uuid(out: *mut [u8; 16]) -> HwtStatus {
+    with_device(out, |d| Ok(d.device_uuid()))
+}
+
+/// Whether the process device is a software implementation (1) or hardware (0).
+#[no_mangle]
+pub extern "C" fn hwt_gpu_is_software(out: *mut u8) -> HwtStatus {
+    with_device(out, |d| Ok(d.is_software() as u8))
+}
+
+/// Allocates the next timeline value and submits its signal.
+#[no_mangle]
+pub extern "C" fn hwt_gpu_signal(out_value: *mut u64) -> HwtStatus {
+    with_device(out_value, |d| {
+        d.signal()
+            .ok_or_else(|| Error::Gpu("the signal could not be submitted".into()))
+    })
+}
+
+/// The newest timeline value any copy allocated.
+#[no_mangle]
+pub extern "C" fn hwt_gpu_last_signalled(out_value: *mut u64) -> HwtStatus {
+    with_device(out_value, |d| Ok(d.last_signalled()))
+}
+
+/// The value the GPU has reached.
+#[no_mangle]
+pub extern "C" fn hwt_gpu_completed_value(out_value: *mut u64) -> HwtStatus {
+    with_device(out_value, GpuDevice::completed_value)
+}
+
+/// Waits until the timeline reaches `value`, at most `timeout_ns` nanoseconds.
+#[no_mangle]
+pub extern "C" fn hwt_gpu_wait(value: u64, timeout_ns: u64) -> HwtStatus {
+    let mut unit = ();
+    with_device(&mut unit, |d| {
+        d.wait(value, Duration::from_nanos(timeout_ns))
+    })
+}
+
+/// A pollable, close-on-exec fd that becomes readable when `value` completes; the caller
+/// closes it.
+#[no_mangle]
+pub extern "C" fn hwt_gpu_completion_fd(value: u64, out_fd: *mut i32) -> HwtStatus {
+    with_device(out_fd, |d| {
+        d.completion_fd(value).map(IntoRawFd::into_raw_fd)
+    })
+}
+
+/// A new fd of the timeline semaphore (OPAQUE_FD); `HWT_STATUS_UNAVAILABLE` where the driver
+/// cannot export one. The caller closes it.
+#[no_mangle]
+pub extern "C" fn hwt_gpu_export_fence(out_fd: *mut i32) -> HwtStatus {
+    with_device(out_fd, |d| {
+        d.export_fence()
+            .map(IntoRawFd::into_raw_fd)
+            .ok_or_else(|| Error::Gpu(format!("{} cannot export its timeline", d.adapter_label())))
+    })
+}
+
+/// Copies this thread's last error message into `buf` (NUL-terminated, truncated to `len`) and
+/// returns its full length in bytes.
+///
+/// # Safety
+/// `buf` must be null or valid for `len` bytes of writes.
+#[no_mangle]
+pub unsafe extern "C" fn hwt_last_error(buf: *mut c_char, len: usize) -> usize {
+    LAST_ERROR.with(|e| {
+        let e = e.borrow();
+        if !buf.is_null() && len > 0 {
+            let n = e.len().min(len - 1);
+            // SAFETY: the caller guarantees `buf` holds `len` bytes; we write n + 1 <= len.
+            unsafe {
+                std::ptr::copy_nonoverlapping(e.as_ptr(), buf.cast::<u8>(), n);
+                *buf.add(n) = 0;
+            }
+        }
+        e.len()
+    })
+}
