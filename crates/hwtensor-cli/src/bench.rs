@@ -44,6 +44,7 @@ pub fn run(quick: bool) -> crate::Result {
     fill(&s)?;
     println!("\n== hand-off: send + receive + import + first map, across a thread (medians) ==");
     handoff(&s)?;
+    crate::gpu::bench(s.rounds)?;
     Ok(())
 }
 
@@ -51,7 +52,7 @@ fn shape(w: usize, h: usize) -> [usize; 4] {
     [1, h, w, 4]
 }
 
-fn verdict(ok: bool) -> &'static str {
+pub fn verdict(ok: bool) -> &'static str {
     if ok {
         "meets target"
     } else {

@@ -3,6 +3,7 @@
 
 mod bench;
 mod demo;
+mod gpu;
 mod pattern;
 mod probe;
 mod timing;

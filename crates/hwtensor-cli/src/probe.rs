@@ -1,4 +1,4 @@
-//! `hwtensor probe`: the backings of this machine.
+//! `hwtensor probe`: the backings of this machine, its GPU adapters and the process device.
 
 use std::io::Write;
 
@@ -17,11 +17,8 @@ pub fn run(json: bool) -> crate::Result {
             .iter()
             .map(|(m, why)| serde_json::json!({ "memory": m.name(), "code": m.code(), "available": why.is_none(), "reason": why }))
             .collect();
-        writeln!(
-            out,
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({ "backings": backings }))?
-        )?;
+        let report = serde_json::json!({ "backings": backings, "gpu": crate::gpu::probe_json() });
+        writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
         return Ok(());
     }
     writeln!(out, "{:<8} {:<10} why not", "backing", "available")?;
@@ -35,5 +32,6 @@ pub fn run(json: bool) -> crate::Result {
             why.unwrap_or_default()
         )?;
     }
+    crate::gpu::probe_text(&mut out)?;
     Ok(())
 }

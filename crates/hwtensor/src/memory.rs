@@ -74,7 +74,7 @@ impl TensorMemory {
             TensorMemory::Shm => shm::unavailable_reason(),
             TensorMemory::DmaBuf => dmabuf::unavailable_reason(),
             TensorMemory::Gpu => Some(
-                "this build has no GPU backing yet (the process GPU device is not built in)".into(),
+                "GPU tensors are not in this build yet (the process GPU device is: see `hwtensor probe`)".into(),
             ),
             TensorMemory::Cuda => Some("this build has no CUDA backing".into()),
         }

@@ -1,0 +1,185 @@
+//! The GPU parts of `probe` and `bench`.
+
+use std::time::{Duration, Instant};
+
+use hwtensor::gpu::{self, format_uuid, GpuDevice};
+use libloading::os::unix::{Library, Symbol, RTLD_LOCAL, RTLD_NOW};
+
+use crate::timing::{fmt, median, median_per_call};
+
+/// Target for `device()` after the first call.
+const DEVICE_TARGET: Duration = Duration::from_nanos(20);
+/// Signals each thread makes when measuring throughput.
+const SIGNALS_PER_THREAD: usize = 2000;
+
+/// The adapters and the process device, as JSON.
+pub fn probe_json() -> serde_json::Value {
+    let adapters = match gpu::adapters() {
+        Ok(list) => serde_json::json!(list
+            .iter()
+            .map(|a| serde_json::json!({
+                "name": a.name, "kind": format!("{:?}", a.kind), "software": a.is_software(),
+                "device_uuid": format_uuid(&a.device_uuid), "driver_uuid": format_uuid(&a.driver_uuid),
+                "driver": a.driver_name, "driver_info": a.driver_info, "vendor_id": a.vendor_id, "device_id": a.device_id,
+            }))
+            .collect::<Vec<_>>()),
+        Err(e) => serde_json::json!({ "error": e.to_string() }),
+    };
+    let device = match gpu::device() {
+        Ok(d) => serde_json::json!({
+            "adapter": d.adapter_label(), "origin": format!("{:?}", d.origin()), "features": d.features().names(),
+            "feature_tier": d.features().tier(), "export_fence": d.export_fence().is_some(),
+        }),
+        Err(e) => serde_json::json!({ "error": e.to_string() }),
+    };
+    serde_json::json!({ "adapters": adapters, "process_device": device })
+}
+
+/// The adapters and the process device, as text.
+pub fn probe_text(out: &mut impl std::io::Write) -> std::io::Result<()> {
+    writeln!(out, "\nGPU adapters (Vulkan):")?;
+    match gpu::adapters() {
+        Ok(list) if list.is_empty() => writeln!(out, "  none")?,
+        Ok(list) => {
+            for a in list {
+                writeln!(
+                    out,
+                    "  {} [{:?}{}]",
+                    a.name,
+                    a.kind,
+                    if a.is_software() { ", software" } else { "" }
+                )?;
+                writeln!(
+                    out,
+                    "    device UUID {}  driver UUID {}",
+                    format_uuid(&a.device_uuid),
+                    format_uuid(&a.driver_uuid)
+                )?;
+                writeln!(out, "    driver {} {}", a.driver_name, a.driver_info)?;
+            }
+        }
+        Err(e) => writeln!(out, "  none: {e}")?,
+    }
+    match gpu::device() {
+        Ok(d) => {
+            writeln!(
+                out,
+                "process device: {} ({:?})",
+                d.adapter_label(),
+                d.origin()
+            )?;
+            writeln!(
+                out,
+                "  features: {} (tier {})",
+                d.features().names().join(", "),
+                d.features().tier()
+            )?;
+            let fence = if d.export_fence().is_some() {
+                "yes"
+            } else {
+                "no (the driver cannot export it)"
+            };
+            writeln!(out, "  timeline fence exportable: {fence}")?;
+        }
+        Err(e) => writeln!(out, "process device: none: {e}")?,
+    }
+    Ok(())
+}
+
+/// The device benchmarks: `device()` hot path, signal + wait, signals per second.
+pub fn bench(rounds: usize) -> crate::Result {
+    println!("\n== GPU process device (medians) ==");
+    let d = match gpu::device() {
+        Ok(d) => d,
+        Err(e) => {
+            println!("skipped: no GPU device ({e})");
+            return Ok(());
+        }
+    };
+    println!("device: {}", d.adapter_label());
+    let hot = median_per_call(rounds, 10_000, || {
+        std::hint::black_box(gpu::device().ok());
+    });
+    println!(
+        "device() after the first call: {:>10}  {}",
+        fmt(hot),
+        crate::bench::verdict(hot <= DEVICE_TARGET)
+    );
+    let mut round_trips: Vec<Duration> = (0..rounds * 10)
+        .map(|_| {
+            let started = Instant::now();
+            let v = d.signal().expect("signal");
+            d.wait(v, Duration::from_secs(5)).expect("wait");
+            started.elapsed()
+        })
+        .collect();
+    println!(
+        "signal() + wait() round trip:  {:>10}",
+        fmt(median(&mut round_trips))
+    );
+    let one_copy = throughput(d, None)?;
+    println!("signals/s, 4 threads, 1 copy:   {one_copy:>10.0}");
+    match OtherCopy::load() {
+        Ok(other) => {
+            let two = throughput(d, Some(&other))?;
+            println!("signals/s, 4 threads, 2 copies: {two:>10.0}  (2 threads in a dlopened libhwtensor_capi.so)");
+        }
+        Err(e) => println!("signals/s across 2 copies: skipped ({e})"),
+    }
+    Ok(())
+}
+
+type SignalFn = unsafe extern "C" fn(*mut u64) -> i32;
+
+/// The C ABI library loaded with RTLD_LOCAL: a second, independently linked copy of hwtensor.
+struct OtherCopy {
+    _lib: Library,
+    signal: Symbol<SignalFn>,
+}
+
+impl OtherCopy {
+    fn load() -> Result<OtherCopy, String> {
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let path = exe.with_file_name("libhwtensor_capi.so");
+        // SAFETY: our own cdylib; loading it runs only Rust's and libc's initialisers.
+        let lib = unsafe { Library::open(Some(&path), RTLD_NOW | RTLD_LOCAL) }.map_err(|e| {
+            format!(
+                "{} not loadable: {e}; build it with `cargo build --release -p hwtensor-capi`",
+                path.display()
+            )
+        })?;
+        // SAFETY: the symbol has this signature (include/hwtensor.h).
+        let signal = unsafe { lib.get(b"hwt_gpu_signal") }.map_err(|e| e.to_string())?;
+        Ok(OtherCopy { _lib: lib, signal })
+    }
+
+    fn signal(&self) -> Option<u64> {
+        let mut v = 0;
+        // SAFETY: a valid out-pointer to a C ABI function of the loaded library.
+        (unsafe { (self.signal)(&mut v) } == 0).then_some(v)
+    }
+}
+
+/// Signals per second from 4 threads; with `other`, two of them signal through the other copy.
+fn throughput(d: &'static GpuDevice, other: Option<&OtherCopy>) -> crate::Result<f64> {
+    let started = Instant::now();
+    let ok = std::thread::scope(|s| {
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                s.spawn(move || {
+                    (0..SIGNALS_PER_THREAD).all(|_| match other {
+                        Some(o) if t % 2 == 1 => o.signal().is_some(),
+                        _ => d.signal().is_some(),
+                    })
+                })
+            })
+            .collect();
+        threads.into_iter().all(|t| t.join().unwrap_or(false))
+    });
+    let elapsed = started.elapsed();
+    if !ok {
+        return Err("a signal failed during the throughput run".into());
+    }
+    d.wait(d.last_signalled(), Duration::from_secs(10))?;
+    Ok((4 * SIGNALS_PER_THREAD) as f64 / elapsed.as_secs_f64())
+}
