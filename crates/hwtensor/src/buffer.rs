@@ -2,10 +2,12 @@
 
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use crate::backing::dmabuf::SyncBracket;
 use crate::backing::Storage;
+use crate::gpu::memory::{GpuCpuAccess, GpuMemory, HostImport};
+use crate::gpu::GpuDevice;
 use crate::identity::{BufferIdentity, BufferLiveness};
 use crate::map::Direction;
 use crate::{Error, Result, TensorMemory};
@@ -15,6 +17,10 @@ const WRITER: usize = 1 << (usize::BITS - 1);
 
 #[derive(Debug)]
 pub(crate) struct BufferInner {
+    /// This host buffer imported into the GPU device, made on the first copy to or from GPU
+    /// memory and kept: importing pins pages, which costs more than a large copy. Declared
+    /// before `storage` so it is released before the memory is unmapped.
+    gpu_import: OnceLock<Option<HostImport>>,
     storage: Storage,
     identity: BufferIdentity,
     /// Live maps of this buffer: `WRITER`, or the number of read maps. Keeps Rust's aliasing
@@ -31,6 +37,7 @@ impl Buffer {
     pub(crate) fn new(storage: Storage) -> Result<Buffer> {
         let identity = storage.identity()?;
         Ok(Buffer(Arc::new(BufferInner {
+            gpu_import: OnceLock::new(),
             storage,
             identity,
             maps: AtomicUsize::new(0),
@@ -69,6 +76,42 @@ impl Buffer {
         self.0.identity
     }
 
+    /// The GPU memory under this buffer, if it is GPU memory.
+    pub(crate) fn gpu(&self) -> Option<&GpuMemory> {
+        match &self.0.storage {
+            Storage::Gpu(g) => Some(g),
+            _ => None,
+        }
+    }
+
+    /// This host buffer as a GPU buffer, imported once (`VK_EXT_external_memory_host`); `None`
+    /// where it cannot be: GPU memory itself, a DMA-BUF, a heap block under a page, a device
+    /// without the extension.
+    pub(crate) fn host_import(&self, device: &'static GpuDevice) -> Option<&HostImport> {
+        let importable = match &self.0.storage {
+            Storage::Heap(h) => h.len() >= crate::backing::mem::PAGE_ALIGN_FROM,
+            Storage::Fd(m) => m.memory() == TensorMemory::Shm && m.len() > 0,
+            Storage::Gpu(_) => false,
+        };
+        if !importable {
+            return None;
+        }
+        self.0
+            .gpu_import
+            .get_or_init(|| {
+                // SAFETY: the storage is a page-aligned mapping of whole pages (anonymous or a
+                // memfd) that lives as long as this BufferInner, which drops the import first;
+                // every copy through the import is waited for before it returns.
+                unsafe { HostImport::new(device, self.ptr(), self.len()) }
+            })
+            .as_ref()
+    }
+
+    /// Takes the aliasing claim alone (for GPU work on the buffer, which needs no CPU view).
+    pub(crate) fn claim_for(&self, direction: Direction) -> Result<impl Drop + '_> {
+        self.claim(direction)
+    }
+
     pub(crate) fn liveness(&self) -> BufferLiveness {
         BufferLiveness(Arc::downgrade(&self.0))
     }
@@ -77,6 +120,10 @@ impl Buffer {
     /// and opens the DMA-BUF sync bracket where the buffer needs one.
     pub(crate) fn begin_access(&self, direction: Direction) -> Result<AccessGuard<'_>> {
         let claim = self.claim(direction)?;
+        let gpu = match &self.0.storage {
+            Storage::Gpu(g) => Some(g.begin_cpu(direction != Direction::Read)?),
+            _ => None,
+        };
         let bracket = match self.memory() {
             TensorMemory::DmaBuf => self
                 .fd()
@@ -85,6 +132,7 @@ impl Buffer {
             _ => None,
         };
         Ok(AccessGuard {
+            _gpu: gpu,
             _bracket: bracket,
             _claim: claim,
         })
@@ -115,7 +163,9 @@ impl Buffer {
 /// A live CPU access: the aliasing claim and, for a DMA-BUF, the sync bracket.
 #[derive(Debug)]
 pub(crate) struct AccessGuard<'a> {
-    // Field order: the sync bracket closes while the claim still holds off other maps.
+    // Field order: the GPU write-back and the sync bracket finish while the claim still holds
+    // off other maps.
+    _gpu: Option<GpuCpuAccess<'a>>,
     _bracket: Option<SyncBracket<'a>>,
     _claim: Claim<'a>,
 }

@@ -19,11 +19,11 @@ mod macros;
 mod backing;
 pub mod blob;
 mod buffer;
+mod copy;
 mod dtype;
 mod error;
 mod format;
 pub mod geometry;
-#[cfg(target_os = "linux")]
 pub mod gpu;
 pub mod handoff;
 mod identity;

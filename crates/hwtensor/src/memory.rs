@@ -73,9 +73,7 @@ impl TensorMemory {
             TensorMemory::Mem => None,
             TensorMemory::Shm => shm::unavailable_reason(),
             TensorMemory::DmaBuf => dmabuf::unavailable_reason(),
-            TensorMemory::Gpu => Some(
-                "GPU tensors are not in this build yet (the process GPU device is: see `hwtensor probe`)".into(),
-            ),
+            TensorMemory::Gpu => crate::gpu::device().err().map(|e| e.to_string()),
             TensorMemory::Cuda => Some("this build has no CUDA backing".into()),
         }
     }
@@ -176,9 +174,8 @@ mod tests {
     }
 
     #[test]
-    fn heap_is_always_available_and_gpu_is_not_in_this_build() {
+    fn heap_is_always_available_and_cuda_is_not_in_this_build() {
         assert!(TensorMemory::Mem.is_available());
-        assert!(TensorMemory::Gpu.unavailable_reason().is_some());
         assert!(matches!(
             TensorMemory::Cuda.ensure_available(),
             Err(Error::Unavailable {

@@ -23,6 +23,7 @@ pub(crate) use mem::HeapBlock;
 pub(crate) enum Storage {
     Heap(HeapBlock),
     Fd(FdMapping),
+    Gpu(crate::gpu::memory::GpuMemory),
 }
 
 impl Storage {
@@ -35,7 +36,8 @@ impl Storage {
             TensorMemory::DmaBuf => {
                 FdMapping::new(dmabuf::allocate(len)?, len, memory).map(Storage::Fd)
             }
-            TensorMemory::Gpu | TensorMemory::Cuda => unreachable!("ensure_available refused it"),
+            TensorMemory::Gpu => crate::gpu::memory::GpuMemory::allocate(len).map(Storage::Gpu),
+            TensorMemory::Cuda => unreachable!("ensure_available refused it"),
         }
     }
 
@@ -67,6 +69,7 @@ impl Storage {
         match self {
             Storage::Heap(h) => h.ptr(),
             Storage::Fd(m) => m.ptr(),
+            Storage::Gpu(g) => g.ptr(),
         }
     }
 
@@ -74,6 +77,7 @@ impl Storage {
         match self {
             Storage::Heap(h) => h.len(),
             Storage::Fd(m) => m.len(),
+            Storage::Gpu(g) => g.len(),
         }
     }
 
@@ -81,6 +85,7 @@ impl Storage {
         match self {
             Storage::Heap(_) => TensorMemory::Mem,
             Storage::Fd(m) => m.memory(),
+            Storage::Gpu(_) => TensorMemory::Gpu,
         }
     }
 
@@ -88,6 +93,7 @@ impl Storage {
         match self {
             Storage::Heap(_) => None,
             Storage::Fd(m) => Some(m.fd()),
+            Storage::Gpu(g) => g.fd(),
         }
     }
 
@@ -95,6 +101,7 @@ impl Storage {
         match self {
             Storage::Heap(_) => true,
             Storage::Fd(m) => m.writable(),
+            Storage::Gpu(_) => true,
         }
     }
 
@@ -102,6 +109,10 @@ impl Storage {
         match self {
             Storage::Heap(h) => Ok(BufferIdentity::heap(h.ptr() as usize)),
             Storage::Fd(m) => BufferIdentity::of_fd(m.fd()),
+            Storage::Gpu(g) => match g.fd() {
+                Some(fd) => BufferIdentity::of_fd(fd),
+                None => Ok(BufferIdentity::heap(g.handle_id())),
+            },
         }
     }
 }

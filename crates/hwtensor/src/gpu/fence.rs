@@ -103,6 +103,39 @@ impl Timeline {
             .map_err(|e| Error::Gpu(format!("submitting timeline signal {pending} failed: {e}")))
     }
 
+    /// Submits `command` after every `(semaphore, value)` in `waits`, signalling a newly
+    /// allocated value, all under the queue lock.
+    pub(crate) fn submit_work(
+        &self,
+        device: &ash::Device,
+        queue: vk::Queue,
+        command: vk::CommandBuffer,
+        waits: &[(vk::Semaphore, u64)],
+    ) -> Result<u64> {
+        let _lock = QueueLock::acquire(self.shared.lock);
+        let value = self.shared.counter.fetch_add(1, Ordering::AcqRel) + 1;
+        self.shared.pending.store(0, Ordering::Release);
+        let (wait_semaphores, wait_values): (Vec<_>, Vec<_>) = waits.iter().copied().unzip();
+        let stages = vec![vk::PipelineStageFlags::ALL_COMMANDS; waits.len()];
+        let signal_values = [value];
+        let semaphores = [self.semaphore];
+        let commands = [command];
+        let mut timeline = vk::TimelineSemaphoreSubmitInfo::default()
+            .wait_semaphore_values(&wait_values)
+            .signal_semaphore_values(&signal_values);
+        let submit = vk::SubmitInfo::default()
+            .wait_semaphores(&wait_semaphores)
+            .wait_dst_stage_mask(&stages)
+            .command_buffers(&commands)
+            .signal_semaphores(&semaphores)
+            .push_next(&mut timeline);
+        // SAFETY: the queue lock gives the queue its external synchronisation; the command
+        // buffer is recorded and owned by the caller's pool; the signal value increases.
+        unsafe { device.queue_submit(queue, &[submit], vk::Fence::null()) }
+            .map_err(|e| Error::Gpu(format!("submitting GPU work (value {value}) failed: {e}")))?;
+        Ok(value)
+    }
+
     fn submit(
         &self,
         device: &ash::Device,

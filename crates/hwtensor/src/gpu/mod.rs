@@ -10,7 +10,9 @@
 mod adapter;
 mod create;
 mod fence;
+pub(crate) mod memory;
 mod rendezvous;
+mod submit;
 
 use std::os::fd::OwnedFd;
 use std::sync::atomic::Ordering;
@@ -113,6 +115,8 @@ pub struct GpuDevice {
     features: Features,
     origin: Origin,
     timeline: Timeline,
+    work: submit::Work,
+    memory_properties: vk::PhysicalDeviceMemoryProperties,
 }
 
 // SAFETY: Vulkan handles are usable from any thread; the one object that needs external
@@ -354,18 +358,7 @@ fn own_device(record: Option<&'static Record>) -> std::result::Result<GpuDevice,
             info.label()
         )
     })?;
-    Ok(GpuDevice {
-        _entry: entry,
-        instance,
-        physical,
-        device,
-        queue,
-        queue_family,
-        info,
-        features,
-        origin,
-        timeline: Timeline::new(semaphore, shared, exportable),
-    })
+    GpuDevice::assemble(entry, instance, physical, device, queue, queue_family, info, features, origin, Timeline::new(semaphore, shared, exportable))
 }
 
 /// Adopts the device another copy published.
@@ -413,18 +406,8 @@ unsafe fn adopt(record: &'static Record, p: &Published) -> std::result::Result<G
         (Timeline::new(s, shared, false), false)
     };
     let _ = exportable;
-    Ok(GpuDevice {
-        _entry: entry,
-        instance,
-        physical,
-        device,
-        queue: vk::Queue::from_raw(p.queue),
-        queue_family: p.queue_family,
-        info,
-        features,
-        origin: Origin::Adopted,
-        timeline,
-    })
+    let queue = vk::Queue::from_raw(p.queue);
+    GpuDevice::assemble(entry, instance, physical, device, queue, p.queue_family, info, features, Origin::Adopted, timeline)
 }
 
 fn timeline_exportable(instance: &ash::Instance, physical: vk::PhysicalDevice) -> bool {
@@ -462,6 +445,25 @@ fn create_semaphore(
 }
 
 impl GpuDevice {
+    #[allow(clippy::too_many_arguments)]
+    fn assemble(
+        entry: ash::Entry,
+        instance: ash::Instance,
+        physical: vk::PhysicalDevice,
+        device: ash::Device,
+        queue: vk::Queue,
+        queue_family: u32,
+        info: AdapterInfo,
+        features: Features,
+        origin: Origin,
+        timeline: Timeline,
+    ) -> std::result::Result<GpuDevice, String> {
+        let work = submit::Work::new(&device, queue_family).map_err(|e| format!("creating a command pool failed: {e}"))?;
+        // SAFETY: a query on the device's own physical device.
+        let memory_properties = unsafe { instance.get_physical_device_memory_properties(physical) };
+        Ok(GpuDevice { _entry: entry, instance, physical, device, queue, queue_family, info, features, origin, timeline, work, memory_properties })
+    }
+
     fn published(&self) -> Published {
         Published {
             instance: self.instance.handle().as_raw(),

@@ -1,0 +1,556 @@
+//! GPU memory on the process device: exportable buffers, their CPU view, and host imports.
+//!
+//! Where the driver offers memory that is device-local, host-visible and cached (lavapipe), a
+//! buffer is mapped once and maps hand out that pointer. Where exportable memory can only be
+//! device-local (NVIDIA: the host-visible VRAM type cannot be exported, and CPU reads of it run
+//! at 0.03 GB/s), the CPU sees a persistent HOST_CACHED staging buffer instead: a read map
+//! copies device -> staging on the GPU and waits; a write map copies back when it drops.
+//! `HWTENSOR_GPU_STAGING=1` forces the staged path, so it is exercised on lavapipe too.
+
+use std::os::fd::{AsFd, BorrowedFd, IntoRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use ash::vk;
+use ash::vk::Handle;
+
+use super::{Features, GpuDevice};
+use crate::backing::classify;
+use crate::{Error, Result, TensorMemory};
+
+/// Forces CPU access through a staging buffer even where memory could be mapped directly.
+pub const STAGING_ENV: &str = "HWTENSOR_GPU_STAGING";
+
+/// How long a CPU map, an export or a free waits for the GPU work it must follow. Generous:
+/// a 4 GiB copy at PCIe speed takes ~80 ms; a value not reached in seconds means a lost device
+/// or a producer that never submitted.
+pub const GPU_WAIT: Duration = Duration::from_secs(10);
+
+const BUFFER_USAGE: vk::BufferUsageFlags = vk::BufferUsageFlags::from_raw(
+    vk::BufferUsageFlags::TRANSFER_SRC.as_raw() | vk::BufferUsageFlags::TRANSFER_DST.as_raw() | vk::BufferUsageFlags::STORAGE_BUFFER.as_raw(),
+);
+
+fn gpu_err(what: &'static str) -> impl Fn(vk::Result) -> Error {
+    move |e| Error::Gpu(format!("{what} failed: {e}"))
+}
+
+/// How the CPU reaches the bytes.
+enum CpuView {
+    /// The memory itself, mapped once.
+    Direct(*mut u8),
+    /// A staging buffer, mapped once.
+    Staged { buffer: vk::Buffer, memory: vk::DeviceMemory, ptr: *mut u8, coherent: bool },
+}
+
+/// A buffer in GPU memory and what orders access to it.
+pub(crate) struct GpuMemory {
+    device: &'static GpuDevice,
+    buffer: vk::Buffer,
+    memory: vk::DeviceMemory,
+    allocation_size: u64,
+    len: usize,
+    cpu: CpuView,
+    /// The memory's exported fd (made once), for hand-off and identity; `None` where the device
+    /// cannot export memory.
+    fd: Option<OwnedFd>,
+    /// Timeline value of the last GPU write, and of the last GPU read.
+    last_write: AtomicU64,
+    last_read: AtomicU64,
+    /// The `last_write` the staging copy reflects.
+    staged_at: AtomicU64,
+}
+
+// SAFETY: the raw pointers are into mappings owned by this value; access through them is
+// coordinated by the buffer's map claims, and Vulkan handles are usable from any thread.
+unsafe impl Send for GpuMemory {}
+// SAFETY: as above.
+unsafe impl Sync for GpuMemory {}
+
+fn staging_forced() -> bool {
+    std::env::var(STAGING_ENV).is_ok_and(|v| v.trim() == "1")
+}
+
+impl GpuDevice {
+    fn memory_type(&self, bits: u32, want: vk::MemoryPropertyFlags) -> Option<u32> {
+        let p = &self.memory_properties;
+        (0..p.memory_type_count).find(|&i| bits & (1 << i) != 0 && p.memory_types[i as usize].property_flags.contains(want))
+    }
+
+    /// The memory type of a tensor buffer, and whether the CPU may map it directly.
+    fn tensor_memory_type(&self, bits: u32) -> Option<(u32, bool)> {
+        let direct = vk::MemoryPropertyFlags::DEVICE_LOCAL | vk::MemoryPropertyFlags::HOST_VISIBLE | vk::MemoryPropertyFlags::HOST_CACHED;
+        if !staging_forced() {
+            if let Some(i) = self.memory_type(bits, direct) {
+                return Some((i, true));
+            }
+        }
+        // Device-local memory that is not host-visible first: host-visible VRAM reads crawl.
+        let p = &self.memory_properties;
+        (0..p.memory_type_count)
+            .find(|&i| {
+                let f = p.memory_types[i as usize].property_flags;
+                bits & (1 << i) != 0 && f.contains(vk::MemoryPropertyFlags::DEVICE_LOCAL) && !f.contains(vk::MemoryPropertyFlags::HOST_VISIBLE)
+            })
+            .or_else(|| self.memory_type(bits, vk::MemoryPropertyFlags::DEVICE_LOCAL))
+            .or_else(|| self.memory_type(bits, vk::MemoryPropertyFlags::empty()))
+            .map(|i| (i, false))
+    }
+
+    fn export_handle_types(&self) -> vk::ExternalMemoryHandleTypeFlags {
+        if self.features.has(Features::EXTERNAL_MEMORY_FD) {
+            vk::ExternalMemoryHandleTypeFlags::OPAQUE_FD
+        } else {
+            vk::ExternalMemoryHandleTypeFlags::empty()
+        }
+    }
+
+    fn create_buffer(&self, size: u64, usage: vk::BufferUsageFlags, handles: vk::ExternalMemoryHandleTypeFlags) -> Result<vk::Buffer> {
+        let mut external = vk::ExternalMemoryBufferCreateInfo::default().handle_types(handles);
+        let mut info = vk::BufferCreateInfo::default().size(size.max(1)).usage(usage).sharing_mode(vk::SharingMode::EXCLUSIVE);
+        if !handles.is_empty() {
+            info = info.push_next(&mut external);
+        }
+        // SAFETY: a plain creation on a live device; the chain outlives the call.
+        unsafe { self.device.create_buffer(&info, None) }.map_err(gpu_err("vkCreateBuffer"))
+    }
+
+    /// Allocates and binds dedicated memory of `type_index` for `buffer`, exporting or
+    /// importing as `extra` says.
+    fn bind_memory(&self, buffer: vk::Buffer, size: u64, type_index: u32, extra: MemoryExtra) -> Result<vk::DeviceMemory> {
+        let mut dedicated = vk::MemoryDedicatedAllocateInfo::default().buffer(buffer);
+        let mut export = vk::ExportMemoryAllocateInfo::default().handle_types(self.export_handle_types());
+        let mut info = vk::MemoryAllocateInfo::default().allocation_size(size).memory_type_index(type_index);
+        let mut import_fd;
+        let mut import_host;
+        match extra {
+            MemoryExtra::None => {}
+            MemoryExtra::Export => info = info.push_next(&mut dedicated).push_next(&mut export),
+            MemoryExtra::ImportFd(fd) => {
+                // Chaining the export info too lets the importer hand the memory on (lavapipe
+                // otherwise "exports" fd -1).
+                import_fd = vk::ImportMemoryFdInfoKHR::default().handle_type(vk::ExternalMemoryHandleTypeFlags::OPAQUE_FD).fd(fd);
+                info = info.push_next(&mut dedicated).push_next(&mut export).push_next(&mut import_fd);
+            }
+            MemoryExtra::ImportHost(ptr) => {
+                import_host = vk::ImportMemoryHostPointerInfoEXT::default()
+                    .handle_type(vk::ExternalMemoryHandleTypeFlags::HOST_ALLOCATION_EXT)
+                    .host_pointer(ptr);
+                info = info.push_next(&mut import_host);
+            }
+        }
+        // SAFETY: every struct in the chain outlives the call; the buffer belongs to this device.
+        let memory = unsafe { self.device.allocate_memory(&info, None) }.map_err(|e| match e {
+            vk::Result::ERROR_OUT_OF_DEVICE_MEMORY | vk::Result::ERROR_OUT_OF_HOST_MEMORY => Error::Alloc {
+                memory: TensorMemory::Gpu,
+                bytes: size as usize,
+                source: std::io::Error::other(format!("vkAllocateMemory: {e}")),
+            },
+            other => Error::Gpu(format!("vkAllocateMemory of {size} bytes failed: {other}")),
+        })?;
+        // SAFETY: fresh memory of a type the buffer accepts, bound once at offset 0.
+        if let Err(e) = unsafe { self.device.bind_buffer_memory(buffer, memory, 0) } {
+            // SAFETY: the memory was never used.
+            unsafe { self.device.free_memory(memory, None) };
+            return Err(Error::Gpu(format!("vkBindBufferMemory failed: {e}")));
+        }
+        Ok(memory)
+    }
+
+    fn map_whole(&self, memory: vk::DeviceMemory) -> Result<*mut u8> {
+        // SAFETY: host-visible memory of this device, mapped once for its whole life.
+        unsafe { self.device.map_memory(memory, 0, vk::WHOLE_SIZE, vk::MemoryMapFlags::empty()) }
+            .map(|p| p.cast::<u8>())
+            .map_err(gpu_err("vkMapMemory"))
+    }
+
+    fn staging(&self, size: u64) -> Result<CpuView> {
+        let buffer = self.create_buffer(size, vk::BufferUsageFlags::TRANSFER_SRC | vk::BufferUsageFlags::TRANSFER_DST, vk::ExternalMemoryHandleTypeFlags::empty())?;
+        // SAFETY: a query on a live buffer.
+        let req = unsafe { self.device.get_buffer_memory_requirements(buffer) };
+        let cached = vk::MemoryPropertyFlags::HOST_VISIBLE | vk::MemoryPropertyFlags::HOST_CACHED;
+        let coherent = vk::MemoryPropertyFlags::HOST_VISIBLE | vk::MemoryPropertyFlags::HOST_COHERENT;
+        let Some(type_index) = self.memory_type(req.memory_type_bits, cached).or_else(|| self.memory_type(req.memory_type_bits, coherent)) else {
+            // SAFETY: the buffer was never used.
+            unsafe { self.device.destroy_buffer(buffer, None) };
+            return Err(Error::Gpu("no host-visible memory for a staging buffer".into()));
+        };
+        let is_coherent = self.memory_properties.memory_types[type_index as usize].property_flags.contains(vk::MemoryPropertyFlags::HOST_COHERENT);
+        let memory = self.bind_memory(buffer, req.size, type_index, MemoryExtra::None).inspect_err(|_| {
+            // SAFETY: the buffer was never used.
+            unsafe { self.device.destroy_buffer(buffer, None) }
+        })?;
+        let ptr = self.map_whole(memory)?;
+        Ok(CpuView::Staged { buffer, memory, ptr, coherent: is_coherent })
+    }
+
+    fn export_memory_fd(&self, memory: vk::DeviceMemory) -> Option<OwnedFd> {
+        if !self.features.has(Features::EXTERNAL_MEMORY_FD) {
+            return None;
+        }
+        let ext = ash::khr::external_memory_fd::Device::new(&self.instance, &self.device);
+        let info = vk::MemoryGetFdInfoKHR::default().memory(memory).handle_type(vk::ExternalMemoryHandleTypeFlags::OPAQUE_FD);
+        // SAFETY: the memory was allocated exportable as OPAQUE_FD on this device.
+        let raw = unsafe { ext.get_memory_fd(&info) }.ok()?;
+        super::fence::own_cloexec(raw)
+    }
+}
+
+enum MemoryExtra {
+    None,
+    Export,
+    ImportFd(i32),
+    ImportHost(*mut std::ffi::c_void),
+}
+
+impl GpuMemory {
+    /// A zeroed buffer of `len` bytes on the process device.
+    pub(crate) fn allocate(len: usize) -> Result<GpuMemory> {
+        let device = super::device()?;
+        let buffer = device.create_buffer(len as u64, BUFFER_USAGE, device.export_handle_types())?;
+        let mut mem = GpuMemory::bind(device, buffer, len, None)?;
+        mem.fd = device.export_memory_fd(mem.memory);
+        mem.zero()?;
+        Ok(mem)
+    }
+
+    /// Imports an exported memory fd of `allocation_size` bytes holding a `len`-byte buffer.
+    /// Takes the fd: the driver keeps it on success, it is closed on failure.
+    pub(crate) fn import(fd: OwnedFd, allocation_size: u64, len: usize) -> Result<GpuMemory> {
+        let device = super::device()?;
+        if !device.features.has(Features::EXTERNAL_MEMORY_FD) {
+            return Err(Error::Unavailable { memory: TensorMemory::Gpu, reason: format!("{} cannot import memory fds", device.adapter_label()) });
+        }
+        check_fd_size(fd.as_fd(), allocation_size)?;
+        let keep = fd.try_clone().ok(); // the driver takes `fd`; keep one for identity and re-export
+        let buffer = device.create_buffer(len as u64, BUFFER_USAGE, device.export_handle_types())?;
+        let mut mem = GpuMemory::bind(device, buffer, len, Some((fd, allocation_size)))?;
+        mem.fd = keep;
+        Ok(mem)
+    }
+
+    fn bind(device: &'static GpuDevice, buffer: vk::Buffer, len: usize, import: Option<(OwnedFd, u64)>) -> Result<GpuMemory> {
+        let destroy = || {
+            // SAFETY: the buffer was never used.
+            unsafe { device.device.destroy_buffer(buffer, None) }
+        };
+        // SAFETY: a query on a live buffer.
+        let req = unsafe { device.device.get_buffer_memory_requirements(buffer) };
+        let Some((type_index, direct)) = device.tensor_memory_type(req.memory_type_bits) else {
+            destroy();
+            return Err(Error::Gpu("no memory type fits a tensor buffer".into()));
+        };
+        let (size, extra, fd_owner) = match import {
+            None => (req.size, if device.export_handle_types().is_empty() { MemoryExtra::None } else { MemoryExtra::Export }, None),
+            Some((fd, allocation_size)) => {
+                if allocation_size < req.size {
+                    destroy();
+                    return Err(Error::Fd(format!("the memory holds {allocation_size} bytes, a {len}-byte buffer needs {}", req.size)));
+                }
+                let raw = fd.as_fd().try_clone_to_owned().map_err(|e| Error::Os { op: "dup of a memory fd", source: e })?;
+                (allocation_size, MemoryExtra::ImportFd(raw.into_raw_fd()), Some(fd))
+            }
+        };
+        let raw_import = match extra {
+            MemoryExtra::ImportFd(raw) => Some(raw),
+            _ => None,
+        };
+        let memory = match device.bind_memory(buffer, size, type_index, extra) {
+            Ok(m) => m,
+            Err(e) => {
+                destroy();
+                if let Some(raw) = raw_import {
+                    // SAFETY: a failed import leaves the fd ours; this is the dup we made for it.
+                    drop(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) });
+                }
+                return Err(e);
+            }
+        };
+        drop(fd_owner); // the driver owns its dup now; our original is closed
+        let cpu = if direct {
+            CpuView::Direct(device.map_whole(memory)?)
+        } else {
+            device.staging(len as u64)?
+        };
+        Ok(GpuMemory {
+            device,
+            buffer,
+            memory,
+            allocation_size: size,
+            len,
+            cpu,
+            fd: None,
+            last_write: AtomicU64::new(0),
+            last_read: AtomicU64::new(0),
+            staged_at: AtomicU64::new(0),
+        })
+    }
+
+    /// Fills the buffer with zeros on the GPU (Vulkan memory starts undefined).
+    fn zero(&self) -> Result<()> {
+        if self.len == 0 {
+            return Ok(());
+        }
+        let buffer = self.buffer;
+        let v = self.device.submit_commands(0, &[], |d, cmd| {
+            // SAFETY: recording a fill of this buffer's whole range.
+            unsafe { d.cmd_fill_buffer(cmd, buffer, 0, vk::WHOLE_SIZE, 0) }
+        })?;
+        self.last_write.store(v, Ordering::Release);
+        if let CpuView::Staged { ptr, .. } = self.cpu {
+            // SAFETY: the staging mapping is `len` bytes and nothing else uses it yet.
+            unsafe { std::ptr::write_bytes(ptr, 0, self.len) };
+            self.staged_at.store(v, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn device(&self) -> &'static GpuDevice {
+        self.device
+    }
+    pub(crate) fn buffer(&self) -> vk::Buffer {
+        self.buffer
+    }
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+    pub(crate) fn allocation_size(&self) -> u64 {
+        self.allocation_size
+    }
+    pub(crate) fn fd(&self) -> Option<BorrowedFd<'_>> {
+        self.fd.as_ref().map(|f| f.as_fd())
+    }
+    pub(crate) fn handle_id(&self) -> usize {
+        self.memory.as_raw() as usize
+    }
+
+    /// The CPU pointer: the mapping itself or the staging buffer.
+    pub(crate) fn ptr(&self) -> *mut u8 {
+        match self.cpu {
+            CpuView::Direct(p) => p,
+            CpuView::Staged { ptr, .. } => ptr,
+        }
+    }
+
+    pub(crate) fn last_write(&self) -> u64 {
+        self.last_write.load(Ordering::Acquire)
+    }
+
+    /// What a GPU operation that reads (or, with `write`, writes) this buffer must wait for.
+    pub(crate) fn after(&self, write: bool) -> u64 {
+        let w = self.last_write();
+        if write {
+            w.max(self.last_read.load(Ordering::Acquire))
+        } else {
+            w
+        }
+    }
+
+    /// Records that GPU work completing at `value` read (or wrote) this buffer.
+    pub(crate) fn record(&self, value: u64, write: bool) {
+        let word = if write { &self.last_write } else { &self.last_read };
+        word.fetch_max(value, Ordering::AcqRel);
+    }
+
+    /// Gets the CPU view current for an access (`write`: one that may modify it): waits for
+    /// the GPU work it must follow and, when staged, downloads.
+    pub(crate) fn begin_cpu(&self, write: bool) -> Result<GpuCpuAccess<'_>> {
+        let last = self.last_write();
+        if let CpuView::Staged { buffer: staging, memory, coherent, .. } = self.cpu {
+            if self.staged_at.load(Ordering::Acquire) != last {
+                let (src, len) = (self.buffer, self.len as u64);
+                let v = self.device.submit_commands(last, &[], |d, cmd| copy(d, cmd, src, staging, 0, 0, len))?;
+                self.device.wait(v, GPU_WAIT)?;
+                self.record(v, false);
+                if !coherent {
+                    self.invalidate(memory)?;
+                }
+                self.staged_at.store(last, Ordering::Release);
+            }
+        }
+        self.device.wait(self.after(write), GPU_WAIT)?;
+        Ok(GpuCpuAccess { mem: self, write })
+    }
+
+    fn invalidate(&self, memory: vk::DeviceMemory) -> Result<()> {
+        let range = vk::MappedMemoryRange::default().memory(memory).size(vk::WHOLE_SIZE);
+        // SAFETY: the memory is mapped, and the GPU work that wrote it has completed.
+        unsafe { self.device.device.invalidate_mapped_memory_ranges(&[range]) }.map_err(gpu_err("vkInvalidateMappedMemoryRanges"))
+    }
+
+    /// Sends the staging copy back to the device after a CPU write.
+    fn upload_after_cpu_write(&self) -> Result<()> {
+        let CpuView::Staged { buffer: staging, memory, coherent, .. } = self.cpu else { return Ok(()) };
+        if !coherent {
+            let range = vk::MappedMemoryRange::default().memory(memory).size(vk::WHOLE_SIZE);
+            // SAFETY: the staging memory is mapped and the CPU writes are done.
+            unsafe { self.device.device.flush_mapped_memory_ranges(&[range]) }.map_err(gpu_err("vkFlushMappedMemoryRanges"))?;
+        }
+        let (dst, len) = (self.buffer, self.len as u64);
+        let v = self.device.submit_commands(self.after(true), &[], |d, cmd| copy(d, cmd, staging, dst, 0, 0, len))?;
+        self.record(v, true);
+        self.staged_at.store(v, Ordering::Release);
+        Ok(())
+    }
+
+    /// Makes this buffer's content follow a point on another timeline (an imported fence).
+    pub(crate) fn follow(&self, semaphore: vk::Semaphore, value: u64) -> Result<()> {
+        let v = self.device.submit_commands(0, &[(semaphore, value)], |_, _| {})?;
+        self.device.wait(v, GPU_WAIT)?;
+        self.record(v, true);
+        Ok(())
+    }
+}
+
+/// Records a buffer-to-buffer copy.
+pub(crate) fn copy(d: &ash::Device, cmd: vk::CommandBuffer, src: vk::Buffer, dst: vk::Buffer, src_offset: u64, dst_offset: u64, size: u64) {
+    if size == 0 {
+        return;
+    }
+    let region = vk::BufferCopy { src_offset, dst_offset, size };
+    // SAFETY: recording into a command buffer being recorded; both buffers live until the
+    // work completes (their owners wait for it before freeing them).
+    unsafe { d.cmd_copy_buffer(cmd, src, dst, &[region]) }
+}
+
+/// An open CPU access of GPU memory: on drop after a write, the staged bytes go back.
+pub(crate) struct GpuCpuAccess<'a> {
+    mem: &'a GpuMemory,
+    write: bool,
+}
+
+impl Drop for GpuCpuAccess<'_> {
+    fn drop(&mut self) {
+        if self.write {
+            if let Err(e) = self.mem.upload_after_cpu_write() {
+                log::error!("hwtensor: writing a CPU map back to GPU memory failed: {e}");
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for GpuCpuAccess<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuCpuAccess").field("write", &self.write).finish()
+    }
+}
+
+impl Drop for GpuMemory {
+    fn drop(&mut self) {
+        // Freeing memory the GPU still uses is undefined: wait for it, or leak it.
+        if let Err(e) = self.device.wait(self.after(true), GPU_WAIT) {
+            log::error!("hwtensor: GPU memory still in use at drop ({e}); leaking it rather than freeing it under the GPU");
+            return;
+        }
+        let d = &self.device.device;
+        // SAFETY: no GPU work uses these objects any more (waited above) and no map outlives
+        // the tensor that owns this memory.
+        unsafe {
+            if let CpuView::Staged { buffer, memory, .. } = self.cpu {
+                d.destroy_buffer(buffer, None);
+                d.free_memory(memory, None);
+            }
+            d.destroy_buffer(self.buffer, None);
+            d.free_memory(self.memory, None);
+        }
+    }
+}
+
+impl std::fmt::Debug for GpuMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuMemory").field("len", &self.len).field("staged", &matches!(self.cpu, CpuView::Staged { .. })).finish()
+    }
+}
+
+/// A memfd (lavapipe's export) smaller than the allocation would be mapped past its end, and
+/// the first touch of the missing pages is a SIGBUS: refuse it here. Other fd kinds (NVIDIA's)
+/// are checked by the driver.
+fn check_fd_size(fd: BorrowedFd<'_>, allocation_size: u64) -> Result<()> {
+    match classify::inspect(fd) {
+        Ok(info) if info.memory == TensorMemory::Shm && info.size < allocation_size => Err(Error::Fd(format!(
+            "the memory fd holds {} bytes but the blob says {allocation_size}",
+            info.size
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// A host buffer imported into the device for the length of one copy.
+/// Send + Sync: Vulkan handles are usable from any thread.
+pub(crate) struct HostImport {
+    device: &'static GpuDevice,
+    pub buffer: vk::Buffer,
+    memory: vk::DeviceMemory,
+}
+
+impl HostImport {
+    /// Imports `len` bytes at `ptr`, or `None` where the device cannot (no extension, an
+    /// unaligned pointer).
+    ///
+    /// # Safety
+    /// `ptr..ptr + round_up(len, alignment)` must be mapped memory that stays valid and is not
+    /// freed until the import is dropped, and every GPU use of it has completed by then.
+    pub(crate) unsafe fn new(device: &'static GpuDevice, ptr: *mut u8, len: usize) -> Option<HostImport> {
+        if !device.features.has(Features::EXTERNAL_MEMORY_HOST) || len == 0 {
+            return None;
+        }
+        let align = device.host_import_alignment();
+        // The driver does not check alignment (lavapipe): we must.
+        if align == 0 || ptr as usize % align != 0 {
+            return None;
+        }
+        let size = len.div_ceil(align) * align;
+        let ext = ash::ext::external_memory_host::Device::new(&device.instance, &device.device);
+        let mut props = vk::MemoryHostPointerPropertiesEXT::default();
+        // SAFETY: the caller vouches for the pointer; the out-struct outlives the call.
+        let r = unsafe {
+            (ext.fp().get_memory_host_pointer_properties_ext)(
+                device.device.handle(),
+                vk::ExternalMemoryHandleTypeFlags::HOST_ALLOCATION_EXT,
+                ptr.cast_const().cast(),
+                &mut props,
+            )
+        };
+        if r != vk::Result::SUCCESS {
+            return None;
+        }
+        let buffer = device
+            .create_buffer(size as u64, vk::BufferUsageFlags::TRANSFER_SRC | vk::BufferUsageFlags::TRANSFER_DST, vk::ExternalMemoryHandleTypeFlags::HOST_ALLOCATION_EXT)
+            .ok()?;
+        // SAFETY: a query on a live buffer.
+        let req = unsafe { device.device.get_buffer_memory_requirements(buffer) };
+        let type_index = device.memory_type(props.memory_type_bits & req.memory_type_bits, vk::MemoryPropertyFlags::empty());
+        let memory = type_index.and_then(|t| device.bind_memory(buffer, size as u64, t, MemoryExtra::ImportHost(ptr.cast())).ok());
+        let Some(memory) = memory else {
+            // SAFETY: the buffer was never used.
+            unsafe { device.device.destroy_buffer(buffer, None) };
+            return None;
+        };
+        Some(HostImport { device, buffer, memory })
+    }
+}
+
+impl Drop for HostImport {
+    fn drop(&mut self) {
+        // SAFETY: the owner waited for every GPU use of the import (HostImport::new's contract).
+        unsafe {
+            self.device.device.destroy_buffer(self.buffer, None);
+            self.device.device.free_memory(self.memory, None);
+        }
+    }
+}
+
+impl GpuDevice {
+    fn host_import_alignment(&self) -> usize {
+        let mut host = vk::PhysicalDeviceExternalMemoryHostPropertiesEXT::default();
+        let mut props = vk::PhysicalDeviceProperties2::default().push_next(&mut host);
+        // SAFETY: a query on the device's physical device; the chain outlives the call.
+        unsafe { self.instance.get_physical_device_properties2(self.physical, &mut props) };
+        host.min_imported_host_pointer_alignment as usize
+    }
+}
+
+impl std::fmt::Debug for HostImport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostImport").finish_non_exhaustive()
+    }
+}

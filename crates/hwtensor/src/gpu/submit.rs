@@ -1,0 +1,96 @@
+//! Recording and submitting GPU work on the process queue, ordered on the timeline.
+//!
+//! Every submission waits (GPU-side) for the timeline values it must follow and signals a new
+//! value, allocated under the shared queue lock like any other signal, so work submitted by any
+//! copy in the process lands on one increasing timeline.
+
+use std::sync::Mutex;
+
+use ash::vk;
+
+use super::GpuDevice;
+use crate::{Error, Result};
+
+/// The command pool of this copy and the command buffers still in flight.
+pub(crate) struct Work {
+    pool: Mutex<Pool>,
+}
+
+struct Pool {
+    pool: vk::CommandPool,
+    /// Command buffers and the timeline value that completes them.
+    in_flight: Vec<(u64, vk::CommandBuffer)>,
+}
+
+impl Work {
+    pub(crate) fn new(device: &ash::Device, queue_family: u32) -> std::result::Result<Work, vk::Result> {
+        let info = vk::CommandPoolCreateInfo::default()
+            .queue_family_index(queue_family)
+            .flags(vk::CommandPoolCreateFlags::TRANSIENT);
+        // SAFETY: a plain creation on a live device.
+        let pool = unsafe { device.create_command_pool(&info, None) }?;
+        Ok(Work { pool: Mutex::new(Pool { pool, in_flight: Vec::new() }) })
+    }
+}
+
+fn gpu_err(what: &str) -> impl Fn(vk::Result) -> Error + '_ {
+    move |e| Error::Gpu(format!("{what} failed: {e}"))
+}
+
+impl GpuDevice {
+    /// Records commands with `record` and submits them once the timeline reaches `after` (and
+    /// each foreign `(semaphore, value)` in `foreign` is reached); returns the value that
+    /// signals their completion.
+    pub(crate) fn submit_commands(
+        &self,
+        after: u64,
+        foreign: &[(vk::Semaphore, u64)],
+        record: impl FnOnce(&ash::Device, vk::CommandBuffer),
+    ) -> Result<u64> {
+        let mut pool = self.work.pool.lock().map_err(|_| Error::Gpu("the command pool is poisoned".into()))?;
+        self.reclaim(&mut pool);
+        let alloc = vk::CommandBufferAllocateInfo::default().command_pool(pool.pool).command_buffer_count(1);
+        // SAFETY: the pool belongs to this device and is used under its mutex only.
+        let cmd = unsafe { self.device.allocate_command_buffers(&alloc) }.map_err(gpu_err("allocating a command buffer"))?[0];
+        let begin = vk::CommandBufferBeginInfo::default().flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
+        // SAFETY: a fresh command buffer of this pool, recorded once.
+        unsafe { self.device.begin_command_buffer(cmd, &begin) }.map_err(gpu_err("vkBeginCommandBuffer"))?;
+        record(&self.device, cmd);
+        // Make the transfer writes visible to the host and to later work, whoever waits next.
+        let barrier = vk::MemoryBarrier::default()
+            .src_access_mask(vk::AccessFlags::MEMORY_WRITE)
+            .dst_access_mask(vk::AccessFlags::HOST_READ | vk::AccessFlags::MEMORY_READ | vk::AccessFlags::MEMORY_WRITE);
+        // SAFETY: recording into the command buffer begun above.
+        unsafe {
+            self.device.cmd_pipeline_barrier(
+                cmd,
+                vk::PipelineStageFlags::ALL_COMMANDS,
+                vk::PipelineStageFlags::HOST | vk::PipelineStageFlags::ALL_COMMANDS,
+                vk::DependencyFlags::empty(),
+                &[barrier],
+                &[],
+                &[],
+            );
+            self.device.end_command_buffer(cmd).map_err(gpu_err("vkEndCommandBuffer"))?;
+        }
+        let mut waits: Vec<(vk::Semaphore, u64)> = foreign.to_vec();
+        if after > 0 {
+            waits.push((self.timeline.semaphore, after));
+        }
+        let value = self.timeline.submit_work(&self.device, self.queue, cmd, &waits)?;
+        pool.in_flight.push((value, cmd));
+        Ok(value)
+    }
+
+    /// Frees the command buffers whose work has completed.
+    fn reclaim(&self, pool: &mut Pool) {
+        let Ok(done) = self.completed_value() else { return };
+        let (finished, running): (Vec<_>, Vec<_>) = pool.in_flight.drain(..).partition(|(v, _)| *v <= done);
+        pool.in_flight = running;
+        if !finished.is_empty() {
+            let cmds: Vec<vk::CommandBuffer> = finished.into_iter().map(|(_, c)| c).collect();
+            // SAFETY: these command buffers completed (their values are reached) and belong to this pool.
+            unsafe { self.device.free_command_buffers(pool.pool, &cmds) };
+        }
+    }
+}
