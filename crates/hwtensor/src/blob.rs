@@ -16,7 +16,7 @@
 //! |---:|---:|---|---|
 //! | 0 | 4 | magic | `"HWTB"` |
 //! | 4 | 2 | version | 1; another value is refused |
-//! | 6 | 2 | header_len | bytes of the fixed header; 96 in v1, larger when a later writer appended fields (a v1 reader skips them) |
+//! | 6 | 2 | header_len | bytes of the fixed header; 136 in v1, larger when a later writer appended fields (a v1 reader skips them) |
 //! | 8 | 4 | total_len | bytes of the whole blob, this header included |
 //! | 12 | 4 | required | features the reader must understand (bit 0 image, 1 quantization, 2 completion); unknown bits make a reader refuse instead of misread |
 //! | 16 | 1 | dtype | [`DType`] code |
@@ -38,6 +38,14 @@
 //! | 76 | 4 | reserved | 0 |
 //! | 80 | 8 | completion_value | timeline value to wait for, with required bit 2 |
 //! | 88 | 8 | reserved | 0 |
+//! | 96 | 16 | device_uuid | GPU memory by reference: the Vulkan deviceUUID of the exporter (else 0) |
+//! | 112 | 16 | driver_uuid | GPU memory by reference: the driverUUID of the exporter (else 0) |
+//! | 128 | 8 | allocation_size | GPU memory by reference: bytes of the exported allocation (else 0) |
+//!
+//! GPU memory by reference carries the memory fd at index 0 and, where the exporter's device
+//! can export its timeline, the fence fd at index 1 (`completion_fd` = 1) with the value of the
+//! tensor's last GPU write. Where it cannot (lavapipe), the exporter waited for that write before
+//! writing the blob, and the blob names no fence: a value is never paired with the wrong fence.
 //!
 //! Then, from `header_len`: `rank` u64 dimensions, `rank` u64 byte strides, `plane_count` plane
 //! records of 32 bytes (u32 fd index, u32 reserved, u64 offset in the buffer, u64 row stride,
@@ -46,7 +54,10 @@
 
 use std::os::fd::{BorrowedFd, OwnedFd};
 
+use crate::backing::Storage;
 use crate::buffer::Buffer;
+use crate::gpu::format_uuid;
+use crate::gpu::memory::GpuMemory;
 use crate::image::ImageInfo;
 use crate::tensor::Parts;
 use crate::{
@@ -59,7 +70,7 @@ pub const MAGIC: [u8; 4] = *b"HWTB";
 /// The version this reader understands and this writer writes.
 pub const VERSION: u16 = 1;
 /// Length of the v1 fixed header.
-pub const HEADER_LEN: usize = 96;
+pub const HEADER_LEN: usize = 136;
 /// Most dimensions a blob may describe: batched planar images need 4; 8 leaves room.
 pub const MAX_RANK: usize = 8;
 /// Most planes (planar RGBA has 4).
@@ -110,6 +121,19 @@ struct Header {
     quant_zero_point: i32,
     completion_fd: u32,
     completion_value: u64,
+    device_uuid: [u8; 16],
+    driver_uuid: [u8; 16],
+    allocation_size: u64,
+}
+
+/// What a GPU tensor sent by reference adds to the header.
+#[derive(Default)]
+struct GpuSection {
+    device_uuid: [u8; 16],
+    driver_uuid: [u8; 16],
+    allocation_size: u64,
+    /// `(fd index, value)` of the completion fence.
+    completion: Option<(u32, u64)>,
 }
 
 /// One plane record.
@@ -136,11 +160,12 @@ fn export_typed<T: Element>(
     mode: Transport,
 ) -> Result<(Vec<u8>, Vec<BorrowedFd<'_>>)> {
     let extent = t.byte_extent();
-    let (fds, inline, byte_offset, buffer_len) = match mode {
+    let mut gpu = GpuSection::default();
+    let (mut fds, inline, byte_offset, buffer_len) = match mode {
         Transport::Reference => {
             let fd = t.as_fd().ok_or_else(|| Error::Unavailable {
-                memory: TensorMemory::Mem,
-                reason: "heap memory has no fd to send by reference; export it inline, or allocate it on shm".into(),
+                memory: t.memory(),
+                reason: "this memory has no fd to send by reference; export it inline, or allocate it on shm".into(),
             })?;
             (vec![fd], None, t.byte_offset(), t.buffer_len())
         }
@@ -149,8 +174,17 @@ fn export_typed<T: Element>(
             (vec![], Some(map.as_bytes().to_vec()), 0, extent)
         }
     };
+    if let (Transport::Reference, Some(mem)) = (mode, t.buffer.gpu()) {
+        gpu = gpu_section(mem)?;
+        if let Some(fence) = gpu.completion.and_then(|_| mem.device().fence_fd()) {
+            fds.push(fence);
+        }
+    }
     let planes = plane_records(t, byte_offset)?;
     let mut required = 0;
+    if gpu.completion.is_some() {
+        required |= REQUIRES_COMPLETION;
+    }
     let info = t.image_info().copied();
     if info.is_some() {
         required |= REQUIRES_IMAGE;
@@ -196,10 +230,14 @@ fn export_typed<T: Element>(
     });
     b.extend_from_slice(&q.scale.to_le_bytes());
     b.extend_from_slice(&q.zero_point.to_le_bytes());
-    b.extend_from_slice(&u32::MAX.to_le_bytes()); // no completion: host memory needs none
+    let (fence_index, value) = gpu.completion.unwrap_or((u32::MAX, 0));
+    b.extend_from_slice(&fence_index.to_le_bytes());
     b.extend_from_slice(&0u32.to_le_bytes());
+    b.extend_from_slice(&value.to_le_bytes());
     b.extend_from_slice(&0u64.to_le_bytes());
-    b.extend_from_slice(&0u64.to_le_bytes());
+    b.extend_from_slice(&gpu.device_uuid);
+    b.extend_from_slice(&gpu.driver_uuid);
+    b.extend_from_slice(&gpu.allocation_size.to_le_bytes());
     debug_assert_eq!(b.len(), HEADER_LEN);
     for v in t.shape().iter().chain(t.strides()) {
         b.extend_from_slice(&(*v as u64).to_le_bytes());
@@ -216,6 +254,25 @@ fn export_typed<T: Element>(
     }
     debug_assert_eq!(b.len(), total);
     Ok((b, fds))
+}
+
+/// The GPU fields of a GPU tensor sent by reference. Where the device cannot export its fence,
+/// waits for the tensor's last GPU write first, so the receiver reads finished bytes.
+fn gpu_section(mem: &GpuMemory) -> Result<GpuSection> {
+    let device = mem.device();
+    let last = mem.last_write();
+    let completion = if device.fence_fd().is_some() {
+        Some((1, last))
+    } else {
+        device.wait(last, crate::gpu::memory::GPU_WAIT)?;
+        None
+    };
+    Ok(GpuSection {
+        device_uuid: device.device_uuid(),
+        driver_uuid: device.driver_uuid(),
+        allocation_size: mem.allocation_size(),
+        completion,
+    })
 }
 
 /// The plane records of a tensor whose first element sits at `byte_offset` of the buffer: the
@@ -370,6 +427,16 @@ fn read_header(bytes: &[u8]) -> Result<Header> {
     let reserved = [c.u32("reserved")? as u64, 0];
     h.completion_value = c.u64("completion_value")?;
     let reserved = [reserved[0], c.u64("reserved")?];
+    h.device_uuid = c.array("device_uuid")?;
+    h.driver_uuid = c.array("driver_uuid")?;
+    h.allocation_size = c.u64("allocation_size")?;
+    let gpu_reference = h.memory == TensorMemory::Gpu.code() && h.mode == 0;
+    if !gpu_reference && (h.device_uuid, h.driver_uuid, h.allocation_size) != ([0; 16], [0; 16], 0)
+    {
+        return Err(bad(
+            "GPU fields are set on a blob that is not GPU memory by reference",
+        ));
+    }
     // Unused fields must be zero: a writer that fills them is one this reader does not
     // understand, and silently ignoring what it meant is how misreads happen.
     if reserved != [0, 0] {
@@ -447,10 +514,11 @@ pub fn import(blob: &[u8], fds: Vec<OwnedFd>) -> Result<TensorDyn> {
         scale: h.quant_scale,
         zero_point: h.quant_zero_point,
     });
-    if h.required & REQUIRES_COMPLETION != 0 || h.completion_fd != u32::MAX {
+    let has_fence = h.required & REQUIRES_COMPLETION != 0;
+    if has_fence && (h.completion_fd != 1 || memory != TensorMemory::Gpu || h.mode != 0) {
         return Err(bad(format!(
-            "the tensor must wait for a GPU completion fence (value {}), and this build has no GPU device to wait with",
-            h.completion_value
+            "a completion fence must be fd 1 of GPU memory sent by reference (fd index {})",
+            h.completion_fd
         )));
     }
     check_planes(
@@ -595,14 +663,19 @@ fn reference_buffer(
     buffer_len: usize,
     mut fds: Vec<OwnedFd>,
 ) -> Result<Buffer> {
-    if h.fd_count != 1 || fds.len() != 1 {
+    let needed = 1 + (h.required & REQUIRES_COMPLETION != 0) as usize;
+    if h.fd_count != needed || fds.len() != needed {
         return Err(bad(format!(
-            "a reference blob needs exactly one fd: it names {}, {} arrived",
+            "a reference blob of this kind needs exactly {needed} fd(s): it names {}, {} arrived",
             h.fd_count,
             fds.len()
         )));
     }
+    let fence = (needed == 2).then(|| fds.pop().expect("two fds"));
     let fd = fds.pop().expect("one fd");
+    if memory == TensorMemory::Gpu {
+        return gpu_buffer(h, buffer_len, fd, fence);
+    }
     if !matches!(memory, TensorMemory::Shm | TensorMemory::DmaBuf) {
         return Err(bad(format!(
             "a reference blob of {memory} memory cannot be imported by fd"
@@ -616,6 +689,32 @@ fn reference_buffer(
         )));
     }
     Ok(buffer)
+}
+
+/// Imports GPU memory on this process's device, ordered behind the exporter's last write.
+fn gpu_buffer(
+    h: &Header,
+    buffer_len: usize,
+    fd: OwnedFd,
+    fence: Option<OwnedFd>,
+) -> Result<Buffer> {
+    let device = crate::gpu::device()?;
+    if (device.device_uuid(), device.driver_uuid()) != (h.device_uuid, h.driver_uuid) {
+        return Err(bad(format!(
+            "the tensor lives on GPU {} (driver {}), but this process's device is {} = {} (driver {})",
+            format_uuid(&h.device_uuid),
+            format_uuid(&h.driver_uuid),
+            device.adapter_label(),
+            format_uuid(&device.device_uuid()),
+            format_uuid(&device.driver_uuid())
+        )));
+    }
+    let mem = GpuMemory::import(fd, h.allocation_size, buffer_len)?;
+    if let Some(fence) = fence {
+        let timeline = device.import_timeline(fence)?;
+        mem.follow(timeline.semaphore(), h.completion_value)?;
+    }
+    Buffer::new(Storage::Gpu(mem))
 }
 
 fn inline_buffer(data: &[u8]) -> Result<Buffer> {

@@ -16,11 +16,18 @@ impl<T: Element> Tensor<T> {
     /// tensors.
     pub fn copy_from(&self, src: &Tensor<T>) -> Result<()> {
         if self.shape != src.shape {
-            return Err(Error::Shape(format!("copy_from: shapes {:?} and {:?} differ", src.shape, self.shape)));
+            return Err(Error::Shape(format!(
+                "copy_from: shapes {:?} and {:?} differ",
+                src.shape, self.shape
+            )));
         }
         let (from_gpu, to_gpu) = (src.buffer.gpu(), self.buffer.gpu());
-        if (from_gpu.is_some() || to_gpu.is_some()) && !(src.is_contiguous() && self.is_contiguous()) {
-            return Err(Error::Shape("copies into or out of GPU memory need contiguous tensors".into()));
+        if (from_gpu.is_some() || to_gpu.is_some())
+            && !(src.is_contiguous() && self.is_contiguous())
+        {
+            return Err(Error::Shape(
+                "copies into or out of GPU memory need contiguous tensors".into(),
+            ));
         }
         match (from_gpu, to_gpu) {
             (None, None) => self.copy_from_flat(&src.to_vec()?),
@@ -40,8 +47,16 @@ impl<T: Element> Tensor<T> {
         let _read = src.buffer.claim_for(Direction::Read)?;
         let _write = self.buffer.claim_for(Direction::Write)?;
         let after = s.after(false).max(d.after(true));
-        let (sb, db, so, dof, n) = (s.buffer(), d.buffer(), src.offset as u64, self.offset as u64, self.byte_extent() as u64);
-        let v = d.device().submit_commands(after, &[], |dev, cmd| copy(dev, cmd, sb, db, so, dof, n))?;
+        let (sb, db, so, dof, n) = (
+            s.buffer(),
+            d.buffer(),
+            src.offset as u64,
+            self.offset as u64,
+            self.byte_extent() as u64,
+        );
+        let v = d
+            .device()
+            .submit_commands(after, &[], |dev, cmd| copy(dev, cmd, sb, db, so, dof, n))?;
         s.record(v, false);
         d.record(v, true);
         Ok(())
@@ -49,7 +64,13 @@ impl<T: Element> Tensor<T> {
 
     /// A copy between GPU memory `gpu` and the imported host buffer of the other tensor, waited
     /// for: the host memory must not be touched or freed while the GPU still uses it.
-    fn through_import(&self, src: &Tensor<T>, host: ash::vk::Buffer, gpu: &GpuMemory, way: Way) -> Result<()> {
+    fn through_import(
+        &self,
+        src: &Tensor<T>,
+        host: ash::vk::Buffer,
+        gpu: &GpuMemory,
+        way: Way,
+    ) -> Result<()> {
         let (host_buffer, gpu_buffer): (&Buffer, &Buffer) = match way {
             Way::Upload => (&src.buffer, &self.buffer),
             Way::Download => (&self.buffer, &src.buffer),
@@ -64,8 +85,16 @@ impl<T: Element> Tensor<T> {
             Way::Upload => (host, gpu.buffer()),
             Way::Download => (gpu.buffer(), host),
         };
-        let (so, dof, n) = (src.offset as u64, self.offset as u64, self.byte_extent() as u64);
-        let v = gpu.device().submit_commands(gpu.after(gpu_writes), &[], |dev, cmd| copy(dev, cmd, sb, db, so, dof, n))?;
+        let (so, dof, n) = (
+            src.offset as u64,
+            self.offset as u64,
+            self.byte_extent() as u64,
+        );
+        let v = gpu
+            .device()
+            .submit_commands(gpu.after(gpu_writes), &[], |dev, cmd| {
+                copy(dev, cmd, sb, db, so, dof, n)
+            })?;
         gpu.record(v, gpu_writes);
         gpu.device().wait(v, GPU_WAIT)
     }

@@ -8,7 +8,9 @@ use common::device_or_skip;
 use hwtensor::{CpuAccess, PixelFormat, Tensor, TensorMemory};
 
 fn pattern(n: usize, seed: u32) -> Vec<u32> {
-    (0..n as u32).map(|i| i.wrapping_mul(2_654_435_761) ^ seed).collect()
+    (0..n as u32)
+        .map(|i| i.wrapping_mul(2_654_435_761) ^ seed)
+        .collect()
 }
 
 fn host(memory: TensorMemory, data: &[u32]) -> Tensor<u32> {
@@ -51,7 +53,10 @@ fn copies_between_every_pair_of_backings_preserve_the_bytes() {
                 };
                 let dst = Tensor::<u32>::new(&[n], Some(to)).unwrap();
                 dst.copy_from(&src).unwrap();
-                assert!(dst.to_vec().unwrap() == data, "{from} -> {to}, {n} elements");
+                assert!(
+                    dst.to_vec().unwrap() == data,
+                    "{from} -> {to}, {n} elements"
+                );
             }
         }
     }
@@ -63,10 +68,14 @@ fn a_chain_of_gpu_copies_is_ordered_on_the_timeline() {
         return;
     }
     let n = 1 << 18;
-    let tensors: Vec<_> = (0..4).map(|_| Tensor::<u32>::new(&[n], Some(TensorMemory::Gpu)).unwrap()).collect();
+    let tensors: Vec<_> = (0..4)
+        .map(|_| Tensor::<u32>::new(&[n], Some(TensorMemory::Gpu)).unwrap())
+        .collect();
     for round in 0..5u32 {
         let data = pattern(n, round);
-        tensors[0].copy_from(&host(TensorMemory::Shm, &data)).unwrap();
+        tensors[0]
+            .copy_from(&host(TensorMemory::Shm, &data))
+            .unwrap();
         // Each copy returns at once; the next one must still see its result.
         for i in 1..tensors.len() {
             tensors[i].copy_from(&tensors[i - 1]).unwrap();
@@ -80,7 +89,14 @@ fn gpu_images_get_a_64_byte_pitch() {
     if device_or_skip("gpu_images_get_a_64_byte_pitch").is_none() {
         return;
     }
-    let t = Tensor::<u8>::image(100, 8, PixelFormat::Rgb, Some(TensorMemory::Gpu), CpuAccess::ReadWrite).unwrap();
+    let t = Tensor::<u8>::image(
+        100,
+        8,
+        PixelFormat::Rgb,
+        Some(TensorMemory::Gpu),
+        CpuAccess::ReadWrite,
+    )
+    .unwrap();
     assert_eq!(t.row_stride(), Some(320));
     t.map_write().unwrap().fill(9);
     assert!(t.to_vec().unwrap().iter().all(|&b| b == 9));
@@ -94,8 +110,18 @@ fn a_mismatched_copy_is_refused() {
     let a = Tensor::<u32>::new(&[10], Some(TensorMemory::Gpu)).unwrap();
     let b = Tensor::<u32>::new(&[11], Some(TensorMemory::Mem)).unwrap();
     assert!(a.copy_from(&b).is_err());
-    let img = Tensor::<u8>::image(64, 8, PixelFormat::Rgba, Some(TensorMemory::Mem), CpuAccess::ReadWrite).unwrap();
+    let img = Tensor::<u8>::image(
+        64,
+        8,
+        PixelFormat::Rgba,
+        Some(TensorMemory::Mem),
+        CpuAccess::ReadWrite,
+    )
+    .unwrap();
     let view = img.view(hwtensor::Region::new(1, 1, 8, 4)).unwrap();
     let g = Tensor::<u8>::new(view.shape(), Some(TensorMemory::Gpu)).unwrap();
-    assert!(g.copy_from(&view).is_err(), "a strided view into GPU memory is refused, not garbled");
+    assert!(
+        g.copy_from(&view).is_err(),
+        "a strided view into GPU memory is refused, not garbled"
+    );
 }

@@ -146,7 +146,7 @@ fn a_reference_blob_without_its_fd_is_an_error() {
     let (bytes, _) = blob::export(&frame(TensorMemory::Shm).into(), Transport::Reference).unwrap();
     send_blob(&a, &bytes, &[]).unwrap();
     let err = recv(&b).unwrap_err();
-    assert!(err.to_string().contains("exactly one fd"), "{err}");
+    assert!(err.to_string().contains("needs exactly 1 fd"), "{err}");
 }
 
 #[test]

@@ -27,7 +27,9 @@ pub const STAGING_ENV: &str = "HWTENSOR_GPU_STAGING";
 pub const GPU_WAIT: Duration = Duration::from_secs(10);
 
 const BUFFER_USAGE: vk::BufferUsageFlags = vk::BufferUsageFlags::from_raw(
-    vk::BufferUsageFlags::TRANSFER_SRC.as_raw() | vk::BufferUsageFlags::TRANSFER_DST.as_raw() | vk::BufferUsageFlags::STORAGE_BUFFER.as_raw(),
+    vk::BufferUsageFlags::TRANSFER_SRC.as_raw()
+        | vk::BufferUsageFlags::TRANSFER_DST.as_raw()
+        | vk::BufferUsageFlags::STORAGE_BUFFER.as_raw(),
 );
 
 fn gpu_err(what: &'static str) -> impl Fn(vk::Result) -> Error {
@@ -39,7 +41,12 @@ enum CpuView {
     /// The memory itself, mapped once.
     Direct(*mut u8),
     /// A staging buffer, mapped once.
-    Staged { buffer: vk::Buffer, memory: vk::DeviceMemory, ptr: *mut u8, coherent: bool },
+    Staged {
+        buffer: vk::Buffer,
+        memory: vk::DeviceMemory,
+        ptr: *mut u8,
+        coherent: bool,
+    },
 }
 
 /// A buffer in GPU memory and what orders access to it.
@@ -73,12 +80,16 @@ fn staging_forced() -> bool {
 impl GpuDevice {
     fn memory_type(&self, bits: u32, want: vk::MemoryPropertyFlags) -> Option<u32> {
         let p = &self.memory_properties;
-        (0..p.memory_type_count).find(|&i| bits & (1 << i) != 0 && p.memory_types[i as usize].property_flags.contains(want))
+        (0..p.memory_type_count).find(|&i| {
+            bits & (1 << i) != 0 && p.memory_types[i as usize].property_flags.contains(want)
+        })
     }
 
     /// The memory type of a tensor buffer, and whether the CPU may map it directly.
     fn tensor_memory_type(&self, bits: u32) -> Option<(u32, bool)> {
-        let direct = vk::MemoryPropertyFlags::DEVICE_LOCAL | vk::MemoryPropertyFlags::HOST_VISIBLE | vk::MemoryPropertyFlags::HOST_CACHED;
+        let direct = vk::MemoryPropertyFlags::DEVICE_LOCAL
+            | vk::MemoryPropertyFlags::HOST_VISIBLE
+            | vk::MemoryPropertyFlags::HOST_CACHED;
         if !staging_forced() {
             if let Some(i) = self.memory_type(bits, direct) {
                 return Some((i, true));
@@ -89,7 +100,9 @@ impl GpuDevice {
         (0..p.memory_type_count)
             .find(|&i| {
                 let f = p.memory_types[i as usize].property_flags;
-                bits & (1 << i) != 0 && f.contains(vk::MemoryPropertyFlags::DEVICE_LOCAL) && !f.contains(vk::MemoryPropertyFlags::HOST_VISIBLE)
+                bits & (1 << i) != 0
+                    && f.contains(vk::MemoryPropertyFlags::DEVICE_LOCAL)
+                    && !f.contains(vk::MemoryPropertyFlags::HOST_VISIBLE)
             })
             .or_else(|| self.memory_type(bits, vk::MemoryPropertyFlags::DEVICE_LOCAL))
             .or_else(|| self.memory_type(bits, vk::MemoryPropertyFlags::empty()))
@@ -104,9 +117,17 @@ impl GpuDevice {
         }
     }
 
-    fn create_buffer(&self, size: u64, usage: vk::BufferUsageFlags, handles: vk::ExternalMemoryHandleTypeFlags) -> Result<vk::Buffer> {
+    fn create_buffer(
+        &self,
+        size: u64,
+        usage: vk::BufferUsageFlags,
+        handles: vk::ExternalMemoryHandleTypeFlags,
+    ) -> Result<vk::Buffer> {
         let mut external = vk::ExternalMemoryBufferCreateInfo::default().handle_types(handles);
-        let mut info = vk::BufferCreateInfo::default().size(size.max(1)).usage(usage).sharing_mode(vk::SharingMode::EXCLUSIVE);
+        let mut info = vk::BufferCreateInfo::default()
+            .size(size.max(1))
+            .usage(usage)
+            .sharing_mode(vk::SharingMode::EXCLUSIVE);
         if !handles.is_empty() {
             info = info.push_next(&mut external);
         }
@@ -116,10 +137,19 @@ impl GpuDevice {
 
     /// Allocates and binds dedicated memory of `type_index` for `buffer`, exporting or
     /// importing as `extra` says.
-    fn bind_memory(&self, buffer: vk::Buffer, size: u64, type_index: u32, extra: MemoryExtra) -> Result<vk::DeviceMemory> {
+    fn bind_memory(
+        &self,
+        buffer: vk::Buffer,
+        size: u64,
+        type_index: u32,
+        extra: MemoryExtra,
+    ) -> Result<vk::DeviceMemory> {
         let mut dedicated = vk::MemoryDedicatedAllocateInfo::default().buffer(buffer);
-        let mut export = vk::ExportMemoryAllocateInfo::default().handle_types(self.export_handle_types());
-        let mut info = vk::MemoryAllocateInfo::default().allocation_size(size).memory_type_index(type_index);
+        let mut export =
+            vk::ExportMemoryAllocateInfo::default().handle_types(self.export_handle_types());
+        let mut info = vk::MemoryAllocateInfo::default()
+            .allocation_size(size)
+            .memory_type_index(type_index);
         let mut import_fd;
         let mut import_host;
         match extra {
@@ -128,8 +158,13 @@ impl GpuDevice {
             MemoryExtra::ImportFd(fd) => {
                 // Chaining the export info too lets the importer hand the memory on (lavapipe
                 // otherwise "exports" fd -1).
-                import_fd = vk::ImportMemoryFdInfoKHR::default().handle_type(vk::ExternalMemoryHandleTypeFlags::OPAQUE_FD).fd(fd);
-                info = info.push_next(&mut dedicated).push_next(&mut export).push_next(&mut import_fd);
+                import_fd = vk::ImportMemoryFdInfoKHR::default()
+                    .handle_type(vk::ExternalMemoryHandleTypeFlags::OPAQUE_FD)
+                    .fd(fd);
+                info = info
+                    .push_next(&mut dedicated)
+                    .push_next(&mut export)
+                    .push_next(&mut import_fd);
             }
             MemoryExtra::ImportHost(ptr) => {
                 import_host = vk::ImportMemoryHostPointerInfoEXT::default()
@@ -140,11 +175,13 @@ impl GpuDevice {
         }
         // SAFETY: every struct in the chain outlives the call; the buffer belongs to this device.
         let memory = unsafe { self.device.allocate_memory(&info, None) }.map_err(|e| match e {
-            vk::Result::ERROR_OUT_OF_DEVICE_MEMORY | vk::Result::ERROR_OUT_OF_HOST_MEMORY => Error::Alloc {
-                memory: TensorMemory::Gpu,
-                bytes: size as usize,
-                source: std::io::Error::other(format!("vkAllocateMemory: {e}")),
-            },
+            vk::Result::ERROR_OUT_OF_DEVICE_MEMORY | vk::Result::ERROR_OUT_OF_HOST_MEMORY => {
+                Error::Alloc {
+                    memory: TensorMemory::Gpu,
+                    bytes: size as usize,
+                    source: std::io::Error::other(format!("vkAllocateMemory: {e}")),
+                }
+            }
             other => Error::Gpu(format!("vkAllocateMemory of {size} bytes failed: {other}")),
         })?;
         // SAFETY: fresh memory of a type the buffer accepts, bound once at offset 0.
@@ -158,29 +195,51 @@ impl GpuDevice {
 
     fn map_whole(&self, memory: vk::DeviceMemory) -> Result<*mut u8> {
         // SAFETY: host-visible memory of this device, mapped once for its whole life.
-        unsafe { self.device.map_memory(memory, 0, vk::WHOLE_SIZE, vk::MemoryMapFlags::empty()) }
-            .map(|p| p.cast::<u8>())
-            .map_err(gpu_err("vkMapMemory"))
+        unsafe {
+            self.device
+                .map_memory(memory, 0, vk::WHOLE_SIZE, vk::MemoryMapFlags::empty())
+        }
+        .map(|p| p.cast::<u8>())
+        .map_err(gpu_err("vkMapMemory"))
     }
 
     fn staging(&self, size: u64) -> Result<CpuView> {
-        let buffer = self.create_buffer(size, vk::BufferUsageFlags::TRANSFER_SRC | vk::BufferUsageFlags::TRANSFER_DST, vk::ExternalMemoryHandleTypeFlags::empty())?;
+        let buffer = self.create_buffer(
+            size,
+            vk::BufferUsageFlags::TRANSFER_SRC | vk::BufferUsageFlags::TRANSFER_DST,
+            vk::ExternalMemoryHandleTypeFlags::empty(),
+        )?;
         // SAFETY: a query on a live buffer.
         let req = unsafe { self.device.get_buffer_memory_requirements(buffer) };
         let cached = vk::MemoryPropertyFlags::HOST_VISIBLE | vk::MemoryPropertyFlags::HOST_CACHED;
-        let coherent = vk::MemoryPropertyFlags::HOST_VISIBLE | vk::MemoryPropertyFlags::HOST_COHERENT;
-        let Some(type_index) = self.memory_type(req.memory_type_bits, cached).or_else(|| self.memory_type(req.memory_type_bits, coherent)) else {
+        let coherent =
+            vk::MemoryPropertyFlags::HOST_VISIBLE | vk::MemoryPropertyFlags::HOST_COHERENT;
+        let Some(type_index) = self
+            .memory_type(req.memory_type_bits, cached)
+            .or_else(|| self.memory_type(req.memory_type_bits, coherent))
+        else {
             // SAFETY: the buffer was never used.
             unsafe { self.device.destroy_buffer(buffer, None) };
-            return Err(Error::Gpu("no host-visible memory for a staging buffer".into()));
+            return Err(Error::Gpu(
+                "no host-visible memory for a staging buffer".into(),
+            ));
         };
-        let is_coherent = self.memory_properties.memory_types[type_index as usize].property_flags.contains(vk::MemoryPropertyFlags::HOST_COHERENT);
-        let memory = self.bind_memory(buffer, req.size, type_index, MemoryExtra::None).inspect_err(|_| {
-            // SAFETY: the buffer was never used.
-            unsafe { self.device.destroy_buffer(buffer, None) }
-        })?;
+        let is_coherent = self.memory_properties.memory_types[type_index as usize]
+            .property_flags
+            .contains(vk::MemoryPropertyFlags::HOST_COHERENT);
+        let memory = self
+            .bind_memory(buffer, req.size, type_index, MemoryExtra::None)
+            .inspect_err(|_| {
+                // SAFETY: the buffer was never used.
+                unsafe { self.device.destroy_buffer(buffer, None) }
+            })?;
         let ptr = self.map_whole(memory)?;
-        Ok(CpuView::Staged { buffer, memory, ptr, coherent: is_coherent })
+        Ok(CpuView::Staged {
+            buffer,
+            memory,
+            ptr,
+            coherent: is_coherent,
+        })
     }
 
     fn export_memory_fd(&self, memory: vk::DeviceMemory) -> Option<OwnedFd> {
@@ -188,7 +247,9 @@ impl GpuDevice {
             return None;
         }
         let ext = ash::khr::external_memory_fd::Device::new(&self.instance, &self.device);
-        let info = vk::MemoryGetFdInfoKHR::default().memory(memory).handle_type(vk::ExternalMemoryHandleTypeFlags::OPAQUE_FD);
+        let info = vk::MemoryGetFdInfoKHR::default()
+            .memory(memory)
+            .handle_type(vk::ExternalMemoryHandleTypeFlags::OPAQUE_FD);
         // SAFETY: the memory was allocated exportable as OPAQUE_FD on this device.
         let raw = unsafe { ext.get_memory_fd(&info) }.ok()?;
         super::fence::own_cloexec(raw)
@@ -206,7 +267,8 @@ impl GpuMemory {
     /// A zeroed buffer of `len` bytes on the process device.
     pub(crate) fn allocate(len: usize) -> Result<GpuMemory> {
         let device = super::device()?;
-        let buffer = device.create_buffer(len as u64, BUFFER_USAGE, device.export_handle_types())?;
+        let buffer =
+            device.create_buffer(len as u64, BUFFER_USAGE, device.export_handle_types())?;
         let mut mem = GpuMemory::bind(device, buffer, len, None)?;
         mem.fd = device.export_memory_fd(mem.memory);
         mem.zero()?;
@@ -218,17 +280,26 @@ impl GpuMemory {
     pub(crate) fn import(fd: OwnedFd, allocation_size: u64, len: usize) -> Result<GpuMemory> {
         let device = super::device()?;
         if !device.features.has(Features::EXTERNAL_MEMORY_FD) {
-            return Err(Error::Unavailable { memory: TensorMemory::Gpu, reason: format!("{} cannot import memory fds", device.adapter_label()) });
+            return Err(Error::Unavailable {
+                memory: TensorMemory::Gpu,
+                reason: format!("{} cannot import memory fds", device.adapter_label()),
+            });
         }
         check_fd_size(fd.as_fd(), allocation_size)?;
         let keep = fd.try_clone().ok(); // the driver takes `fd`; keep one for identity and re-export
-        let buffer = device.create_buffer(len as u64, BUFFER_USAGE, device.export_handle_types())?;
+        let buffer =
+            device.create_buffer(len as u64, BUFFER_USAGE, device.export_handle_types())?;
         let mut mem = GpuMemory::bind(device, buffer, len, Some((fd, allocation_size)))?;
         mem.fd = keep;
         Ok(mem)
     }
 
-    fn bind(device: &'static GpuDevice, buffer: vk::Buffer, len: usize, import: Option<(OwnedFd, u64)>) -> Result<GpuMemory> {
+    fn bind(
+        device: &'static GpuDevice,
+        buffer: vk::Buffer,
+        len: usize,
+        import: Option<(OwnedFd, u64)>,
+    ) -> Result<GpuMemory> {
         let destroy = || {
             // SAFETY: the buffer was never used.
             unsafe { device.device.destroy_buffer(buffer, None) }
@@ -240,14 +311,32 @@ impl GpuMemory {
             return Err(Error::Gpu("no memory type fits a tensor buffer".into()));
         };
         let (size, extra, fd_owner) = match import {
-            None => (req.size, if device.export_handle_types().is_empty() { MemoryExtra::None } else { MemoryExtra::Export }, None),
+            None => (
+                req.size,
+                if device.export_handle_types().is_empty() {
+                    MemoryExtra::None
+                } else {
+                    MemoryExtra::Export
+                },
+                None,
+            ),
             Some((fd, allocation_size)) => {
                 if allocation_size < req.size {
                     destroy();
-                    return Err(Error::Fd(format!("the memory holds {allocation_size} bytes, a {len}-byte buffer needs {}", req.size)));
+                    return Err(Error::Fd(format!(
+                        "the memory holds {allocation_size} bytes, a {len}-byte buffer needs {}",
+                        req.size
+                    )));
                 }
-                let raw = fd.as_fd().try_clone_to_owned().map_err(|e| Error::Os { op: "dup of a memory fd", source: e })?;
-                (allocation_size, MemoryExtra::ImportFd(raw.into_raw_fd()), Some(fd))
+                let raw = fd.as_fd().try_clone_to_owned().map_err(|e| Error::Os {
+                    op: "dup of a memory fd",
+                    source: e,
+                })?;
+                (
+                    allocation_size,
+                    MemoryExtra::ImportFd(raw.into_raw_fd()),
+                    Some(fd),
+                )
             }
         };
         let raw_import = match extra {
@@ -258,9 +347,8 @@ impl GpuMemory {
             Ok(m) => m,
             Err(e) => {
                 destroy();
-                if let Some(raw) = raw_import {
-                    // SAFETY: a failed import leaves the fd ours; this is the dup we made for it.
-                    drop(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) });
+                if let (Some(raw), Some(original)) = (raw_import, fd_owner.as_ref()) {
+                    close_if_still_ours(raw, original.as_fd());
                 }
                 return Err(e);
             }
@@ -347,7 +435,11 @@ impl GpuMemory {
 
     /// Records that GPU work completing at `value` read (or wrote) this buffer.
     pub(crate) fn record(&self, value: u64, write: bool) {
-        let word = if write { &self.last_write } else { &self.last_read };
+        let word = if write {
+            &self.last_write
+        } else {
+            &self.last_read
+        };
         word.fetch_max(value, Ordering::AcqRel);
     }
 
@@ -355,10 +447,18 @@ impl GpuMemory {
     /// the GPU work it must follow and, when staged, downloads.
     pub(crate) fn begin_cpu(&self, write: bool) -> Result<GpuCpuAccess<'_>> {
         let last = self.last_write();
-        if let CpuView::Staged { buffer: staging, memory, coherent, .. } = self.cpu {
+        if let CpuView::Staged {
+            buffer: staging,
+            memory,
+            coherent,
+            ..
+        } = self.cpu
+        {
             if self.staged_at.load(Ordering::Acquire) != last {
                 let (src, len) = (self.buffer, self.len as u64);
-                let v = self.device.submit_commands(last, &[], |d, cmd| copy(d, cmd, src, staging, 0, 0, len))?;
+                let v = self
+                    .device
+                    .submit_commands(last, &[], |d, cmd| copy(d, cmd, src, staging, 0, 0, len))?;
                 self.device.wait(v, GPU_WAIT)?;
                 self.record(v, false);
                 if !coherent {
@@ -372,21 +472,39 @@ impl GpuMemory {
     }
 
     fn invalidate(&self, memory: vk::DeviceMemory) -> Result<()> {
-        let range = vk::MappedMemoryRange::default().memory(memory).size(vk::WHOLE_SIZE);
+        let range = vk::MappedMemoryRange::default()
+            .memory(memory)
+            .size(vk::WHOLE_SIZE);
         // SAFETY: the memory is mapped, and the GPU work that wrote it has completed.
-        unsafe { self.device.device.invalidate_mapped_memory_ranges(&[range]) }.map_err(gpu_err("vkInvalidateMappedMemoryRanges"))
+        unsafe { self.device.device.invalidate_mapped_memory_ranges(&[range]) }
+            .map_err(gpu_err("vkInvalidateMappedMemoryRanges"))
     }
 
     /// Sends the staging copy back to the device after a CPU write.
     fn upload_after_cpu_write(&self) -> Result<()> {
-        let CpuView::Staged { buffer: staging, memory, coherent, .. } = self.cpu else { return Ok(()) };
+        let CpuView::Staged {
+            buffer: staging,
+            memory,
+            coherent,
+            ..
+        } = self.cpu
+        else {
+            return Ok(());
+        };
         if !coherent {
-            let range = vk::MappedMemoryRange::default().memory(memory).size(vk::WHOLE_SIZE);
+            let range = vk::MappedMemoryRange::default()
+                .memory(memory)
+                .size(vk::WHOLE_SIZE);
             // SAFETY: the staging memory is mapped and the CPU writes are done.
-            unsafe { self.device.device.flush_mapped_memory_ranges(&[range]) }.map_err(gpu_err("vkFlushMappedMemoryRanges"))?;
+            unsafe { self.device.device.flush_mapped_memory_ranges(&[range]) }
+                .map_err(gpu_err("vkFlushMappedMemoryRanges"))?;
         }
         let (dst, len) = (self.buffer, self.len as u64);
-        let v = self.device.submit_commands(self.after(true), &[], |d, cmd| copy(d, cmd, staging, dst, 0, 0, len))?;
+        let v = self
+            .device
+            .submit_commands(self.after(true), &[], |d, cmd| {
+                copy(d, cmd, staging, dst, 0, 0, len)
+            })?;
         self.record(v, true);
         self.staged_at.store(v, Ordering::Release);
         Ok(())
@@ -394,7 +512,9 @@ impl GpuMemory {
 
     /// Makes this buffer's content follow a point on another timeline (an imported fence).
     pub(crate) fn follow(&self, semaphore: vk::Semaphore, value: u64) -> Result<()> {
-        let v = self.device.submit_commands(0, &[(semaphore, value)], |_, _| {})?;
+        let v = self
+            .device
+            .submit_commands(0, &[(semaphore, value)], |_, _| {})?;
         self.device.wait(v, GPU_WAIT)?;
         self.record(v, true);
         Ok(())
@@ -402,11 +522,23 @@ impl GpuMemory {
 }
 
 /// Records a buffer-to-buffer copy.
-pub(crate) fn copy(d: &ash::Device, cmd: vk::CommandBuffer, src: vk::Buffer, dst: vk::Buffer, src_offset: u64, dst_offset: u64, size: u64) {
+pub(crate) fn copy(
+    d: &ash::Device,
+    cmd: vk::CommandBuffer,
+    src: vk::Buffer,
+    dst: vk::Buffer,
+    src_offset: u64,
+    dst_offset: u64,
+    size: u64,
+) {
     if size == 0 {
         return;
     }
-    let region = vk::BufferCopy { src_offset, dst_offset, size };
+    let region = vk::BufferCopy {
+        src_offset,
+        dst_offset,
+        size,
+    };
     // SAFETY: recording into a command buffer being recorded; both buffers live until the
     // work completes (their owners wait for it before freeing them).
     unsafe { d.cmd_copy_buffer(cmd, src, dst, &[region]) }
@@ -430,7 +562,9 @@ impl Drop for GpuCpuAccess<'_> {
 
 impl std::fmt::Debug for GpuCpuAccess<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GpuCpuAccess").field("write", &self.write).finish()
+        f.debug_struct("GpuCpuAccess")
+            .field("write", &self.write)
+            .finish()
     }
 }
 
@@ -457,7 +591,30 @@ impl Drop for GpuMemory {
 
 impl std::fmt::Debug for GpuMemory {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GpuMemory").field("len", &self.len).field("staged", &matches!(self.cpu, CpuView::Staged { .. })).finish()
+        f.debug_struct("GpuMemory")
+            .field("len", &self.len)
+            .field("staged", &matches!(self.cpu, CpuView::Staged { .. }))
+            .finish()
+    }
+}
+
+/// Closes the dup handed to a failed import, if the driver left it open.
+///
+/// Drivers differ: the spec leaves the fd with the caller on failure, but lavapipe closes it
+/// anyway when it refuses a memfd's size. Closing it blindly would close whatever file took
+/// the number since (or abort on EBADF); so it is closed only while it still names the same
+/// file as `original`.
+fn close_if_still_ours(raw: i32, original: BorrowedFd<'_>) {
+    let Ok(want) = rustix::fs::fstat(original) else {
+        return;
+    };
+    // SAFETY: fstat on a raw number writes only into `st`; a closed number fails with EBADF.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let open = unsafe { libc::fstat(raw, &mut st) } == 0;
+    if open && st.st_dev == want.st_dev && st.st_ino == want.st_ino {
+        // SAFETY: the number is open and still names our memory's file: it is the dup we made.
+        unsafe { libc::close(raw) };
     }
 }
 
@@ -466,10 +623,12 @@ impl std::fmt::Debug for GpuMemory {
 /// are checked by the driver.
 fn check_fd_size(fd: BorrowedFd<'_>, allocation_size: u64) -> Result<()> {
     match classify::inspect(fd) {
-        Ok(info) if info.memory == TensorMemory::Shm && info.size < allocation_size => Err(Error::Fd(format!(
-            "the memory fd holds {} bytes but the blob says {allocation_size}",
-            info.size
-        ))),
+        Ok(info) if info.memory == TensorMemory::Shm && info.size < allocation_size => {
+            Err(Error::Fd(format!(
+                "the memory fd holds {} bytes but the blob says {allocation_size}",
+                info.size
+            )))
+        }
         _ => Ok(()),
     }
 }
@@ -489,13 +648,17 @@ impl HostImport {
     /// # Safety
     /// `ptr..ptr + round_up(len, alignment)` must be mapped memory that stays valid and is not
     /// freed until the import is dropped, and every GPU use of it has completed by then.
-    pub(crate) unsafe fn new(device: &'static GpuDevice, ptr: *mut u8, len: usize) -> Option<HostImport> {
+    pub(crate) unsafe fn new(
+        device: &'static GpuDevice,
+        ptr: *mut u8,
+        len: usize,
+    ) -> Option<HostImport> {
         if !device.features.has(Features::EXTERNAL_MEMORY_HOST) || len == 0 {
             return None;
         }
         let align = device.host_import_alignment();
         // The driver does not check alignment (lavapipe): we must.
-        if align == 0 || ptr as usize % align != 0 {
+        if align == 0 || !(ptr as usize).is_multiple_of(align) {
             return None;
         }
         let size = len.div_ceil(align) * align;
@@ -514,18 +677,33 @@ impl HostImport {
             return None;
         }
         let buffer = device
-            .create_buffer(size as u64, vk::BufferUsageFlags::TRANSFER_SRC | vk::BufferUsageFlags::TRANSFER_DST, vk::ExternalMemoryHandleTypeFlags::HOST_ALLOCATION_EXT)
+            .create_buffer(
+                size as u64,
+                vk::BufferUsageFlags::TRANSFER_SRC | vk::BufferUsageFlags::TRANSFER_DST,
+                vk::ExternalMemoryHandleTypeFlags::HOST_ALLOCATION_EXT,
+            )
             .ok()?;
         // SAFETY: a query on a live buffer.
         let req = unsafe { device.device.get_buffer_memory_requirements(buffer) };
-        let type_index = device.memory_type(props.memory_type_bits & req.memory_type_bits, vk::MemoryPropertyFlags::empty());
-        let memory = type_index.and_then(|t| device.bind_memory(buffer, size as u64, t, MemoryExtra::ImportHost(ptr.cast())).ok());
+        let type_index = device.memory_type(
+            props.memory_type_bits & req.memory_type_bits,
+            vk::MemoryPropertyFlags::empty(),
+        );
+        let memory = type_index.and_then(|t| {
+            device
+                .bind_memory(buffer, size as u64, t, MemoryExtra::ImportHost(ptr.cast()))
+                .ok()
+        });
         let Some(memory) = memory else {
             // SAFETY: the buffer was never used.
             unsafe { device.device.destroy_buffer(buffer, None) };
             return None;
         };
-        Some(HostImport { device, buffer, memory })
+        Some(HostImport {
+            device,
+            buffer,
+            memory,
+        })
     }
 }
 
@@ -544,7 +722,10 @@ impl GpuDevice {
         let mut host = vk::PhysicalDeviceExternalMemoryHostPropertiesEXT::default();
         let mut props = vk::PhysicalDeviceProperties2::default().push_next(&mut host);
         // SAFETY: a query on the device's physical device; the chain outlives the call.
-        unsafe { self.instance.get_physical_device_properties2(self.physical, &mut props) };
+        unsafe {
+            self.instance
+                .get_physical_device_properties2(self.physical, &mut props)
+        };
         host.min_imported_host_pointer_alignment as usize
     }
 }

@@ -117,6 +117,8 @@ pub struct GpuDevice {
     timeline: Timeline,
     work: submit::Work,
     memory_properties: vk::PhysicalDeviceMemoryProperties,
+    /// The timeline's fd, exported once for hand-offs (`None` where it cannot be).
+    fence_fd: OnceLock<Option<OwnedFd>>,
 }
 
 // SAFETY: Vulkan handles are usable from any thread; the one object that needs external
@@ -358,7 +360,18 @@ fn own_device(record: Option<&'static Record>) -> std::result::Result<GpuDevice,
             info.label()
         )
     })?;
-    GpuDevice::assemble(entry, instance, physical, device, queue, queue_family, info, features, origin, Timeline::new(semaphore, shared, exportable))
+    GpuDevice::assemble(
+        entry,
+        instance,
+        physical,
+        device,
+        queue,
+        queue_family,
+        info,
+        features,
+        origin,
+        Timeline::new(semaphore, shared, exportable),
+    )
 }
 
 /// Adopts the device another copy published.
@@ -407,7 +420,18 @@ unsafe fn adopt(record: &'static Record, p: &Published) -> std::result::Result<G
     };
     let _ = exportable;
     let queue = vk::Queue::from_raw(p.queue);
-    GpuDevice::assemble(entry, instance, physical, device, queue, p.queue_family, info, features, Origin::Adopted, timeline)
+    GpuDevice::assemble(
+        entry,
+        instance,
+        physical,
+        device,
+        queue,
+        p.queue_family,
+        info,
+        features,
+        Origin::Adopted,
+        timeline,
+    )
 }
 
 fn timeline_exportable(instance: &ash::Instance, physical: vk::PhysicalDevice) -> bool {
@@ -444,6 +468,26 @@ fn create_semaphore(
     unsafe { device.create_semaphore(&info, None) }
 }
 
+/// A timeline semaphore imported from another process, destroyed when dropped (after the
+/// waits on it have completed).
+pub(crate) struct ImportedTimeline<'a> {
+    device: &'a GpuDevice,
+    semaphore: vk::Semaphore,
+}
+
+impl ImportedTimeline<'_> {
+    pub(crate) fn semaphore(&self) -> vk::Semaphore {
+        self.semaphore
+    }
+}
+
+impl Drop for ImportedTimeline<'_> {
+    fn drop(&mut self) {
+        // SAFETY: the only wait on it (GpuMemory::follow) completed before this drop.
+        unsafe { self.device.device.destroy_semaphore(self.semaphore, None) };
+    }
+}
+
 impl GpuDevice {
     #[allow(clippy::too_many_arguments)]
     fn assemble(
@@ -458,10 +502,25 @@ impl GpuDevice {
         origin: Origin,
         timeline: Timeline,
     ) -> std::result::Result<GpuDevice, String> {
-        let work = submit::Work::new(&device, queue_family).map_err(|e| format!("creating a command pool failed: {e}"))?;
+        let work = submit::Work::new(&device, queue_family)
+            .map_err(|e| format!("creating a command pool failed: {e}"))?;
         // SAFETY: a query on the device's own physical device.
         let memory_properties = unsafe { instance.get_physical_device_memory_properties(physical) };
-        Ok(GpuDevice { _entry: entry, instance, physical, device, queue, queue_family, info, features, origin, timeline, work, memory_properties })
+        Ok(GpuDevice {
+            _entry: entry,
+            instance,
+            physical,
+            device,
+            queue,
+            queue_family,
+            info,
+            features,
+            origin,
+            timeline,
+            work,
+            memory_properties,
+            fence_fd: OnceLock::new(),
+        })
     }
 
     fn published(&self) -> Published {
@@ -586,6 +645,50 @@ impl GpuDevice {
         // SAFETY: the semaphore was created exportable as OPAQUE_FD on this device.
         let raw = unsafe { ext.get_semaphore_fd(&info) }.ok()?;
         own_cloexec(raw)
+    }
+
+    /// The timeline's fd for hand-offs, exported once and borrowed from then on.
+    pub(crate) fn fence_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        use std::os::fd::AsFd;
+        self.fence_fd
+            .get_or_init(|| self.export_fence())
+            .as_ref()
+            .map(|f| f.as_fd())
+    }
+
+    /// Imports another process's timeline fd, to wait on it.
+    pub(crate) fn import_timeline(&self, fd: OwnedFd) -> Result<ImportedTimeline<'_>> {
+        use std::os::fd::IntoRawFd;
+        if !self.features.has(Features::EXTERNAL_SEMAPHORE_FD) {
+            return Err(Error::Unavailable {
+                memory: crate::TensorMemory::Gpu,
+                reason: format!("{} cannot import a timeline fence", self.adapter_label()),
+            });
+        }
+        let semaphore = create_semaphore(&self.device, 0, false)
+            .map_err(|e| Error::Gpu(format!("creating a timeline failed: {e}")))?;
+        let ext = ash::khr::external_semaphore_fd::Device::new(&self.instance, &self.device);
+        let raw = fd.into_raw_fd();
+        let info = vk::ImportSemaphoreFdInfoKHR::default()
+            .semaphore(semaphore)
+            .handle_type(vk::ExternalSemaphoreHandleTypeFlags::OPAQUE_FD)
+            .fd(raw);
+        // SAFETY: a fresh timeline semaphore of this device and an fd we own; on success the
+        // driver owns the fd.
+        if let Err(e) = unsafe { ext.import_semaphore_fd(&info) } {
+            // SAFETY: a failed import leaves the fd ours; the semaphore was never used.
+            unsafe {
+                drop(<OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw));
+                self.device.destroy_semaphore(semaphore, None);
+            }
+            return Err(Error::Gpu(format!(
+                "importing the producer's fence failed: {e}"
+            )));
+        }
+        Ok(ImportedTimeline {
+            device: self,
+            semaphore,
+        })
     }
 
     /// The point `value` on the timeline, with the fence where one can be exported.

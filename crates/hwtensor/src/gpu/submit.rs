@@ -23,13 +23,21 @@ struct Pool {
 }
 
 impl Work {
-    pub(crate) fn new(device: &ash::Device, queue_family: u32) -> std::result::Result<Work, vk::Result> {
+    pub(crate) fn new(
+        device: &ash::Device,
+        queue_family: u32,
+    ) -> std::result::Result<Work, vk::Result> {
         let info = vk::CommandPoolCreateInfo::default()
             .queue_family_index(queue_family)
             .flags(vk::CommandPoolCreateFlags::TRANSIENT);
         // SAFETY: a plain creation on a live device.
         let pool = unsafe { device.create_command_pool(&info, None) }?;
-        Ok(Work { pool: Mutex::new(Pool { pool, in_flight: Vec::new() }) })
+        Ok(Work {
+            pool: Mutex::new(Pool {
+                pool,
+                in_flight: Vec::new(),
+            }),
+        })
     }
 }
 
@@ -47,19 +55,32 @@ impl GpuDevice {
         foreign: &[(vk::Semaphore, u64)],
         record: impl FnOnce(&ash::Device, vk::CommandBuffer),
     ) -> Result<u64> {
-        let mut pool = self.work.pool.lock().map_err(|_| Error::Gpu("the command pool is poisoned".into()))?;
+        let mut pool = self
+            .work
+            .pool
+            .lock()
+            .map_err(|_| Error::Gpu("the command pool is poisoned".into()))?;
         self.reclaim(&mut pool);
-        let alloc = vk::CommandBufferAllocateInfo::default().command_pool(pool.pool).command_buffer_count(1);
+        let alloc = vk::CommandBufferAllocateInfo::default()
+            .command_pool(pool.pool)
+            .command_buffer_count(1);
         // SAFETY: the pool belongs to this device and is used under its mutex only.
-        let cmd = unsafe { self.device.allocate_command_buffers(&alloc) }.map_err(gpu_err("allocating a command buffer"))?[0];
-        let begin = vk::CommandBufferBeginInfo::default().flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
+        let cmd = unsafe { self.device.allocate_command_buffers(&alloc) }
+            .map_err(gpu_err("allocating a command buffer"))?[0];
+        let begin = vk::CommandBufferBeginInfo::default()
+            .flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
         // SAFETY: a fresh command buffer of this pool, recorded once.
-        unsafe { self.device.begin_command_buffer(cmd, &begin) }.map_err(gpu_err("vkBeginCommandBuffer"))?;
+        unsafe { self.device.begin_command_buffer(cmd, &begin) }
+            .map_err(gpu_err("vkBeginCommandBuffer"))?;
         record(&self.device, cmd);
         // Make the transfer writes visible to the host and to later work, whoever waits next.
         let barrier = vk::MemoryBarrier::default()
             .src_access_mask(vk::AccessFlags::MEMORY_WRITE)
-            .dst_access_mask(vk::AccessFlags::HOST_READ | vk::AccessFlags::MEMORY_READ | vk::AccessFlags::MEMORY_WRITE);
+            .dst_access_mask(
+                vk::AccessFlags::HOST_READ
+                    | vk::AccessFlags::MEMORY_READ
+                    | vk::AccessFlags::MEMORY_WRITE,
+            );
         // SAFETY: recording into the command buffer begun above.
         unsafe {
             self.device.cmd_pipeline_barrier(
@@ -71,21 +92,28 @@ impl GpuDevice {
                 &[],
                 &[],
             );
-            self.device.end_command_buffer(cmd).map_err(gpu_err("vkEndCommandBuffer"))?;
+            self.device
+                .end_command_buffer(cmd)
+                .map_err(gpu_err("vkEndCommandBuffer"))?;
         }
         let mut waits: Vec<(vk::Semaphore, u64)> = foreign.to_vec();
         if after > 0 {
             waits.push((self.timeline.semaphore, after));
         }
-        let value = self.timeline.submit_work(&self.device, self.queue, cmd, &waits)?;
+        let value = self
+            .timeline
+            .submit_work(&self.device, self.queue, cmd, &waits)?;
         pool.in_flight.push((value, cmd));
         Ok(value)
     }
 
     /// Frees the command buffers whose work has completed.
     fn reclaim(&self, pool: &mut Pool) {
-        let Ok(done) = self.completed_value() else { return };
-        let (finished, running): (Vec<_>, Vec<_>) = pool.in_flight.drain(..).partition(|(v, _)| *v <= done);
+        let Ok(done) = self.completed_value() else {
+            return;
+        };
+        let (finished, running): (Vec<_>, Vec<_>) =
+            pool.in_flight.drain(..).partition(|(v, _)| *v <= done);
         pool.in_flight = running;
         if !finished.is_empty() {
             let cmds: Vec<vk::CommandBuffer> = finished.into_iter().map(|(_, c)| c).collect();
