@@ -45,6 +45,9 @@ pub fn run(quick: bool) -> crate::Result {
     println!("\n== hand-off: send + receive + import + first map, across a thread (medians) ==");
     handoff(&s)?;
     crate::gpu::bench(s.rounds)?;
+    crate::gpu::bandwidth(s.rounds)?;
+    println!("\n== GPU hand-off: send + receive + import, across a thread (medians) ==");
+    gpu_handoff(&s)?;
     Ok(())
 }
 
@@ -135,7 +138,12 @@ fn fill(s: &Samples) -> crate::Result {
 
 /// Median latency of handing `tensor` to a consumer thread in `mode`: from just before `send`
 /// to just after the consumer's first map returns.
-fn handoff_latency(tensor: &TensorDyn, mode: Transport, rounds: usize) -> crate::Result<Duration> {
+fn handoff_latency(
+    tensor: &TensorDyn,
+    mode: Transport,
+    rounds: usize,
+    map: bool,
+) -> crate::Result<Duration> {
     let (tx, rx) = UnixStream::pair()?;
     let (done_tx, done_rx) = mpsc::channel::<Result<u64, String>>();
     let consumer = std::thread::spawn(move || {
@@ -144,8 +152,10 @@ fn handoff_latency(tensor: &TensorDyn, mode: Transport, rounds: usize) -> crate:
                 .as_tensor::<u8>()
                 .map_err(|e| e.to_string())
                 .and_then(|t| {
-                    let m = t.map_read().map_err(|e| e.to_string())?;
-                    std::hint::black_box(m.first().copied());
+                    if map {
+                        let m = t.map_read().map_err(|e| e.to_string())?;
+                        std::hint::black_box(m.first().copied());
+                    }
                     Ok(monotonic_ns())
                 });
             if done_tx.send(first_map).is_err() {
@@ -169,6 +179,20 @@ fn handoff_latency(tensor: &TensorDyn, mode: Transport, rounds: usize) -> crate:
     Ok(median(&mut times))
 }
 
+/// GPU tensors by reference: the cost does not grow with the frame either.
+fn gpu_handoff(s: &Samples) -> crate::Result {
+    if hwtensor::gpu::device().is_err() {
+        println!("skipped: no GPU device");
+        return Ok(());
+    }
+    for (name, w, h) in HANDOFF_FRAMES {
+        let t: TensorDyn = Tensor::<u8>::new(&shape(w, h), Some(TensorMemory::Gpu))?.into();
+        let zc = handoff_latency(&t, Transport::Reference, s.rounds, false)?;
+        println!("{name:<8} {:>12}", fmt(zc));
+    }
+    Ok(())
+}
+
 fn handoff(s: &Samples) -> crate::Result {
     println!(
         "{:<8} {:>12} {:>14} {:>10}",
@@ -177,8 +201,8 @@ fn handoff(s: &Samples) -> crate::Result {
     let mut zero_copy = vec![];
     for (name, w, h) in HANDOFF_FRAMES {
         let t: TensorDyn = Tensor::<u8>::new(&shape(w, h), Some(TensorMemory::Shm))?.into();
-        let zc = handoff_latency(&t, Transport::Reference, s.rounds)?;
-        let copy = handoff_latency(&t, Transport::Inline, s.rounds.min(31))?;
+        let zc = handoff_latency(&t, Transport::Reference, s.rounds, true)?;
+        let copy = handoff_latency(&t, Transport::Inline, s.rounds.min(31), true)?;
         let note = if name == "1080p" {
             verdict(zc <= HANDOFF_TARGET)
         } else {

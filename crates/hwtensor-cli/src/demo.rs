@@ -25,34 +25,71 @@ const PEER_TIMEOUT: Duration = Duration::from_secs(10);
 /// Bytes before each frame's blob: frame number (u64) and send time (u64, monotonic ns).
 const PREAMBLE: usize = 16;
 
-pub fn producer(frames: u32) -> crate::Result {
+/// Where the demo's frames live.
+fn frame_memory(gpu: bool) -> TensorMemory {
+    if gpu {
+        TensorMemory::Gpu
+    } else {
+        TensorMemory::Shm
+    }
+}
+
+fn frame(memory: TensorMemory) -> hwtensor::Result<Tensor<u8>> {
+    Tensor::<u8>::image(
+        WIDTH,
+        HEIGHT,
+        PixelFormat::Rgba,
+        Some(memory),
+        CpuAccess::ReadWrite,
+    )
+}
+
+/// Writes `f`'s pattern for `frame` into `target`: directly into shared memory, or composed in
+/// host memory and uploaded into GPU memory (as a camera frame would arrive).
+fn write_pattern(
+    target: &Tensor<u8>,
+    host: Option<&Tensor<u8>>,
+    frame: u32,
+    f: fn(u32, usize) -> [u8; 4],
+) -> crate::Result {
+    match host {
+        Some(host) => {
+            pattern::fill(host.map_write()?.as_bytes_mut(), frame, f);
+            target.copy_from(host)?;
+        }
+        None => pattern::fill(target.map_write()?.as_bytes_mut(), frame, f),
+    }
+    Ok(())
+}
+
+pub fn producer(frames: u32, gpu: bool) -> crate::Result {
     let name = format!("hwtensor-demo-{}", std::process::id());
     let listener = UnixListener::bind_addr(&SocketAddr::from_abstract_name(&name)?)?;
-    let mut child = Command::new(std::env::current_exe()?)
-        .args(["demo-consumer", "--socket", &name])
-        .spawn()?;
+    let mut args = vec!["demo-consumer", "--socket", &name];
+    if gpu {
+        args.push("--gpu");
+    }
+    let mut child = Command::new(std::env::current_exe()?).args(&args).spawn()?;
     let stream = accept(&listener, &mut child)?;
     stream.set_read_timeout(Some(PEER_TIMEOUT))?;
+    let memory = frame_memory(gpu);
     let pool = (0..POOL.min(frames.max(1) as usize))
-        .map(|_| {
-            Tensor::<u8>::image(
-                WIDTH,
-                HEIGHT,
-                PixelFormat::Rgba,
-                Some(TensorMemory::Shm),
-                CpuAccess::ReadWrite,
-            )
-        })
+        .map(|_| frame(memory))
         .collect::<Result<Vec<_>, _>>()?;
+    let host = if gpu {
+        Some(frame(TensorMemory::Mem)?)
+    } else {
+        None
+    };
     println!(
-        "producer: {frames} frame(s) of {WIDTH}x{HEIGHT} RGBA through {} shared buffers",
+        "producer: {frames} frame(s) of {WIDTH}x{HEIGHT} RGBA through {} {memory} buffers",
         pool.len()
     );
     let mut round_trips = Vec::with_capacity(frames as usize);
     let mut latencies = Vec::with_capacity(frames as usize);
     for frame in 0..frames {
         let buffer = &pool[frame as usize % pool.len()];
-        pattern::fill(buffer.map_write()?.as_bytes_mut(), frame, pattern::pixel);
+        write_pattern(buffer, host.as_ref(), frame, pattern::pixel)?;
         let started = Instant::now();
         send_frame(&stream, frame, &buffer.clone().into())?;
         let (_, sent_at) = read_preamble(&stream)?.ok_or("the consumer hung up mid-stream")?;
@@ -61,7 +98,7 @@ pub fn producer(frames: u32) -> crate::Result {
         latencies.push(Duration::from_nanos(monotonic_ns().saturating_sub(sent_at)));
         std::hint::black_box(first_map);
         round_trips.push(started.elapsed());
-        check_ack(buffer, &back, frame)?;
+        check_ack(buffer, &back, frame, gpu)?;
         progress(frame, frames);
     }
     drop(stream);
@@ -126,8 +163,10 @@ fn accept(listener: &UnixListener, child: &mut Child) -> crate::Result<UnixStrea
     }
 }
 
-fn check_ack(sent: &Tensor<u8>, back: &TensorDyn, frame: u32) -> crate::Result {
-    if back.identity() != sent.identity() {
+fn check_ack(sent: &Tensor<u8>, back: &TensorDyn, frame: u32, gpu: bool) -> crate::Result {
+    // A GPU buffer's identity is per process where the driver's fds are anonymous (NVIDIA);
+    // the acknowledgement in our own buffer is the proof there.
+    if !gpu && back.identity() != sent.identity() {
         return Err(format!("frame {frame}: the consumer handed back a different buffer").into());
     }
     if let Some(i) = pattern::first_mismatch(sent.map_read()?.as_bytes(), frame, pattern::ack) {
@@ -145,30 +184,55 @@ fn progress(frame: u32, frames: u32) {
     }
 }
 
-pub fn consumer(socket: &str) -> crate::Result {
+pub fn consumer(socket: &str, gpu: bool) -> crate::Result {
     let stream = UnixStream::connect_addr(&SocketAddr::from_abstract_name(socket)?)?;
     stream.set_read_timeout(Some(PEER_TIMEOUT))?;
     let mut latencies = Vec::new();
+    // On the GPU: a second GPU tensor the consumer's own GPU work writes into, and host memory
+    // to compose the acknowledgement in.
+    let (work, host) = if gpu {
+        (
+            Some(frame(TensorMemory::Gpu)?),
+            Some(frame(TensorMemory::Mem)?),
+        )
+    } else {
+        (None, None)
+    };
     while let Some((frame, sent_at)) = read_preamble(&stream)? {
         let received = recv(&stream)?;
         let tensor = received.as_tensor::<u8>()?;
-        let map = tensor.map_read()?;
-        latencies.push(Duration::from_nanos(monotonic_ns().saturating_sub(sent_at)));
-        if let Some(i) = pattern::first_mismatch(map.as_bytes(), frame, pattern::pixel) {
+        let checked = match &work {
+            Some(work) => {
+                latencies.push(Duration::from_nanos(monotonic_ns().saturating_sub(sent_at)));
+                work.copy_from(tensor)?; // GPU work on the imported tensor, ordered behind the producer
+                work.map_read()?.as_bytes().to_vec()
+            }
+            None => {
+                let map = tensor.map_read()?;
+                latencies.push(Duration::from_nanos(monotonic_ns().saturating_sub(sent_at)));
+                map.as_bytes().to_vec()
+            }
+        };
+        if let Some(i) = pattern::first_mismatch(&checked, frame, pattern::pixel) {
             return Err(format!(
                 "consumer: frame {frame}: pixel {i} is not what the producer wrote"
             )
             .into());
         }
-        drop(map);
-        pattern::fill(tensor.map_write()?.as_bytes_mut(), frame, pattern::ack);
+        write_pattern(tensor, host.as_ref(), frame, pattern::ack)?;
         send_frame(&stream, frame, &received)?;
     }
     latencies.sort_unstable();
+    let how = if gpu {
+        "imported on the GPU without a copy, copied on the GPU,"
+    } else {
+        "mapped without a copy,"
+    };
     println!(
-        "consumer: {} frame(s) mapped without a copy, every pixel verified; hand-off latency \
-         (send + receive + import + first map) median {}, p99 {}",
+        "consumer: {} frame(s) {how} every pixel verified; hand-off latency \
+         (send + receive + import{}) median {}, p99 {}",
         latencies.len(),
+        if gpu { "" } else { " + first map" },
         fmt(percentile(&latencies, 50)),
         fmt(percentile(&latencies, 99)),
     );

@@ -86,6 +86,54 @@ pub fn probe_text(out: &mut impl std::io::Write) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Sizes for the bandwidth figures: two frames and the 256 MiB buffer the CUDA figure uses.
+const BANDWIDTH_SIZES: [(&str, usize); 3] = [
+    ("1080p", 1920 * 1080 * 4),
+    ("4k", 3840 * 2160 * 4),
+    ("256MiB", 256 << 20),
+];
+
+/// Reference figures measured outside this program in the same run (GB/s), e.g. a pinned
+/// `cudaMemcpy` on the GPU machine: `HWTENSOR_BENCH_CUDA_H2D_GBPS`, `..._D2H_GBPS`.
+fn reference(var: &str) -> Option<f64> {
+    std::env::var(var).ok()?.trim().parse().ok()
+}
+
+/// Host <-> GPU bandwidth from heap tensors, with the ratio to the CUDA reference when given.
+pub fn bandwidth(rounds: usize) -> crate::Result {
+    if gpu::device().is_err() {
+        return Ok(());
+    }
+    let h2d_ref = reference("HWTENSOR_BENCH_CUDA_H2D_GBPS");
+    let d2h_ref = reference("HWTENSOR_BENCH_CUDA_D2H_GBPS");
+    println!("\n== host <-> GPU bandwidth from mem tensors (medians, GB/s) ==");
+    println!(
+        "{:<8} {:>10} {:>10} {:>12} {:>12}",
+        "size", "host->gpu", "gpu->host", "vs CUDA h2d", "vs CUDA d2h"
+    );
+    for (name, bytes) in BANDWIDTH_SIZES {
+        let host = hwtensor::Tensor::<u8>::new(&[bytes], Some(hwtensor::TensorMemory::Mem))?;
+        host.map_write()?.fill(1);
+        let dev = hwtensor::Tensor::<u8>::new(&[bytes], Some(hwtensor::TensorMemory::Gpu))?;
+        let rate = |d: Duration| bytes as f64 / d.as_secs_f64() / 1e9;
+        let n = rounds.min(31);
+        let up = median_per_call(n, 1, || dev.copy_from(&host).expect("upload"));
+        let down = median_per_call(n, 1, || host.copy_from(&dev).expect("download"));
+        let (u, d) = (rate(up), rate(down));
+        let ratio =
+            |x: f64, r: Option<f64>| r.map_or("-".to_string(), |r| format!("{:.2}x", x / r));
+        println!(
+            "{name:<8} {u:>10.1} {d:>10.1} {:>12} {:>12}",
+            ratio(u, h2d_ref),
+            ratio(d, d2h_ref)
+        );
+    }
+    if let (Some(h), Some(d)) = (h2d_ref, d2h_ref) {
+        println!("CUDA pinned cudaMemcpy reference (same run): {h:.1} / {d:.1} GB/s");
+    }
+    Ok(())
+}
+
 /// The device benchmarks: `device()` hot path, signal + wait, signals per second.
 pub fn bench(rounds: usize) -> crate::Result {
     println!("\n== GPU process device (medians) ==");

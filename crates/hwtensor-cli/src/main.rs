@@ -36,6 +36,9 @@ enum Command {
         /// Frames to stream through the pool of buffers.
         #[arg(long, default_value_t = 1)]
         frames: u32,
+        /// Hand over GPU tensors on the process device instead of shared memory.
+        #[arg(long)]
+        gpu: bool,
     },
     /// Core and hand-off benchmarks, with the reference figures measured in the same run.
     Bench {
@@ -48,15 +51,17 @@ enum Command {
     DemoConsumer {
         #[arg(long)]
         socket: String,
+        #[arg(long)]
+        gpu: bool,
     },
 }
 
 fn main() -> ExitCode {
     let result = match Cli::parse().command {
         Command::Probe { json } => probe::run(json),
-        Command::Demo { frames } => demo::producer(frames),
+        Command::Demo { frames, gpu } => demo::producer(frames, gpu),
         Command::Bench { quick } => bench::run(quick),
-        Command::DemoConsumer { socket } => demo::consumer(&socket),
+        Command::DemoConsumer { socket, gpu } => demo::consumer(&socket, gpu),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

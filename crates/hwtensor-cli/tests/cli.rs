@@ -72,3 +72,24 @@ fn a_consumer_whose_producer_is_gone_fails_with_a_clear_error() {
     assert!(err.starts_with("error: "), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
 }
+
+#[test]
+fn the_gpu_demo_hands_gpu_tensors_between_two_processes() {
+    let out = hwtensor(&["demo", "--gpu", "--frames", "4"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let required = std::env::var("HWTENSOR_TEST_REQUIRE_GPU").is_ok_and(|v| v == "1");
+    if !out.status.success() && stderr.contains("GPU") && !required {
+        eprintln!("SKIPPED: the_gpu_demo_hands_gpu_tensors_between_two_processes - {stderr}");
+        return;
+    }
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("4 frame(s) imported on the GPU without a copy"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("every acknowledgement verified"),
+        "{stdout}"
+    );
+}

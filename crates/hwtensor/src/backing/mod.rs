@@ -109,7 +109,9 @@ impl Storage {
         match self {
             Storage::Heap(h) => Ok(BufferIdentity::heap(h.ptr() as usize)),
             Storage::Fd(m) => BufferIdentity::of_fd(m.fd()),
-            Storage::Gpu(g) => match g.fd() {
+            // A driver's opaque fd may be an anonymous inode shared by every buffer (NVIDIA):
+            // only a real file (lavapipe's memfd, a DMA-BUF) names the buffer itself.
+            Storage::Gpu(g) => match g.fd().filter(|fd| classify::inspect(*fd).is_ok()) {
                 Some(fd) => BufferIdentity::of_fd(fd),
                 None => Ok(BufferIdentity::heap(g.handle_id())),
             },
