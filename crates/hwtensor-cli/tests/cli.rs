@@ -22,7 +22,7 @@ fn probe_names_every_backing_and_says_why_one_is_missing() {
     }
     assert!(
         text.lines()
-            .any(|l| l.starts_with("gpu") && l.contains("no ")),
+            .any(|l| l.starts_with("cuda") && l.contains("no ")),
         "{text}"
     );
 }
