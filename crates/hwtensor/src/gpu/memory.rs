@@ -9,6 +9,7 @@
 
 use std::os::fd::{AsFd, BorrowedFd, IntoRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use ash::vk;
@@ -40,14 +41,37 @@ fn gpu_err(what: &'static str) -> impl Fn(vk::Result) -> Error {
 enum CpuView {
     /// The memory itself, mapped once.
     Direct(*mut u8),
-    /// A staging buffer, mapped once.
-    Staged {
-        buffer: vk::Buffer,
-        memory: vk::DeviceMemory,
-        ptr: *mut u8,
-        coherent: bool,
-    },
+    /// A staging buffer, made on the first CPU map (an import that only GPU work touches never
+    /// pays for one: pinning a 4K frame's staging memory costs milliseconds on NVIDIA).
+    Staged(OnceLock<Staging>),
 }
+
+/// A host-visible buffer the CPU reads and writes in place of device-local memory.
+struct Staging {
+    device: &'static GpuDevice,
+    buffer: vk::Buffer,
+    memory: vk::DeviceMemory,
+    ptr: *mut u8,
+    coherent: bool,
+}
+
+// SAFETY: the pointer is into a mapping this value owns; access is coordinated by map claims.
+unsafe impl Send for Staging {}
+// SAFETY: as above.
+unsafe impl Sync for Staging {}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        // SAFETY: the owning GpuMemory waited for every GPU use before dropping its CPU view.
+        unsafe {
+            self.device.device.destroy_buffer(self.buffer, None);
+            self.device.device.free_memory(self.memory, None);
+        }
+    }
+}
+
+/// `staged_at` of a staging copy that reflects no write (none made yet, or an import's).
+const NEVER_STAGED: u64 = u64::MAX;
 
 /// A buffer in GPU memory and what orders access to it.
 pub(crate) struct GpuMemory {
@@ -161,10 +185,14 @@ impl GpuDevice {
                 import_fd = vk::ImportMemoryFdInfoKHR::default()
                     .handle_type(vk::ExternalMemoryHandleTypeFlags::OPAQUE_FD)
                     .fd(fd);
-                info = info
-                    .push_next(&mut dedicated)
-                    .push_next(&mut export)
-                    .push_next(&mut import_fd);
+                info = match std::env::var("HWTENSOR_GPU_DIAG_IMPORT").as_deref() {
+                    Ok("plain") => info.push_next(&mut import_fd),
+                    Ok("dedicated") => info.push_next(&mut dedicated).push_next(&mut import_fd),
+                    _ => info
+                        .push_next(&mut dedicated)
+                        .push_next(&mut export)
+                        .push_next(&mut import_fd),
+                };
             }
             MemoryExtra::ImportHost(ptr) => {
                 import_host = vk::ImportMemoryHostPointerInfoEXT::default()
@@ -203,7 +231,7 @@ impl GpuDevice {
         .map_err(gpu_err("vkMapMemory"))
     }
 
-    fn staging(&self, size: u64) -> Result<CpuView> {
+    fn staging(&'static self, size: u64) -> Result<Staging> {
         let buffer = self.create_buffer(
             size,
             vk::BufferUsageFlags::TRANSFER_SRC | vk::BufferUsageFlags::TRANSFER_DST,
@@ -233,13 +261,16 @@ impl GpuDevice {
                 // SAFETY: the buffer was never used.
                 unsafe { self.device.destroy_buffer(buffer, None) }
             })?;
-        let ptr = self.map_whole(memory)?;
-        Ok(CpuView::Staged {
+        // Owned from here on, so an error below frees it.
+        let staging = Staging {
+            device: self,
             buffer,
             memory,
-            ptr,
+            ptr: std::ptr::null_mut(),
             coherent: is_coherent,
-        })
+        };
+        let ptr = self.map_whole(memory)?;
+        Ok(Staging { ptr, ..staging })
     }
 
     fn export_memory_fd(&self, memory: vk::DeviceMemory) -> Option<OwnedFd> {
@@ -357,8 +388,9 @@ impl GpuMemory {
         let cpu = if direct {
             CpuView::Direct(device.map_whole(memory)?)
         } else {
-            device.staging(len as u64)?
+            CpuView::Staged(OnceLock::new())
         };
+        let imported = raw_import.is_some();
         Ok(GpuMemory {
             device,
             buffer,
@@ -369,7 +401,7 @@ impl GpuMemory {
             fd: None,
             last_write: AtomicU64::new(0),
             last_read: AtomicU64::new(0),
-            staged_at: AtomicU64::new(0),
+            staged_at: AtomicU64::new(if imported { NEVER_STAGED } else { 0 }),
         })
     }
 
@@ -384,11 +416,7 @@ impl GpuMemory {
             unsafe { d.cmd_fill_buffer(cmd, buffer, 0, vk::WHOLE_SIZE, 0) }
         })?;
         self.last_write.store(v, Ordering::Release);
-        if let CpuView::Staged { ptr, .. } = self.cpu {
-            // SAFETY: the staging mapping is `len` bytes and nothing else uses it yet.
-            unsafe { std::ptr::write_bytes(ptr, 0, self.len) };
-            self.staged_at.store(v, Ordering::Release);
-        }
+        self.staged_at.store(NEVER_STAGED, Ordering::Release);
         Ok(())
     }
 
@@ -412,11 +440,28 @@ impl GpuMemory {
     }
 
     /// The CPU pointer: the mapping itself or the staging buffer.
+    /// The CPU pointer: the mapping itself or the staging buffer (made by `begin_cpu`, which
+    /// every map goes through before it reads this).
     pub(crate) fn ptr(&self) -> *mut u8 {
-        match self.cpu {
-            CpuView::Direct(p) => p,
-            CpuView::Staged { ptr, .. } => ptr,
+        match &self.cpu {
+            CpuView::Direct(p) => *p,
+            CpuView::Staged(s) => s
+                .get()
+                .map_or(std::ptr::NonNull::<u64>::dangling().as_ptr().cast(), |s| {
+                    s.ptr
+                }),
         }
+    }
+
+    fn staging(&self) -> Result<&Staging> {
+        let CpuView::Staged(cell) = &self.cpu else {
+            return Err(Error::Gpu("not a staged buffer".into()));
+        };
+        if cell.get().is_none() {
+            // A racing creator's extra staging is dropped (freed) by `set` failing.
+            let _ = cell.set(self.device.staging(self.len as u64)?);
+        }
+        Ok(cell.get().expect("set above"))
     }
 
     pub(crate) fn last_write(&self) -> u64 {
@@ -447,22 +492,17 @@ impl GpuMemory {
     /// the GPU work it must follow and, when staged, downloads.
     pub(crate) fn begin_cpu(&self, write: bool) -> Result<GpuCpuAccess<'_>> {
         let last = self.last_write();
-        if let CpuView::Staged {
-            buffer: staging,
-            memory,
-            coherent,
-            ..
-        } = self.cpu
-        {
+        if let CpuView::Staged(_) = self.cpu {
+            let staging = self.staging()?;
             if self.staged_at.load(Ordering::Acquire) != last {
-                let (src, len) = (self.buffer, self.len as u64);
+                let (src, dst, len) = (self.buffer, staging.buffer, self.len as u64);
                 let v = self
                     .device
-                    .submit_commands(last, &[], |d, cmd| copy(d, cmd, src, staging, 0, 0, len))?;
+                    .submit_commands(last, &[], |d, cmd| copy(d, cmd, src, dst, 0, 0, len))?;
                 self.device.wait(v, GPU_WAIT)?;
                 self.record(v, false);
-                if !coherent {
-                    self.invalidate(memory)?;
+                if !staging.coherent {
+                    self.invalidate(staging.memory)?;
                 }
                 self.staged_at.store(last, Ordering::Release);
             }
@@ -482,28 +522,23 @@ impl GpuMemory {
 
     /// Sends the staging copy back to the device after a CPU write.
     fn upload_after_cpu_write(&self) -> Result<()> {
-        let CpuView::Staged {
-            buffer: staging,
-            memory,
-            coherent,
-            ..
-        } = self.cpu
-        else {
+        let CpuView::Staged(_) = self.cpu else {
             return Ok(());
         };
-        if !coherent {
+        let staging = self.staging()?;
+        if !staging.coherent {
             let range = vk::MappedMemoryRange::default()
-                .memory(memory)
+                .memory(staging.memory)
                 .size(vk::WHOLE_SIZE);
             // SAFETY: the staging memory is mapped and the CPU writes are done.
             unsafe { self.device.device.flush_mapped_memory_ranges(&[range]) }
                 .map_err(gpu_err("vkFlushMappedMemoryRanges"))?;
         }
-        let (dst, len) = (self.buffer, self.len as u64);
+        let (src, dst, len) = (staging.buffer, self.buffer, self.len as u64);
         let v = self
             .device
             .submit_commands(self.after(true), &[], |d, cmd| {
-                copy(d, cmd, staging, dst, 0, 0, len)
+                copy(d, cmd, src, dst, 0, 0, len)
             })?;
         self.record(v, true);
         self.staged_at.store(v, Ordering::Release);
@@ -573,16 +608,15 @@ impl Drop for GpuMemory {
         // Freeing memory the GPU still uses is undefined: wait for it, or leak it.
         if let Err(e) = self.device.wait(self.after(true), GPU_WAIT) {
             log::error!("hwtensor: GPU memory still in use at drop ({e}); leaking it rather than freeing it under the GPU");
+            if let CpuView::Staged(cell) = &mut self.cpu {
+                std::mem::forget(cell.take());
+            }
             return;
         }
         let d = &self.device.device;
         // SAFETY: no GPU work uses these objects any more (waited above) and no map outlives
         // the tensor that owns this memory.
         unsafe {
-            if let CpuView::Staged { buffer, memory, .. } = self.cpu {
-                d.destroy_buffer(buffer, None);
-                d.free_memory(memory, None);
-            }
             d.destroy_buffer(self.buffer, None);
             d.free_memory(self.memory, None);
         }
@@ -593,7 +627,7 @@ impl std::fmt::Debug for GpuMemory {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("GpuMemory")
             .field("len", &self.len)
-            .field("staged", &matches!(self.cpu, CpuView::Staged { .. }))
+            .field("staged", &matches!(self.cpu, CpuView::Staged(_)))
             .finish()
     }
 }
