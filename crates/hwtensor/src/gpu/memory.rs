@@ -262,15 +262,15 @@ impl GpuDevice {
                 unsafe { self.device.destroy_buffer(buffer, None) }
             })?;
         // Owned from here on, so an error below frees it.
-        let staging = Staging {
+        let mut staging = Staging {
             device: self,
             buffer,
             memory,
             ptr: std::ptr::null_mut(),
             coherent: is_coherent,
         };
-        let ptr = self.map_whole(memory)?;
-        Ok(Staging { ptr, ..staging })
+        staging.ptr = self.map_whole(memory)?;
+        Ok(staging)
     }
 
     fn export_memory_fd(&self, memory: vk::DeviceMemory) -> Option<OwnedFd> {
