@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::os::fd::{FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -222,11 +222,33 @@ impl Timeline {
     }
 }
 
+/// Set at process exit: the waiter must leave Vulkan alone from then on.
+static WAITER_STOP: AtomicBool = AtomicBool::new(false);
+/// Whether the waiter is inside a Vulkan call.
+static WAITER_IN_VULKAN: AtomicBool = AtomicBool::new(false);
+/// How long exit waits for the waiter to step out of Vulkan: one wait slice and then some.
+const WAITER_EXIT_BUDGET: Duration = Duration::from_millis(50);
+
+/// Runs at normal exit, before the static destructors of libraries loaded earlier (the
+/// validation layer's, the driver's): a waiter still polling the timeline through them would
+/// crash the exiting process.
+extern "C" fn stop_waiter_at_exit() {
+    WAITER_STOP.store(true, Ordering::SeqCst);
+    let started = Instant::now();
+    while WAITER_IN_VULKAN.load(Ordering::SeqCst) && started.elapsed() < WAITER_EXIT_BUDGET {
+        std::thread::yield_now();
+    }
+}
+
 fn spawn_waiter(
     device: &'static ash::Device,
     semaphore: vk::Semaphore,
 ) -> mpsc::Sender<(u64, OwnedFd)> {
     let (tx, rx) = mpsc::channel::<(u64, OwnedFd)>();
+    // SAFETY: registers a plain function of this copy (see rendezvous::unlink_at_exit).
+    if unsafe { libc::atexit(stop_waiter_at_exit) } != 0 {
+        log::warn!("hwtensor: cannot register the completion waiter's exit hook");
+    }
     let body = move || {
         let mut waiting: BTreeMap<u64, Vec<OwnedFd>> = BTreeMap::new();
         loop {
@@ -242,6 +264,12 @@ fn spawn_waiter(
             let Some((&lowest, _)) = waiting.first_key_value() else {
                 return;
             };
+            // Announce first, then check: exit either sees us inside, or we see its stop.
+            WAITER_IN_VULKAN.store(true, Ordering::SeqCst);
+            if WAITER_STOP.load(Ordering::SeqCst) {
+                WAITER_IN_VULKAN.store(false, Ordering::SeqCst);
+                return;
+            }
             let info = vk::SemaphoreWaitInfo::default()
                 .semaphores(std::slice::from_ref(&semaphore))
                 .values(std::slice::from_ref(&lowest));
@@ -249,6 +277,7 @@ fn spawn_waiter(
             let _ = unsafe { device.wait_semaphores(&info, WAITER_SLICE.as_nanos() as u64) };
             // SAFETY: as above.
             let reached = unsafe { device.get_semaphore_counter_value(semaphore) }.unwrap_or(0);
+            WAITER_IN_VULKAN.store(false, Ordering::SeqCst);
             let later = waiting.split_off(&(reached + 1));
             for fd in std::mem::replace(&mut waiting, later)
                 .into_values()
