@@ -1,7 +1,6 @@
 //! Element types: [`DType`] with fixed codes and the sealed [`Element`] trait.
 
 use std::fmt;
-use std::str::FromStr;
 
 use half::f16;
 
@@ -43,16 +42,6 @@ impl DType {
         DType::F64,
     ];
 
-    /// The stable numeric code.
-    pub const fn code(self) -> u8 {
-        self as u8
-    }
-
-    /// The dtype with this code, if any.
-    pub fn from_code(code: u8) -> Option<DType> {
-        DType::ALL.into_iter().find(|d| d.code() == code)
-    }
-
     /// Bytes per element.
     pub const fn size(self) -> usize {
         match self {
@@ -81,21 +70,7 @@ impl DType {
     }
 }
 
-impl fmt::Display for DType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.pad(self.name())
-    }
-}
-
-impl FromStr for DType {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self, Error> {
-        DType::ALL
-            .into_iter()
-            .find(|d| d.name() == s)
-            .ok_or_else(|| Error::Shape(format!("unknown dtype {s:?}")))
-    }
-}
+coded_enum!(DType, "dtype", Error::Shape);
 
 mod sealed {
     pub trait Sealed {}

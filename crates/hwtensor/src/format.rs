@@ -5,9 +5,6 @@
 //! still covers the last luma row; rounding down loses it and rounding the buffer up to an even
 //! height misplaces every plane a driver computes from the real height.
 
-use std::fmt;
-use std::str::FromStr;
-
 use crate::{Error, Result};
 
 /// How the components of an image are arranged in memory.
@@ -68,16 +65,6 @@ impl PixelFormat {
         PixelFormat::PlanarRgb,
         PixelFormat::PlanarRgba,
     ];
-
-    /// The stable numeric code.
-    pub const fn code(self) -> u8 {
-        self as u8
-    }
-
-    /// The format with this code, if any.
-    pub fn from_code(code: u8) -> Option<PixelFormat> {
-        PixelFormat::ALL.into_iter().find(|f| f.code() == code)
-    }
 
     /// The stable name (`"rgba"`, `"nv12"`, `"planar_rgb"`, ...).
     pub const fn name(self) -> &'static str {
@@ -238,21 +225,7 @@ impl PixelFormat {
     }
 }
 
-impl fmt::Display for PixelFormat {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.pad(self.name())
-    }
-}
-
-impl FromStr for PixelFormat {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        PixelFormat::ALL
-            .into_iter()
-            .find(|f| f.name() == s)
-            .ok_or_else(|| Error::Image(format!("unknown pixel format {s:?}")))
-    }
-}
+coded_enum!(PixelFormat, "pixel format", Error::Image);
 
 #[cfg(test)]
 mod tests {

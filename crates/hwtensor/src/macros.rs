@@ -37,3 +37,37 @@ macro_rules! for_dtype {
         }
     };
 }
+
+/// The stable-code plumbing of a `#[repr(u8)]` enum that has an `ALL` array and a `name()`:
+/// `code`, `from_code`, `Display` (the name, padded as asked) and `FromStr` (by name).
+macro_rules! coded_enum {
+    ($ty:ident, $what:literal, $err:path) => {
+        impl $ty {
+            /// The stable numeric code.
+            pub const fn code(self) -> u8 {
+                self as u8
+            }
+
+            /// The value with this code, if any.
+            pub fn from_code(code: u8) -> Option<$ty> {
+                $ty::ALL.into_iter().find(|v| v.code() == code)
+            }
+        }
+
+        impl std::fmt::Display for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.pad(self.name())
+            }
+        }
+
+        impl std::str::FromStr for $ty {
+            type Err = crate::Error;
+            fn from_str(s: &str) -> Result<Self, crate::Error> {
+                $ty::ALL
+                    .into_iter()
+                    .find(|v| v.name() == s)
+                    .ok_or_else(|| $err(format!("unknown {} {s:?}", $what)))
+            }
+        }
+    };
+}

@@ -1,8 +1,5 @@
 //! [`TensorMemory`]: which kind of memory backs a tensor, and the automatic choice.
 
-use std::fmt;
-use std::str::FromStr;
-
 use crate::backing::{dmabuf, shm};
 use crate::Error;
 
@@ -40,16 +37,6 @@ impl TensorMemory {
         TensorMemory::Gpu,
         TensorMemory::Cuda,
     ];
-
-    /// The stable numeric code.
-    pub const fn code(self) -> u8 {
-        self as u8
-    }
-
-    /// The backing with this code, if any.
-    pub fn from_code(code: u8) -> Option<TensorMemory> {
-        TensorMemory::ALL.into_iter().find(|m| m.code() == code)
-    }
 
     /// The stable name: `"mem"`, `"shm"`, `"dmabuf"`, `"gpu"`, `"cuda"`.
     pub const fn name(self) -> &'static str {
@@ -90,21 +77,7 @@ impl TensorMemory {
     }
 }
 
-impl fmt::Display for TensorMemory {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.pad(self.name())
-    }
-}
-
-impl FromStr for TensorMemory {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self, Error> {
-        TensorMemory::ALL
-            .into_iter()
-            .find(|m| m.name() == s)
-            .ok_or_else(|| Error::Shape(format!("unknown tensor memory {s:?}")))
-    }
-}
+coded_enum!(TensorMemory, "tensor memory", Error::Shape);
 
 /// What a tensor is for; it decides the order automatic selection tries backings in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
