@@ -180,19 +180,13 @@ impl GpuDevice {
             MemoryExtra::None => {}
             MemoryExtra::Export => info = info.push_next(&mut dedicated).push_next(&mut export),
             MemoryExtra::ImportFd(fd) => {
-                // Chaining the export info too lets the importer hand the memory on (lavapipe
-                // otherwise "exports" fd -1).
+                // Dedicated, like the export, and without export info: NVIDIA treats an import
+                // that also asks to be exportable as a fresh allocation (measured: the importer
+                // saw zeros). Re-export uses the fd we keep instead.
                 import_fd = vk::ImportMemoryFdInfoKHR::default()
                     .handle_type(vk::ExternalMemoryHandleTypeFlags::OPAQUE_FD)
                     .fd(fd);
-                info = match std::env::var("HWTENSOR_GPU_DIAG_IMPORT").as_deref() {
-                    Ok("plain") => info.push_next(&mut import_fd),
-                    Ok("dedicated") => info.push_next(&mut dedicated).push_next(&mut import_fd),
-                    _ => info
-                        .push_next(&mut dedicated)
-                        .push_next(&mut export)
-                        .push_next(&mut import_fd),
-                };
+                info = info.push_next(&mut dedicated).push_next(&mut import_fd);
             }
             MemoryExtra::ImportHost(ptr) => {
                 import_host = vk::ImportMemoryHostPointerInfoEXT::default()

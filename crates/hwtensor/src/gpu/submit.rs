@@ -5,6 +5,7 @@
 //! copy in the process lands on one increasing timeline.
 
 use std::sync::Mutex;
+use std::time::Duration;
 
 use ash::vk;
 
@@ -112,6 +113,10 @@ impl GpuDevice {
         let Ok(done) = self.completed_value() else {
             return;
         };
+        // Observe `done` through a wait (it returns at once) so trackers retire the work.
+        if done == 0 || self.wait(done, Duration::ZERO).is_err() {
+            return;
+        }
         let (finished, running): (Vec<_>, Vec<_>) =
             pool.in_flight.drain(..).partition(|(v, _)| *v <= done);
         pool.in_flight = running;
