@@ -29,6 +29,7 @@ pub fn probe_json() -> serde_json::Value {
         Ok(d) => serde_json::json!({
             "adapter": d.adapter_label(), "origin": format!("{:?}", d.origin()), "features": d.features().names(),
             "feature_tier": d.features().tier(), "export_fence": d.export_fence().is_some(),
+            "queue_family": d.queue_family(), "transfer_queue_family": d.transfer_queue_family(),
         }),
         Err(e) => serde_json::json!({ "error": e.to_string() }),
     };
@@ -80,6 +81,16 @@ pub fn probe_text(out: &mut impl std::io::Write) -> std::io::Result<()> {
                 "no (the driver cannot export it)"
             };
             writeln!(out, "  timeline fence exportable: {fence}")?;
+            let transfer = d
+                .transfer_queue_family()
+                .map_or("none (copies share the main queue)".to_string(), |f| {
+                    format!("family {f}")
+                });
+            writeln!(
+                out,
+                "  queues: main family {}, transfer-only {transfer}",
+                d.queue_family()
+            )?;
         }
         Err(e) => writeln!(out, "process device: none: {e}")?,
     }

@@ -8,6 +8,7 @@
 
 use crate::buffer::Buffer;
 use crate::gpu::memory::{copy, GpuMemory, GPU_WAIT};
+use crate::gpu::Queue;
 use crate::map::Direction;
 use crate::{Element, Error, Result, Tensor};
 
@@ -56,7 +57,9 @@ impl<T: Element> Tensor<T> {
         );
         let v = d
             .device()
-            .submit_commands(after, &[], |dev, cmd| copy(dev, cmd, sb, db, so, dof, n))?;
+            .submit_commands(Queue::Transfer, after, &[], |dev, cmd| {
+                copy(dev, cmd, sb, db, so, dof, n)
+            })?;
         s.record(v, false);
         d.record(v, true);
         Ok(())
@@ -90,11 +93,12 @@ impl<T: Element> Tensor<T> {
             self.offset as u64,
             self.byte_extent() as u64,
         );
-        let v = gpu
-            .device()
-            .submit_commands(gpu.after(gpu_writes), &[], |dev, cmd| {
-                copy(dev, cmd, sb, db, so, dof, n)
-            })?;
+        let v = gpu.device().submit_commands(
+            Queue::Transfer,
+            gpu.after(gpu_writes),
+            &[],
+            |dev, cmd| copy(dev, cmd, sb, db, so, dof, n),
+        )?;
         gpu.record(v, gpu_writes);
         gpu.device().wait(v, GPU_WAIT)
     }

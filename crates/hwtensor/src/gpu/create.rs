@@ -47,7 +47,7 @@ pub(crate) struct Created {
     pub instance: ash::Instance,
     pub physical: vk::PhysicalDevice,
     pub device: ash::Device,
-    pub queue_family: u32,
+    pub families: QueueFamilies,
     pub info: AdapterInfo,
     pub features: Features,
     pub messenger: Option<(ash::ext::debug_utils::Instance, vk::DebugUtilsMessengerEXT)>,
@@ -162,12 +162,12 @@ pub(crate) fn create() -> Result<Created, String> {
     };
     let built = build_device(&instance);
     match built {
-        Ok((physical, device, queue_family, info, features)) => Ok(Created {
+        Ok((physical, device, families, info, features)) => Ok(Created {
             entry,
             instance,
             physical,
             device,
-            queue_family,
+            families,
             info,
             features,
             messenger,
@@ -184,7 +184,13 @@ pub(crate) fn create() -> Result<Created, String> {
     }
 }
 
-type Built = (vk::PhysicalDevice, ash::Device, u32, AdapterInfo, Features);
+type Built = (
+    vk::PhysicalDevice,
+    ash::Device,
+    QueueFamilies,
+    AdapterInfo,
+    Features,
+);
 
 fn build_device(instance: &ash::Instance) -> Result<Built, String> {
     let adapters = enumerate(instance)?;
@@ -200,12 +206,16 @@ fn build_device(instance: &ash::Instance) -> Result<Built, String> {
     }
     let queue_family = main_queue_family(instance, physical)
         .ok_or_else(|| format!("{} has no compute queue", info.label()))?;
+    let families = QueueFamilies {
+        main: queue_family,
+        transfer: transfer_queue_family(instance, physical),
+    };
     let supported = supported_optional(instance, physical);
     let sync2 = info.api_version >= vk::API_VERSION_1_3 && has_synchronization2(instance, physical);
     let mut last_error = String::new();
     for tier in 0..=supported.len() {
         let enabled = &supported[..supported.len() - tier];
-        match create_logical(instance, physical, queue_family, enabled, sync2) {
+        match create_logical(instance, physical, families, enabled, sync2) {
             Ok(device) => {
                 let mut features = Features(enabled.iter().fold(0, |bits, (_, f)| bits | f));
                 if sync2 {
@@ -216,7 +226,7 @@ fn build_device(instance: &ash::Instance) -> Result<Built, String> {
                     "hwtensor: process GPU device on {} (feature tier {tier}: {features:?})",
                     info.label()
                 );
-                return Ok((physical, device, queue_family, info, features));
+                return Ok((physical, device, families, info, features));
             }
             Err(e) => {
                 log::warn!(
@@ -246,6 +256,41 @@ fn has_synchronization2(instance: &ash::Instance, physical: vk::PhysicalDevice) 
     // SAFETY: as above.
     unsafe { instance.get_physical_device_features2(physical, &mut f2) };
     v13.synchronization2 == vk::TRUE
+}
+
+/// The queue families the process device uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct QueueFamilies {
+    /// The family of the main queue: signals and compute.
+    pub main: u32,
+    /// A transfer-only family, where the device has one: copies go there. On NVIDIA, switching
+    /// the main queue between Vulkan work and CUDA work costs ~160 us each time; copies on the
+    /// transfer queue avoid it (PLATFORM.md).
+    pub transfer: Option<u32>,
+}
+
+impl QueueFamilies {
+    /// The families a buffer is shared between (CONCURRENT sharing when there are two, so no
+    /// ownership transfers are needed between the queues).
+    pub(crate) fn all(&self) -> Vec<u32> {
+        std::iter::once(self.main).chain(self.transfer).collect()
+    }
+}
+
+/// A family that can transfer but neither draw nor compute: a copy engine.
+fn transfer_queue_family(instance: &ash::Instance, physical: vk::PhysicalDevice) -> Option<u32> {
+    // SAFETY: a query on an enumerated device.
+    let families = unsafe { instance.get_physical_device_queue_family_properties(physical) };
+    families
+        .iter()
+        .position(|f| {
+            f.queue_count > 0
+                && f.queue_flags.contains(vk::QueueFlags::TRANSFER)
+                && !f
+                    .queue_flags
+                    .intersects(vk::QueueFlags::GRAPHICS | vk::QueueFlags::COMPUTE)
+        })
+        .map(|i| i as u32)
 }
 
 /// The first family that can do compute (and graphics, where one can do both): the queue every
@@ -281,14 +326,20 @@ fn supported_optional(
 fn create_logical(
     instance: &ash::Instance,
     physical: vk::PhysicalDevice,
-    queue_family: u32,
+    families: QueueFamilies,
     extensions: &[(&CStr, u32)],
     sync2: bool,
 ) -> Result<ash::Device, vk::Result> {
     let priorities = [1.0f32];
-    let queues = [vk::DeviceQueueCreateInfo::default()
-        .queue_family_index(queue_family)
-        .queue_priorities(&priorities)];
+    let queues: Vec<_> = families
+        .all()
+        .into_iter()
+        .map(|f| {
+            vk::DeviceQueueCreateInfo::default()
+                .queue_family_index(f)
+                .queue_priorities(&priorities)
+        })
+        .collect();
     let names: Vec<*const i8> = extensions.iter().map(|(n, _)| n.as_ptr()).collect();
     let mut v12 = vk::PhysicalDeviceVulkan12Features::default().timeline_semaphore(true);
     let mut v13 = vk::PhysicalDeviceVulkan13Features::default().synchronization2(true);

@@ -28,15 +28,27 @@ pub(crate) struct Shared {
     pub counter: &'static AtomicU64,
     pub pending: &'static AtomicU64,
     pub lock: &'static AtomicU32,
+    pub submitted: &'static AtomicU64,
 }
 
 impl Shared {
+    /// The words of the rendezvous record, shared by every copy.
+    pub(crate) fn in_record(r: &'static super::rendezvous::Record) -> Shared {
+        Shared {
+            counter: &r.counter,
+            pending: &r.pending,
+            lock: &r.queue_lock,
+            submitted: &r.submitted,
+        }
+    }
+
     /// Words of this copy alone (no rendezvous, or no shared semaphore).
     pub(crate) fn private() -> Shared {
         Shared {
             counter: Box::leak(Box::new(AtomicU64::new(0))),
             pending: Box::leak(Box::new(AtomicU64::new(0))),
             lock: Box::leak(Box::new(AtomicU32::new(0))),
+            submitted: Box::leak(Box::new(AtomicU64::new(0))),
         }
     }
 }
@@ -54,6 +66,10 @@ pub(crate) struct Timeline {
     pub shared: Shared,
     /// Whether the semaphore is the process one (false: a private fallback, never exported).
     pub exportable: bool,
+    /// Whether submissions go to more than one queue: then each one also waits for the last
+    /// submitted value, because signals from two queues could otherwise execute out of order
+    /// and drive the timeline backwards.
+    pub chained: bool,
     waiter: OnceLock<Mutex<mpsc::Sender<(u64, OwnedFd)>>>,
 }
 
@@ -63,6 +79,7 @@ impl Timeline {
             semaphore,
             shared,
             exportable,
+            chained: false,
             waiter: OnceLock::new(),
         }
     }
@@ -74,7 +91,7 @@ impl Timeline {
         let value = self.shared.counter.fetch_add(1, Ordering::AcqRel) + 1;
         // The new value is above every deferred one, so its signal covers them too.
         self.shared.pending.store(0, Ordering::Release);
-        match self.submit(device, queue, value) {
+        match self.submit(device, queue, value, None, &[]) {
             Ok(()) => Some(value),
             Err(e) => {
                 log::error!("hwtensor: submitting timeline signal {value} failed: {e}");
@@ -99,7 +116,7 @@ impl Timeline {
         if pending == 0 {
             return Ok(());
         }
-        self.submit(device, queue, pending)
+        self.submit(device, queue, pending, None, &[])
             .map_err(|e| Error::Gpu(format!("submitting timeline signal {pending} failed: {e}")))
     }
 
@@ -115,11 +132,31 @@ impl Timeline {
         let _lock = QueueLock::acquire(self.shared.lock);
         let value = self.shared.counter.fetch_add(1, Ordering::AcqRel) + 1;
         self.shared.pending.store(0, Ordering::Release);
+        self.submit(device, queue, value, Some(command), waits)
+            .map_err(|e| Error::Gpu(format!("submitting GPU work (value {value}) failed: {e}")))?;
+        Ok(value)
+    }
+
+    /// One submission signalling `value`. The caller holds the queue lock, which gives the
+    /// queue its external synchronisation and keeps values increasing in submission order.
+    fn submit(
+        &self,
+        device: &ash::Device,
+        queue: vk::Queue,
+        value: u64,
+        command: Option<vk::CommandBuffer>,
+        waits: &[(vk::Semaphore, u64)],
+    ) -> std::result::Result<(), vk::Result> {
+        let mut waits = waits.to_vec();
+        let previous = self.shared.submitted.load(Ordering::Acquire);
+        if self.chained && previous > 0 {
+            waits.push((self.semaphore, previous));
+        }
         let (wait_semaphores, wait_values): (Vec<_>, Vec<_>) = waits.iter().copied().unzip();
         let stages = vec![vk::PipelineStageFlags::ALL_COMMANDS; waits.len()];
         let signal_values = [value];
         let semaphores = [self.semaphore];
-        let commands = [command];
+        let commands: Vec<vk::CommandBuffer> = command.into_iter().collect();
         let mut timeline = vk::TimelineSemaphoreSubmitInfo::default()
             .wait_semaphore_values(&wait_values)
             .signal_semaphore_values(&signal_values);
@@ -129,29 +166,12 @@ impl Timeline {
             .command_buffers(&commands)
             .signal_semaphores(&semaphores)
             .push_next(&mut timeline);
-        // SAFETY: the queue lock gives the queue its external synchronisation; the command
-        // buffer is recorded and owned by the caller's pool; the signal value increases.
-        unsafe { device.queue_submit(queue, &[submit], vk::Fence::null()) }
-            .map_err(|e| Error::Gpu(format!("submitting GPU work (value {value}) failed: {e}")))?;
-        Ok(value)
-    }
-
-    fn submit(
-        &self,
-        device: &ash::Device,
-        queue: vk::Queue,
-        value: u64,
-    ) -> std::result::Result<(), vk::Result> {
-        let values = [value];
-        let semaphores = [self.semaphore];
-        let mut timeline =
-            vk::TimelineSemaphoreSubmitInfo::default().signal_semaphore_values(&values);
-        let submit = vk::SubmitInfo::default()
-            .signal_semaphores(&semaphores)
-            .push_next(&mut timeline);
-        // SAFETY: the queue lock (shared by every copy) gives the external synchronisation the
-        // queue needs; the semaphore is a timeline semaphore of this device; values increase.
-        unsafe { device.queue_submit(queue, &[submit], vk::Fence::null()) }
+        // SAFETY: the caller holds the queue lock (shared by every copy); the command buffer, if
+        // any, is recorded and owned by the caller's pool; the semaphore is a timeline semaphore
+        // of this device and `value` is above every value submitted before.
+        unsafe { device.queue_submit(queue, &[submit], vk::Fence::null()) }?;
+        self.shared.submitted.fetch_max(value, Ordering::AcqRel);
+        Ok(())
     }
 
     pub(crate) fn last_signalled(&self) -> u64 {

@@ -15,6 +15,7 @@ use std::time::Duration;
 use ash::vk;
 use ash::vk::Handle;
 
+use super::submit::Queue;
 use super::{Features, GpuDevice};
 use crate::backing::classify;
 use crate::{Error, Result, TensorMemory};
@@ -148,10 +149,18 @@ impl GpuDevice {
         handles: vk::ExternalMemoryHandleTypeFlags,
     ) -> Result<vk::Buffer> {
         let mut external = vk::ExternalMemoryBufferCreateInfo::default().handle_types(handles);
+        // Shared between the main and the transfer queue where there are two, so neither needs
+        // an ownership transfer before touching it.
+        let families = self.queue_families();
         let mut info = vk::BufferCreateInfo::default()
             .size(size.max(1))
-            .usage(usage)
-            .sharing_mode(vk::SharingMode::EXCLUSIVE);
+            .usage(usage);
+        info = if families.len() > 1 {
+            info.sharing_mode(vk::SharingMode::CONCURRENT)
+                .queue_family_indices(&families)
+        } else {
+            info.sharing_mode(vk::SharingMode::EXCLUSIVE)
+        };
         if !handles.is_empty() {
             info = info.push_next(&mut external);
         }
@@ -405,10 +414,12 @@ impl GpuMemory {
             return Ok(());
         }
         let buffer = self.buffer;
-        let v = self.device.submit_commands(0, &[], |d, cmd| {
-            // SAFETY: recording a fill of this buffer's whole range.
-            unsafe { d.cmd_fill_buffer(cmd, buffer, 0, vk::WHOLE_SIZE, 0) }
-        })?;
+        let v = self
+            .device
+            .submit_commands(Queue::Transfer, 0, &[], |d, cmd| {
+                // SAFETY: recording a fill of this buffer's whole range.
+                unsafe { d.cmd_fill_buffer(cmd, buffer, 0, vk::WHOLE_SIZE, 0) }
+            })?;
         self.last_write.store(v, Ordering::Release);
         self.staged_at.store(NEVER_STAGED, Ordering::Release);
         Ok(())
@@ -492,7 +503,9 @@ impl GpuMemory {
                 let (src, dst, len) = (self.buffer, staging.buffer, self.len as u64);
                 let v = self
                     .device
-                    .submit_commands(last, &[], |d, cmd| copy(d, cmd, src, dst, 0, 0, len))?;
+                    .submit_commands(Queue::Transfer, last, &[], |d, cmd| {
+                        copy(d, cmd, src, dst, 0, 0, len)
+                    })?;
                 self.device.wait(v, GPU_WAIT)?;
                 self.record(v, false);
                 if !staging.coherent {
@@ -531,7 +544,7 @@ impl GpuMemory {
         let (src, dst, len) = (staging.buffer, self.buffer, self.len as u64);
         let v = self
             .device
-            .submit_commands(self.after(true), &[], |d, cmd| {
+            .submit_commands(Queue::Transfer, self.after(true), &[], |d, cmd| {
                 copy(d, cmd, src, dst, 0, 0, len)
             })?;
         self.record(v, true);
@@ -543,7 +556,7 @@ impl GpuMemory {
     pub(crate) fn follow(&self, semaphore: vk::Semaphore, value: u64) -> Result<()> {
         let v = self
             .device
-            .submit_commands(0, &[(semaphore, value)], |_, _| {})?;
+            .submit_commands(Queue::Main, 0, &[(semaphore, value)], |_, _| {})?;
         self.device.wait(v, GPU_WAIT)?;
         self.record(v, true);
         Ok(())

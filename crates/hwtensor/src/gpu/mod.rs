@@ -14,6 +14,8 @@ pub(crate) mod memory;
 mod rendezvous;
 mod submit;
 
+pub(crate) use submit::Queue;
+
 use std::os::fd::OwnedFd;
 use std::sync::atomic::Ordering;
 use std::sync::{Mutex, OnceLock};
@@ -116,6 +118,8 @@ pub struct GpuDevice {
     origin: Origin,
     timeline: Timeline,
     work: submit::Work,
+    /// The transfer-only queue, where the device has one: copies run there.
+    transfer: Option<submit::Lane>,
     memory_properties: vk::PhysicalDeviceMemoryProperties,
     /// The timeline's fd, exported once for hand-offs (`None` where it cannot be).
     fence_fd: OnceLock<Option<OwnedFd>>,
@@ -296,61 +300,68 @@ fn publish_or_adopt(
 /// A device of this copy: the host's, if installed, else a new one. Its timeline uses the
 /// record's counter and lock when there is a record to share.
 fn own_device(record: Option<&'static Record>) -> std::result::Result<GpuDevice, String> {
-    let shared = match record {
-        Some(r) => Shared {
-            counter: &r.counter,
-            pending: &r.pending,
-            lock: &r.queue_lock,
-        },
-        None => Shared::private(),
-    };
+    let shared = record.map_or_else(Shared::private, Shared::in_record);
     let external = EXTERNAL.lock().ok().and_then(|mut e| e.take());
-    let (entry, instance, physical, device, queue_family, queue_index, info, features, origin) =
-        match external {
-            Some(ext) => {
-                // SAFETY: use_external_device's caller vouched for these handles.
-                let (instance, device) =
-                    unsafe { load_handles(ext.get_instance_proc_addr, ext.instance, ext.device) };
-                // SAFETY: as above.
-                let entry = unsafe {
-                    ash::Entry::from_static_fn(ash::StaticFn {
-                        get_instance_proc_addr: ext.get_instance_proc_addr,
-                    })
-                };
-                let info = AdapterInfo::query(&instance, ext.physical_device);
-                let features = Features(0);
-                (
-                    entry,
-                    instance,
-                    ext.physical_device,
-                    device,
-                    ext.queue_family,
-                    ext.queue_index,
-                    info,
-                    features,
-                    Origin::External,
-                )
-            }
-            None => {
-                let c = create::create()?;
-                // Vulkan handles have no Drop: the messenger lives on with the instance, for the
-                // life of the process.
-                let _ = c.messenger;
-                (
-                    c.entry,
-                    c.instance,
-                    c.physical,
-                    c.device,
-                    c.queue_family,
-                    0,
-                    c.info,
-                    c.features,
-                    Origin::Created,
-                )
-            }
-        };
-    // SAFETY: the family and index were used to create the device.
+    let (
+        entry,
+        instance,
+        physical,
+        device,
+        queue_family,
+        queue_index,
+        transfer_family,
+        info,
+        features,
+        origin,
+    ) = match external {
+        Some(ext) => {
+            // SAFETY: use_external_device's caller vouched for these handles.
+            let (instance, device) =
+                unsafe { load_handles(ext.get_instance_proc_addr, ext.instance, ext.device) };
+            // SAFETY: as above.
+            let entry = unsafe {
+                ash::Entry::from_static_fn(ash::StaticFn {
+                    get_instance_proc_addr: ext.get_instance_proc_addr,
+                })
+            };
+            let info = AdapterInfo::query(&instance, ext.physical_device);
+            let features = Features(0);
+            (
+                entry,
+                instance,
+                ext.physical_device,
+                device,
+                ext.queue_family,
+                ext.queue_index,
+                None,
+                info,
+                features,
+                Origin::External,
+            )
+        }
+        None => {
+            let c = create::create()?;
+            // Vulkan handles have no Drop: the messenger lives on with the instance, for the
+            // life of the process.
+            let _ = c.messenger;
+            (
+                c.entry,
+                c.instance,
+                c.physical,
+                c.device,
+                c.families.main,
+                0,
+                c.families.transfer,
+                c.info,
+                c.features,
+                Origin::Created,
+            )
+        }
+    };
+    // SAFETY: the families and indices were used to create the device.
     let queue = unsafe { device.get_device_queue(queue_family, queue_index) };
+    // SAFETY: as above.
+    let transfer = transfer_family.map(|f| (unsafe { device.get_device_queue(f, 0) }, f));
     let exportable =
         features.has(Features::EXTERNAL_SEMAPHORE_FD) && timeline_exportable(&instance, physical);
     let semaphore = create_semaphore(&device, shared.counter.load(Ordering::Acquire), exportable)
@@ -365,8 +376,8 @@ fn own_device(record: Option<&'static Record>) -> std::result::Result<GpuDevice,
         instance,
         physical,
         device,
-        queue,
-        queue_family,
+        (queue, queue_family),
+        transfer,
         info,
         features,
         origin,
@@ -402,11 +413,7 @@ unsafe fn adopt(record: &'static Record, p: &Published) -> std::result::Result<G
     let info = AdapterInfo::query(&instance, physical);
     let features = Features(p.features);
     let (timeline, exportable) = if p.semaphore != 0 {
-        let shared = Shared {
-            counter: &record.counter,
-            pending: &record.pending,
-            lock: &record.queue_lock,
-        };
+        let shared = Shared::in_record(record);
         (
             Timeline::new(vk::Semaphore::from_raw(p.semaphore), shared, true),
             true,
@@ -419,14 +426,16 @@ unsafe fn adopt(record: &'static Record, p: &Published) -> std::result::Result<G
         (Timeline::new(s, shared, false), false)
     };
     let _ = exportable;
-    let queue = vk::Queue::from_raw(p.queue);
+    let queue = (vk::Queue::from_raw(p.queue), p.queue_family);
+    let transfer = (p.transfer_family != u32::MAX)
+        .then(|| (vk::Queue::from_raw(p.transfer_queue), p.transfer_family));
     GpuDevice::assemble(
         entry,
         instance,
         physical,
         device,
         queue,
-        p.queue_family,
+        transfer,
         info,
         features,
         Origin::Adopted,
@@ -495,15 +504,24 @@ impl GpuDevice {
         instance: ash::Instance,
         physical: vk::PhysicalDevice,
         device: ash::Device,
-        queue: vk::Queue,
-        queue_family: u32,
+        (queue, queue_family): (vk::Queue, u32),
+        transfer: Option<(vk::Queue, u32)>,
         info: AdapterInfo,
         features: Features,
         origin: Origin,
-        timeline: Timeline,
+        mut timeline: Timeline,
     ) -> std::result::Result<GpuDevice, String> {
-        let work = submit::Work::new(&device, queue_family)
-            .map_err(|e| format!("creating a command pool failed: {e}"))?;
+        let pool_err = |e| format!("creating a command pool failed: {e}");
+        let work = submit::Work::new(&device, queue_family).map_err(pool_err)?;
+        let transfer = match transfer {
+            Some((q, family)) => Some(submit::Lane {
+                queue: q,
+                family,
+                work: submit::Work::new(&device, family).map_err(pool_err)?,
+            }),
+            None => None,
+        };
+        timeline.chained = transfer.is_some();
         // SAFETY: a query on the device's own physical device.
         let memory_properties = unsafe { instance.get_physical_device_memory_properties(physical) };
         Ok(GpuDevice {
@@ -513,6 +531,7 @@ impl GpuDevice {
             device,
             queue,
             queue_family,
+            transfer,
             info,
             features,
             origin,
@@ -538,6 +557,8 @@ impl GpuDevice {
             },
             get_instance_proc_addr: self.instance_gipa() as usize as u64,
             features: self.features.0,
+            transfer_queue: self.transfer.as_ref().map_or(0, |l| l.queue.as_raw()),
+            transfer_family: self.transfer.as_ref().map_or(u32::MAX, |l| l.family),
         }
     }
 
@@ -568,6 +589,16 @@ impl GpuDevice {
     }
     pub fn queue_family(&self) -> u32 {
         self.queue_family
+    }
+    /// The transfer-only queue family copies run on, where the device has one.
+    pub fn transfer_queue_family(&self) -> Option<u32> {
+        self.transfer.as_ref().map(|l| l.family)
+    }
+    /// The families GPU buffers are shared between.
+    pub(crate) fn queue_families(&self) -> Vec<u32> {
+        std::iter::once(self.queue_family)
+            .chain(self.transfer_queue_family())
+            .collect()
     }
     /// The timeline semaphore every copy signals.
     pub fn semaphore(&self) -> vk::Semaphore {

@@ -50,6 +50,9 @@ pub(crate) struct Published {
     pub get_instance_proc_addr: u64,
     /// `Features` bits of the device.
     pub features: u32,
+    /// The transfer-only queue and its family (`u32::MAX`: none).
+    pub transfer_queue: u64,
+    pub transfer_family: u32,
 }
 
 /// The shared record. Every field is atomic: several copies read and write it concurrently.
@@ -74,6 +77,11 @@ pub(crate) struct Record {
     pub queue: AtomicU64,
     pub semaphore: AtomicU64,
     pub get_instance_proc_addr: AtomicU64,
+    /// The highest timeline value whose signal has been submitted: the next submission, on
+    /// either queue, waits for it, so signals execute in the order they were allocated.
+    pub submitted: AtomicU64,
+    pub transfer_queue: AtomicU64,
+    pub transfer_family: AtomicU32,
 }
 
 const _: () = assert!(std::mem::size_of::<Record>() <= RECORD_BYTES);
@@ -165,6 +173,8 @@ impl Record {
             semaphore: l(&self.semaphore),
             get_instance_proc_addr: l(&self.get_instance_proc_addr),
             features: self.features.load(Ordering::Acquire),
+            transfer_queue: l(&self.transfer_queue),
+            transfer_family: self.transfer_family.load(Ordering::Acquire),
         }
     }
 
@@ -191,6 +201,12 @@ impl Record {
         self.queue_family.store(p.queue_family, Ordering::Release);
         self.queue_index.store(p.queue_index, Ordering::Release);
         self.features.store(p.features, Ordering::Release);
+        self.transfer_queue
+            .store(p.transfer_queue, Ordering::Release);
+        self.transfer_family
+            .store(p.transfer_family, Ordering::Release);
+        // The new device's semaphore starts at the counter; nothing of it is submitted yet.
+        self.submitted.store(0, Ordering::Release);
         // A stale record's lock may have been held by the dead process.
         self.queue_lock.store(0, Ordering::Release);
         self.pending.store(0, Ordering::Release);

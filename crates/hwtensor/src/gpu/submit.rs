@@ -12,6 +12,22 @@ use ash::vk;
 use super::GpuDevice;
 use crate::{Error, Result};
 
+/// A second queue with its own command pool (the transfer-only queue).
+pub(crate) struct Lane {
+    pub queue: vk::Queue,
+    pub family: u32,
+    pub work: Work,
+}
+
+/// Which queue a piece of work goes to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Queue {
+    /// The main queue.
+    Main,
+    /// The transfer-only queue where there is one, else the main queue.
+    Transfer,
+}
+
 /// The command pool of this copy and the command buffers still in flight.
 pub(crate) struct Work {
     pool: Mutex<Pool>,
@@ -52,12 +68,16 @@ impl GpuDevice {
     /// signals their completion.
     pub(crate) fn submit_commands(
         &self,
+        on: Queue,
         after: u64,
         foreign: &[(vk::Semaphore, u64)],
         record: impl FnOnce(&ash::Device, vk::CommandBuffer),
     ) -> Result<u64> {
-        let mut pool = self
-            .work
+        let (queue, work) = match (&self.transfer, on) {
+            (Some(lane), Queue::Transfer) => (lane.queue, &lane.work),
+            _ => (self.queue, &self.work),
+        };
+        let mut pool = work
             .pool
             .lock()
             .map_err(|_| Error::Gpu("the command pool is poisoned".into()))?;
@@ -103,7 +123,7 @@ impl GpuDevice {
         }
         let value = self
             .timeline
-            .submit_work(&self.device, self.queue, cmd, &waits)?;
+            .submit_work(&self.device, queue, cmd, &waits)?;
         pool.in_flight.push((value, cmd));
         Ok(value)
     }
