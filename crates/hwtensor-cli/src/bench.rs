@@ -46,7 +46,7 @@ pub fn run(quick: bool) -> crate::Result {
     handoff(&s)?;
     crate::gpu::bench(s.rounds)?;
     crate::gpu::bandwidth(s.rounds)?;
-    println!("\n== GPU hand-off: send + receive + import, across a thread (medians) ==");
+    println!("\n== GPU hand-off: send + receive + import, across a thread (medians; `hwtensor demo --gpu` gives the cross-process figure) ==");
     gpu_handoff(&s)?;
     Ok(())
 }
