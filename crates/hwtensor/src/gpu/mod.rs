@@ -35,6 +35,11 @@ use crate::{Error, Result};
 
 pub use ash;
 
+/// Where the shared semaphore handle sits in the rendezvous record (`/dev/shm/hwtensor-gpu-<pid>`),
+/// for tests that simulate a copy that cannot open the shared semaphore.
+#[doc(hidden)]
+pub const RECORD_SEMAPHORE_OFFSET: usize = std::mem::offset_of!(Record, semaphore);
+
 /// Optional capabilities the device was created with.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct Features(u32);
