@@ -112,6 +112,10 @@ impl Buffer {
         self.claim(direction)
     }
 
+    pub(crate) fn downgrade(&self) -> WeakBuffer {
+        WeakBuffer(Arc::downgrade(&self.0))
+    }
+
     pub(crate) fn liveness(&self) -> BufferLiveness {
         BufferLiveness(Arc::downgrade(&self.0))
     }
@@ -157,6 +161,20 @@ impl Buffer {
                 held: "for reading",
             }),
         }
+    }
+}
+
+/// A buffer held weakly: for caches that must not keep memory alive.
+#[derive(Debug, Clone)]
+pub(crate) struct WeakBuffer(std::sync::Weak<BufferInner>);
+
+impl WeakBuffer {
+    pub(crate) fn upgrade(&self) -> Option<Buffer> {
+        self.0.upgrade().map(Buffer)
+    }
+
+    pub(crate) fn is_alive(&self) -> bool {
+        self.0.strong_count() > 0
     }
 }
 

@@ -19,6 +19,15 @@ pub enum BufferIdentity {
     /// A heap buffer of this process: its base address. Addresses are reused after a free, so
     /// pair a heap identity with a [`BufferLiveness`] before trusting a cache hit.
     Heap { addr: usize },
+    /// GPU memory, named by the process that allocated it (pid and start time) and that
+    /// allocation's serial there. Every importer, in any process, gets the allocator's identity:
+    /// a driver's memory fd can be an anonymous inode shared by every buffer (NVIDIA), so the fd
+    /// cannot name the buffer.
+    Gpu {
+        pid: u32,
+        start_time: u64,
+        serial: u64,
+    },
 }
 
 impl BufferIdentity {

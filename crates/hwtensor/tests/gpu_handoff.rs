@@ -152,3 +152,31 @@ fn a_gpu_tensor_travels_inline_as_its_bytes() {
     assert_eq!(got.memory(), TensorMemory::Mem);
     assert_eq!(got.as_tensor::<u32>().unwrap().to_vec().unwrap()[9], 9 ^ 4);
 }
+
+#[test]
+fn a_pooled_buffer_handed_over_again_reuses_the_first_import() {
+    if device_or_skip("a_pooled_buffer_handed_over_again_reuses_the_first_import").is_none() {
+        return;
+    }
+    let t: TensorDyn = gpu_tensor_with(5).into();
+    let import = || {
+        let (bytes, fds) = blob::export(&t, Transport::Reference).unwrap();
+        blob::import(&bytes, owned(&fds)).unwrap()
+    };
+    let first = import();
+    let second = import();
+    assert_eq!(
+        first.identity(),
+        t.identity(),
+        "an import carries the allocator's identity"
+    );
+    assert_eq!(second.identity(), first.identity());
+    let first_alive = first.liveness();
+    drop(first);
+    assert!(
+        first_alive.is_alive(),
+        "the second hand-off shares the first import's buffer"
+    );
+    drop(second);
+    assert!(!first_alive.is_alive(), "the cache holds imports weakly");
+}

@@ -109,12 +109,14 @@ impl Storage {
         match self {
             Storage::Heap(h) => Ok(BufferIdentity::heap(h.ptr() as usize)),
             Storage::Fd(m) => BufferIdentity::of_fd(m.fd()),
-            // A driver's opaque fd may be an anonymous inode shared by every buffer (NVIDIA):
-            // only a real file (lavapipe's memfd, a DMA-BUF) names the buffer itself.
-            Storage::Gpu(g) => match g.fd().filter(|fd| classify::inspect(*fd).is_ok()) {
-                Some(fd) => BufferIdentity::of_fd(fd),
-                None => Ok(BufferIdentity::heap(g.handle_id())),
-            },
+            Storage::Gpu(g) => {
+                let o = g.origin();
+                Ok(BufferIdentity::Gpu {
+                    pid: o.pid,
+                    start_time: o.start_time,
+                    serial: o.serial,
+                })
+            }
         }
     }
 }

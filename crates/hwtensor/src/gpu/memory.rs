@@ -90,6 +90,32 @@ pub(crate) struct GpuMemory {
     last_read: AtomicU64,
     /// The `last_write` the staging copy reflects.
     staged_at: AtomicU64,
+    /// Who allocated the memory: this process, or the exporter an import came from.
+    origin: GpuOrigin,
+}
+
+/// The allocating process and the allocation's serial there: the buffer's identity everywhere.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub(crate) struct GpuOrigin {
+    pub pid: u32,
+    pub start_time: u64,
+    pub serial: u64,
+}
+
+/// Serials of this copy's allocations. The memory handle is mixed in, so two copies of the
+/// library in one process (each with its own counter) do not hand out the same key at once.
+static SERIAL: AtomicU64 = AtomicU64::new(0);
+
+impl GpuOrigin {
+    fn local(memory: vk::DeviceMemory) -> GpuOrigin {
+        let me = super::rendezvous::ProcessKey::current();
+        let n = SERIAL.fetch_add(1, Ordering::Relaxed) + 1;
+        GpuOrigin {
+            pid: me.map_or(0, |k| k.pid),
+            start_time: me.map_or(0, |k| k.start_time),
+            serial: n ^ memory.as_raw().rotate_left(32),
+        }
+    }
 }
 
 // SAFETY: the raw pointers are into mappings owned by this value; access through them is
@@ -305,13 +331,19 @@ impl GpuMemory {
             device.create_buffer(len as u64, BUFFER_USAGE, device.export_handle_types())?;
         let mut mem = GpuMemory::bind(device, buffer, len, None)?;
         mem.fd = device.export_memory_fd(mem.memory);
+        mem.origin = GpuOrigin::local(mem.memory);
         mem.zero()?;
         Ok(mem)
     }
 
     /// Imports an exported memory fd of `allocation_size` bytes holding a `len`-byte buffer.
     /// Takes the fd: the driver keeps it on success, it is closed on failure.
-    pub(crate) fn import(fd: OwnedFd, allocation_size: u64, len: usize) -> Result<GpuMemory> {
+    pub(crate) fn import(
+        fd: OwnedFd,
+        allocation_size: u64,
+        len: usize,
+        origin: GpuOrigin,
+    ) -> Result<GpuMemory> {
         let device = super::device()?;
         if !device.features.has(Features::EXTERNAL_MEMORY_FD) {
             return Err(Error::Unavailable {
@@ -325,6 +357,7 @@ impl GpuMemory {
             device.create_buffer(len as u64, BUFFER_USAGE, device.export_handle_types())?;
         let mut mem = GpuMemory::bind(device, buffer, len, Some((fd, allocation_size)))?;
         mem.fd = keep;
+        mem.origin = origin;
         Ok(mem)
     }
 
@@ -405,6 +438,11 @@ impl GpuMemory {
             last_write: AtomicU64::new(0),
             last_read: AtomicU64::new(0),
             staged_at: AtomicU64::new(if imported { NEVER_STAGED } else { 0 }),
+            origin: GpuOrigin {
+                pid: 0,
+                start_time: 0,
+                serial: 0,
+            },
         })
     }
 
@@ -440,8 +478,8 @@ impl GpuMemory {
     pub(crate) fn fd(&self) -> Option<BorrowedFd<'_>> {
         self.fd.as_ref().map(|f| f.as_fd())
     }
-    pub(crate) fn handle_id(&self) -> usize {
-        self.memory.as_raw() as usize
+    pub(crate) fn origin(&self) -> GpuOrigin {
+        self.origin
     }
 
     /// The CPU pointer: the mapping itself or the staging buffer.

@@ -29,7 +29,8 @@ pub use create::{validation_errors, DEBUG_ENV};
 pub use fence::{GpuCompletion, WAIT_SPIN};
 
 use fence::{own_cloexec, Shared, Timeline};
-use rendezvous::{Found, ProcessKey, Published, Record};
+pub(crate) use rendezvous::ProcessKey;
+use rendezvous::{Found, Published, Record};
 
 use crate::{Error, Result};
 
@@ -128,6 +129,8 @@ pub struct GpuDevice {
     memory_properties: vk::PhysicalDeviceMemoryProperties,
     /// The timeline's fd, exported once for hand-offs (`None` where it cannot be).
     fence_fd: OnceLock<Option<OwnedFd>>,
+    /// GPU buffers this copy imported, by their origin, while any tensor holds them.
+    imports: Mutex<std::collections::HashMap<memory::GpuOrigin, crate::buffer::WeakBuffer>>,
 }
 
 // SAFETY: Vulkan handles are usable from any thread; the one object that needs external
@@ -544,6 +547,7 @@ impl GpuDevice {
             work,
             memory_properties,
             fence_fd: OnceLock::new(),
+            imports: Mutex::new(std::collections::HashMap::new()),
         })
     }
 
@@ -681,6 +685,26 @@ impl GpuDevice {
         // SAFETY: the semaphore was created exportable as OPAQUE_FD on this device.
         let raw = unsafe { ext.get_semaphore_fd(&info) }.ok()?;
         own_cloexec(raw)
+    }
+
+    /// This copy's live import of the buffer `origin` names, if it has one.
+    pub(crate) fn cached_import(
+        &self,
+        origin: &memory::GpuOrigin,
+    ) -> Option<crate::buffer::Buffer> {
+        self.imports.lock().ok()?.get(origin)?.upgrade()
+    }
+
+    /// Remembers an import (weakly: the cache never keeps memory alive), forgetting dead ones.
+    pub(crate) fn remember_import(
+        &self,
+        origin: memory::GpuOrigin,
+        buffer: &crate::buffer::Buffer,
+    ) {
+        if let Ok(mut imports) = self.imports.lock() {
+            imports.retain(|_, weak| weak.is_alive());
+            imports.insert(origin, buffer.downgrade());
+        }
     }
 
     /// The timeline's fd for hand-offs, exported once and borrowed from then on.
