@@ -45,7 +45,12 @@ impl Buffer {
     }
 
     pub(crate) fn allocate(memory: TensorMemory, len: usize) -> Result<Buffer> {
-        Buffer::new(Storage::allocate(memory, len)?)
+        let buffer = Buffer::new(Storage::allocate(memory, len)?)?;
+        if let Some(g) = buffer.gpu() {
+            // A GPU buffer handed out and back again comes home as itself, not as an import.
+            g.device().remember_import(g.origin(), &buffer);
+        }
+        Ok(buffer)
     }
 
     pub(crate) fn import(fd: OwnedFd, len: usize) -> Result<Buffer> {

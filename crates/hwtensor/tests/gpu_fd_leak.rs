@@ -1,43 +1,90 @@
-//! No fd leaks over a thousand GPU hand-offs (its own binary: it counts this process's fds).
+//! No fd leaks over a thousand GPU hand-offs into another process (its own binary: the helper
+//! process counts its fds). Another process, because inside the producer's own process a
+//! buffer handed back comes home as itself and nothing is imported.
 
 mod common;
 
-use std::os::fd::OwnedFd;
+use std::io::{BufRead, BufReader};
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
+use std::process::{Command, Stdio};
 
 use common::device_or_skip;
 use hwtensor::blob::{self, Transport};
+use hwtensor::handoff::{recv, recv_blob, send_as, send_blob};
 use hwtensor::{Tensor, TensorDyn, TensorMemory};
+
+const ROUNDS: usize = 1000;
+const ROLE: &str = "HWTENSOR_TEST_FD_LEAK_SOCKET";
+const TEST: &str = "a_thousand_gpu_hand_offs_into_another_process_leak_no_fd";
 
 fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").unwrap().count()
 }
 
+/// The receiving process: imports every hand-off (and a truncated one after each), keeping
+/// nothing, and reports how many fds it holds at the end against the start.
+fn receive(socket: &str) {
+    let stream =
+        UnixStream::connect_addr(&SocketAddr::from_abstract_name(socket).unwrap()).unwrap();
+    // Warm up what is made once: the device, its waiter, the rendezvous.
+    drop(recv(&stream).unwrap());
+    let before = open_fds();
+    for _ in 0..ROUNDS {
+        let got = recv(&stream).unwrap();
+        assert_eq!(got.memory(), TensorMemory::Gpu);
+        drop(got);
+        let (bytes, fds) = recv_blob(&stream).unwrap();
+        assert!(blob::import(&bytes[..bytes.len() - 1], fds).is_err());
+    }
+    println!("fds before {before} after {}", open_fds());
+}
+
 #[test]
-fn a_thousand_gpu_hand_offs_leak_no_fd() {
-    if device_or_skip("a_thousand_gpu_hand_offs_leak_no_fd").is_none() {
+fn a_thousand_gpu_hand_offs_into_another_process_leak_no_fd() {
+    if let Ok(socket) = std::env::var(ROLE) {
+        return receive(&socket);
+    }
+    if device_or_skip(TEST).is_none() {
         return;
     }
+    let name = format!("hwtensor-fd-leak-{}", std::process::id());
+    let listener =
+        UnixListener::bind_addr(&SocketAddr::from_abstract_name(&name).unwrap()).unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([TEST, "--exact", "--nocapture", "--test-threads=1"])
+        .env(ROLE, &name)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (stream, _) = listener.accept().unwrap();
     let t: TensorDyn = Tensor::<u8>::new(&[64 * 1024], Some(TensorMemory::Gpu))
         .unwrap()
         .into();
-    // Warm up what is made once: the completion waiter, the exported fence.
-    let _ = blob::export(&t, Transport::Reference).unwrap();
-    let before = open_fds();
-    for _ in 0..1000 {
+    send_as(&stream, &t, Transport::Reference).unwrap();
+    for _ in 0..ROUNDS {
+        send_as(&stream, &t, Transport::Reference).unwrap();
         let (bytes, fds) = blob::export(&t, Transport::Reference).unwrap();
-        let fds: Vec<OwnedFd> = fds
-            .iter()
-            .map(|f| f.try_clone_to_owned().unwrap())
-            .collect();
-        let got = blob::import(&bytes, fds).unwrap();
-        assert_eq!(got.identity(), t.identity());
-        // A failed import closes what it was given, too.
-        let (bytes, fds) = blob::export(&t, Transport::Reference).unwrap();
-        let fds: Vec<OwnedFd> = fds
-            .iter()
-            .map(|f| f.try_clone_to_owned().unwrap())
-            .collect();
-        assert!(blob::import(&bytes[..bytes.len() - 1], fds).is_err());
+        send_blob(&stream, &bytes, &fds).unwrap();
     }
-    assert_eq!(open_fds(), before, "fds leaked over 1000 GPU hand-offs");
+    let mut report = String::new();
+    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+        let line = line.unwrap();
+        if let Some(at) = line.find("fds before ") {
+            report = line[at..].to_string();
+        }
+    }
+    assert!(
+        child.wait().unwrap().success(),
+        "the receiving process failed"
+    );
+    let numbers: Vec<usize> = report
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    assert_eq!(numbers.len(), 2, "no report from the receiver: {report:?}");
+    assert_eq!(
+        numbers[0], numbers[1],
+        "the receiver leaked fds over {ROUNDS} GPU hand-offs"
+    );
 }

@@ -388,10 +388,13 @@ impl GpuMemory {
                 None,
             ),
             Some((fd, allocation_size)) => {
-                if allocation_size < req.size {
+                // An opaque fd's real size cannot be asked of the driver, and importing it with
+                // another size is undefined: only the size this device gives a buffer of this
+                // length (what the exporter's identical buffer got) is accepted.
+                if allocation_size != req.size {
                     destroy();
                     return Err(Error::Fd(format!(
-                        "the memory holds {allocation_size} bytes, a {len}-byte buffer needs {}",
+                        "the blob says the memory holds {allocation_size} bytes; a {len}-byte buffer on this device has {}",
                         req.size
                     )));
                 }
