@@ -46,8 +46,11 @@ pub fn run(quick: bool) -> crate::Result {
     handoff(&s)?;
     crate::gpu::bench(s.rounds)?;
     crate::gpu::bandwidth(s.rounds)?;
-    println!("\n== GPU hand-off: send + receive + import, across a thread (medians; `hwtensor demo --gpu` gives the cross-process figure) ==");
+    println!("\n== GPU hand-off: send + receive + import, across a thread of the same process (medians) ==");
     gpu_handoff(&s)?;
+    println!("\n== hand-off across processes (`hwtensor demo`, 1080p RGBA, pool of 3, medians) ==");
+    cross_process(false)?;
+    cross_process(true)?;
     Ok(())
 }
 
@@ -189,6 +192,35 @@ fn gpu_handoff(s: &Samples) -> crate::Result {
         let t: TensorDyn = Tensor::<u8>::new(&shape(w, h), Some(TensorMemory::Gpu))?.into();
         let zc = handoff_latency(&t, Transport::Reference, s.rounds, false)?;
         println!("{name:<8} {:>12}", fmt(zc));
+    }
+    Ok(())
+}
+
+/// Runs the two-process demo and reports the consumer's hand-off latency line.
+fn cross_process(gpu: bool) -> crate::Result {
+    let mut args = vec!["demo", "--frames", "60"];
+    if gpu {
+        if hwtensor::gpu::device().is_err() {
+            return Ok(());
+        }
+        args.push("--gpu");
+    }
+    let out = std::process::Command::new(std::env::current_exe()?)
+        .args(&args)
+        .output()?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("consumer:"))
+        .unwrap_or("no consumer report");
+    let figure = line.split("hand-off latency").nth(1).unwrap_or(line).trim();
+    println!("{:<4} {figure}", if gpu { "gpu" } else { "shm" });
+    if !out.status.success() {
+        return Err(format!(
+            "the demo failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )
+        .into());
     }
     Ok(())
 }
