@@ -7,14 +7,15 @@
 //! later access waits for it.
 
 use crate::buffer::Buffer;
-use crate::gpu::memory::{copy, GpuMemory, GPU_WAIT};
+use crate::geometry::for_each_paired_run;
+use crate::gpu::memory::{copy_regions, GpuMemory, GPU_WAIT};
 use crate::gpu::Queue;
 use crate::map::Direction;
 use crate::{Element, Error, Result, Tensor};
 
 impl<T: Element> Tensor<T> {
-    /// Copies `src` into this tensor. The shapes must match; GPU endpoints need contiguous
-    /// tensors.
+    /// Copies `src` into this tensor. The shapes must match; either side may be a strided view
+    /// (a crop of a padded image), copied as one region per contiguous run.
     pub fn copy_from(&self, src: &Tensor<T>) -> Result<()> {
         if self.shape != src.shape {
             return Err(Error::Shape(format!(
@@ -23,13 +24,6 @@ impl<T: Element> Tensor<T> {
             )));
         }
         let (from_gpu, to_gpu) = (src.buffer.gpu(), self.buffer.gpu());
-        if (from_gpu.is_some() || to_gpu.is_some())
-            && !(src.is_contiguous() && self.is_contiguous())
-        {
-            return Err(Error::Shape(
-                "copies into or out of GPU memory need contiguous tensors".into(),
-            ));
-        }
         match (from_gpu, to_gpu) {
             (None, None) => self.copy_from_flat(&src.to_vec()?),
             (Some(s), Some(d)) => self.gpu_to_gpu(src, s, d),
@@ -48,17 +42,11 @@ impl<T: Element> Tensor<T> {
         let _read = src.buffer.claim_for(Direction::Read)?;
         let _write = self.buffer.claim_for(Direction::Write)?;
         let after = s.after(false).max(d.after(true));
-        let (sb, db, so, dof, n) = (
-            s.buffer(),
-            d.buffer(),
-            src.offset as u64,
-            self.offset as u64,
-            self.byte_extent() as u64,
-        );
+        let (sb, db, regions) = (s.buffer(), d.buffer(), self.regions_from(src));
         let v = d
             .device()
             .submit_commands(Queue::Transfer, after, &[], |dev, cmd| {
-                copy(dev, cmd, sb, db, so, dof, n)
+                copy_regions(dev, cmd, sb, db, &regions)
             })?;
         s.record(v, false);
         d.record(v, true);
@@ -88,19 +76,36 @@ impl<T: Element> Tensor<T> {
             Way::Upload => (host, gpu.buffer()),
             Way::Download => (gpu.buffer(), host),
         };
-        let (so, dof, n) = (
-            src.offset as u64,
-            self.offset as u64,
-            self.byte_extent() as u64,
-        );
+        let regions = self.regions_from(src);
         let v = gpu.device().submit_commands(
             Queue::Transfer,
             gpu.after(gpu_writes),
             &[],
-            |dev, cmd| copy(dev, cmd, sb, db, so, dof, n),
+            |dev, cmd| copy_regions(dev, cmd, sb, db, &regions),
         )?;
         gpu.record(v, gpu_writes);
         gpu.device().wait(v, GPU_WAIT)
+    }
+}
+
+impl<T: Element> Tensor<T> {
+    /// The copy regions from `src` into this tensor, in each buffer's byte offsets.
+    fn regions_from(&self, src: &Tensor<T>) -> Vec<ash::vk::BufferCopy> {
+        let mut regions = Vec::new();
+        for_each_paired_run(
+            &self.shape,
+            &src.strides,
+            &self.strides,
+            T::DTYPE.size(),
+            |s, d, len| {
+                regions.push(ash::vk::BufferCopy {
+                    src_offset: (src.offset + s) as u64,
+                    dst_offset: (self.offset + d) as u64,
+                    size: len as u64,
+                })
+            },
+        );
+        regions
     }
 }
 

@@ -117,6 +117,44 @@ pub(crate) fn for_each_run(
     }
 }
 
+/// Calls `f(src_offset, dst_offset, byte_len)` for each run of elements that is contiguous in
+/// both of two tensors of the same `shape`, in logical order: the regions of a strided copy.
+pub(crate) fn for_each_paired_run(
+    shape: &[usize],
+    src_strides: &[usize],
+    dst_strides: &[usize],
+    elem: usize,
+    mut f: impl FnMut(usize, usize, usize),
+) {
+    if shape.contains(&0) {
+        return;
+    }
+    // Fold trailing dimensions into the run while both sides stay tight over it.
+    let mut run = elem;
+    let mut outer = shape.len();
+    while outer > 0 && src_strides[outer - 1] == run && dst_strides[outer - 1] == run {
+        run *= shape[outer - 1];
+        outer -= 1;
+    }
+    let mut index = vec![0usize; outer];
+    loop {
+        let at = |strides: &[usize]| index.iter().zip(strides).map(|(i, s)| i * s).sum::<usize>();
+        f(at(src_strides), at(dst_strides), run);
+        let mut d = outer;
+        loop {
+            if d == 0 {
+                return;
+            }
+            d -= 1;
+            index[d] += 1;
+            if index[d] < shape[d] {
+                break;
+            }
+            index[d] = 0;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -155,6 +193,21 @@ mod tests {
         // 2 rows of 3 RGBA pixels in an image with 64-byte rows.
         assert_eq!(extent(&[2, 3, 4], &[64, 4, 1], 1).unwrap(), 64 + 12);
         assert_eq!(extent(&[0, 3], &[3, 1], 1).unwrap(), 0);
+    }
+
+    #[test]
+    fn paired_runs_split_where_either_side_is_padded() {
+        let mut runs = vec![];
+        // A 2x3 RGBA crop of a 64-byte-pitch image into a tight tensor.
+        for_each_paired_run(&[2, 3, 4], &[64, 4, 1], &[12, 4, 1], 1, |s, d, l| {
+            runs.push((s, d, l))
+        });
+        assert_eq!(runs, vec![(0, 0, 12), (64, 12, 12)]);
+        runs.clear();
+        for_each_paired_run(&[2, 3], &[12, 4], &[12, 4], 4, |s, d, l| {
+            runs.push((s, d, l))
+        });
+        assert_eq!(runs, vec![(0, 0, 24)]);
     }
 
     #[test]

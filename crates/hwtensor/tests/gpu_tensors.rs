@@ -110,18 +110,54 @@ fn a_mismatched_copy_is_refused() {
     let a = Tensor::<u32>::new(&[10], Some(TensorMemory::Gpu)).unwrap();
     let b = Tensor::<u32>::new(&[11], Some(TensorMemory::Mem)).unwrap();
     assert!(a.copy_from(&b).is_err());
-    let img = Tensor::<u8>::image(
-        64,
-        8,
-        PixelFormat::Rgba,
-        Some(TensorMemory::Mem),
-        CpuAccess::ReadWrite,
-    )
-    .unwrap();
-    let view = img.view(hwtensor::Region::new(1, 1, 8, 4)).unwrap();
-    let g = Tensor::<u8>::new(view.shape(), Some(TensorMemory::Gpu)).unwrap();
-    assert!(
-        g.copy_from(&view).is_err(),
-        "a strided view into GPU memory is refused, not garbled"
-    );
+}
+
+#[test]
+fn a_crop_of_a_padded_image_copies_into_and_out_of_gpu_memory() {
+    if device_or_skip("a_crop_of_a_padded_image_copies_into_and_out_of_gpu_memory").is_none() {
+        return;
+    }
+    let region = hwtensor::Region::new(3, 2, 50, 7);
+    for memory in [TensorMemory::Mem, TensorMemory::Gpu] {
+        // 256x16 RGBA: large enough that heap memory is imported into the device.
+        let img = Tensor::<u8>::image(
+            256,
+            16,
+            PixelFormat::Rgba,
+            Some(memory),
+            CpuAccess::ReadWrite,
+        )
+        .unwrap();
+        let pattern: Vec<u8> = (0..img.len()).map(|i| (i % 251) as u8).collect();
+        img.copy_from_flat(&pattern).unwrap();
+        let crop = img.view(region).unwrap();
+        let expected = crop.to_vec().unwrap();
+
+        let g = Tensor::<u8>::new(crop.shape(), Some(TensorMemory::Gpu)).unwrap();
+        g.copy_from(&crop).unwrap();
+        assert!(g.to_vec().unwrap() == expected, "{memory} crop -> gpu");
+
+        let back = Tensor::<u8>::image(
+            256,
+            16,
+            PixelFormat::Rgba,
+            Some(memory),
+            CpuAccess::ReadWrite,
+        )
+        .unwrap();
+        back.view(region).unwrap().copy_from(&g).unwrap();
+        assert!(
+            back.view(region).unwrap().to_vec().unwrap() == expected,
+            "gpu -> {memory} crop"
+        );
+        let untouched = back
+            .view(hwtensor::Region::new(0, 0, 256, 2))
+            .unwrap()
+            .to_vec()
+            .unwrap();
+        assert!(
+            untouched.iter().all(|&b| b == 0),
+            "nothing outside the crop is written"
+        );
+    }
 }

@@ -614,17 +614,33 @@ pub(crate) fn copy(
     dst_offset: u64,
     size: u64,
 ) {
-    if size == 0 {
+    copy_regions(
+        d,
+        cmd,
+        src,
+        dst,
+        &[vk::BufferCopy {
+            src_offset,
+            dst_offset,
+            size,
+        }],
+    );
+}
+
+/// Records a buffer-to-buffer copy of several regions.
+pub(crate) fn copy_regions(
+    d: &ash::Device,
+    cmd: vk::CommandBuffer,
+    src: vk::Buffer,
+    dst: vk::Buffer,
+    regions: &[vk::BufferCopy],
+) {
+    if regions.iter().all(|r| r.size == 0) {
         return;
     }
-    let region = vk::BufferCopy {
-        src_offset,
-        dst_offset,
-        size,
-    };
     // SAFETY: recording into a command buffer being recorded; both buffers live until the
     // work completes (their owners wait for it before freeing them).
-    unsafe { d.cmd_copy_buffer(cmd, src, dst, &[region]) }
+    unsafe { d.cmd_copy_buffer(cmd, src, dst, regions) }
 }
 
 /// An open CPU access of GPU memory: on drop after a write, the staged bytes go back.
