@@ -774,8 +774,9 @@ fn gpu_buffer(
             // The exporter is this process, on this very timeline: the value is ours to wait for.
             _ if same_timeline => mem.record(h.completion_value, true),
             Some(fence) => {
-                let timeline = device.import_timeline(fence)?;
-                mem.follow(timeline.semaphore(), h.completion_value)?;
+                let key = (h.producer.pid, h.producer.start_time, h.producer_semaphore);
+                let timeline = device.producer_timeline(key, fence)?;
+                mem.follow(timeline, h.completion_value)?;
             }
             None => unreachable!("a completion comes with its fence (checked by reference_buffer)"),
         }

@@ -598,7 +598,8 @@ impl GpuMemory {
         let v = self
             .device
             .submit_commands(Queue::Main, 0, &[(semaphore, value)], |_, _| {})?;
-        self.device.wait(v, GPU_WAIT)?;
+        // Not waited for here: every later GPU use waits for `v` on the GPU, every CPU map on
+        // the host, and the imported semaphore lives as long as the process.
         self.record(v, true);
         Ok(())
     }
@@ -702,7 +703,7 @@ impl std::fmt::Debug for GpuMemory {
 /// anyway when it refuses a memfd's size. Closing it blindly would close whatever file took
 /// the number since (or abort on EBADF); so it is closed only while it still names the same
 /// file as `original`.
-fn close_if_still_ours(raw: i32, original: BorrowedFd<'_>) {
+pub(crate) fn close_if_still_ours(raw: i32, original: BorrowedFd<'_>) {
     let Ok(want) = rustix::fs::fstat(original) else {
         return;
     };
