@@ -26,7 +26,7 @@
 //! | 20 | 1 | format | [`PixelFormat`] code, 0 for a plain tensor |
 //! | 21 | 1 | access | [`CpuAccess`] the exporter declared |
 //! | 22 | 1 | plane_count | at most 4 |
-//! | 23 | 1 | fd_count | fds that travel with the blob: 1 in reference mode, 0 inline |
+//! | 23 | 1 | fd_count | fds that travel with the blob: 1 in reference mode (2 for GPU memory with its fence), 0 inline |
 //! | 24 | 8 | byte_offset | of the first element in the buffer |
 //! | 32 | 8 | buffer_len | bytes of the buffer (at most the fd's size; the inline data length) |
 //! | 40 | 8 | width | image width in pixels (0 for a plain tensor) |
