@@ -127,6 +127,11 @@ impl PixelFormat {
     }
 
     /// The shape of the buffer that holds one `w`x`h` image: the tensor's shape.
+    ///
+    /// Semi-planar formats are one combined `[rows, w]` grid with the luma row stride. For NV24
+    /// that grid matches the chroma plane only when rows are tight: a padded NV24 chroma row is
+    /// `2 * row_stride` bytes (the V4L2/DRM layout that [`plane_table`](Self::plane_table)
+    /// reports), so address a padded NV24 image's chroma through the plane table.
     pub fn allocation_shape(self, w: usize, h: usize) -> Vec<usize> {
         match (self.layout(), self.channels()) {
             (Layout::Packed, 1) => vec![h, w],
