@@ -87,34 +87,9 @@ pub(crate) fn for_each_run(
     elem: usize,
     mut f: impl FnMut(usize, usize),
 ) {
-    if shape.contains(&0) {
-        return;
-    }
-    // Fold trailing dimensions into the run while each one is tight over the next.
-    let mut run = elem;
-    let mut outer = shape.len();
-    while outer > 0 && strides[outer - 1] == run {
-        run *= shape[outer - 1];
-        outer -= 1;
-    }
-    let mut index = vec![0usize; outer];
-    loop {
-        let offset: usize = index.iter().zip(strides).map(|(i, s)| i * s).sum();
-        f(offset, run);
-        // Odometer increment over the outer dimensions.
-        let mut d = outer;
-        loop {
-            if d == 0 {
-                return;
-            }
-            d -= 1;
-            index[d] += 1;
-            if index[d] < shape[d] {
-                break;
-            }
-            index[d] = 0;
-        }
-    }
+    for_each_paired_run(shape, strides, strides, elem, |offset, _, len| {
+        f(offset, len)
+    });
 }
 
 /// Calls `f(src_offset, dst_offset, byte_len)` for each run of elements that is contiguous in

@@ -192,10 +192,9 @@ pub unsafe fn use_external_device(ext: ExternalDevice) -> Result<()> {
         }
     }
     // SAFETY: the caller vouches for the handles; loading function pointers calls the loader.
-    let (instance, device) =
+    let (instance, _) =
         unsafe { load_handles(ext.get_instance_proc_addr, ext.instance, ext.device) };
     check_device_answers(&instance, ext.device)?;
-    let _ = device;
     *EXTERNAL
         .lock()
         .map_err(|_| Error::InvalidOperation("a previous installer panicked".into()))? = Some(ext);
@@ -422,20 +421,18 @@ unsafe fn adopt(record: &'static Record, p: &Published) -> std::result::Result<G
     let physical = vk::PhysicalDevice::from_raw(p.physical_device);
     let info = AdapterInfo::query(&instance, physical);
     let features = Features(p.features);
-    let (timeline, exportable) = if p.semaphore != 0 {
-        let shared = Shared::in_record(record);
-        (
-            Timeline::new(vk::Semaphore::from_raw(p.semaphore), shared, true),
+    let timeline = if p.semaphore != 0 {
+        Timeline::new(
+            vk::Semaphore::from_raw(p.semaphore),
+            Shared::in_record(record),
             true,
         )
     } else {
         // No shared semaphore to open: signal a private one, and never export it.
-        let shared = Shared::private();
         let s = create_semaphore(&device, 0, false)
             .map_err(|e| format!("creating a private timeline failed: {e}"))?;
-        (Timeline::new(s, shared, false), false)
+        Timeline::new(s, Shared::private(), false)
     };
-    let _ = exportable;
     let queue = (vk::Queue::from_raw(p.queue), p.queue_family);
     let transfer = (p.transfer_family != u32::MAX)
         .then(|| (vk::Queue::from_raw(p.transfer_queue), p.transfer_family));
