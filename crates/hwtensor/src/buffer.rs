@@ -1,13 +1,12 @@
 //! [`Buffer`]: one backing allocation shared by a tensor and all its views and batches.
 
+#[cfg(unix)]
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use crate::backing::dmabuf::SyncBracket;
-use crate::backing::Storage;
-use crate::gpu::memory::{GpuCpuAccess, GpuMemory, HostImport};
-use crate::gpu::GpuDevice;
+use crate::backing::{CpuAccessGuard, Storage};
+use crate::gpu::memory::{GpuMemory, HostImport};
 use crate::identity::{BufferIdentity, BufferLiveness};
 use crate::map::Direction;
 use crate::{Error, Result, TensorMemory};
@@ -53,6 +52,7 @@ impl Buffer {
         Ok(buffer)
     }
 
+    #[cfg(unix)]
     pub(crate) fn import(fd: OwnedFd, len: usize) -> Result<Buffer> {
         Buffer::new(Storage::import(fd, len)?)
     }
@@ -69,6 +69,7 @@ impl Buffer {
         self.0.storage.memory()
     }
 
+    #[cfg(unix)]
     pub(crate) fn fd(&self) -> Option<BorrowedFd<'_>> {
         self.0.storage.fd()
     }
@@ -89,27 +90,15 @@ impl Buffer {
         }
     }
 
-    /// This host buffer as a GPU buffer, imported once (`VK_EXT_external_memory_host`); `None`
-    /// where it cannot be: GPU memory itself, a DMA-BUF, a heap block under a page, a device
-    /// without the extension.
-    pub(crate) fn host_import(&self, device: &'static GpuDevice) -> Option<&HostImport> {
-        let importable = match &self.0.storage {
-            Storage::Heap(h) => h.len() >= crate::backing::mem::PAGE_ALIGN_FROM,
-            Storage::Fd(m) => m.memory() == TensorMemory::Shm && m.len() > 0,
-            Storage::Gpu(_) => false,
-        };
-        if !importable {
-            return None;
-        }
-        self.0
-            .gpu_import
-            .get_or_init(|| {
-                // SAFETY: the storage is a page-aligned mapping of whole pages (anonymous or a
-                // memfd) that lives as long as this BufferInner, which drops the import first;
-                // every copy through the import is waited for before it returns.
-                unsafe { HostImport::new(device, self.ptr(), self.len()) }
-            })
-            .as_ref()
+    /// The storage under this buffer.
+    pub(crate) fn storage(&self) -> &Storage {
+        &self.0.storage
+    }
+
+    /// Where the GPU backend keeps this host buffer's import into the device, made on first
+    /// use (see `gpu::host_import`).
+    pub(crate) fn gpu_import_slot(&self) -> &OnceLock<Option<HostImport>> {
+        &self.0.gpu_import
     }
 
     /// Takes the aliasing claim alone (for GPU work on the buffer, which needs no CPU view).
@@ -126,23 +115,13 @@ impl Buffer {
     }
 
     /// Registers a CPU access in `direction`: refuses one that would alias a live write map,
-    /// and opens the DMA-BUF sync bracket where the buffer needs one.
+    /// and opens what the storage needs around CPU access (a staged GPU map's write-back, the
+    /// DMA-BUF sync bracket).
     pub(crate) fn begin_access(&self, direction: Direction) -> Result<AccessGuard<'_>> {
         let claim = self.claim(direction)?;
-        let gpu = match &self.0.storage {
-            Storage::Gpu(g) => Some(g.begin_cpu(direction != Direction::Read)?),
-            _ => None,
-        };
-        let bracket = match self.memory() {
-            TensorMemory::DmaBuf => self
-                .fd()
-                .map(|fd| SyncBracket::begin(fd, direction))
-                .transpose()?,
-            _ => None,
-        };
+        let storage = self.0.storage.begin_cpu(direction)?;
         Ok(AccessGuard {
-            _gpu: gpu,
-            _bracket: bracket,
+            _storage: storage,
             _claim: claim,
         })
     }
@@ -183,13 +162,12 @@ impl WeakBuffer {
     }
 }
 
-/// A live CPU access: the aliasing claim and, for a DMA-BUF, the sync bracket.
+/// A live CPU access: the aliasing claim and what the storage holds open.
 #[derive(Debug)]
 pub(crate) struct AccessGuard<'a> {
     // Field order: the GPU write-back and the sync bracket finish while the claim still holds
     // off other maps.
-    _gpu: Option<GpuCpuAccess<'a>>,
-    _bracket: Option<SyncBracket<'a>>,
+    _storage: Option<CpuAccessGuard<'a>>,
     _claim: Claim<'a>,
 }
 

@@ -102,6 +102,7 @@ pub enum Error {
 }
 
 impl Error {
+    #[cfg(unix)]
     pub(crate) fn os(op: &'static str, errno: rustix::io::Errno) -> Self {
         Error::Os {
             op,

@@ -1,12 +1,9 @@
 //! Images: tensors that also know their pixel format, size and row stride.
 
-use std::os::fd::OwnedFd;
-
-use crate::buffer::Buffer;
 use crate::format::Plane;
 use crate::geometry::{byte_strides, element_count, extent};
 use crate::memory::Purpose;
-use crate::tensor::{allocate, import_access};
+use crate::tensor::allocate;
 use crate::{CpuAccess, Element, Error, PixelFormat, Result, Tensor, TensorMemory};
 
 /// Row pitch alignment of images on memory a device imports (DMA-BUF, GPU).
@@ -27,7 +24,7 @@ pub struct ImageInfo {
 }
 
 /// The row stride an image gets on `memory`: tight on the host, aligned for devices.
-fn default_row_stride(
+pub(crate) fn default_row_stride(
     format: PixelFormat,
     w: usize,
     elem: usize,
@@ -45,7 +42,7 @@ fn default_row_stride(
 }
 
 /// Shape and strides of `batch` (or one, when `None`) images.
-fn image_geometry(
+pub(crate) fn image_geometry(
     batch: Option<usize>,
     format: PixelFormat,
     w: usize,
@@ -111,34 +108,6 @@ impl<T: Element> Tensor<T> {
             width: w,
             height: h,
             row_stride,
-        };
-        Ok(Self::over(buffer, shape, strides, Some(info), access))
-    }
-
-    /// A `w`x`h` image over a foreign fd (a DMA-BUF from a camera or decoder, a memfd), with
-    /// rows `row_stride` bytes apart (tight when `None`). The fd is taken; see
-    /// [`Tensor::from_fd`] for what is refused.
-    pub fn image_from_fd(
-        fd: OwnedFd,
-        w: usize,
-        h: usize,
-        format: PixelFormat,
-        row_stride: Option<usize>,
-        access: CpuAccess,
-    ) -> Result<Self> {
-        let elem = Self::elem();
-        let stride = match row_stride {
-            Some(s) => check_row_stride(format, w, elem, s)?,
-            None => default_row_stride(format, w, elem, TensorMemory::Mem)?,
-        };
-        let (shape, strides) = image_geometry(None, format, w, h, elem, stride)?;
-        let buffer = Buffer::import(fd, extent(&shape, &strides, elem)?)?;
-        let access = access.narrowed_to(import_access(&buffer));
-        let info = ImageInfo {
-            format,
-            width: w,
-            height: h,
-            row_stride: stride,
         };
         Ok(Self::over(buffer, shape, strides, Some(info), access))
     }
@@ -212,7 +181,12 @@ impl<T: Element> Tensor<T> {
     }
 }
 
-fn check_row_stride(format: PixelFormat, w: usize, elem: usize, stride: usize) -> Result<usize> {
+pub(crate) fn check_row_stride(
+    format: PixelFormat,
+    w: usize,
+    elem: usize,
+    stride: usize,
+) -> Result<usize> {
     let min = format
         .min_row_bytes(w, elem)
         .ok_or_else(|| Error::Shape(format!("a {w}-pixel {format} row overflows usize")))?;

@@ -17,14 +17,29 @@
 mod macros;
 
 mod backing;
+#[cfg(unix)]
 pub mod blob;
 mod buffer;
+mod claim;
 mod copy;
+/// The Windows adapter choice is pure text handling: tested on every platform.
+#[cfg(all(test, not(windows)))]
+#[path = "d3d11/choice.rs"]
+mod d3d11_choice;
 mod dtype;
 mod error;
+#[cfg(unix)]
+mod fd;
 mod format;
 pub mod geometry;
+/// The process GPU device: Vulkan on Linux (`src/gpu/`), D3D11 on Windows (`src/d3d11/`), one
+/// public shape.
+#[cfg(unix)]
 pub mod gpu;
+#[cfg(windows)]
+#[path = "d3d11/mod.rs"]
+pub mod gpu;
+#[cfg(unix)]
 pub mod handoff;
 mod identity;
 mod image;

@@ -1,6 +1,6 @@
 //! [`TensorMemory`]: which kind of memory backs a tensor, and the automatic choice.
 
-use crate::backing::{dmabuf, shm};
+use crate::backing;
 use crate::Error;
 
 /// The environment variable that forces automatic selection to heap memory.
@@ -58,8 +58,7 @@ impl TensorMemory {
     pub fn unavailable_reason(self) -> Option<String> {
         match self {
             TensorMemory::Mem => None,
-            TensorMemory::Shm => shm::unavailable_reason(),
-            TensorMemory::DmaBuf => dmabuf::unavailable_reason(),
+            TensorMemory::Shm | TensorMemory::DmaBuf => backing::unavailable_reason(self),
             TensorMemory::Gpu => crate::gpu::device().err().map(|e| e.to_string()),
             TensorMemory::Cuda => Some("this build has no CUDA backing".into()),
         }

@@ -1,7 +1,6 @@
 //! [`Tensor<T>`]: a typed n-dimensional view of one buffer.
 
 use std::marker::PhantomData;
-use std::os::fd::{BorrowedFd, OwnedFd};
 
 use crate::buffer::Buffer;
 use crate::geometry::{byte_strides, element_count, extent};
@@ -56,20 +55,6 @@ impl<T: Element> Tensor<T> {
             None,
             CpuAccess::ReadWrite,
         ))
-    }
-
-    /// A tensor of `shape` over the first bytes of a foreign fd: a DMA-BUF, a memfd or a shared
-    /// memory file. Takes the fd; it is closed when the last tensor over it is dropped, or at
-    /// once when the import fails.
-    ///
-    /// Refuses a file of any other kind (regular file, pipe, socket, device node), naming it,
-    /// and an fd smaller than the shape.
-    pub fn from_fd(fd: OwnedFd, shape: &[usize]) -> Result<Self> {
-        let strides = byte_strides(shape, Self::elem(), None)?;
-        let bytes = extent(shape, &strides, Self::elem())?;
-        let buffer = Buffer::import(fd, bytes)?;
-        let access = import_access(&buffer);
-        Ok(Self::over(buffer, shape.to_vec(), strides, None, access))
     }
 
     pub(crate) fn over(
@@ -163,24 +148,6 @@ impl<T: Element> Tensor<T> {
     /// Sets (or clears) the quantization parameters.
     pub fn set_quantization(&mut self, quantization: Option<Quantization>) {
         self.quantization = quantization;
-    }
-
-    /// The buffer's fd, borrowed (heap memory has none).
-    pub fn as_fd(&self) -> Option<BorrowedFd<'_>> {
-        self.buffer.fd()
-    }
-
-    /// A new close-on-exec fd of the buffer, for another process or API. Heap memory has none.
-    pub fn clone_fd(&self) -> Result<OwnedFd> {
-        let fd = self.buffer.fd().ok_or_else(|| Error::Unavailable {
-            memory: TensorMemory::Mem,
-            reason: "heap memory has no fd to share; allocate on shm or dmabuf to hand it over"
-                .into(),
-        })?;
-        fd.try_clone_to_owned().map_err(|e| Error::Os {
-            op: "dup of the tensor's fd",
-            source: e,
-        })
     }
 }
 

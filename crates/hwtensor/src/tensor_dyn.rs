@@ -1,7 +1,5 @@
 //! [`TensorDyn`]: a tensor whose element type is known at run time (what C and Python see).
 
-use std::os::fd::OwnedFd;
-
 use half::f16;
 
 use crate::identity::{BufferIdentity, BufferLiveness};
@@ -40,11 +38,6 @@ impl TensorDyn {
         access: CpuAccess,
     ) -> Result<Self> {
         for_dtype!(dtype, image(w, h, format, memory, access))
-    }
-
-    /// See [`Tensor::from_fd`].
-    pub fn from_fd(fd: OwnedFd, shape: &[usize], dtype: DType) -> Result<Self> {
-        for_dtype!(dtype, from_fd(fd, shape))
     }
 
     /// The element type.
@@ -109,16 +102,8 @@ impl TensorDyn {
         each_tensor!(self, t => t.image_info())
     }
 
-    pub fn as_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
-        each_tensor!(self, t => t.as_fd())
-    }
-
     pub fn quantization(&self) -> Option<crate::Quantization> {
         each_tensor!(self, t => t.quantization())
-    }
-
-    pub fn clone_fd(&self) -> Result<OwnedFd> {
-        each_tensor!(self, t => t.clone_fd())
     }
 
     pub fn view(&self, region: Region) -> Result<Self> {

@@ -1,5 +1,7 @@
 //! The blob: round trips in both modes, and hostile input that must be refused.
 
+#![cfg(unix)]
+
 use std::os::fd::OwnedFd;
 
 use hwtensor::blob::{self, Transport, HEADER_LEN};

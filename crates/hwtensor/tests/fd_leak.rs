@@ -1,6 +1,8 @@
 //! No fd leaks (its own binary: it counts this process's open fds, which other tests would
 //! change under it).
 
+#![cfg(unix)]
+
 use std::fs::File;
 use std::os::unix::net::UnixStream;
 

@@ -1,6 +1,8 @@
 //! No fd leaks through blobs and sockets, good or hostile (its own binary: it counts this
 //! process's open fds).
 
+#![cfg(unix)]
+
 use std::io::Write;
 use std::os::unix::net::UnixStream;
 

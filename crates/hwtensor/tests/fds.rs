@@ -1,5 +1,7 @@
 //! fd export and import: sharing, identity, and every fd that must be refused.
 
+#![cfg(unix)]
+
 use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;

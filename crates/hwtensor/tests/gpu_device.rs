@@ -1,6 +1,8 @@
 //! The process GPU device and its timeline fence, on whatever Vulkan device this machine has
 //! (lavapipe in CI, the H200 on the GPU machine).
 
+#![cfg(unix)]
+
 mod common;
 
 use std::collections::HashSet;

@@ -1,6 +1,8 @@
 //! A host application's device installed as the process device (its own binary: the process
 //! device is installed once per process).
 
+#![cfg(unix)]
+
 mod common;
 
 use std::time::Duration;

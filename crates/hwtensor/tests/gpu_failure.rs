@@ -1,5 +1,7 @@
 //! A process that cannot make a GPU device (its own binary: the failure is process-wide).
 
+#![cfg(unix)]
+
 use std::time::Instant;
 
 use hwtensor::gpu::{self, ExternalDevice};

@@ -2,6 +2,8 @@
 //! process counts its fds). Another process, because inside the producer's own process a
 //! buffer handed back comes home as itself and nothing is imported.
 
+#![cfg(unix)]
+
 mod common;
 
 use std::io::{BufRead, BufReader};

@@ -1,6 +1,8 @@
 //! GPU tensors handed over by blob: ordering behind the producer's write, device checks, bad
 //! memory fds, and a producer that goes away first.
 
+#![cfg(unix)]
+
 mod common;
 
 use std::os::fd::OwnedFd;

@@ -3,6 +3,8 @@
 //! layout is not trusted. The later process is simulated by copying the leftover record to the
 //! name of a fresh process before it first touches the GPU.
 
+#![cfg(unix)]
+
 mod common;
 
 use std::io::{BufRead, BufReader, Write};

@@ -2,6 +2,8 @@
 //! is and once with `HWTENSOR_GPU_STAGING=1` (scripts/test), so the staged CPU path that NVIDIA
 //! needs is exercised on lavapipe too.
 
+#![cfg(unix)]
+
 mod common;
 
 use common::device_or_skip;

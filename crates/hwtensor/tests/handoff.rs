@@ -1,5 +1,7 @@
 //! Hand-off over a Unix socket: fds travel with the blob, and a misbehaving peer is an error.
 
+#![cfg(unix)]
+
 use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};

@@ -3,27 +3,51 @@
 //! A [`Storage`] is mapped once, when it is made, and that mapping lives as long as the buffer:
 //! every map and view of every tensor over it hands out pointers into it. That is what makes a
 //! map cost an atomic operation instead of an `mmap` (and what keeps it under 100 ns).
+//!
+//! Heap and GPU memory exist everywhere; the fd-backed kinds (memfd, DMA-BUF) are Unix only and
+//! live in [`unix`], so this file is the one place the platform split shows.
 
-pub(crate) mod classify;
-pub(crate) mod dmabuf;
-pub(crate) mod mapping;
 pub(crate) mod mem;
-pub(crate) mod shm;
+#[cfg(unix)]
+pub(crate) mod unix;
 
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+#[cfg(unix)]
+pub(crate) use unix::{classify, dmabuf, FdMapping};
 
+use crate::gpu::memory::{GpuCpuAccess, GpuMemory};
 use crate::identity::BufferIdentity;
-use crate::{Error, Result, TensorMemory};
+use crate::map::Direction;
+use crate::{Result, TensorMemory};
 
-pub(crate) use mapping::FdMapping;
 pub(crate) use mem::HeapBlock;
 
 /// The bytes of one buffer, mapped for the CPU.
 #[derive(Debug)]
 pub(crate) enum Storage {
     Heap(HeapBlock),
+    #[cfg(unix)]
     Fd(FdMapping),
-    Gpu(crate::gpu::memory::GpuMemory),
+    Gpu(GpuMemory),
+}
+
+/// What a CPU access of a storage holds open: the GPU write-back of a staged map, or the
+/// DMA-BUF cache bracket.
+#[derive(Debug)]
+pub(crate) enum CpuAccessGuard<'a> {
+    Gpu(#[allow(dead_code)] GpuCpuAccess<'a>),
+    #[cfg(unix)]
+    Bracket(#[allow(dead_code)] dmabuf::SyncBracket<'a>),
+}
+
+/// Why `memory` (an fd-backed kind) cannot be allocated here, or `None` when it can.
+pub(crate) fn unavailable_reason(memory: TensorMemory) -> Option<String> {
+    #[cfg(unix)]
+    return unix::unavailable_reason(memory);
+    #[cfg(not(unix))]
+    return Some(format!(
+        "{} memory is an fd-backed Linux kind; on this platform use mem or gpu",
+        memory.name()
+    ));
 }
 
 impl Storage {
@@ -32,42 +56,19 @@ impl Storage {
         memory.ensure_available()?;
         match memory {
             TensorMemory::Mem => HeapBlock::zeroed(len).map(Storage::Heap),
-            TensorMemory::Shm => FdMapping::new(shm::create(len)?, len, memory).map(Storage::Fd),
-            TensorMemory::DmaBuf => {
-                FdMapping::new(dmabuf::allocate(len)?, len, memory).map(Storage::Fd)
+            TensorMemory::Gpu => GpuMemory::allocate(len).map(Storage::Gpu),
+            #[cfg(unix)]
+            TensorMemory::Shm | TensorMemory::DmaBuf => {
+                unix::allocate(memory, len).map(Storage::Fd)
             }
-            TensorMemory::Gpu => crate::gpu::memory::GpuMemory::allocate(len).map(Storage::Gpu),
-            TensorMemory::Cuda => unreachable!("ensure_available refused it"),
+            _ => unreachable!("ensure_available refused it"),
         }
-    }
-
-    /// Maps a foreign fd after checking what it is and that it holds at least `len` bytes.
-    ///
-    /// The whole fd is mapped, not just `len`: the buffer's capacity is what the fd holds, so a
-    /// consumer may later widen the row stride into padding the producer allocated.
-    pub(crate) fn import(fd: OwnedFd, len: usize) -> Result<Storage> {
-        let info = classify::inspect(fd.as_fd())?;
-        if info.size < len as u64 {
-            return Err(Error::Fd(format!(
-                "the {} fd holds {} bytes but the tensor needs {len}",
-                info.memory, info.size
-            )));
-        }
-        if info.memory == TensorMemory::Shm {
-            shm::seal_against_truncation(fd.as_fd());
-        }
-        let size = usize::try_from(info.size).map_err(|_| {
-            Error::Fd(format!(
-                "an fd of {} bytes cannot be mapped here",
-                info.size
-            ))
-        })?;
-        FdMapping::new(fd, size, info.memory).map(Storage::Fd)
     }
 
     pub(crate) fn ptr(&self) -> *mut u8 {
         match self {
             Storage::Heap(h) => h.ptr(),
+            #[cfg(unix)]
             Storage::Fd(m) => m.ptr(),
             Storage::Gpu(g) => g.ptr(),
         }
@@ -76,6 +77,7 @@ impl Storage {
     pub(crate) fn len(&self) -> usize {
         match self {
             Storage::Heap(h) => h.len(),
+            #[cfg(unix)]
             Storage::Fd(m) => m.len(),
             Storage::Gpu(g) => g.len(),
         }
@@ -84,30 +86,24 @@ impl Storage {
     pub(crate) fn memory(&self) -> TensorMemory {
         match self {
             Storage::Heap(_) => TensorMemory::Mem,
+            #[cfg(unix)]
             Storage::Fd(m) => m.memory(),
             Storage::Gpu(_) => TensorMemory::Gpu,
         }
     }
 
-    pub(crate) fn fd(&self) -> Option<BorrowedFd<'_>> {
-        match self {
-            Storage::Heap(_) => None,
-            Storage::Fd(m) => Some(m.fd()),
-            Storage::Gpu(g) => g.fd(),
-        }
-    }
-
     pub(crate) fn writable(&self) -> bool {
         match self {
-            Storage::Heap(_) => true,
+            #[cfg(unix)]
             Storage::Fd(m) => m.writable(),
-            Storage::Gpu(_) => true,
+            Storage::Heap(_) | Storage::Gpu(_) => true,
         }
     }
 
     pub(crate) fn identity(&self) -> Result<BufferIdentity> {
         match self {
             Storage::Heap(h) => Ok(BufferIdentity::heap(h.ptr() as usize)),
+            #[cfg(unix)]
             Storage::Fd(m) => BufferIdentity::of_fd(m.fd()),
             Storage::Gpu(g) => {
                 let o = g.origin();
@@ -117,6 +113,23 @@ impl Storage {
                     serial: o.serial,
                 })
             }
+        }
+    }
+
+    /// Opens what a CPU access in `direction` needs besides the pointer.
+    pub(crate) fn begin_cpu(&self, direction: Direction) -> Result<Option<CpuAccessGuard<'_>>> {
+        match self {
+            Storage::Heap(_) => Ok(None),
+            Storage::Gpu(g) => g
+                .begin_cpu(direction != Direction::Read)
+                .map(|a| Some(CpuAccessGuard::Gpu(a))),
+            #[cfg(unix)]
+            Storage::Fd(m) if m.memory() == TensorMemory::DmaBuf => {
+                dmabuf::SyncBracket::begin(m.fd(), direction)
+                    .map(|b| Some(CpuAccessGuard::Bracket(b)))
+            }
+            #[cfg(unix)]
+            Storage::Fd(_) => Ok(None),
         }
     }
 }

@@ -8,12 +8,14 @@
 //! failure.
 
 mod adapter;
+mod copy;
 mod create;
 mod fence;
 pub(crate) mod memory;
 mod rendezvous;
 mod submit;
 
+pub(crate) use copy::copy_on_gpu;
 pub(crate) use submit::Queue;
 
 use std::os::fd::OwnedFd;

@@ -12,25 +12,14 @@
 use std::ffi::CString;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+
+pub(crate) use crate::claim::{QueueLock, CLAIMING, EMPTY};
 
 use rustix::fs::Mode;
 use rustix::shm::OFlags;
 
-/// The version word of an empty record.
-pub(crate) const EMPTY: u32 = 0;
-/// The version word while a copy writes the record.
-pub(crate) const CLAIMING: u32 = u32::MAX;
 /// The layout version this copy writes and trusts.
 pub(crate) const LAYOUT_V1: u32 = 0x4857_0001;
-
-/// How long a reader waits for a claim to settle: long enough for a copy to write a few words,
-/// short enough that a stuck claim costs one device-creation's worth of time.
-const SETTLE_BUDGET: Duration = Duration::from_millis(50);
-/// Yields before the reader starts sleeping: a claim normally settles within microseconds.
-const SETTLE_YIELDS: u32 = 64;
-/// The sleep between checks once yielding has not been enough.
-const SETTLE_SLEEP: Duration = Duration::from_millis(1);
 
 /// Size of the mapping: one page, though the record needs far less.
 const RECORD_BYTES: usize = 4096;
@@ -132,33 +121,23 @@ pub(crate) enum Found {
 impl Record {
     /// Reads the record, waiting out a claim in progress (bounded).
     pub(crate) fn read(&self, me: ProcessKey) -> Found {
-        let started = Instant::now();
-        let mut spins = 0;
-        loop {
+        crate::claim::wait_settled(|| {
             let version = self.version.load(Ordering::Acquire);
             let owner = ProcessKey {
                 pid: self.pid.load(Ordering::Acquire),
                 start_time: self.start_time.load(Ordering::Acquire),
             };
             match version {
-                EMPTY => return Found::Empty,
-                LAYOUT_V1 if owner == me => return Found::Ours(self.published()),
-                LAYOUT_V1 => return Found::Stale,
+                EMPTY => Some(Found::Empty),
+                LAYOUT_V1 if owner == me => Some(Found::Ours(self.published())),
+                LAYOUT_V1 => Some(Found::Stale),
                 // A claim by another process that died mid-write is as stale as its record.
-                CLAIMING if owner != me && owner.pid != 0 => return Found::Stale,
-                CLAIMING => {}
-                other => return Found::Foreign(other),
+                CLAIMING if owner != me && owner.pid != 0 => Some(Found::Stale),
+                CLAIMING => None,
+                other => Some(Found::Foreign(other)),
             }
-            if started.elapsed() >= SETTLE_BUDGET {
-                return Found::Unsettled;
-            }
-            spins += 1;
-            if spins < SETTLE_YIELDS {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(SETTLE_SLEEP);
-            }
-        }
+        })
+        .unwrap_or(Found::Unsettled)
     }
 
     fn published(&self) -> Published {
@@ -182,11 +161,7 @@ impl Record {
     /// writes `p`, and publishes it with a release store of the version last. The counter is
     /// left as it is: resetting it would make the next signal value go backwards.
     pub(crate) fn publish(&self, expected: u32, me: ProcessKey, p: &Published) -> bool {
-        if self
-            .version
-            .compare_exchange(expected, CLAIMING, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
+        if !crate::claim::try_claim(&self.version, expected) {
             return false;
         }
         self.pid.store(me.pid, Ordering::Release);
@@ -282,36 +257,6 @@ pub(crate) fn unlink_at_exit(pid: u32) {
     }
 }
 
-/// A lock on the shared queue, held for one submission.
-pub(crate) struct QueueLock<'a>(&'a AtomicU32);
-
-/// Spins before yielding: a submission holds the lock for microseconds.
-const LOCK_SPINS: u32 = 100;
-
-impl<'a> QueueLock<'a> {
-    pub(crate) fn acquire(word: &'a AtomicU32) -> Self {
-        let mut spins = 0;
-        while word
-            .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            spins += 1;
-            if spins < LOCK_SPINS {
-                std::hint::spin_loop();
-            } else {
-                std::thread::yield_now();
-            }
-        }
-        QueueLock(word)
-    }
-}
-
-impl Drop for QueueLock<'_> {
-    fn drop(&mut self) {
-        self.0.store(0, Ordering::Release);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -351,7 +296,7 @@ mod tests {
         let writer = {
             let r = r.clone();
             std::thread::spawn(move || {
-                std::thread::sleep(Duration::from_millis(10));
+                std::thread::sleep(std::time::Duration::from_millis(10));
                 r.device.store(9, Ordering::Release);
                 r.version.store(LAYOUT_V1, Ordering::Release);
             })
@@ -364,7 +309,7 @@ mod tests {
     fn a_claim_that_never_settles_is_reported_as_it_stands() {
         let r = Record::default();
         r.version.store(CLAIMING, Ordering::Release);
-        let started = Instant::now();
+        let started = std::time::Instant::now();
         assert_eq!(
             r.read(ProcessKey {
                 pid: 0,
@@ -372,7 +317,7 @@ mod tests {
             }),
             Found::Unsettled
         );
-        assert!(started.elapsed() < SETTLE_BUDGET * 4);
+        assert!(started.elapsed() < std::time::Duration::from_secs(1));
     }
 
     #[test]

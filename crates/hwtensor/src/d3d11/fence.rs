@@ -1,0 +1,267 @@
+//! The timeline fence on D3D11: one shared `ID3D11Fence`, one counter, one queue bracket.
+//!
+//! Without `ID3D11Device5` (Wine's wined3d, pre-2017 drivers) there is no fence: a signal then
+//! flushes and finishes the queued work on the CPU with an event query, so every value handed
+//! out has completed by the time anyone sees it. That is the rule for hand-offs without a
+//! fence (the producer finishes before it hands over), applied to every signal.
+
+use std::os::windows::io::{FromRawHandle, OwnedHandle, RawHandle};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use windows::Win32::Foundation::{
+    DuplicateHandle, DUPLICATE_SAME_ACCESS, HANDLE, WAIT_OBJECT_0, WAIT_TIMEOUT,
+};
+use windows::Win32::Graphics::Direct3D11::{ID3D11DeviceContext4, ID3D11Fence};
+use windows::Win32::System::Threading::{
+    CreateEventW, GetCurrentProcess, SetEvent, WaitForSingleObject,
+};
+
+use super::rendezvous::Record;
+use super::GpuDevice;
+use crate::{Error, Result};
+
+/// How long `wait` spins on the fence before it blocks on an event: the Linux reasoning
+/// (blocking costs tens of microseconds, spinning sees a value in a few) holds here too.
+pub const WAIT_SPIN: Duration = Duration::from_micros(50);
+
+/// The sleep between looks at the shared counter when there is no fence to block on.
+const POLL_SLEEP: Duration = Duration::from_micros(200);
+
+/// A point on the process timeline: the exported fence (a shared NT handle, where there is
+/// one) and the value a consumer waits for. No fence, no pairing.
+#[derive(Debug)]
+pub struct GpuCompletion {
+    pub fence: Option<OwnedHandle>,
+    pub value: u64,
+}
+
+/// The words every copy shares: in the rendezvous record, or private to this copy.
+#[derive(Clone, Copy)]
+pub(crate) struct Shared {
+    pub counter: &'static AtomicU64,
+    pub pending: &'static AtomicU64,
+    pub submitted: &'static AtomicU64,
+    pub lock: &'static AtomicU32,
+}
+
+impl Shared {
+    pub(crate) fn in_record(r: &'static Record) -> Shared {
+        Shared {
+            counter: &r.counter,
+            pending: &r.pending,
+            submitted: &r.submitted,
+            lock: &r.queue_lock,
+        }
+    }
+
+    /// Without a fence, values complete inside `signal`: a value not reached yet is one a
+    /// signal in another thread is finishing, or one never signalled.
+    fn poll_until(self, value: u64, timeout: Duration) -> Result<()> {
+        let started = Instant::now();
+        while self.submitted.load(Ordering::Acquire) < value {
+            if started.elapsed() >= timeout {
+                return Err(timed_out(value, timeout));
+            }
+            std::thread::sleep(POLL_SLEEP);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn private() -> Shared {
+        Shared {
+            counter: Box::leak(Box::new(AtomicU64::new(0))),
+            pending: Box::leak(Box::new(AtomicU64::new(0))),
+            submitted: Box::leak(Box::new(AtomicU64::new(0))),
+            lock: Box::leak(Box::new(AtomicU32::new(0))),
+        }
+    }
+}
+
+/// The fence and what signals it.
+pub(crate) struct Fence {
+    pub fence: ID3D11Fence,
+    pub context: ID3D11DeviceContext4,
+    /// The shared NT handle, where this copy may export the fence (never for a private one).
+    pub shared_handle: Option<HANDLE>,
+}
+
+pub(crate) struct Timeline {
+    pub fence: Option<Fence>,
+    pub shared: Shared,
+}
+
+impl Timeline {
+    /// Allocates the next value and signals it, as one step inside the queue bracket.
+    pub(crate) fn signal(&self, dev: &GpuDevice) -> Result<u64> {
+        dev.with_queue(|| {
+            let value = self.shared.counter.fetch_add(1, Ordering::AcqRel) + 1;
+            self.submit(dev, value)?;
+            self.shared.pending.store(0, Ordering::Release);
+            Ok(value)
+        })
+    }
+
+    pub(crate) fn signal_deferred(&self, dev: &GpuDevice) -> u64 {
+        dev.with_queue(|| {
+            let value = self.shared.counter.fetch_add(1, Ordering::AcqRel) + 1;
+            self.shared.pending.fetch_max(value, Ordering::AcqRel);
+            value
+        })
+    }
+
+    pub(crate) fn flush(&self, dev: &GpuDevice) -> Result<()> {
+        dev.with_queue(|| {
+            let pending = self.shared.pending.swap(0, Ordering::AcqRel);
+            if pending > self.shared.submitted.load(Ordering::Acquire) {
+                self.submit(dev, pending)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Signals `value` (called inside the queue bracket, so values reach the fence in order),
+    /// or, without a fence, finishes the queued work first.
+    fn submit(&self, dev: &GpuDevice, value: u64) -> Result<()> {
+        match &self.fence {
+            Some(f) => {
+                // SAFETY: the fence belongs to this device; the bracket serialises the context.
+                unsafe { f.context.Signal(&f.fence, value) }
+                    .map_err(|e| Error::Gpu(format!("signalling the fence failed: {e}")))?;
+                // SAFETY: as above.
+                unsafe { dev.context().Flush() };
+            }
+            None => dev.finish_on_cpu()?,
+        }
+        self.shared.submitted.fetch_max(value, Ordering::AcqRel);
+        Ok(())
+    }
+
+    pub(crate) fn last_signalled(&self) -> u64 {
+        self.shared.counter.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn completed_value(&self) -> u64 {
+        match &self.fence {
+            // SAFETY: a read of a live fence.
+            Some(f) => unsafe { f.fence.GetCompletedValue() },
+            None => self.shared.submitted.load(Ordering::Acquire),
+        }
+    }
+
+    /// Waits for `value`, at most `timeout`: spins on the fence, then blocks on an event.
+    pub(crate) fn wait(&self, value: u64, timeout: Duration) -> Result<()> {
+        let started = Instant::now();
+        while started.elapsed() < WAIT_SPIN.min(timeout) {
+            if self.completed_value() >= value {
+                return Ok(());
+            }
+            std::hint::spin_loop();
+        }
+        let left = timeout.saturating_sub(started.elapsed());
+        match &self.fence {
+            Some(f) => {
+                let event = completion_event(&f.fence, value)?;
+                wait_handle(&event, left, value)
+            }
+            None => self.shared.poll_until(value, left),
+        }
+    }
+
+    /// A manual-reset event that is set when `value` completes (at once if it has).
+    pub(crate) fn completion_event(&'static self, value: u64) -> Result<OwnedHandle> {
+        if let Some(f) = &self.fence {
+            return completion_event(&f.fence, value);
+        }
+        let event = new_event()?;
+        if self.completed_value() >= value {
+            set(&event)?;
+            return Ok(event);
+        }
+        // No fence to attach the event to: one short-lived thread watches the counter, bounded
+        // by the GPU wait limit like every other wait.
+        let theirs = event
+            .try_clone()
+            .map_err(|e| Error::Gpu(format!("duplicating an event failed: {e}")))?;
+        let shared = self.shared;
+        std::thread::Builder::new()
+            .name("hwtensor-completion".into())
+            .spawn(move || {
+                if shared.poll_until(value, super::memory::GPU_WAIT).is_ok() {
+                    let _ = set(&theirs);
+                }
+            })
+            .map_err(|e| Error::Gpu(format!("starting the completion watcher failed: {e}")))?;
+        Ok(event)
+    }
+
+    /// A new NT handle of the shared fence; `None` without one, or for a private fence.
+    pub(crate) fn export(&self) -> Option<OwnedHandle> {
+        let handle = self.fence.as_ref()?.shared_handle?;
+        let mut dup = HANDLE::default();
+        // SAFETY: duplicating a live handle of this process into this process.
+        unsafe {
+            DuplicateHandle(
+                GetCurrentProcess(),
+                handle,
+                GetCurrentProcess(),
+                &mut dup,
+                0,
+                false,
+                DUPLICATE_SAME_ACCESS,
+            )
+        }
+        .ok()?;
+        Some(owned(dup))
+    }
+}
+
+fn timed_out(value: u64, timeout: Duration) -> Error {
+    Error::Timeout(format!(
+        "timeline value {value} did not complete within {timeout:?}"
+    ))
+}
+
+fn owned(handle: HANDLE) -> OwnedHandle {
+    // SAFETY: a fresh handle this process owns and nothing else will close.
+    unsafe { OwnedHandle::from_raw_handle(handle.0 as RawHandle) }
+}
+
+fn raw(handle: &OwnedHandle) -> HANDLE {
+    use std::os::windows::io::AsRawHandle;
+    HANDLE(handle.as_raw_handle())
+}
+
+fn new_event() -> Result<OwnedHandle> {
+    // SAFETY: an unnamed manual-reset event, initially clear.
+    let event = unsafe { CreateEventW(None, true, false, None) }
+        .map_err(|e| Error::Gpu(format!("creating an event failed: {e}")))?;
+    Ok(owned(event))
+}
+
+fn set(event: &OwnedHandle) -> Result<()> {
+    // SAFETY: a live event handle.
+    unsafe { SetEvent(raw(event)) }.map_err(|e| Error::Gpu(format!("setting an event failed: {e}")))
+}
+
+fn completion_event(fence: &ID3D11Fence, value: u64) -> Result<OwnedHandle> {
+    let event = new_event()?;
+    // SAFETY: a live fence and a live event, which the fence sets once and does not keep.
+    unsafe { fence.SetEventOnCompletion(value, raw(&event)) }
+        .map_err(|e| Error::Gpu(format!("SetEventOnCompletion failed: {e}")))?;
+    Ok(event)
+}
+
+fn wait_handle(event: &OwnedHandle, timeout: Duration, value: u64) -> Result<()> {
+    let ms = u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX - 1);
+    // SAFETY: a live event handle.
+    match unsafe { WaitForSingleObject(raw(event), ms) } {
+        WAIT_OBJECT_0 => Ok(()),
+        WAIT_TIMEOUT => Err(timed_out(value, timeout)),
+        other => Err(Error::Gpu(format!(
+            "waiting for timeline value {value} failed ({:#x}): {}",
+            other.0,
+            windows::core::Error::from_thread()
+        ))),
+    }
+}
