@@ -5,6 +5,13 @@
 
 #include <stdint.h>
 #include <stddef.h>
+#if !defined(HWT_UNIX) && !defined(HWT_WINDOWS)
+#if defined(_WIN32)
+#define HWT_WINDOWS 1
+#else
+#define HWT_UNIX 1
+#endif
+#endif
 
 /**
  * The outcome of a call.
@@ -34,21 +41,6 @@ typedef enum HwtStatus {
 } HwtStatus;
 
 /**
- * The `VkDevice` of the process device, as an integer.
- */
-enum HwtStatus hwt_gpu_device_handle(uint64_t *out);
-
-/**
- * The timeline `VkSemaphore` every copy signals, as an integer.
- */
-enum HwtStatus hwt_gpu_semaphore_handle(uint64_t *out);
-
-/**
- * The device UUID (16 bytes) of the process device.
- */
-enum HwtStatus hwt_gpu_device_uuid(uint8_t (*out)[16]);
-
-/**
  * Whether the process device is a software implementation (1) or hardware (0).
  */
 enum HwtStatus hwt_gpu_is_software(uint8_t *out);
@@ -74,18 +66,6 @@ enum HwtStatus hwt_gpu_completed_value(uint64_t *out_value);
 enum HwtStatus hwt_gpu_wait(uint64_t value, uint64_t timeout_ns);
 
 /**
- * A pollable, close-on-exec fd that becomes readable when `value` completes; the caller
- * closes it.
- */
-enum HwtStatus hwt_gpu_completion_fd(uint64_t value, int32_t *out_fd);
-
-/**
- * A new fd of the timeline semaphore (OPAQUE_FD); `HWT_STATUS_UNAVAILABLE` where the driver
- * cannot export one. The caller closes it.
- */
-enum HwtStatus hwt_gpu_export_fence(int32_t *out_fd);
-
-/**
  * Copies this thread's last error message into `buf` (NUL-terminated, truncated to `len`) and
  * returns its full length in bytes.
  *
@@ -93,5 +73,72 @@ enum HwtStatus hwt_gpu_export_fence(int32_t *out_fd);
  * `buf` must be null or valid for `len` bytes of writes.
  */
 size_t hwt_last_error(char *buf, size_t len);
+
+#if defined(HWT_UNIX)
+/**
+ * The `VkDevice` of the process device, as an integer.
+ */
+enum HwtStatus hwt_gpu_device_handle(uint64_t *out);
+#endif
+
+#if defined(HWT_UNIX)
+/**
+ * The timeline `VkSemaphore` every copy signals, as an integer.
+ */
+enum HwtStatus hwt_gpu_semaphore_handle(uint64_t *out);
+#endif
+
+#if defined(HWT_UNIX)
+/**
+ * The device UUID (16 bytes) of the process device.
+ */
+enum HwtStatus hwt_gpu_device_uuid(uint8_t (*out)[16]);
+#endif
+
+#if defined(HWT_UNIX)
+/**
+ * A pollable, close-on-exec fd that becomes readable when `value` completes; the caller
+ * closes it.
+ */
+enum HwtStatus hwt_gpu_completion_fd(uint64_t value, int32_t *out_fd);
+#endif
+
+#if defined(HWT_UNIX)
+/**
+ * A new fd of the timeline semaphore (OPAQUE_FD); `HWT_STATUS_UNAVAILABLE` where the driver
+ * cannot export one. The caller closes it.
+ */
+enum HwtStatus hwt_gpu_export_fence(int32_t *out_fd);
+#endif
+
+#if defined(HWT_WINDOWS)
+/**
+ * The `ID3D11Device*` of the process device, as an integer (borrowed: no reference added).
+ */
+enum HwtStatus hwt_gpu_device_handle(uint64_t *out);
+#endif
+
+#if defined(HWT_WINDOWS)
+/**
+ * The shared `ID3D11Fence*` every copy signals, as an integer (borrowed);
+ * `HWT_STATUS_UNAVAILABLE` where the device has no fences (no `ID3D11Device5`).
+ */
+enum HwtStatus hwt_gpu_fence_handle(uint64_t *out);
+#endif
+
+#if defined(HWT_WINDOWS)
+/**
+ * A manual-reset event that is set when `value` completes; the caller closes it.
+ */
+enum HwtStatus hwt_gpu_completion_event(uint64_t value, void **out_event);
+#endif
+
+#if defined(HWT_WINDOWS)
+/**
+ * A new NT handle of the shared fence; `HWT_STATUS_UNAVAILABLE` where there is none. The
+ * caller closes it.
+ */
+enum HwtStatus hwt_gpu_export_fence_handle(void **out_handle);
+#endif
 
 #endif  /* HWTENSOR_H */

@@ -7,11 +7,20 @@
 
 use std::cell::RefCell;
 use std::ffi::c_char;
-use std::os::fd::IntoRawFd;
 use std::time::Duration;
 
-use hwtensor::gpu::{self, ash::vk::Handle, GpuDevice};
+use hwtensor::gpu::{self, GpuDevice};
 use hwtensor::Error;
+
+// The platform's own handles: Vulkan and fds on Unix, D3D11 and NT handles on Windows.
+#[cfg(unix)]
+mod unix;
+#[cfg(unix)]
+pub use unix::*;
+#[cfg(windows)]
+mod windows;
+#[cfg(windows)]
+pub use windows::*;
 
 /// The outcome of a call.
 #[repr(C)]
@@ -34,12 +43,12 @@ thread_local! {
     static LAST_ERROR: RefCell<String> = const { RefCell::new(String::new()) };
 }
 
-fn fail(status: HwtStatus, message: impl Into<String>) -> HwtStatus {
+pub(crate) fn fail(status: HwtStatus, message: impl Into<String>) -> HwtStatus {
     LAST_ERROR.with(|e| *e.borrow_mut() = message.into());
     status
 }
 
-fn from_error(e: Error) -> HwtStatus {
+pub(crate) fn from_error(e: Error) -> HwtStatus {
     let status = match e {
         Error::Gpu(_) | Error::Unavailable { .. } => HwtStatus::Unavailable,
         Error::Timeout(_) => HwtStatus::Timeout,
@@ -51,7 +60,7 @@ fn from_error(e: Error) -> HwtStatus {
 }
 
 /// Runs `f` on the process device and writes its result through `out`.
-fn with_device<T>(
+pub(crate) fn with_device<T>(
     out: *mut T,
     f: impl FnOnce(&'static GpuDevice) -> Result<T, Error>,
 ) -> HwtStatus {
@@ -66,24 +75,6 @@ fn with_device<T>(
         }
         Err(e) => from_error(e),
     }
-}
-
-/// The `VkDevice` of the process device, as an integer.
-#[no_mangle]
-pub extern "C" fn hwt_gpu_device_handle(out: *mut u64) -> HwtStatus {
-    with_device(out, |d| Ok(d.device().handle().as_raw()))
-}
-
-/// The timeline `VkSemaphore` every copy signals, as an integer.
-#[no_mangle]
-pub extern "C" fn hwt_gpu_semaphore_handle(out: *mut u64) -> HwtStatus {
-    with_device(out, |d| Ok(d.semaphore().as_raw()))
-}
-
-/// The device UUID (16 bytes) of the process device.
-#[no_mangle]
-pub extern "C" fn hwt_gpu_device_uuid(out: *mut [u8; 16]) -> HwtStatus {
-    with_device(out, |d| Ok(d.device_uuid()))
 }
 
 /// Whether the process device is a software implementation (1) or hardware (0).
@@ -119,26 +110,6 @@ pub extern "C" fn hwt_gpu_wait(value: u64, timeout_ns: u64) -> HwtStatus {
     let mut unit = ();
     with_device(&mut unit, |d| {
         d.wait(value, Duration::from_nanos(timeout_ns))
-    })
-}
-
-/// A pollable, close-on-exec fd that becomes readable when `value` completes; the caller
-/// closes it.
-#[no_mangle]
-pub extern "C" fn hwt_gpu_completion_fd(value: u64, out_fd: *mut i32) -> HwtStatus {
-    with_device(out_fd, |d| {
-        d.completion_fd(value).map(IntoRawFd::into_raw_fd)
-    })
-}
-
-/// A new fd of the timeline semaphore (OPAQUE_FD); `HWT_STATUS_UNAVAILABLE` where the driver
-/// cannot export one. The caller closes it.
-#[no_mangle]
-pub extern "C" fn hwt_gpu_export_fence(out_fd: *mut i32) -> HwtStatus {
-    with_device(out_fd, |d| {
-        d.export_fence()
-            .map(IntoRawFd::into_raw_fd)
-            .ok_or_else(|| Error::Gpu(format!("{} cannot export its timeline", d.adapter_label())))
     })
 }
 

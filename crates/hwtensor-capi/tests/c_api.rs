@@ -1,5 +1,7 @@
 //! A C program compiled with `cc` against the header and the cdylib, run as integrators run it.
 
+#![cfg(unix)]
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

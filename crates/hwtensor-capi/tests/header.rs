@@ -1,5 +1,7 @@
 //! The committed C header is what cbindgen makes of the current source.
 
+#![cfg(unix)]
+
 use std::path::Path;
 
 #[test]

@@ -2,6 +2,8 @@
 //! fence: a value is never paired with the wrong fence. Simulated by blanking the semaphore in
 //! the record the dlopened copy published, before the static copy adopts the device.
 
+#![cfg(unix)]
+
 use std::os::unix::fs::FileExt;
 
 use hwtensor::gpu::{self, ash::vk::Handle, Origin};

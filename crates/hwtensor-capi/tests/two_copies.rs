@@ -1,18 +1,21 @@
 //! Two independently linked copies of hwtensor in one process: this test binary links the
-//! library statically, and loads the C ABI cdylib (with its own copy inside) through
-//! `dlopen(RTLD_LOCAL)`, so neither can see the other's statics or symbols. They must share one
-//! device, one counter and one fence.
+//! library statically, and loads the C ABI cdylib (with its own copy inside) as a second,
+//! private copy -- `dlopen(RTLD_LOCAL)` on Linux, `LoadLibraryW` on Windows -- so neither can
+//! see the other's statics or symbols. They must share one device, one counter and one fence.
 
 use std::collections::HashSet;
 use std::time::Duration;
 
-use hwtensor::gpu::{self, ash::vk::Handle, ExternalDevice, Origin};
+use hwtensor::gpu::{self, Origin};
 use hwtensor::Error;
-use libloading::os::unix::{Library, Symbol, RTLD_LOCAL, RTLD_NOW};
 
 mod common;
+mod loader;
+
+use loader::Library;
 
 type GetU64 = unsafe extern "C" fn(*mut u64) -> i32;
+type Wait = unsafe extern "C" fn(u64, u64) -> i32;
 const OK: i32 = 0;
 const UNAVAILABLE: i32 = 1;
 
@@ -22,32 +25,28 @@ fn required() -> bool {
 
 struct OtherCopy {
     _lib: Library,
-    device: Symbol<GetU64>,
-    semaphore: Symbol<GetU64>,
-    signal: Symbol<GetU64>,
-    last: Symbol<GetU64>,
-    wait: Symbol<unsafe extern "C" fn(u64, u64) -> i32>,
+    device: GetU64,
+    signal: GetU64,
+    last: GetU64,
+    wait: Wait,
 }
 
 impl OtherCopy {
     fn load() -> OtherCopy {
-        let path = common::cdylib_dir().join("libhwtensor_capi.so");
-        // SAFETY: loading our own cdylib runs no initialisers beyond Rust's and libc's.
-        let lib = unsafe { Library::open(Some(&path), RTLD_NOW | RTLD_LOCAL) }.unwrap();
+        let lib = Library::open_private(&common::cdylib_dir().join(common::CDYLIB));
         // SAFETY: the symbols exist with these signatures (see include/hwtensor.h).
         unsafe {
             OtherCopy {
-                device: lib.get(b"hwt_gpu_device_handle").unwrap(),
-                semaphore: lib.get(b"hwt_gpu_semaphore_handle").unwrap(),
-                signal: lib.get(b"hwt_gpu_signal").unwrap(),
-                last: lib.get(b"hwt_gpu_last_signalled").unwrap(),
-                wait: lib.get(b"hwt_gpu_wait").unwrap(),
+                device: lib.get(c"hwt_gpu_device_handle"),
+                signal: lib.get(c"hwt_gpu_signal"),
+                last: lib.get(c"hwt_gpu_last_signalled"),
+                wait: lib.get(c"hwt_gpu_wait"),
                 _lib: lib,
             }
         }
     }
 
-    fn get(&self, f: &Symbol<GetU64>) -> Result<u64, i32> {
+    fn get(&self, f: GetU64) -> Result<u64, i32> {
         let mut v = 0;
         // SAFETY: a valid out-pointer to a C ABI function of the loaded library.
         match unsafe { f(&mut v) } {
@@ -58,29 +57,21 @@ impl OtherCopy {
 }
 
 #[test]
-fn a_dlopened_copy_and_a_static_copy_share_one_device_one_counter_and_one_fence() {
+fn a_privately_loaded_copy_and_a_static_copy_share_one_device_one_counter_and_one_fence() {
     let other = OtherCopy::load();
-    // The dlopened copy goes first, so it creates and publishes the device.
-    let other_device = match other.get(&other.device) {
+    // The loaded copy goes first, so it creates and publishes the device.
+    let other_device = match other.get(other.device) {
         Ok(d) => d,
         Err(UNAVAILABLE) if !required() => {
-            eprintln!("SKIPPED: a_dlopened_copy_and_a_static_copy_share_one_device_one_counter_and_one_fence - no GPU device");
+            eprintln!("SKIPPED: a_privately_loaded_copy_and_a_static_copy_share_one_device_one_counter_and_one_fence - no GPU device");
             return;
         }
-        Err(status) => panic!("the dlopened copy has no device (status {status})"),
+        Err(status) => panic!("the loaded copy has no device (status {status})"),
     };
 
     // A host device offered now would be ignored: another copy already published one.
-    let ext = ExternalDevice {
-        instance: Handle::from_raw(1),
-        physical_device: Handle::from_raw(1),
-        device: Handle::from_raw(1),
-        queue_family: 0,
-        queue_index: 0,
-        get_instance_proc_addr: dummy_gipa,
-    };
-    // SAFETY: refused before any handle is touched, which is what is checked.
-    let err = unsafe { gpu::use_external_device(ext) }.unwrap_err();
+    // SAFETY: refused before the handle is touched, which is what is checked.
+    let err = unsafe { gpu::use_external_device(loader::bogus_external_device()) }.unwrap_err();
     assert!(
         matches!(err, Error::InvalidOperation(ref m) if m.contains("another copy")),
         "{err}"
@@ -88,30 +79,27 @@ fn a_dlopened_copy_and_a_static_copy_share_one_device_one_counter_and_one_fence(
 
     let ours = gpu::device().unwrap();
     assert_eq!(ours.origin(), Origin::Adopted);
-    assert_eq!(ours.device().handle().as_raw(), other_device, "one device");
-    assert_eq!(
-        ours.semaphore().as_raw(),
-        other.get(&other.semaphore).unwrap(),
-        "one fence"
-    );
+    assert_eq!(loader::device_handle(ours), other_device, "one device");
+    loader::assert_one_fence(ours, &other._lib);
 
     // Four threads, two per copy, signalling at once.
     let per_thread: Vec<Vec<u64>> = std::thread::scope(|s| {
-        let mut handles = vec![];
-        for t in 0..4 {
-            let other = &other;
-            handles.push(s.spawn(move || {
-                (0..500)
-                    .map(|_| {
-                        if t % 2 == 0 {
-                            ours.signal().unwrap()
-                        } else {
-                            other.get(&other.signal).unwrap()
-                        }
-                    })
-                    .collect::<Vec<u64>>()
-            }));
-        }
+        let handles: Vec<_> = (0..4)
+            .map(|t| {
+                let other = &other;
+                s.spawn(move || {
+                    (0..500)
+                        .map(|_| {
+                            if t % 2 == 0 {
+                                ours.signal().unwrap()
+                            } else {
+                                other.get(other.signal).unwrap()
+                            }
+                        })
+                        .collect::<Vec<u64>>()
+                })
+            })
+            .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
     for values in &per_thread {
@@ -129,7 +117,7 @@ fn a_dlopened_copy_and_a_static_copy_share_one_device_one_counter_and_one_fence(
     let max = *all.iter().max().unwrap();
     assert_eq!(
         ours.last_signalled(),
-        other.get(&other.last).unwrap(),
+        other.get(other.last).unwrap(),
         "one counter"
     );
     assert_eq!(ours.last_signalled(), max);
@@ -140,11 +128,4 @@ fn a_dlopened_copy_and_a_static_copy_share_one_device_one_counter_and_one_fence(
         OK,
         "the other copy sees the same completion"
     );
-}
-
-unsafe extern "system" fn dummy_gipa(
-    _: gpu::ash::vk::Instance,
-    _: *const std::ffi::c_char,
-) -> gpu::ash::vk::PFN_vkVoidFunction {
-    None
 }

@@ -1,12 +1,17 @@
 //! Images: exact geometry, row strides, planes, views and batches.
 
+#[cfg(unix)]
 use std::os::fd::OwnedFd;
 
 use hwtensor::{CpuAccess, Error, PixelFormat, Plane, Region, Tensor, TensorMemory};
 use proptest::prelude::*;
 
+mod common;
+use common::SHARED;
+
 const RW: CpuAccess = CpuAccess::ReadWrite;
 
+#[cfg(unix)]
 fn memfd(len: u64) -> OwnedFd {
     let fd = rustix::fs::memfd_create("test", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
     rustix::fs::ftruncate(&fd, len).unwrap();
@@ -28,7 +33,7 @@ fn nv12_at_640x480_is_460800_bytes_and_483_rows_make_725() {
     assert_eq!(t.buffer_len(), 460_800);
     assert_eq!(t.shape(), &[720, 640]);
     let odd =
-        Tensor::<u8>::image(640, 483, PixelFormat::Nv12, Some(TensorMemory::Shm), RW).unwrap();
+        Tensor::<u8>::image(640, 483, PixelFormat::Nv12, Some(SHARED), RW).unwrap();
     assert_eq!(odd.shape(), &[725, 640]);
     assert_eq!(odd.buffer_len(), 725 * 640);
 }
@@ -96,6 +101,7 @@ fn a_row_stride_past_the_buffer_capacity_is_refused() {
 }
 
 #[test]
+#[cfg(unix)]
 fn a_row_stride_that_splits_an_element_is_refused() {
     let fd = memfd(4096);
     let err = Tensor::<f32>::image_from_fd(fd, 4, 4, PixelFormat::Rgba, Some(66), RW).unwrap_err();
@@ -103,6 +109,7 @@ fn a_row_stride_that_splits_an_element_is_refused() {
 }
 
 #[test]
+#[cfg(unix)]
 fn a_padded_image_from_an_fd_strips_its_padding_for_an_npu() {
     let (w, h, stride) = (5, 3, 64);
     let t = Tensor::<u8>::image_from_fd(memfd(3 * 64), w, h, PixelFormat::Rgb, Some(stride), RW)
@@ -125,6 +132,7 @@ fn a_padded_image_from_an_fd_strips_its_padding_for_an_npu() {
 }
 
 #[test]
+#[cfg(unix)]
 fn widening_the_stride_inside_a_larger_buffer_moves_the_rows() {
     let mut t =
         Tensor::<u8>::image_from_fd(memfd(4 * 64), 8, 4, PixelFormat::Grey, None, RW).unwrap();
@@ -146,7 +154,7 @@ fn widening_the_stride_inside_a_larger_buffer_moves_the_rows() {
 fn a_view_offset_in_x_that_touches_the_last_row_maps_and_reads_correctly() {
     // Tight 8x4 RGBA in a buffer of exactly 128 bytes: the view's last row ends at the last
     // byte, so a map sized in whole rows from the view's start would run 16 bytes past it.
-    let t = numbered(8, 4, PixelFormat::Rgba, TensorMemory::Shm);
+    let t = numbered(8, 4, PixelFormat::Rgba, SHARED);
     assert_eq!(t.buffer_len(), 128);
     let v = t.view(Region::new(4, 2, 4, 2)).unwrap();
     assert_eq!(v.shape(), &[2, 4, 4]);
@@ -224,7 +232,7 @@ fn a_planar_view_selects_the_same_rectangle_of_every_plane() {
 #[test]
 fn batches_pick_one_image_and_refuse_an_index_past_the_end() {
     let t =
-        Tensor::<u8>::image_batch(3, 4, 2, PixelFormat::Rgba, Some(TensorMemory::Shm), RW).unwrap();
+        Tensor::<u8>::image_batch(3, 4, 2, PixelFormat::Rgba, Some(SHARED), RW).unwrap();
     assert_eq!(t.shape(), &[3, 2, 4, 4]);
     let second = t.batch(1).unwrap();
     assert_eq!(second.shape(), &[2, 4, 4]);
@@ -255,6 +263,7 @@ fn a_plain_tensor_views_its_height_and_width() {
         .is_err());
 }
 
+#[cfg(unix)]
 proptest! {
     #[test]
     fn any_view_reads_what_its_rectangle_of_the_parent_holds(

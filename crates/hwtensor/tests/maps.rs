@@ -2,8 +2,11 @@
 
 use hwtensor::{CpuAccess, Error, PixelFormat, Region, Tensor, TensorMemory};
 
+mod common;
+use common::SHARED;
+
 fn image(access: CpuAccess) -> Tensor<u8> {
-    Tensor::image(8, 4, PixelFormat::Rgba, Some(TensorMemory::Shm), access).unwrap()
+    Tensor::image(8, 4, PixelFormat::Rgba, Some(SHARED), access).unwrap()
 }
 
 #[test]
@@ -63,7 +66,7 @@ fn read_maps_share_and_a_write_map_excludes_every_other_map_of_the_buffer() {
 
 #[test]
 fn a_map_is_the_same_memory_every_time() {
-    let t = Tensor::<u32>::new(&[1024], Some(TensorMemory::Shm)).unwrap();
+    let t = Tensor::<u32>::new(&[1024], Some(SHARED)).unwrap();
     let p1 = t.map_read().unwrap().as_ptr();
     let p2 = t.map().unwrap().as_ptr();
     assert_eq!(p1, p2, "one persistent mapping, not an mmap per map");

@@ -2,6 +2,9 @@
 
 use hwtensor::{f16, DType, Element, Error, Tensor, TensorDyn, TensorMemory};
 
+mod common;
+use common::SHARED;
+
 fn allocates_zeroed<T: Element>(memory: TensorMemory) {
     let t = Tensor::<T>::new(&[3, 5, 7], Some(memory)).unwrap();
     assert_eq!(t.memory(), memory);
@@ -12,7 +15,7 @@ fn allocates_zeroed<T: Element>(memory: TensorMemory) {
 
 #[test]
 fn every_dtype_allocates_zeroed_on_heap_and_shared_memory() {
-    for memory in [TensorMemory::Mem, TensorMemory::Shm] {
+    for memory in [TensorMemory::Mem, SHARED] {
         allocates_zeroed::<u8>(memory);
         allocates_zeroed::<i8>(memory);
         allocates_zeroed::<u16>(memory);
@@ -43,7 +46,7 @@ fn automatic_selection_takes_shared_memory_when_there_is_no_dma_heap() {
         return;
     }
     let t = Tensor::<u8>::new(&[16], None).unwrap();
-    assert_eq!(t.memory(), TensorMemory::Shm);
+    assert_eq!(t.memory(), SHARED);
 }
 
 #[test]
@@ -61,13 +64,14 @@ fn asking_for_a_backing_that_is_not_here_is_an_error_that_says_why() {
     );
     if !TensorMemory::DmaBuf.is_available() {
         let err = Tensor::<u8>::new(&[16], Some(TensorMemory::DmaBuf)).unwrap_err();
-        assert!(err.to_string().contains("dma_heap"), "{err}");
+        let why = if cfg!(unix) { "dma_heap" } else { "fd-backed" };
+        assert!(err.to_string().contains(why), "{err}");
     }
 }
 
 #[test]
 fn a_shape_whose_size_overflows_usize_is_refused() {
-    for memory in [None, Some(TensorMemory::Mem), Some(TensorMemory::Shm)] {
+    for memory in [None, Some(TensorMemory::Mem), Some(SHARED)] {
         assert!(Tensor::<u8>::new(&[usize::MAX, 2], memory).is_err());
         assert!(Tensor::<u64>::new(&[usize::MAX / 4], memory).is_err());
         assert!(Tensor::<f32>::new(&[1 << 32, 1 << 32], memory).is_err());
@@ -82,7 +86,7 @@ fn an_allocation_too_large_for_the_machine_is_an_error_not_an_abort() {
         "{err}"
     );
     // A memfd can be sized sparsely far past RAM; it is the mapping that the kernel refuses.
-    let err = Tensor::<u8>::new(&[1 << 62], Some(TensorMemory::Shm)).unwrap_err();
+    let err = Tensor::<u8>::new(&[1 << 62], Some(SHARED)).unwrap_err();
     assert!(
         matches!(err, Error::Alloc { .. } | Error::Os { .. }),
         "{err}"
@@ -91,7 +95,7 @@ fn an_allocation_too_large_for_the_machine_is_an_error_not_an_abort() {
 
 #[test]
 fn zero_sized_tensors_map_to_empty_slices_on_every_backing() {
-    for memory in [TensorMemory::Mem, TensorMemory::Shm] {
+    for memory in [TensorMemory::Mem, SHARED] {
         for shape in [&[0][..], &[4, 0, 3], &[0, 0]] {
             let t = Tensor::<f32>::new(shape, Some(memory)).unwrap();
             assert!(t.is_empty());
@@ -110,7 +114,7 @@ fn a_rank_zero_tensor_holds_one_element() {
 
 #[test]
 fn writes_through_one_clone_are_seen_through_another() {
-    let a = Tensor::<u16>::new(&[4, 4], Some(TensorMemory::Shm)).unwrap();
+    let a = Tensor::<u16>::new(&[4, 4], Some(SHARED)).unwrap();
     let b = a.clone();
     a.map_write().unwrap().fill(513);
     assert!(b.map_read().unwrap().iter().all(|&v| v == 513));
@@ -151,7 +155,7 @@ fn every_dtype_round_trips_through_a_dyn_tensor() {
 
 #[test]
 fn liveness_ends_with_the_last_tensor_over_the_buffer() {
-    let t = Tensor::<u8>::new(&[8], Some(TensorMemory::Shm)).unwrap();
+    let t = Tensor::<u8>::new(&[8], Some(SHARED)).unwrap();
     let live = t.liveness();
     let view = t.batch(3).unwrap();
     drop(t);
@@ -161,6 +165,7 @@ fn liveness_ends_with_the_last_tensor_over_the_buffer() {
 }
 
 #[test]
+#[cfg(unix)]
 fn heap_memory_has_no_fd_to_clone() {
     let t = Tensor::<u8>::new(&[8], Some(TensorMemory::Mem)).unwrap();
     let err = t.clone_fd().unwrap_err();

@@ -21,3 +21,20 @@ pub fn device_or_skip(test: &str) -> Option<&'static GpuDevice> {
         }
     }
 }
+
+/// Announces a skip for a feature the driver lacks (a failure when the GPU is required).
+pub fn skip_unless_required(test: &str, reason: &str) {
+    assert!(
+        !gpu_required(),
+        "{test}: HWTENSOR_TEST_REQUIRE_GPU=1 but {reason}"
+    );
+    eprintln!("SKIPPED: {test} - {reason}");
+}
+
+/// Shared memory where the platform has it (a memfd on Unix), else heap: for tests about
+/// geometry and maps, which behave the same on every host backing.
+pub const SHARED: hwtensor::TensorMemory = if cfg!(unix) {
+    hwtensor::TensorMemory::Shm
+} else {
+    hwtensor::TensorMemory::Mem
+};
