@@ -29,7 +29,8 @@ pub extern "C" fn hwt_gpu_fence_handle(out: *mut u64) -> HwtStatus {
 #[no_mangle]
 pub extern "C" fn hwt_gpu_completion_event(value: u64, out_event: *mut *mut c_void) -> HwtStatus {
     with_device(out_event, |d| {
-        d.completion_event(value).map(|h| h.into_raw_handle().cast())
+        d.completion_event(value)
+            .map(|h| h.into_raw_handle().cast())
     })
 }
 

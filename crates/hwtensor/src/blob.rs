@@ -785,7 +785,7 @@ fn gpu_buffer(
 }
 
 fn inline_buffer(data: &[u8]) -> Result<Buffer> {
-    let buffer = Buffer::allocate(TensorMemory::Mem, data.len())?;
+    let buffer = Buffer::allocate(TensorMemory::Mem, data.len(), None)?;
     let bytes = Tensor::<u8>::over(
         buffer.clone(),
         vec![data.len()],

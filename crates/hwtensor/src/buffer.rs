@@ -8,6 +8,7 @@ use std::sync::{Arc, OnceLock};
 use crate::backing::{CpuAccessGuard, Storage};
 use crate::gpu::memory::{GpuMemory, HostImport};
 use crate::identity::{BufferIdentity, BufferLiveness};
+use crate::image::TextureRequest;
 use crate::map::Direction;
 use crate::{Error, Result, TensorMemory};
 
@@ -43,8 +44,12 @@ impl Buffer {
         })))
     }
 
-    pub(crate) fn allocate(memory: TensorMemory, len: usize) -> Result<Buffer> {
-        let buffer = Buffer::new(Storage::allocate(memory, len)?)?;
+    pub(crate) fn allocate(
+        memory: TensorMemory,
+        len: usize,
+        texture: Option<&TextureRequest>,
+    ) -> Result<Buffer> {
+        let buffer = Buffer::new(Storage::allocate(memory, len, texture)?)?;
         if let Some(g) = buffer.gpu() {
             // A GPU buffer handed out and back again comes home as itself, not as an import.
             g.device().remember_import(g.origin(), &buffer);

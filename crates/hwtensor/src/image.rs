@@ -12,6 +12,19 @@ use crate::{CpuAccess, Element, Error, PixelFormat, Result, Tensor, TensorMemory
 /// and 64 also satisfies every GPU's linear-image pitch rule we know of.
 pub const IMAGE_PITCH_ALIGN: usize = 64;
 
+/// What GPU memory needs to know of an image to hold it as a texture (D3D11); Vulkan GPU memory
+/// is a plain buffer and ignores it.
+#[derive(Clone, Copy, Debug)]
+#[cfg_attr(not(windows), allow(dead_code))]
+pub(crate) struct TextureRequest {
+    pub format: PixelFormat,
+    pub width: usize,
+    pub height: usize,
+    pub dtype: crate::DType,
+    /// Images stacked in the buffer (1 for a single image).
+    pub batch: usize,
+}
+
 /// What makes a tensor an image.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ImageInfo {
@@ -95,13 +108,27 @@ impl<T: Element> Tensor<T> {
         access: CpuAccess,
     ) -> Result<Self> {
         let elem = Self::elem();
+        let texture = TextureRequest {
+            format,
+            width: w,
+            height: h,
+            dtype: T::DTYPE,
+            batch: batch.unwrap_or(1),
+        };
         let geometry = |m| {
-            let stride = default_row_stride(format, w, elem, m)?;
+            let stride = match m {
+                // The platform's GPU memory may dictate the pitch (a D3D11 staging texture's).
+                TensorMemory::Gpu => match crate::gpu::image_row_pitch(&texture)? {
+                    Some(pitch) => pitch,
+                    None => default_row_stride(format, w, elem, m)?,
+                },
+                _ => default_row_stride(format, w, elem, m)?,
+            };
             image_geometry(batch, format, w, h, elem, stride).map(|g| (g, stride))
         };
         let bytes =
             |m| geometry(m).and_then(|((shape, strides), _)| extent(&shape, &strides, elem));
-        let (buffer, chosen) = allocate(Purpose::Image, memory, bytes)?;
+        let (buffer, chosen) = allocate(Purpose::Image, memory, bytes, Some(&texture))?;
         let ((shape, strides), row_stride) = geometry(chosen)?;
         let info = ImageInfo {
             format,

@@ -5,7 +5,7 @@ use std::marker::PhantomData;
 use crate::buffer::Buffer;
 use crate::geometry::{byte_strides, element_count, extent};
 use crate::identity::{BufferIdentity, BufferLiveness};
-use crate::image::ImageInfo;
+use crate::image::{ImageInfo, TextureRequest};
 use crate::memory::{auto_candidates, force_mem_requested, Purpose};
 use crate::{CpuAccess, Element, Error, Result, TensorMemory};
 
@@ -47,7 +47,7 @@ impl<T: Element> Tensor<T> {
             .ok_or_else(|| {
                 Error::Shape(format!("{shape:?} of {} overflows usize bytes", T::DTYPE))
             })?;
-        let buffer = allocate(Purpose::Plain, memory, |_| Ok(bytes))?.0;
+        let buffer = allocate(Purpose::Plain, memory, |_| Ok(bytes), None)?.0;
         Ok(Self::over(
             buffer,
             shape.to_vec(),
@@ -287,16 +287,17 @@ pub(crate) fn allocate(
     purpose: Purpose,
     memory: Option<TensorMemory>,
     bytes: impl Fn(TensorMemory) -> Result<usize>,
+    texture: Option<&TextureRequest>,
 ) -> Result<(Buffer, TensorMemory)> {
     if let Some(m) = memory {
-        return Ok((Buffer::allocate(m, bytes(m)?)?, m));
+        return Ok((Buffer::allocate(m, bytes(m)?, texture)?, m));
     }
     let mut last = None;
     for &m in auto_candidates(purpose, force_mem_requested()) {
         if !m.is_available() {
             continue;
         }
-        match Buffer::allocate(m, bytes(m)?) {
+        match Buffer::allocate(m, bytes(m)?, texture) {
             Ok(b) => return Ok((b, m)),
             Err(e) => {
                 log::debug!("automatic selection: {m} failed ({e}), trying the next backing");

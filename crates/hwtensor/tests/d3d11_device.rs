@@ -24,7 +24,11 @@ fn the_device_is_made_once_and_every_call_gets_the_same_one() {
     assert!(std::ptr::eq(a, b));
     assert_eq!(a.origin(), Origin::Created);
     assert!(!a.adapter_label().is_empty());
-    assert!(a.feature_level() >= 0xb000, "feature level 11.0 or better: {:#x}", a.feature_level());
+    assert!(
+        a.feature_level() >= 0xb000,
+        "feature level 11.0 or better: {:#x}",
+        a.feature_level()
+    );
     eprintln!("device: {} {:?}", a.adapter_label(), a.features());
     assert!(a.features().tier() <= 2, "one of the three rungs");
     assert!(
@@ -49,7 +53,9 @@ fn the_default_adapter_is_listed_by_dxgi() {
 
 #[test]
 fn signals_from_many_threads_are_strictly_increasing_and_every_one_completes() {
-    let Some(d) = device_or_skip("signals_from_many_threads_are_strictly_increasing_and_every_one_completes") else {
+    let Some(d) =
+        device_or_skip("signals_from_many_threads_are_strictly_increasing_and_every_one_completes")
+    else {
         return;
     };
     let per_thread: Vec<Vec<u64>> = std::thread::scope(|s| {
@@ -70,7 +76,8 @@ fn signals_from_many_threads_are_strictly_increasing_and_every_one_completes() {
 
 #[test]
 fn a_wait_for_a_value_never_signalled_times_out_within_its_bound() {
-    let Some(d) = device_or_skip("a_wait_for_a_value_never_signalled_times_out_within_its_bound") else {
+    let Some(d) = device_or_skip("a_wait_for_a_value_never_signalled_times_out_within_its_bound")
+    else {
         return;
     };
     let never = d.last_signalled() + 1_000_000;
@@ -78,7 +85,10 @@ fn a_wait_for_a_value_never_signalled_times_out_within_its_bound() {
     let err = d.wait(never, Duration::from_millis(100)).unwrap_err();
     let spent = started.elapsed();
     assert!(matches!(err, Error::Timeout(_)), "{err}");
-    assert!(spent >= Duration::from_millis(100) && spent < Duration::from_secs(2), "{spent:?}");
+    assert!(
+        spent >= Duration::from_millis(100) && spent < Duration::from_secs(2),
+        "{spent:?}"
+    );
 }
 
 #[test]
@@ -109,7 +119,9 @@ fn a_completion_event_is_set_once_its_value_completes() {
 
 #[test]
 fn without_id3d11device5_there_is_no_fence_and_every_signal_has_finished_when_it_returns() {
-    let Some(d) = device_or_skip("without_id3d11device5_there_is_no_fence_and_every_signal_has_finished_when_it_returns") else {
+    let Some(d) = device_or_skip(
+        "without_id3d11device5_there_is_no_fence_and_every_signal_has_finished_when_it_returns",
+    ) else {
         return;
     };
     if d.features().has(Features::FENCE) {
@@ -119,9 +131,15 @@ fn without_id3d11device5_there_is_no_fence_and_every_signal_has_finished_when_it
     assert!(d.fence().is_none());
     assert!(d.export_fence().is_none(), "no fence, nothing to export");
     let v = d.signal().unwrap();
-    assert!(d.completed_value().unwrap() >= v, "finished on the CPU before the value was handed out");
+    assert!(
+        d.completed_value().unwrap() >= v,
+        "finished on the CPU before the value was handed out"
+    );
     let c = d.completion(v);
-    assert!(c.fence.is_none(), "a value is never paired with a fence that does not exist");
+    assert!(
+        c.fence.is_none(),
+        "a value is never paired with a fence that does not exist"
+    );
     assert_eq!(c.value, v);
 }
 
@@ -135,7 +153,10 @@ fn the_shared_fence_exports_an_nt_handle_and_reaches_every_signalled_value() {
         return skip_unless_required(test, NO_FENCE);
     }
     let fence = d.fence().expect("FENCE means a fence");
-    assert!(d.export_fence().is_some(), "a shared fence exports a handle");
+    assert!(
+        d.export_fence().is_some(),
+        "a shared fence exports a handle"
+    );
     let v = d.signal().unwrap();
     d.wait(v, Duration::from_secs(5)).unwrap();
     // SAFETY: a read of a live fence.

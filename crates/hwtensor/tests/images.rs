@@ -32,8 +32,7 @@ fn nv12_at_640x480_is_460800_bytes_and_483_rows_make_725() {
     let t = Tensor::<u8>::image(640, 480, PixelFormat::Nv12, Some(TensorMemory::Mem), RW).unwrap();
     assert_eq!(t.buffer_len(), 460_800);
     assert_eq!(t.shape(), &[720, 640]);
-    let odd =
-        Tensor::<u8>::image(640, 483, PixelFormat::Nv12, Some(SHARED), RW).unwrap();
+    let odd = Tensor::<u8>::image(640, 483, PixelFormat::Nv12, Some(SHARED), RW).unwrap();
     assert_eq!(odd.shape(), &[725, 640]);
     assert_eq!(odd.buffer_len(), 725 * 640);
 }
@@ -231,8 +230,7 @@ fn a_planar_view_selects_the_same_rectangle_of_every_plane() {
 
 #[test]
 fn batches_pick_one_image_and_refuse_an_index_past_the_end() {
-    let t =
-        Tensor::<u8>::image_batch(3, 4, 2, PixelFormat::Rgba, Some(SHARED), RW).unwrap();
+    let t = Tensor::<u8>::image_batch(3, 4, 2, PixelFormat::Rgba, Some(SHARED), RW).unwrap();
     assert_eq!(t.shape(), &[3, 2, 4, 4]);
     let second = t.batch(1).unwrap();
     assert_eq!(second.shape(), &[2, 4, 4]);

@@ -54,10 +54,16 @@ pub fn assert_one_fence(ours: &GpuDevice, lib: &Library) {
             let _ = f;
         }
         None => {
-            assert_eq!(status, 1, "no fence in one copy means no fence in the other");
+            assert_eq!(
+                status, 1,
+                "no fence in one copy means no fence in the other"
+            );
             eprintln!("SKIPPED: the shared-fence half of the two-copies test - no ID3D11Device5 under this driver");
             let required = std::env::var("HWTENSOR_TEST_REQUIRE_GPU").is_ok_and(|v| v == "1");
-            assert!(!required, "HWTENSOR_TEST_REQUIRE_GPU=1 but the device has no fence");
+            assert!(
+                !required,
+                "HWTENSOR_TEST_REQUIRE_GPU=1 but the device has no fence"
+            );
         }
     }
 }

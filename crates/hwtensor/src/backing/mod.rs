@@ -16,6 +16,7 @@ pub(crate) use unix::{classify, dmabuf, FdMapping};
 
 use crate::gpu::memory::{GpuCpuAccess, GpuMemory};
 use crate::identity::BufferIdentity;
+use crate::image::TextureRequest;
 use crate::map::Direction;
 use crate::{Result, TensorMemory};
 
@@ -52,11 +53,15 @@ pub(crate) fn unavailable_reason(memory: TensorMemory) -> Option<String> {
 
 impl Storage {
     /// Allocates `len` zeroed bytes of `memory`.
-    pub(crate) fn allocate(memory: TensorMemory, len: usize) -> Result<Storage> {
+    pub(crate) fn allocate(
+        memory: TensorMemory,
+        len: usize,
+        texture: Option<&TextureRequest>,
+    ) -> Result<Storage> {
         memory.ensure_available()?;
         match memory {
             TensorMemory::Mem => HeapBlock::zeroed(len).map(Storage::Heap),
-            TensorMemory::Gpu => GpuMemory::allocate(len).map(Storage::Gpu),
+            TensorMemory::Gpu => GpuMemory::allocate(len, texture).map(Storage::Gpu),
             #[cfg(unix)]
             TensorMemory::Shm | TensorMemory::DmaBuf => {
                 unix::allocate(memory, len).map(Storage::Fd)

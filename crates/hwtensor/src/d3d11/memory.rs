@@ -1,14 +1,45 @@
-//! GPU memory on Windows.
+//! GPU memory on Windows: an `ID3D11Texture2D` on the process device per image buffer.
+//!
+//! The CPU sees the texture through a persistent staging texture and a host copy whose rows are
+//! the staging texture's pitch apart -- that pitch is the image's row stride. A map copies the
+//! texture down (GPU copy into staging, `Map`, rows into the host copy); dropping a write map
+//! copies it back up. D3D11 cannot keep a staging texture mapped while the GPU copies into it,
+//! so the host copy is what gives a map its stable pointer.
 
+use std::collections::HashMap;
+use std::os::windows::io::{FromRawHandle, OwnedHandle, RawHandle};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
+use windows::core::Interface;
+use windows::Win32::Foundation::GENERIC_ALL;
+use windows::Win32::Graphics::Direct3D11::{
+    ID3D11Resource, ID3D11Texture2D, D3D11_BIND_SHADER_RESOURCE, D3D11_CPU_ACCESS_READ,
+    D3D11_CPU_ACCESS_WRITE, D3D11_MAPPED_SUBRESOURCE, D3D11_MAP_READ, D3D11_MAP_WRITE,
+    D3D11_RESOURCE_MISC_SHARED, D3D11_RESOURCE_MISC_SHARED_NTHANDLE, D3D11_SUBRESOURCE_DATA,
+    D3D11_TEXTURE2D_DESC, D3D11_USAGE_DEFAULT, D3D11_USAGE_STAGING,
+};
+use windows::Win32::Graphics::Dxgi::Common::{
+    DXGI_FORMAT, DXGI_FORMAT_B8G8R8A8_UNORM, DXGI_FORMAT_R16G16B16A16_FLOAT,
+    DXGI_FORMAT_R32G32B32A32_FLOAT, DXGI_FORMAT_R8G8B8A8_UNORM, DXGI_FORMAT_R8G8_UNORM,
+    DXGI_FORMAT_R8_UNORM, DXGI_SAMPLE_DESC,
+};
+use windows::Win32::Graphics::Dxgi::IDXGIResource1;
+
 use super::GpuDevice;
-use crate::{Element, Error, Result, Tensor, TensorMemory};
+use crate::backing::HeapBlock;
+use crate::image::TextureRequest;
+use crate::{DType, Element, Error, PixelFormat, Result, Tensor, TensorMemory};
 
 /// The longest any CPU access waits for GPU work on a buffer.
 pub const GPU_WAIT: Duration = Duration::from_secs(10);
 
-/// Who made a GPU buffer, for identities.
+/// D3D11's largest 2D texture side at feature level 11.0 and up.
+const MAX_TEXTURE_SIDE: usize = 16384;
+
+/// Who made a GPU buffer, for identities. Windows names the process by pid alone (its kernel
+/// objects die with it), so `start_time` is 0.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct GpuOrigin {
     pub pid: u32,
@@ -20,42 +51,406 @@ pub(crate) struct GpuOrigin {
 #[derive(Debug)]
 pub(crate) enum HostImport {}
 
-#[derive(Debug)]
-pub(crate) struct GpuMemory {
-    device: &'static GpuDevice,
+/// The DXGI format that holds `format` of `dtype`, and its bytes per texel.
+fn dxgi_format(format: PixelFormat, dtype: DType) -> Option<(DXGI_FORMAT, usize)> {
+    use PixelFormat as P;
+    Some(match (format, dtype) {
+        (P::Rgba, DType::U8) => (DXGI_FORMAT_R8G8B8A8_UNORM, 4),
+        (P::Bgra, DType::U8) => (DXGI_FORMAT_B8G8R8A8_UNORM, 4),
+        (P::Grey | P::Nv12 | P::Nv16 | P::Nv24, DType::U8) => (DXGI_FORMAT_R8_UNORM, 1),
+        (P::Yuyv | P::Vyuy, DType::U8) => (DXGI_FORMAT_R8G8_UNORM, 2),
+        (P::Rgba, DType::F16) => (DXGI_FORMAT_R16G16B16A16_FLOAT, 8),
+        (P::Rgba, DType::F32) => (DXGI_FORMAT_R32G32B32A32_FLOAT, 16),
+        _ => return None,
+    })
 }
 
-#[derive(Debug)]
-pub(crate) struct GpuCpuAccess<'a>(&'a GpuMemory);
+/// The texture that holds a request: its format and texel grid.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Grid {
+    format: i32,
+    width: u32,
+    height: u32,
+}
 
-impl GpuMemory {
-    pub(crate) fn allocate(_len: usize) -> Result<GpuMemory> {
-        Err(Error::Unavailable {
+impl Grid {
+    fn of(req: &TextureRequest) -> Result<Grid> {
+        let (format, texel) = dxgi_format(req.format, req.dtype).ok_or_else(|| Error::Unavailable {
             memory: TensorMemory::Gpu,
-            reason: "not yet".into(),
+            reason: format!(
+                "no DXGI format holds {} of {}; GPU images on Windows are RGBA8, BGRA8, GREY, NV12/NV16/NV24, YUYV/VYUY (u8) or RGBA (f16, f32)",
+                req.format, req.dtype
+            ),
+        })?;
+        let elem = req.dtype.size();
+        let row = req
+            .format
+            .min_row_bytes(req.width, elem)
+            .unwrap_or(usize::MAX);
+        let tight: usize = req
+            .format
+            .allocation_shape(req.width, req.height)
+            .iter()
+            .product::<usize>()
+            * elem;
+        let rows = (tight / row.max(1))
+            .checked_mul(req.batch)
+            .unwrap_or(usize::MAX);
+        let width = row / texel;
+        if width == 0 || width > MAX_TEXTURE_SIDE || rows == 0 || rows > MAX_TEXTURE_SIDE {
+            return Err(Error::Shape(format!(
+                "a {width}x{rows} texture is outside D3D11's 1..={MAX_TEXTURE_SIDE} per side"
+            )));
+        }
+        Ok(Grid {
+            format: format.0,
+            width: width as u32,
+            height: rows as u32,
         })
     }
+
+    fn desc(self, staging: bool, misc: u32) -> D3D11_TEXTURE2D_DESC {
+        D3D11_TEXTURE2D_DESC {
+            Width: self.width,
+            Height: self.height,
+            MipLevels: 1,
+            ArraySize: 1,
+            Format: DXGI_FORMAT(self.format),
+            SampleDesc: DXGI_SAMPLE_DESC {
+                Count: 1,
+                Quality: 0,
+            },
+            Usage: if staging {
+                D3D11_USAGE_STAGING
+            } else {
+                D3D11_USAGE_DEFAULT
+            },
+            BindFlags: if staging {
+                0
+            } else {
+                D3D11_BIND_SHADER_RESOURCE.0 as u32
+            },
+            CPUAccessFlags: if staging {
+                (D3D11_CPU_ACCESS_READ.0 | D3D11_CPU_ACCESS_WRITE.0) as u32
+            } else {
+                0
+            },
+            MiscFlags: misc,
+        }
+    }
+}
+
+fn create_texture(
+    dev: &GpuDevice,
+    desc: &D3D11_TEXTURE2D_DESC,
+    init: Option<&D3D11_SUBRESOURCE_DATA>,
+) -> windows::core::Result<ID3D11Texture2D> {
+    let mut tex = None;
+    // SAFETY: a valid description; the initial data (when given) covers every row.
+    unsafe {
+        dev.device()
+            .CreateTexture2D(desc, init.map(std::ptr::from_ref), Some(&mut tex))
+    }?;
+    tex.ok_or_else(|| windows::core::Error::from_hresult(windows::Win32::Foundation::E_POINTER))
+}
+
+fn gpu_err(what: &str) -> impl FnOnce(windows::core::Error) -> Error + '_ {
+    move |e| Error::Gpu(format!("{what} failed: {e}"))
+}
+
+/// The pitch a staging texture of `grid` maps with, learnt once per grid.
+fn staging_pitch(dev: &GpuDevice, grid: Grid) -> Result<usize> {
+    static PITCHES: OnceLock<Mutex<HashMap<Grid, usize>>> = OnceLock::new();
+    let cache = PITCHES.get_or_init(Default::default);
+    if let Some(&p) = cache
+        .lock()
+        .ok()
+        .and_then(|c| c.get(&grid).copied())
+        .as_ref()
+    {
+        return Ok(p);
+    }
+    let staging = create_texture(dev, &grid.desc(true, 0), None)
+        .map_err(gpu_err("creating a staging texture"))?;
+    let pitch = dev.with_queue(|| -> Result<usize> {
+        let mapped = map(dev, &staging, D3D11_MAP_READ)?;
+        // SAFETY: mapped just above.
+        unsafe { dev.context().Unmap(&staging, 0) };
+        Ok(mapped.RowPitch as usize)
+    })?;
+    if let Ok(mut c) = cache.lock() {
+        c.insert(grid, pitch);
+    }
+    Ok(pitch)
+}
+
+fn map(
+    dev: &GpuDevice,
+    tex: &ID3D11Texture2D,
+    how: windows::Win32::Graphics::Direct3D11::D3D11_MAP,
+) -> Result<D3D11_MAPPED_SUBRESOURCE> {
+    let mut mapped = D3D11_MAPPED_SUBRESOURCE::default();
+    // SAFETY: a staging texture of this device, inside the queue bracket (callers hold it).
+    unsafe { dev.context().Map(tex, 0, how, 0, Some(&mut mapped)) }
+        .map_err(gpu_err("mapping a staging texture"))?;
+    Ok(mapped)
+}
+
+/// The row stride GPU images of `texture` get: the staging texture's pitch.
+pub(crate) fn image_row_pitch(texture: &TextureRequest) -> Result<Option<usize>> {
+    let dev = super::device()?;
+    staging_pitch(dev, Grid::of(texture)?).map(Some)
+}
+
+/// A serial for each GPU buffer this copy makes; mixed with the texture's address so two
+/// copies of the library in one process never give two live buffers one identity.
+fn next_serial() -> u64 {
+    static PRIVATE: AtomicU64 = AtomicU64::new(0);
+    PRIVATE.fetch_add(1, Ordering::Relaxed) + 1
+}
+
+/// One GPU image buffer.
+pub(crate) struct GpuMemory {
+    device: &'static GpuDevice,
+    texture: ID3D11Texture2D,
+    staging: ID3D11Texture2D,
+    /// The CPU's copy: `pitch * rows` bytes.
+    host: HeapBlock,
+    pitch: usize,
+    rows: usize,
+    origin: GpuOrigin,
+    /// Whether the texture was created shareable by NT handle.
+    shareable: bool,
+}
+
+impl std::fmt::Debug for GpuMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuMemory")
+            .field("pitch", &self.pitch)
+            .field("rows", &self.rows)
+            .field("origin", &self.origin)
+            .finish_non_exhaustive()
+    }
+}
+
+// SAFETY: the device's textures are free-threaded objects; every context call on them is made
+// inside the queue bracket, and the host copy is coordinated by the buffer's map claims.
+unsafe impl Send for GpuMemory {}
+// SAFETY: as above.
+unsafe impl Sync for GpuMemory {}
+
+impl GpuMemory {
+    /// A zeroed texture for the image `texture` describes; `len` is what the tensor's
+    /// geometry needs (at most `pitch * rows`).
+    pub(crate) fn allocate(len: usize, texture: Option<&TextureRequest>) -> Result<GpuMemory> {
+        let req = texture.ok_or_else(|| Error::Unavailable {
+            memory: TensorMemory::Gpu,
+            reason: "GPU memory on Windows holds images (textures): allocate it with Tensor::image"
+                .into(),
+        })?;
+        let device = super::device()?;
+        let grid = Grid::of(req)?;
+        let pitch = staging_pitch(device, grid)?;
+        let rows = grid.height as usize;
+        let host = HeapBlock::zeroed(pitch * rows)?;
+        if len > host.len() {
+            return Err(Error::Shape(format!(
+                "the image needs {len} bytes but its texture holds {}",
+                host.len()
+            )));
+        }
+        let init = D3D11_SUBRESOURCE_DATA {
+            pSysMem: host.ptr().cast_const().cast(),
+            SysMemPitch: pitch as u32,
+            SysMemSlicePitch: 0,
+        };
+        let shared = (D3D11_RESOURCE_MISC_SHARED_NTHANDLE.0 | D3D11_RESOURCE_MISC_SHARED.0) as u32;
+        let (texture, shareable) = match create_texture(
+            device,
+            &grid.desc(false, shared),
+            Some(&init),
+        ) {
+            Ok(t) => (t, true),
+            Err(e) => {
+                log::debug!(
+                    "hwtensor: a shareable texture was refused ({e}); this one cannot be exported"
+                );
+                let t = create_texture(device, &grid.desc(false, 0), Some(&init))
+                    .map_err(gpu_err("creating a texture"))?;
+                (t, false)
+            }
+        };
+        let staging = create_texture(device, &grid.desc(true, 0), None)
+            .map_err(gpu_err("creating a staging texture"))?;
+        let serial = next_serial() ^ (texture.as_raw() as usize as u64).rotate_left(32);
+        let origin = GpuOrigin {
+            pid: std::process::id(),
+            start_time: 0,
+            serial,
+        };
+        Ok(GpuMemory {
+            device,
+            texture,
+            staging,
+            host,
+            pitch,
+            rows,
+            origin,
+            shareable,
+        })
+    }
+
     pub(crate) fn device(&self) -> &'static GpuDevice {
         self.device
     }
     pub(crate) fn ptr(&self) -> *mut u8 {
-        std::ptr::null_mut()
+        self.host.ptr()
     }
     pub(crate) fn len(&self) -> usize {
-        0
+        self.host.len()
     }
     pub(crate) fn origin(&self) -> GpuOrigin {
-        GpuOrigin {
-            pid: 0,
-            start_time: 0,
-            serial: 0,
+        self.origin
+    }
+    /// The texture, for D3D11 and ANGLE work on the process device.
+    pub(crate) fn texture(&self) -> &ID3D11Texture2D {
+        &self.texture
+    }
+
+    /// Brings the texture's contents into the host copy for a CPU access.
+    pub(crate) fn begin_cpu(&self, write: bool) -> Result<GpuCpuAccess<'_>> {
+        self.download()?;
+        Ok(GpuCpuAccess { mem: self, write })
+    }
+
+    fn download(&self) -> Result<()> {
+        let dev = self.device;
+        dev.with_queue(|| {
+            // SAFETY: two textures of one grid on this device, inside the bracket.
+            unsafe { dev.context().CopyResource(&self.staging, &self.texture) };
+            let mapped = map(dev, &self.staging, D3D11_MAP_READ)?;
+            self.copy_rows(mapped.pData.cast(), mapped.RowPitch as usize, true);
+            // SAFETY: mapped just above.
+            unsafe { dev.context().Unmap(&self.staging, 0) };
+            Ok(())
+        })
+    }
+
+    fn upload(&self) -> Result<()> {
+        let dev = self.device;
+        dev.with_queue(|| {
+            let mapped = map(dev, &self.staging, D3D11_MAP_WRITE)?;
+            self.copy_rows(mapped.pData.cast(), mapped.RowPitch as usize, false);
+            // SAFETY: mapped just above; then a copy between two textures of one grid.
+            unsafe {
+                dev.context().Unmap(&self.staging, 0);
+                dev.context().CopyResource(&self.texture, &self.staging);
+                dev.context().Flush();
+            }
+            Ok(())
+        })
+    }
+
+    /// Copies every row between the mapped staging texture and the host copy.
+    fn copy_rows(&self, mapped: *mut u8, mapped_pitch: usize, down: bool) {
+        let row = self.pitch.min(mapped_pitch);
+        for r in 0..self.rows {
+            // SAFETY: the mapping holds `rows` rows `mapped_pitch` apart and the host copy
+            // `rows` rows `pitch` apart; `row` fits both, and the two never overlap.
+            unsafe {
+                let (gpu, host) = (
+                    mapped.add(r * mapped_pitch),
+                    self.host.ptr().add(r * self.pitch),
+                );
+                if down {
+                    std::ptr::copy_nonoverlapping(gpu, host, row);
+                } else {
+                    std::ptr::copy_nonoverlapping(host, gpu, row);
+                }
+            }
         }
     }
-    pub(crate) fn begin_cpu(&self, _write: bool) -> Result<GpuCpuAccess<'_>> {
-        Ok(GpuCpuAccess(self))
+
+    /// A new shared NT handle of the texture, where it was created shareable.
+    pub(crate) fn share(&self) -> Result<OwnedHandle> {
+        if !self.shareable {
+            return Err(Error::Unavailable {
+                memory: TensorMemory::Gpu,
+                reason: format!(
+                    "{} cannot create shareable textures",
+                    self.device.adapter_label()
+                ),
+            });
+        }
+        // A driver that accepts the shared flags and then cannot make a handle (Wine: no
+        // IDXGIResource1, E_NOTIMPL) cannot share either.
+        let cannot = |e: windows::core::Error| Error::Unavailable {
+            memory: TensorMemory::Gpu,
+            reason: format!("{} cannot share textures: {e}", self.device.adapter_label()),
+        };
+        let resource: IDXGIResource1 = self.texture.cast().map_err(cannot)?;
+        // SAFETY: a shareable texture; the handle is new and ours to close.
+        let handle =
+            unsafe { resource.CreateSharedHandle(None, GENERIC_ALL.0, None) }.map_err(cannot)?;
+        // SAFETY: a fresh handle owned by nothing else.
+        Ok(unsafe { OwnedHandle::from_raw_handle(handle.0 as RawHandle) })
     }
 }
 
+/// A live CPU access of a GPU image: a write access copies the host copy back up when it ends.
+#[derive(Debug)]
+pub(crate) struct GpuCpuAccess<'a> {
+    mem: &'a GpuMemory,
+    write: bool,
+}
+
+impl Drop for GpuCpuAccess<'_> {
+    fn drop(&mut self) {
+        if self.write {
+            if let Err(e) = self.mem.upload() {
+                log::error!("hwtensor: writing a map back to its texture failed: {e}");
+            }
+        }
+    }
+}
+
+/// A GPU image handed to another API or process: the texture's shared NT handle and the
+/// point on the timeline its contents are ready at.
+#[derive(Debug)]
+pub struct GpuShare {
+    pub texture: OwnedHandle,
+    pub completion: super::GpuCompletion,
+}
+
+impl<T: Element> Tensor<T> {
+    /// Shares this GPU image: a new NT handle of its texture plus the completion a consumer
+    /// waits for (no fence where the device has none: the work has then already finished).
+    pub fn share_gpu(&self) -> Result<GpuShare> {
+        let mem = self.buffer.gpu().ok_or_else(|| {
+            Error::InvalidOperation(format!(
+                "only GPU tensors have a texture to share; this one is {}",
+                self.memory()
+            ))
+        })?;
+        let texture = mem.share()?;
+        let value = mem
+            .device()
+            .signal()
+            .ok_or_else(|| Error::Gpu("signalling the hand-off failed".into()))?;
+        Ok(GpuShare {
+            texture,
+            completion: mem.device().completion(value),
+        })
+    }
+
+    /// The texture under this GPU image, for D3D11 or ANGLE work on the process device.
+    pub fn d3d11_texture(&self) -> Option<ID3D11Resource> {
+        self.buffer.gpu().and_then(|m| m.texture().cast().ok())
+    }
+}
+
+/// D3D11 GPU images go through CPU maps in `copy_from` (a device copy needs identical
+/// texture grids, which views rarely have).
 pub(crate) fn copy_on_gpu<T: Element>(_dst: &Tensor<T>, _src: &Tensor<T>) -> Option<Result<()>> {
     None
 }

@@ -32,7 +32,8 @@ pub use fence::{GpuCompletion, WAIT_SPIN};
 pub use rendezvous::{record_name, RECORD_VERSION_OFFSET};
 pub use windows;
 
-pub(crate) use memory::copy_on_gpu;
+pub use memory::GpuShare;
+pub(crate) use memory::{copy_on_gpu, image_row_pitch};
 
 use fence::{Fence, Shared, Timeline};
 use rendezvous::{Found, Published, Record};

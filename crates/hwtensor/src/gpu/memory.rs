@@ -325,7 +325,11 @@ enum MemoryExtra {
 
 impl GpuMemory {
     /// A zeroed buffer of `len` bytes on the process device.
-    pub(crate) fn allocate(len: usize) -> Result<GpuMemory> {
+    /// Vulkan GPU memory is a buffer: the texture request (for images) is not needed.
+    pub(crate) fn allocate(
+        len: usize,
+        _texture: Option<&crate::image::TextureRequest>,
+    ) -> Result<GpuMemory> {
         let device = super::device()?;
         let buffer =
             device.create_buffer(len as u64, BUFFER_USAGE, device.export_handle_types())?;
@@ -833,4 +837,10 @@ impl std::fmt::Debug for HostImport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HostImport").finish_non_exhaustive()
     }
+}
+
+/// Vulkan images are buffers with the 64-byte pitch every importer accepts: no pitch of the
+/// driver's own.
+pub(crate) fn image_row_pitch(_texture: &crate::image::TextureRequest) -> Result<Option<usize>> {
+    Ok(None)
 }

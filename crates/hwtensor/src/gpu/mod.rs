@@ -16,6 +16,7 @@ mod rendezvous;
 mod submit;
 
 pub(crate) use copy::copy_on_gpu;
+pub(crate) use memory::image_row_pitch;
 pub(crate) use submit::Queue;
 
 use std::os::fd::OwnedFd;

@@ -1,0 +1,123 @@
+//! GPU images on Windows: D3D11 textures on the process device, seen by the CPU through a
+//! staging texture whose pitch is the row stride.
+
+#![cfg(windows)]
+
+mod common;
+
+use hwtensor::gpu::windows::core::Interface;
+use hwtensor::gpu::windows::Win32::Graphics::Direct3D11::ID3D11Resource;
+use hwtensor::{f16, CpuAccess, Error, PixelFormat, Tensor, TensorMemory};
+
+use common::{device_or_skip, skip_unless_required};
+
+const GPU: Option<TensorMemory> = Some(TensorMemory::Gpu);
+const RW: CpuAccess = CpuAccess::ReadWrite;
+
+fn pattern(t: &Tensor<u8>, seed: u8) {
+    for (i, b) in t.map_write().unwrap().iter_mut().enumerate() {
+        *b = (i as u8).wrapping_mul(7).wrapping_add(seed);
+    }
+}
+
+#[test]
+fn a_gpu_image_is_a_texture_whose_staging_pitch_is_its_row_stride() {
+    if device_or_skip("a_gpu_image_is_a_texture_whose_staging_pitch_is_its_row_stride").is_none() {
+        return;
+    }
+    let t = Tensor::<u8>::image(100, 10, PixelFormat::Rgba, GPU, RW).unwrap();
+    assert_eq!(t.memory(), TensorMemory::Gpu);
+    assert!(t.d3d11_texture().is_some());
+    let stride = t.image_info().unwrap().row_stride;
+    assert!(stride >= 400, "a row holds at least its pixels: {stride}");
+    assert!(t.buffer_len() >= stride * 10);
+    assert!(t.to_vec().unwrap().iter().all(|&b| b == 0), "zeroed");
+}
+
+#[test]
+fn what_a_write_map_leaves_is_in_the_texture_where_the_gpu_sees_it() {
+    let Some(d) = device_or_skip("what_a_write_map_leaves_is_in_the_texture_where_the_gpu_sees_it")
+    else {
+        return;
+    };
+    let a = Tensor::<u8>::image(64, 8, PixelFormat::Bgra, GPU, RW).unwrap();
+    let b = Tensor::<u8>::image(64, 8, PixelFormat::Bgra, GPU, RW).unwrap();
+    pattern(&a, 3);
+    let (ta, tb): (ID3D11Resource, ID3D11Resource) =
+        (a.d3d11_texture().unwrap(), b.d3d11_texture().unwrap());
+    // A copy on the GPU, outside this library: only what reached a's texture can arrive in b.
+    // SAFETY: two textures of one grid on the process device, inside its queue bracket.
+    unsafe {
+        let _ = d.context().cast::<ID3D11Resource>();
+        d.context().CopyResource(&tb, &ta);
+    }
+    assert_eq!(b.to_vec().unwrap(), a.to_vec().unwrap());
+    assert!(b.to_vec().unwrap().iter().any(|&x| x != 0));
+}
+
+#[test]
+fn every_format_a_dxgi_format_holds_allocates_and_round_trips() {
+    if device_or_skip("every_format_a_dxgi_format_holds_allocates_and_round_trips").is_none() {
+        return;
+    }
+    for format in [
+        PixelFormat::Rgba,
+        PixelFormat::Bgra,
+        PixelFormat::Grey,
+        PixelFormat::Nv12,
+        PixelFormat::Nv16,
+        PixelFormat::Nv24,
+        PixelFormat::Yuyv,
+        PixelFormat::Vyuy,
+    ] {
+        let t = Tensor::<u8>::image(32, 6, format, GPU, RW).unwrap();
+        pattern(&t, 11);
+        let host = Tensor::<u8>::image(32, 6, format, Some(TensorMemory::Mem), RW).unwrap();
+        host.copy_from(&t).unwrap();
+        assert_eq!(host.to_vec().unwrap(), t.to_vec().unwrap(), "{format}");
+    }
+    let f = Tensor::<f32>::image(8, 4, PixelFormat::Rgba, GPU, RW).unwrap();
+    f.copy_from_flat(&vec![0.5f32; 8 * 4 * 4]).unwrap();
+    assert!(f.to_vec().unwrap().iter().all(|&v| v == 0.5));
+    let h = Tensor::<f16>::image(8, 4, PixelFormat::Rgba, GPU, RW).unwrap();
+    h.copy_from_flat(&vec![f16::from_f32(1.5); 8 * 4 * 4])
+        .unwrap();
+    assert!(h.to_vec().unwrap().iter().all(|&v| v == f16::from_f32(1.5)));
+}
+
+#[test]
+fn a_format_no_dxgi_format_holds_is_refused_naming_what_is_possible() {
+    if device_or_skip("a_format_no_dxgi_format_holds_is_refused_naming_what_is_possible").is_none()
+    {
+        return;
+    }
+    let err = Tensor::<u8>::image(32, 6, PixelFormat::Rgb, GPU, RW).unwrap_err();
+    assert!(matches!(err, Error::Unavailable { .. }), "{err}");
+    assert!(err.to_string().contains("DXGI"), "{err}");
+    let err = Tensor::<u8>::new(&[64], GPU).unwrap_err();
+    assert!(err.to_string().contains("Tensor::image"), "{err}");
+    let err = Tensor::<u8>::image(20_000, 2, PixelFormat::Grey, GPU, RW).unwrap_err();
+    assert!(err.to_string().contains("16384"), "{err}");
+}
+
+#[test]
+fn a_gpu_image_is_shared_as_an_nt_handle_with_its_completion() {
+    let test = "a_gpu_image_is_shared_as_an_nt_handle_with_its_completion";
+    let Some(d) = device_or_skip(test) else {
+        return;
+    };
+    let t = Tensor::<u8>::image(16, 16, PixelFormat::Rgba, GPU, RW).unwrap();
+    match t.share_gpu() {
+        Ok(share) => {
+            assert!(share.completion.value <= d.last_signalled());
+            assert_eq!(share.completion.fence.is_some(), d.export_fence().is_some());
+        }
+        Err(Error::Unavailable { reason, .. }) => skip_unless_required(
+            test,
+            &format!("no shared NT handles under this driver ({reason})"),
+        ),
+        Err(e) => panic!("{e}"),
+    }
+    let host = Tensor::<u8>::image(16, 16, PixelFormat::Rgba, Some(TensorMemory::Mem), RW).unwrap();
+    assert!(matches!(host.share_gpu(), Err(Error::InvalidOperation(_))));
+}
