@@ -17,6 +17,7 @@ const WRITER: usize = 1 << (usize::BITS - 1);
 
 #[derive(Debug)]
 pub(crate) struct BufferInner {
+    #[cfg_attr(windows, allow(dead_code))]
     /// This host buffer imported into the GPU device, made on the first copy to or from GPU
     /// memory and kept: importing pins pages, which costs more than a large copy. Declared
     /// before `storage` so it is released before the memory is unmapped.
@@ -79,6 +80,7 @@ impl Buffer {
         self.0.storage.fd()
     }
 
+    #[cfg(unix)]
     pub(crate) fn writable(&self) -> bool {
         self.0.storage.writable()
     }
@@ -95,17 +97,20 @@ impl Buffer {
         }
     }
 
+    #[cfg(unix)]
     /// The storage under this buffer.
     pub(crate) fn storage(&self) -> &Storage {
         &self.0.storage
     }
 
+    #[cfg(unix)]
     /// Where the GPU backend keeps this host buffer's import into the device, made on first
     /// use (see `gpu::host_import`).
     pub(crate) fn gpu_import_slot(&self) -> &OnceLock<Option<HostImport>> {
         &self.0.gpu_import
     }
 
+    #[cfg(unix)]
     /// Takes the aliasing claim alone (for GPU work on the buffer, which needs no CPU view).
     pub(crate) fn claim_for(&self, direction: Direction) -> Result<impl Drop + '_> {
         self.claim(direction)
@@ -158,6 +163,7 @@ impl Buffer {
 pub(crate) struct WeakBuffer(std::sync::Weak<BufferInner>);
 
 impl WeakBuffer {
+    #[cfg(unix)]
     pub(crate) fn upgrade(&self) -> Option<Buffer> {
         self.0.upgrade().map(Buffer)
     }

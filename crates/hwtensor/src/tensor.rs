@@ -151,6 +151,7 @@ impl<T: Element> Tensor<T> {
     }
 }
 
+#[cfg(unix)]
 /// The geometry a tensor is made from when it arrives from outside (a blob): every field is
 /// checked against the others and against the buffer before a tensor exists.
 #[derive(Debug)]
@@ -163,6 +164,7 @@ pub(crate) struct Parts {
     pub quantization: Option<Quantization>,
 }
 
+#[cfg(unix)]
 impl<T: Element> Tensor<T> {
     /// A tensor over `buffer` as `parts` describe it, after checking that the strides are whole,
     /// non-overlapping elements, that the extent lies inside the buffer, and that an image's
@@ -204,6 +206,7 @@ impl<T: Element> Tensor<T> {
     }
 }
 
+#[cfg(unix)]
 /// Strides must be whole elements and no two indices may name the same element: a mutable map
 /// of an overlapping layout would hand out aliasing `&mut`.
 fn check_strides(shape: &[usize], strides: &[usize], elem: usize) -> Result<()> {
@@ -240,6 +243,7 @@ fn check_strides(shape: &[usize], strides: &[usize], elem: usize) -> Result<()> 
     Ok(())
 }
 
+#[cfg(unix)]
 fn check_image_parts(
     info: &ImageInfo,
     shape: &[usize],
@@ -269,6 +273,7 @@ fn check_image_parts(
     Ok(())
 }
 
+#[cfg(unix)]
 /// A foreign buffer mapped read-only can only be read.
 pub(crate) fn import_access(buffer: &Buffer) -> CpuAccess {
     if buffer.writable() {

@@ -3,7 +3,8 @@
 #[cfg(unix)]
 use std::os::fd::OwnedFd;
 
-use hwtensor::{CpuAccess, Error, PixelFormat, Plane, Region, Tensor, TensorMemory};
+use hwtensor::{CpuAccess, Error, PixelFormat, Region, Tensor, TensorMemory};
+#[cfg(unix)]
 use proptest::prelude::*;
 
 mod common;
@@ -140,7 +141,7 @@ fn widening_the_stride_inside_a_larger_buffer_moves_the_rows() {
     assert_eq!(t.strides(), &[64, 1]);
     assert_eq!(
         t.plane_table().unwrap(),
-        vec![Plane {
+        vec![hwtensor::Plane {
             offset: 0,
             row_stride: 64,
             rows: 4,

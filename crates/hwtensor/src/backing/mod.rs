@@ -97,6 +97,7 @@ impl Storage {
         }
     }
 
+    #[cfg(unix)]
     pub(crate) fn writable(&self) -> bool {
         match self {
             #[cfg(unix)]

@@ -8,9 +8,8 @@ use windows::Win32::Graphics::Direct3D::{
     D3D_FEATURE_LEVEL_12_1,
 };
 use windows::Win32::Graphics::Direct3D11::{
-    D3D11CreateDevice, ID3D11Device, ID3D11DeviceContext, D3D11_CREATE_DEVICE_BGRA_SUPPORT,
-    D3D11_CREATE_DEVICE_DEBUG, D3D11_CREATE_DEVICE_FLAG, D3D11_CREATE_DEVICE_VIDEO_SUPPORT,
-    D3D11_SDK_VERSION,
+    D3D11CreateDevice, ID3D11Device, D3D11_CREATE_DEVICE_BGRA_SUPPORT, D3D11_CREATE_DEVICE_DEBUG,
+    D3D11_CREATE_DEVICE_FLAG, D3D11_CREATE_DEVICE_VIDEO_SUPPORT, D3D11_SDK_VERSION,
 };
 use windows::Win32::Graphics::Dxgi::IDXGIAdapter;
 
@@ -41,7 +40,6 @@ const LADDER: [D3D11_CREATE_DEVICE_FLAG; 3] = [
 /// A device this copy created.
 pub(crate) struct Created {
     pub device: ID3D11Device,
-    pub context: ID3D11DeviceContext,
     pub feature_level: D3D_FEATURE_LEVEL,
     /// Which rung of the ladder took (0 = BGRA + video).
     pub tier: u32,
@@ -79,14 +77,13 @@ pub(crate) fn create() -> Result<Created, String> {
             try_create(adapter.as_ref(), driver, *flags, false)
         });
         match attempt {
-            Ok((device, context, feature_level)) => {
+            Ok((device, feature_level)) => {
                 let info = adapter::of_device(&device).unwrap_or_else(|| fallback_info(driver));
                 return Ok(Created {
                     device,
-                    context,
                     feature_level,
                     tier: tier as u32,
-                    requested_flags: flags.0 as u32,
+                    requested_flags: flags.0,
                     info,
                 });
             }
@@ -103,13 +100,13 @@ fn try_create(
     driver: D3D_DRIVER_TYPE,
     flags: D3D11_CREATE_DEVICE_FLAG,
     debug: bool,
-) -> Result<(ID3D11Device, ID3D11DeviceContext, D3D_FEATURE_LEVEL), String> {
+) -> Result<(ID3D11Device, D3D_FEATURE_LEVEL), String> {
     let flags = if debug {
         flags | D3D11_CREATE_DEVICE_DEBUG
     } else {
         flags
     };
-    let (mut device, mut context, mut level) = (None, None, D3D_FEATURE_LEVEL::default());
+    let (mut device, mut level) = (None, D3D_FEATURE_LEVEL::default());
     // SAFETY: out-pointers to locals; the feature-level slice outlives the call.
     unsafe {
         D3D11CreateDevice(
@@ -121,14 +118,13 @@ fn try_create(
             D3D11_SDK_VERSION,
             Some(&mut device),
             Some(&mut level),
-            Some(&mut context),
+            None,
         )
     }
     .map_err(|e| format!("flags {:#x}: {e}", flags.0))?;
-    match (device, context) {
-        (Some(d), Some(c)) => Ok((d, c, level)),
-        _ => Err("D3D11CreateDevice succeeded without a device".into()),
-    }
+    device
+        .map(|d| (d, level))
+        .ok_or_else(|| "D3D11CreateDevice succeeded without a device".into())
 }
 
 fn fallback_info(driver: D3D_DRIVER_TYPE) -> AdapterInfo {

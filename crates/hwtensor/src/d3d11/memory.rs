@@ -87,15 +87,13 @@ impl Grid {
             .format
             .min_row_bytes(req.width, elem)
             .unwrap_or(usize::MAX);
-        let tight: usize = req
+        // Saturating: a hostile size must reach the side check below, not overflow.
+        let tight = req
             .format
             .allocation_shape(req.width, req.height)
             .iter()
-            .product::<usize>()
-            * elem;
-        let rows = (tight / row.max(1))
-            .checked_mul(req.batch)
-            .unwrap_or(usize::MAX);
+            .fold(elem, |n, &d| n.saturating_mul(d));
+        let rows = (tight / row.max(1)).saturating_mul(req.batch);
         let width = row / texel;
         if width == 0 || width > MAX_TEXTURE_SIDE || rows == 0 || rows > MAX_TEXTURE_SIDE {
             return Err(Error::Shape(format!(
@@ -265,21 +263,18 @@ impl GpuMemory {
             SysMemSlicePitch: 0,
         };
         let shared = (D3D11_RESOURCE_MISC_SHARED_NTHANDLE.0 | D3D11_RESOURCE_MISC_SHARED.0) as u32;
-        let (texture, shareable) = match create_texture(
-            device,
-            &grid.desc(false, shared),
-            Some(&init),
-        ) {
-            Ok(t) => (t, true),
-            Err(e) => {
-                log::debug!(
+        let (texture, shareable) =
+            match create_texture(device, &grid.desc(false, shared), Some(&init)) {
+                Ok(t) => (t, true),
+                Err(e) => {
+                    log::debug!(
                     "hwtensor: a shareable texture was refused ({e}); this one cannot be exported"
                 );
-                let t = create_texture(device, &grid.desc(false, 0), Some(&init))
-                    .map_err(gpu_err("creating a texture"))?;
-                (t, false)
-            }
-        };
+                    let t = create_texture(device, &grid.desc(false, 0), Some(&init))
+                        .map_err(gpu_err("creating a texture"))?;
+                    (t, false)
+                }
+            };
         let staging = create_texture(device, &grid.desc(true, 0), None)
             .map_err(gpu_err("creating a staging texture"))?;
         let serial = next_serial() ^ (texture.as_raw() as usize as u64).rotate_left(32);

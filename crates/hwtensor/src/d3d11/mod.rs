@@ -337,7 +337,7 @@ fn own_device(record: Option<&'static Record>) -> std::result::Result<GpuDevice,
     let external = EXTERNAL.lock().ok().and_then(|mut e| e.take());
     let (ifaces, info, flags, tier, level, origin) = match external {
         Some(device) => {
-            let info = adapter::of_device(&device).unwrap_or_else(|| unknown_adapter());
+            let info = adapter::of_device(&device).unwrap_or_else(unknown_adapter);
             // SAFETY: queries of a live device.
             let (flags, level) = unsafe { (device.GetCreationFlags(), device.GetFeatureLevel()) };
             (
