@@ -107,10 +107,23 @@ fn a_gpu_image_is_shared_as_an_nt_handle_with_its_completion() {
         return;
     };
     let t = Tensor::<u8>::image(16, 16, PixelFormat::Rgba, GPU, RW).unwrap();
+    pattern(&t, 5);
     match t.share_gpu() {
         Ok(share) => {
+            use std::os::windows::io::AsHandle;
             assert!(share.completion.value <= d.last_signalled());
             assert_eq!(share.completion.fence.is_some(), d.export_fence().is_some());
+            // The receiving side (here the same device): the same pixels, through the handle.
+            let back = Tensor::<u8>::image_from_gpu_share(
+                share.texture.as_handle(),
+                &share.completion,
+                16,
+                16,
+                PixelFormat::Rgba,
+                RW,
+            )
+            .unwrap();
+            assert_eq!(back.to_vec().unwrap(), t.to_vec().unwrap());
         }
         Err(Error::Unavailable { reason, .. }) => skip_unless_required(
             test,
@@ -120,4 +133,35 @@ fn a_gpu_image_is_shared_as_an_nt_handle_with_its_completion() {
     }
     let host = Tensor::<u8>::image(16, 16, PixelFormat::Rgba, Some(TensorMemory::Mem), RW).unwrap();
     assert!(matches!(host.share_gpu(), Err(Error::InvalidOperation(_))));
+}
+
+#[test]
+fn a_handle_that_is_not_a_shared_texture_is_refused_on_import() {
+    use hwtensor::gpu::windows::Win32::System::Threading::CreateEventW;
+    use std::os::windows::io::{AsHandle, FromRawHandle, OwnedHandle};
+    if device_or_skip("a_handle_that_is_not_a_shared_texture_is_refused_on_import").is_none() {
+        return;
+    }
+    // SAFETY: an unnamed event, owned by the test.
+    let event = unsafe { CreateEventW(None, true, false, None) }.unwrap();
+    // SAFETY: a fresh handle nothing else owns.
+    let event = unsafe { OwnedHandle::from_raw_handle(event.0) };
+    let completion = hwtensor::gpu::GpuCompletion {
+        fence: None,
+        value: 0,
+    };
+    let err = Tensor::<u8>::image_from_gpu_share(
+        event.as_handle(),
+        &completion,
+        16,
+        16,
+        PixelFormat::Rgba,
+        RW,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidArgument(_) | Error::Unavailable { .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("shared"), "{err}");
 }

@@ -7,7 +7,9 @@
 //! so the host copy is what gives a map its stable pointer.
 
 use std::collections::HashMap;
-use std::os::windows::io::{FromRawHandle, OwnedHandle, RawHandle};
+use std::os::windows::io::{
+    AsHandle, AsRawHandle, BorrowedHandle, FromRawHandle, OwnedHandle, RawHandle,
+};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
@@ -275,6 +277,18 @@ impl GpuMemory {
                     (t, false)
                 }
             };
+        Self::wrap(device, texture, grid, pitch, host, shareable)
+    }
+
+    /// A texture of `grid` with its staging texture and host copy around it.
+    fn wrap(
+        device: &'static GpuDevice,
+        texture: ID3D11Texture2D,
+        grid: Grid,
+        pitch: usize,
+        host: HeapBlock,
+        shareable: bool,
+    ) -> Result<GpuMemory> {
         let staging = create_texture(device, &grid.desc(true, 0), None)
             .map_err(gpu_err("creating a staging texture"))?;
         let serial = next_serial() ^ (texture.as_raw() as usize as u64).rotate_left(32);
@@ -289,10 +303,49 @@ impl GpuMemory {
             staging,
             host,
             pitch,
-            rows,
+            rows: grid.height as usize,
             origin,
             shareable,
         })
+    }
+
+    /// Opens a texture another API or process shared by NT handle, after checking that it is
+    /// the texture `req` describes (format and size); the handle stays the caller's.
+    fn open_shared(handle: BorrowedHandle<'_>, req: &TextureRequest) -> Result<GpuMemory> {
+        let device = super::device()?;
+        let device1 = device.device1().ok_or_else(|| Error::Unavailable {
+            memory: TensorMemory::Gpu,
+            reason: format!(
+                "{} has no ID3D11Device1 to open shared handles",
+                device.adapter_label()
+            ),
+        })?;
+        let raw = windows::Win32::Foundation::HANDLE(handle.as_raw_handle());
+        // SAFETY: a handle the caller lends for the call; the driver validates what it names.
+        let texture: ID3D11Texture2D =
+            unsafe { device1.OpenSharedResource1(raw) }.map_err(|e| {
+                Error::InvalidArgument(format!(
+                    "the handle does not open as a shared texture on {}: {e}",
+                    device.adapter_label()
+                ))
+            })?;
+        let grid = Grid::of(req)?;
+        let mut desc = D3D11_TEXTURE2D_DESC::default();
+        // SAFETY: a description query of a live texture into a local.
+        unsafe { texture.GetDesc(&mut desc) };
+        let got = (desc.Format.0, desc.Width, desc.Height);
+        if got != (grid.format, grid.width, grid.height)
+            || desc.ArraySize != 1
+            || desc.SampleDesc.Count != 1
+        {
+            return Err(Error::InvalidArgument(format!(
+                "the shared texture is format {} {}x{} (array {}, {} samples) but the image needs format {} {}x{}",
+                got.0, got.1, got.2, desc.ArraySize, desc.SampleDesc.Count, grid.format, grid.width, grid.height
+            )));
+        }
+        let pitch = staging_pitch(device, grid)?;
+        let host = HeapBlock::zeroed(pitch * grid.height as usize)?;
+        Self::wrap(device, texture, grid, pitch, host, true)
     }
 
     pub(crate) fn device(&self) -> &'static GpuDevice {
@@ -436,6 +489,42 @@ impl<T: Element> Tensor<T> {
             texture,
             completion: mem.device().completion(value),
         })
+    }
+
+    /// A `w`x`h` GPU image over a texture another API or process shared (`share_gpu` on the
+    /// other side): opens the NT handle (which stays the caller's), checks the texture is that
+    /// image, and queues a GPU wait for the completion where it carries a fence.
+    pub fn image_from_gpu_share(
+        texture: BorrowedHandle<'_>,
+        completion: &super::GpuCompletion,
+        w: usize,
+        h: usize,
+        format: PixelFormat,
+        access: crate::CpuAccess,
+    ) -> Result<Self> {
+        let req = TextureRequest {
+            format,
+            width: w,
+            height: h,
+            dtype: T::DTYPE,
+            batch: 1,
+        };
+        let mem = GpuMemory::open_shared(texture, &req)?;
+        if let Some(fence) = &completion.fence {
+            mem.device()
+                .wait_on_gpu(fence.as_handle(), completion.value)?;
+        }
+        let stride = mem.pitch;
+        let (shape, strides) =
+            crate::image::image_geometry(None, format, w, h, T::DTYPE.size(), stride)?;
+        let buffer = crate::buffer::Buffer::new(crate::backing::Storage::Gpu(mem))?;
+        let info = crate::ImageInfo {
+            format,
+            width: w,
+            height: h,
+            row_stride: stride,
+        };
+        Ok(Self::over(buffer, shape, strides, Some(info), access))
     }
 
     /// The texture under this GPU image, for D3D11 or ANGLE work on the process device.

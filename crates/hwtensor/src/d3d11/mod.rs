@@ -696,6 +696,33 @@ impl GpuDevice {
         }
     }
 
+    /// Makes the GPU wait (not the CPU) until the fence behind `fence` reaches `value`, before
+    /// any work queued after this call.
+    pub(crate) fn wait_on_gpu(
+        &self,
+        fence: std::os::windows::io::BorrowedHandle<'_>,
+        value: u64,
+    ) -> Result<()> {
+        use std::os::windows::io::AsRawHandle;
+        let (Some(device5), Some(context4)) = (&self.ifaces.device5, &self.ifaces.context4) else {
+            return Err(Error::Unavailable {
+                memory: crate::TensorMemory::Gpu,
+                reason: format!("{} has no fences to wait on", self.adapter_label()),
+            });
+        };
+        let mut opened: Option<ID3D11Fence> = None;
+        // SAFETY: a handle the caller lends for the call; an out-pointer to a local.
+        unsafe { device5.OpenSharedFence(HANDLE(fence.as_raw_handle()), &mut opened) }.map_err(
+            |e| Error::InvalidArgument(format!("the completion's fence does not open: {e}")),
+        )?;
+        let opened = opened.ok_or_else(|| Error::Gpu("OpenSharedFence returned nothing".into()))?;
+        self.with_queue(|| {
+            // SAFETY: a fence of this device, waited on in the queue bracket.
+            unsafe { context4.Wait(&opened, value) }
+                .map_err(|e| Error::Gpu(format!("queueing the fence wait failed: {e}")))
+        })
+    }
+
     /// Remembers a GPU buffer by its origin (weakly), so it comes home as itself.
     pub(crate) fn remember_import(
         &self,
