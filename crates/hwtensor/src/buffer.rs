@@ -110,7 +110,6 @@ impl Buffer {
         &self.0.gpu_import
     }
 
-    #[cfg(unix)]
     /// Takes the aliasing claim alone (for GPU work on the buffer, which needs no CPU view).
     pub(crate) fn claim_for(&self, direction: Direction) -> Result<impl Drop + '_> {
         self.claim(direction)

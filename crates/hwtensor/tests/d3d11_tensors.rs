@@ -165,3 +165,29 @@ fn a_handle_that_is_not_a_shared_texture_is_refused_on_import() {
     );
     assert!(err.to_string().contains("shared"), "{err}");
 }
+
+#[test]
+fn a_whole_gpu_image_copies_to_another_on_the_gpu_and_a_crop_through_maps() {
+    if device_or_skip("a_whole_gpu_image_copies_to_another_on_the_gpu_and_a_crop_through_maps")
+        .is_none()
+    {
+        return;
+    }
+    let a = Tensor::<u8>::image(40, 12, PixelFormat::Nv12, GPU, RW).unwrap();
+    let b = Tensor::<u8>::image(40, 12, PixelFormat::Nv12, GPU, RW).unwrap();
+    pattern(&a, 9);
+    b.copy_from(&a).unwrap();
+    assert_eq!(b.to_vec().unwrap(), a.to_vec().unwrap());
+
+    let c = Tensor::<u8>::image(40, 12, PixelFormat::Rgba, GPU, RW).unwrap();
+    let d = Tensor::<u8>::image(40, 12, PixelFormat::Rgba, GPU, RW).unwrap();
+    pattern(&c, 1);
+    let region = hwtensor::Region::new(4, 2, 16, 8);
+    let (from, to) = (c.view(region).unwrap(), d.view(region).unwrap());
+    to.copy_from(&from).unwrap();
+    assert_eq!(to.to_vec().unwrap(), from.to_vec().unwrap());
+    assert!(
+        d.to_vec().unwrap()[..4].iter().all(|&x| x == 0),
+        "outside the crop is untouched"
+    );
+}

@@ -73,6 +73,8 @@ struct Grid {
     format: i32,
     width: u32,
     height: u32,
+    /// Bytes of pixels in one row (`width` texels).
+    row_bytes: usize,
 }
 
 impl Grid {
@@ -106,6 +108,7 @@ impl Grid {
             format: format.0,
             width: width as u32,
             height: rows as u32,
+            row_bytes: width * texel,
         })
     }
 
@@ -218,6 +221,8 @@ pub(crate) struct GpuMemory {
     host: HeapBlock,
     pitch: usize,
     rows: usize,
+    /// The texture's format and size: two buffers of one grid can be copied texture to texture.
+    grid: Grid,
     origin: GpuOrigin,
     /// Whether the texture was created shareable by NT handle.
     shareable: bool,
@@ -304,6 +309,7 @@ impl GpuMemory {
             host,
             pitch,
             rows: grid.height as usize,
+            grid,
             origin,
             shareable,
         })
@@ -533,8 +539,33 @@ impl<T: Element> Tensor<T> {
     }
 }
 
-/// D3D11 GPU images go through CPU maps in `copy_from` (a device copy needs identical
-/// texture grids, which views rarely have).
-pub(crate) fn copy_on_gpu<T: Element>(_dst: &Tensor<T>, _src: &Tensor<T>) -> Option<Result<()>> {
-    None
+/// `copy_from` between two GPU images that each span their whole texture, of one format and
+/// size, is one `CopyResource` on the device (no CPU copy at all); every other pair involving
+/// GPU memory goes through CPU maps.
+pub(crate) fn copy_on_gpu<T: Element>(dst: &Tensor<T>, src: &Tensor<T>) -> Option<Result<()>> {
+    let (s, d) = (src.buffer.gpu()?, dst.buffer.gpu()?);
+    // Offset 0 and every pixel of every row: the tensor is the whole texture.
+    let whole = |t: &Tensor<T>, m: &GpuMemory| {
+        t.offset == 0 && t.len() * T::DTYPE.size() == m.grid.row_bytes * m.rows
+    };
+    if s.grid != d.grid || src.strides != dst.strides || !whole(src, s) || !whole(dst, d) {
+        return None;
+    }
+    let _read = match src.buffer.claim_for(crate::map::Direction::Read) {
+        Ok(c) => c,
+        Err(e) => return Some(Err(e)),
+    };
+    let _write = match dst.buffer.claim_for(crate::map::Direction::Write) {
+        Ok(c) => c,
+        Err(e) => return Some(Err(e)),
+    };
+    let dev = d.device;
+    dev.with_queue(|| {
+        // SAFETY: two textures of one grid on this device, inside the queue bracket.
+        unsafe {
+            dev.context().CopyResource(&d.texture, &s.texture);
+            dev.context().Flush();
+        }
+    });
+    Some(Ok(()))
 }
