@@ -119,9 +119,10 @@ struct Interfaces {
 }
 
 impl Interfaces {
-    fn query(device: ID3D11Device) -> Interfaces {
-        // SAFETY: a live device always has an immediate context.
-        let context = unsafe { device.GetImmediateContext() }.expect("a device has a context");
+    fn query(device: ID3D11Device) -> std::result::Result<Interfaces, String> {
+        // SAFETY: a query of a live device.
+        let context = unsafe { device.GetImmediateContext() }
+            .map_err(|e| format!("the device has no immediate context: {e}"))?;
         let warn = |what: &str, loses: &str| {
             log::warn!("hwtensor: the D3D11 device has no {what}; {loses}");
         };
@@ -152,14 +153,14 @@ impl Interfaces {
                 "only a process-local lock orders the queue",
             ),
         }
-        Interfaces {
+        Ok(Interfaces {
             device,
             context,
             device1,
             device5,
             context4,
             multithread,
-        }
+        })
     }
 
     fn features(&self, flags: u32, tier: u32) -> u32 {
@@ -341,7 +342,7 @@ fn own_device(record: Option<&'static Record>) -> std::result::Result<GpuDevice,
             // SAFETY: queries of a live device.
             let (flags, level) = unsafe { (device.GetCreationFlags(), device.GetFeatureLevel()) };
             (
-                Interfaces::query(device),
+                Interfaces::query(device)?,
                 info,
                 flags,
                 0,
@@ -360,7 +361,7 @@ fn own_device(record: Option<&'static Record>) -> std::result::Result<GpuDevice,
                 reported
             };
             (
-                Interfaces::query(c.device),
+                Interfaces::query(c.device)?,
                 c.info,
                 flags,
                 c.tier,
@@ -434,7 +435,7 @@ fn adopt(record: &'static Record, p: &Published) -> std::result::Result<GpuDevic
     let device = unsafe { ID3D11Device::from_raw_borrowed(&raw) }
         .and_then(|d| d.cast::<ID3D11Device>().ok())
         .ok_or("the published device does not answer QueryInterface for ID3D11Device")?;
-    let ifaces = Interfaces::query(device);
+    let ifaces = Interfaces::query(device)?;
     let info = adapter::of_device(&ifaces.device).unwrap_or_else(unknown_adapter);
     // SAFETY: a query of a live device.
     let level = unsafe { ifaces.device.GetFeatureLevel() };
