@@ -11,9 +11,8 @@ use hwtensor::gpu::{self, Origin};
 mod common;
 mod loader;
 
-use loader::Library;
+use loader::{GetU64, Library};
 
-type GetU64 = unsafe extern "C" fn(*mut u64) -> i32;
 const UNAVAILABLE: i32 = 1;
 
 /// A copy of the cdylib under a name of its own.

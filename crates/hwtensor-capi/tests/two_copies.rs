@@ -12,9 +12,8 @@ use hwtensor::Error;
 mod common;
 mod loader;
 
-use loader::Library;
+use loader::{GetU64, Library};
 
-type GetU64 = unsafe extern "C" fn(*mut u64) -> i32;
 type Wait = unsafe extern "C" fn(u64, u64) -> i32;
 const OK: i32 = 0;
 const UNAVAILABLE: i32 = 1;

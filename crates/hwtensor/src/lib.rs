@@ -45,6 +45,7 @@ mod identity;
 mod image;
 mod map;
 mod memory;
+mod process_device;
 mod region;
 mod tensor;
 mod tensor_dyn;

@@ -21,7 +21,7 @@ fn a_failure_is_cached_with_identical_text_and_blocks_a_late_host_device() {
         Err(e) => e.to_string(),
     };
     let started = Instant::now();
-    let second = gpu::device().err().expect("still no device").to_string();
+    let second = gpu::device().expect_err("still no device").to_string();
     let again = started.elapsed();
     assert_eq!(first, second, "the same text every time");
     // SAFETY: refused before the pointer is touched.

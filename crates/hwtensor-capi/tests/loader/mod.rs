@@ -1,5 +1,11 @@
 //! Loading the cdylib as a private second copy, and what differs per platform in checking that
-//! it shares the static copy's device and fence.
+//! it shares the static copy's device and fence. Shared by several test binaries, each using
+//! part of it.
+
+#![allow(dead_code)]
+
+/// `HwtStatus f(uint64_t *out)`, the shape of most of the C ABI.
+pub type GetU64 = unsafe extern "C" fn(*mut u64) -> i32;
 
 #[cfg(unix)]
 mod unix;

@@ -28,7 +28,7 @@ pub fn device_handle(d: &GpuDevice) -> u64 {
 
 pub fn assert_one_fence(ours: &GpuDevice, lib: &Library) {
     // SAFETY: the symbol's signature (include/hwtensor.h).
-    let semaphore: super::super::GetU64 = unsafe { lib.get(c"hwt_gpu_semaphore_handle") };
+    let semaphore: super::GetU64 = unsafe { lib.get(c"hwt_gpu_semaphore_handle") };
     let mut theirs = 0;
     // SAFETY: a valid out-pointer.
     assert_eq!(unsafe { semaphore(&mut theirs) }, 0);

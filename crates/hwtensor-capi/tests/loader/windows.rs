@@ -41,7 +41,7 @@ pub fn device_handle(d: &GpuDevice) -> u64 {
 
 pub fn assert_one_fence(ours: &GpuDevice, lib: &Library) {
     // SAFETY: the symbol's signature (include/hwtensor.h).
-    let fence: super::super::GetU64 = unsafe { lib.get(c"hwt_gpu_fence_handle") };
+    let fence: super::GetU64 = unsafe { lib.get(c"hwt_gpu_fence_handle") };
     let mut theirs = 0;
     // SAFETY: a valid out-pointer.
     let status = unsafe { fence(&mut theirs) };

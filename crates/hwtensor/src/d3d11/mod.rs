@@ -15,7 +15,7 @@ mod rendezvous;
 
 use std::ffi::c_void;
 use std::os::windows::io::OwnedHandle;
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use windows::core::Interface;
@@ -38,11 +38,10 @@ pub(crate) use memory::{copy_on_gpu, image_row_pitch};
 use fence::{Fence, Shared, Timeline};
 use rendezvous::{Found, Published, Record};
 
+use crate::process_device::DeviceCell;
 use crate::{Error, Result};
 
-/// Optional capabilities the device was created with.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub struct Features(u32);
+pub use crate::process_device::{Features, Origin};
 
 impl Features {
     /// `D3D11_CREATE_DEVICE_BGRA_SUPPORT` took.
@@ -57,50 +56,17 @@ impl Features {
     pub const MULTITHREAD: u32 = 1 << 4;
     /// The debug layer is on.
     pub const DEBUG: u32 = 1 << 5;
-    /// Where the ladder rung (0 = BGRA + video) lives in the bits.
-    const TIER_SHIFT: u32 = 24;
-    const NAMES: [(u32, &'static str); 6] = [
-        (Self::BGRA, "bgra"),
-        (Self::VIDEO, "video"),
-        (Self::SHARED_HANDLES, "shared_handles"),
-        (Self::FENCE, "fence"),
-        (Self::MULTITHREAD, "multithread"),
-        (Self::DEBUG, "debug"),
-    ];
-
-    /// Whether every capability in `flags` is present.
-    pub fn has(self, flags: u32) -> bool {
-        self.0 & flags == flags
-    }
-
-    /// Which rung of the creation ladder took.
-    pub fn tier(self) -> u32 {
-        self.0 >> Self::TIER_SHIFT
-    }
-
-    /// The names of the capabilities present.
-    pub fn names(self) -> Vec<&'static str> {
-        Self::NAMES
-            .iter()
-            .filter(|(f, _)| self.has(*f))
-            .map(|(_, n)| *n)
-            .collect()
-    }
 }
 
-impl std::fmt::Debug for Features {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:?} (tier {})", self.names(), self.tier())
-    }
-}
-
-/// How this copy came by its device.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Origin {
-    Created,
-    Adopted,
-    External,
-}
+/// The names `Features::names` gives the bits of this backend.
+pub(crate) const FEATURE_NAMES: [(u32, &str); 6] = [
+    (Features::BGRA, "bgra"),
+    (Features::VIDEO, "video"),
+    (Features::SHARED_HANDLES, "shared_handles"),
+    (Features::FENCE, "fence"),
+    (Features::MULTITHREAD, "multithread"),
+    (Features::DEBUG, "debug"),
+];
 
 /// A host application's D3D11 device, for [`use_external_device`]: the `ID3D11Device*`.
 #[derive(Clone, Copy, Debug)]
@@ -230,16 +196,13 @@ unsafe impl Sync for GpuDevice {}
 // SAFETY: as above.
 unsafe impl Send for GpuDevice {}
 
-static DEVICE: OnceLock<std::result::Result<&'static GpuDevice, String>> = OnceLock::new();
+static DEVICE: DeviceCell<GpuDevice> = DeviceCell::new();
 static EXTERNAL: Mutex<Option<ID3D11Device>> = Mutex::new(None);
 
 /// The process device, made on the first call. A failure is kept, and every later call gets
 /// the same text at once.
 pub fn device() -> Result<&'static GpuDevice> {
-    match DEVICE.get_or_init(|| init().map(|d| &*Box::leak(Box::new(d)))) {
-        Ok(d) => Ok(d),
-        Err(e) => Err(Error::Gpu(e.clone())),
-    }
+    DEVICE.get_or_init(init)
 }
 
 /// Every adapter DXGI lists.
@@ -257,12 +220,7 @@ pub fn adapters() -> Result<Vec<AdapterInfo>> {
 /// # Safety
 /// `ext.device` must be null or a live `ID3D11Device*` (any COM interface of it).
 pub unsafe fn use_external_device(ext: ExternalDevice) -> Result<()> {
-    if let Some(state) = DEVICE.get() {
-        return Err(Error::InvalidOperation(match state {
-            Ok(_) => "this copy of hwtensor already has its process device; install the host device before the first GPU use".into(),
-            Err(e) => format!("the process device already failed here, so a host device can no longer be installed: {e}"),
-        }));
-    }
+    DEVICE.refuse_late_host_device()?;
     if ext.device.is_null() {
         return Err(Error::InvalidArgument(
             "use_external_device needs a non-null ID3D11Device".into(),
@@ -271,7 +229,7 @@ pub unsafe fn use_external_device(ext: ExternalDevice) -> Result<()> {
     let pid = std::process::id();
     if let Ok(record) = rendezvous::open_record(pid) {
         if let Found::Ours(_) = record.read(pid) {
-            return Err(Error::InvalidOperation("another copy of hwtensor in this process already published a device; the host device would be ignored".into()));
+            return Err(crate::process_device::already_published());
         }
     }
     // SAFETY: the caller vouches that the pointer is a live COM object.

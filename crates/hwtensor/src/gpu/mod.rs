@@ -35,6 +35,7 @@ use fence::{own_cloexec, Shared, Timeline};
 pub(crate) use rendezvous::ProcessKey;
 use rendezvous::{Found, Published, Record};
 
+use crate::process_device::DeviceCell;
 use crate::{Error, Result};
 
 pub use ash;
@@ -44,9 +45,7 @@ pub use ash;
 #[doc(hidden)]
 pub const RECORD_SEMAPHORE_OFFSET: usize = std::mem::offset_of!(Record, semaphore);
 
-/// Optional capabilities the device was created with.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub struct Features(u32);
+pub use crate::process_device::{Features, Origin};
 
 impl Features {
     pub const EXTERNAL_MEMORY_FD: u32 = 1 << 0;
@@ -54,52 +53,16 @@ impl Features {
     pub const EXTERNAL_MEMORY_HOST: u32 = 1 << 2;
     pub const DMA_BUF: u32 = 1 << 3;
     pub const SYNCHRONIZATION2: u32 = 1 << 4;
-    /// Where the ladder tier (0 = everything supported took) lives in the bits.
-    const TIER_SHIFT: u32 = 24;
-    const NAMES: [(u32, &'static str); 5] = [
-        (Self::EXTERNAL_MEMORY_FD, "external_memory_fd"),
-        (Self::EXTERNAL_SEMAPHORE_FD, "external_semaphore_fd"),
-        (Self::EXTERNAL_MEMORY_HOST, "external_memory_host"),
-        (Self::DMA_BUF, "dma_buf"),
-        (Self::SYNCHRONIZATION2, "synchronization2"),
-    ];
-
-    /// Whether every capability in `flags` is present.
-    pub fn has(self, flags: u32) -> bool {
-        self.0 & flags == flags
-    }
-
-    /// How many optional extensions creation had to drop.
-    pub fn tier(self) -> u32 {
-        self.0 >> Self::TIER_SHIFT
-    }
-
-    /// The names of the capabilities present.
-    pub fn names(self) -> Vec<&'static str> {
-        Self::NAMES
-            .iter()
-            .filter(|(f, _)| self.has(*f))
-            .map(|(_, n)| *n)
-            .collect()
-    }
 }
 
-impl std::fmt::Debug for Features {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:?}", self.names())
-    }
-}
-
-/// How this copy came by its device.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Origin {
-    /// This copy created it.
-    Created,
-    /// Another copy in the process published it; this copy adopted it.
-    Adopted,
-    /// The host application's, installed with [`use_external_device`].
-    External,
-}
+/// The names `Features::names` gives the bits of this backend.
+pub(crate) const FEATURE_NAMES: [(u32, &str); 5] = [
+    (Features::EXTERNAL_MEMORY_FD, "external_memory_fd"),
+    (Features::EXTERNAL_SEMAPHORE_FD, "external_semaphore_fd"),
+    (Features::EXTERNAL_MEMORY_HOST, "external_memory_host"),
+    (Features::DMA_BUF, "dma_buf"),
+    (Features::SYNCHRONIZATION2, "synchronization2"),
+];
 
 /// A host application's Vulkan device, for [`use_external_device`].
 #[derive(Clone, Copy, Debug)]
@@ -144,16 +107,13 @@ unsafe impl Sync for GpuDevice {}
 // SAFETY: as above.
 unsafe impl Send for GpuDevice {}
 
-static DEVICE: OnceLock<std::result::Result<&'static GpuDevice, String>> = OnceLock::new();
+static DEVICE: DeviceCell<GpuDevice> = DeviceCell::new();
 static EXTERNAL: Mutex<Option<ExternalDevice>> = Mutex::new(None);
 
 /// The process device, made on the first call. A failure is kept, and every later call gets
 /// the same text at once.
 pub fn device() -> Result<&'static GpuDevice> {
-    match DEVICE.get_or_init(|| init().map(|d| &*Box::leak(Box::new(d)))) {
-        Ok(d) => Ok(d),
-        Err(e) => Err(Error::Gpu(e.clone())),
-    }
+    DEVICE.get_or_init(init)
 }
 
 /// Every adapter this machine's Vulkan sees.
@@ -173,12 +133,7 @@ pub fn adapters() -> Result<Vec<AdapterInfo>> {
 /// The handles must be live, belong together, and stay alive for the rest of the process; the
 /// device must have the `timelineSemaphore` feature enabled.
 pub unsafe fn use_external_device(ext: ExternalDevice) -> Result<()> {
-    if let Some(state) = DEVICE.get() {
-        return Err(Error::InvalidOperation(match state {
-            Ok(_) => "this copy of hwtensor already has its process device; install the host device before the first GPU use".into(),
-            Err(e) => format!("the process device already failed here, so a host device can no longer be installed: {e}"),
-        }));
-    }
+    DEVICE.refuse_late_host_device()?;
     if ext.instance == vk::Instance::null()
         || ext.physical_device == vk::PhysicalDevice::null()
         || ext.device == vk::Device::null()
@@ -191,7 +146,7 @@ pub unsafe fn use_external_device(ext: ExternalDevice) -> Result<()> {
     let key = ProcessKey::current();
     if let Some((key, Ok(record))) = key.map(|k| (k, rendezvous::open_record(k.pid))) {
         if let Found::Ours(_) = record.read(key) {
-            return Err(Error::InvalidOperation("another copy of hwtensor in this process already published a device; the host device would be ignored".into()));
+            return Err(crate::process_device::already_published());
         }
     }
     // SAFETY: the caller vouches for the handles; loading function pointers calls the loader.
