@@ -15,17 +15,24 @@ use loader::{GetU64, Library};
 
 const UNAVAILABLE: i32 = 1;
 
-/// A copy of the cdylib under a name of its own.
+/// A copy of the cdylib under a name of its own, in a folder of this test run (the machine's
+/// temporary folder: the test binary may run far from the tree it was built in).
 fn renamed_copy(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("hwtensor-racing-copies-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
     let name = common::CDYLIB.replacen("hwtensor_capi", &format!("hwtensor_capi_race_{tag}"), 1);
-    let to = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let to = dir.join(name);
     std::fs::copy(common::cdylib_dir().join(common::CDYLIB), &to).unwrap();
     to
 }
 
 #[test]
 fn two_copies_racing_to_publish_converge_on_one_device() {
-    let libs = [renamed_copy("a"), renamed_copy("b")].map(|p| Library::open_private(&p));
+    let paths = [renamed_copy("a"), renamed_copy("b")];
+    let libs = [0, 1].map(|i| Library::open_private(&paths[i]));
+    // Loaded libraries stay mapped without their files (Linux); Windows keeps loaded DLLs, so
+    // the folder stays there until the temporary folder is cleaned.
+    let _ = std::fs::remove_dir_all(paths[0].parent().unwrap());
     // SAFETY: the symbol's signature (include/hwtensor.h).
     let device: [GetU64; 2] = [0, 1].map(|i| unsafe { libs[i].get(c"hwt_gpu_device_handle") });
     let start = Barrier::new(2);

@@ -97,6 +97,8 @@ pub struct GpuDevice {
     fence_fd: OnceLock<Option<OwnedFd>>,
     /// Timelines of other processes this copy has imported, by (pid, start time, handle).
     timelines: Mutex<std::collections::HashMap<(u32, u64, u64), vk::Semaphore>>,
+    /// The validation layer's messenger (`HWTENSOR_GPU_DEBUG=1`) of a device this copy created.
+    messenger: Option<(ash::ext::debug_utils::Instance, vk::DebugUtilsMessengerEXT)>,
     /// GPU buffers this copy imported, by their origin, while any tensor holds them.
     imports: Mutex<std::collections::HashMap<memory::GpuOrigin, crate::buffer::WeakBuffer>>,
 }
@@ -280,6 +282,7 @@ fn own_device(record: Option<&'static Record>) -> std::result::Result<GpuDevice,
         info,
         features,
         origin,
+        messenger,
     ) = match external {
         Some(ext) => {
             // SAFETY: use_external_device's caller vouched for these handles.
@@ -304,13 +307,11 @@ fn own_device(record: Option<&'static Record>) -> std::result::Result<GpuDevice,
                 info,
                 features,
                 Origin::External,
+                None,
             )
         }
         None => {
             let c = create::create()?;
-            // Vulkan handles have no Drop: the messenger lives on with the instance, for the
-            // life of the process.
-            let _ = c.messenger;
             (
                 c.entry,
                 c.instance,
@@ -322,6 +323,7 @@ fn own_device(record: Option<&'static Record>) -> std::result::Result<GpuDevice,
                 c.info,
                 c.features,
                 Origin::Created,
+                c.messenger,
             )
         }
     };
@@ -338,7 +340,7 @@ fn own_device(record: Option<&'static Record>) -> std::result::Result<GpuDevice,
             info.label()
         )
     })?;
-    GpuDevice::assemble(
+    let mut dev = GpuDevice::assemble(
         entry,
         instance,
         physical,
@@ -349,7 +351,10 @@ fn own_device(record: Option<&'static Record>) -> std::result::Result<GpuDevice,
         features,
         origin,
         Timeline::new(semaphore, shared, exportable),
-    )
+    )?;
+    // The debug messenger lives as long as the device: only a discarded device destroys it.
+    dev.messenger = messenger;
+    Ok(dev)
 }
 
 /// Adopts the device another copy published.
@@ -484,6 +489,7 @@ impl GpuDevice {
             work,
             memory_properties,
             fence_fd: OnceLock::new(),
+            messenger: None,
             imports: Mutex::new(std::collections::HashMap::new()),
             timelines: Mutex::new(std::collections::HashMap::new()),
         })
@@ -515,11 +521,19 @@ impl GpuDevice {
 
     /// Destroys a device this copy built and lost the publication race with.
     fn discard(self) {
-        // SAFETY: nothing else has seen these objects: they were never published.
+        // SAFETY: nothing else has seen these objects: they were never published, and nothing
+        // was ever submitted with the pools.
         unsafe {
             self.device.destroy_semaphore(self.timeline.semaphore, None);
+            self.work.destroy(&self.device);
+            if let Some(lane) = &self.transfer {
+                lane.work.destroy(&self.device);
+            }
             if self.origin == Origin::Created {
                 self.device.destroy_device(None);
+                if let Some((utils, messenger)) = &self.messenger {
+                    utils.destroy_debug_utils_messenger(*messenger, None);
+                }
                 self.instance.destroy_instance(None);
             }
         }

@@ -56,6 +56,17 @@ impl Work {
             }),
         })
     }
+
+    /// Destroys the pool of a device that is being discarded.
+    ///
+    /// # Safety
+    /// Nothing recorded from the pool may still be pending on the GPU.
+    pub(crate) unsafe fn destroy(&self, device: &ash::Device) {
+        if let Ok(pool) = self.pool.lock() {
+            // SAFETY: the caller's contract; freeing the pool frees its command buffers.
+            unsafe { device.destroy_command_pool(pool.pool, None) };
+        }
+    }
 }
 
 fn gpu_err(what: &str) -> impl Fn(vk::Result) -> Error + '_ {
