@@ -2,11 +2,17 @@
 //! library's figures (bench).
 
 mod bench;
-mod demo;
-mod gpu;
-mod pattern;
 mod probe;
 mod timing;
+
+// The platform's own parts: the demo and hand-off benchmarks need Unix sockets and fds; the
+// GPU probe and figures are Vulkan's or D3D11's.
+#[cfg(unix)]
+#[path = "unix/mod.rs"]
+mod platform;
+#[cfg(windows)]
+#[path = "windows/mod.rs"]
+mod platform;
 
 use std::process::ExitCode;
 
@@ -59,9 +65,9 @@ enum Command {
 fn main() -> ExitCode {
     let result = match Cli::parse().command {
         Command::Probe { json } => probe::run(json),
-        Command::Demo { frames, gpu } => demo::producer(frames, gpu),
+        Command::Demo { frames, gpu } => platform::demo::producer(frames, gpu),
         Command::Bench { quick } => bench::run(quick),
-        Command::DemoConsumer { socket, gpu } => demo::consumer(&socket, gpu),
+        Command::DemoConsumer { socket, gpu } => platform::demo::consumer(&socket, gpu),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

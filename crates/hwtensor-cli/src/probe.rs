@@ -17,7 +17,8 @@ pub fn run(json: bool) -> crate::Result {
             .iter()
             .map(|(m, why)| serde_json::json!({ "memory": m.name(), "code": m.code(), "available": why.is_none(), "reason": why }))
             .collect();
-        let report = serde_json::json!({ "backings": backings, "gpu": crate::gpu::probe_json() });
+        let report =
+            serde_json::json!({ "backings": backings, "gpu": crate::platform::probe_json() });
         writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
         return Ok(());
     }
@@ -32,6 +33,6 @@ pub fn run(json: bool) -> crate::Result {
             why.unwrap_or_default()
         )?;
     }
-    crate::gpu::probe_text(&mut out)?;
+    crate::platform::probe_text(&mut out)?;
     Ok(())
 }

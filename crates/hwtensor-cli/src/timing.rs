@@ -1,13 +1,6 @@
-//! Clocks and medians shared by the demo and the benchmarks.
+//! Medians and formatting shared by the demo and the benchmarks.
 
 use std::time::{Duration, Instant};
-
-/// `CLOCK_MONOTONIC` in nanoseconds: one clock for every process on the machine, so a producer's
-/// send time and a consumer's receive time can be subtracted.
-pub fn monotonic_ns() -> u64 {
-    let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
 
 /// The median of `samples` (sorted in place).
 pub fn median(samples: &mut [Duration]) -> Duration {
@@ -15,7 +8,8 @@ pub fn median(samples: &mut [Duration]) -> Duration {
     samples.get(samples.len() / 2).copied().unwrap_or_default()
 }
 
-/// The `p`-th percentile (0..=100) of sorted `samples`.
+/// The `p`-th percentile (0..=100) of sorted `samples` (the demo's tail figures).
+#[cfg_attr(not(unix), allow(dead_code))]
 pub fn percentile(sorted: &[Duration], p: usize) -> Duration {
     let i = (sorted.len() * p / 100).min(sorted.len().saturating_sub(1));
     sorted.get(i).copied().unwrap_or_default()

@@ -39,6 +39,7 @@ fn probe_json_is_machine_readable() {
 }
 
 #[test]
+#[cfg(unix)]
 fn the_demo_streams_frames_between_two_processes_and_verifies_both_directions() {
     let out = hwtensor(&["demo", "--frames", "7"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -74,6 +75,7 @@ fn a_consumer_whose_producer_is_gone_fails_with_a_clear_error() {
 }
 
 #[test]
+#[cfg(unix)]
 fn the_gpu_demo_hands_gpu_tensors_between_two_processes() {
     let out = hwtensor(&["demo", "--gpu", "--frames", "4"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -92,4 +94,28 @@ fn the_gpu_demo_hands_gpu_tensors_between_two_processes() {
         stdout.contains("every acknowledgement verified"),
         "{stdout}"
     );
+}
+
+#[test]
+#[cfg(windows)]
+fn probe_on_windows_names_the_d3d11_device_and_what_its_fence_is() {
+    let out = hwtensor(&["probe"]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("GPU adapters (DXGI):"), "{text}");
+    assert!(text.contains("process device: "), "{text}");
+    assert!(text.contains("timeline fence: "), "{text}");
+}
+
+#[test]
+#[cfg(windows)]
+fn the_demo_on_windows_is_one_clear_line_saying_why_not() {
+    let out = hwtensor(&["demo"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with("error: ") && err.contains("Unix socket"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
 }

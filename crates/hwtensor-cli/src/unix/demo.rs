@@ -13,8 +13,9 @@ use std::time::{Duration, Instant};
 use hwtensor::handoff::{recv, send};
 use hwtensor::{CpuAccess, PixelFormat, Tensor, TensorDyn, TensorMemory};
 
-use crate::pattern;
-use crate::timing::{fmt, median, monotonic_ns, percentile};
+use super::monotonic_ns;
+use super::pattern;
+use crate::timing::{fmt, median, percentile};
 
 const WIDTH: usize = 1920;
 const HEIGHT: usize = 1080;

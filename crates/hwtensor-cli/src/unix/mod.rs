@@ -1,0 +1,22 @@
+//! What the command does on Unix: the two-process demo over a Unix socket, the hand-off
+//! benchmarks, and the Vulkan device's probe and figures.
+
+pub mod demo;
+mod gpu;
+mod handoff;
+mod pattern;
+
+pub use gpu::{probe_json, probe_text};
+pub use handoff::run as bench;
+
+/// Host memories the core benchmarks measure; the last, a sealed memfd, is the one the targets
+/// are judged on (it is what crosses processes).
+pub const HOST_MEMORIES: &[hwtensor::TensorMemory] =
+    &[hwtensor::TensorMemory::Mem, hwtensor::TensorMemory::Shm];
+
+/// `CLOCK_MONOTONIC` in nanoseconds: one clock for every process on the machine, so a producer's
+/// send time and a consumer's receive time can be subtracted.
+pub fn monotonic_ns() -> u64 {
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}

@@ -1,0 +1,200 @@
+//! What the command does on Windows: the D3D11 device's probe and figures. The demo hands fds
+//! over a Unix socket, so it is Unix only here.
+
+use std::time::{Duration, Instant};
+
+use hwtensor::gpu::{self, GpuDevice};
+use hwtensor::{CpuAccess, PixelFormat, Tensor, TensorMemory};
+
+use crate::bench::{verdict, Samples};
+use crate::timing::{fmt, median, median_per_call};
+
+/// Host memories the core benchmarks measure: no fd-backed shared memory on Windows.
+pub const HOST_MEMORIES: &[TensorMemory] = &[TensorMemory::Mem];
+
+/// Target for `device()` after the first call.
+const DEVICE_TARGET: Duration = Duration::from_nanos(20);
+/// Signals each thread makes when measuring throughput.
+const SIGNALS_PER_THREAD: usize = 500;
+
+pub mod demo {
+    const WHY: &str = "the demo hands fds over a Unix socket; on Windows GPU images travel with Tensor::share_gpu instead";
+
+    pub fn producer(_frames: u32, _gpu: bool) -> crate::Result {
+        Err(WHY.into())
+    }
+
+    pub fn consumer(_socket: &str, _gpu: bool) -> crate::Result {
+        Err(WHY.into())
+    }
+}
+
+/// The adapters and the process device, as JSON.
+pub fn probe_json() -> serde_json::Value {
+    let adapters = match gpu::adapters() {
+        Ok(list) => serde_json::json!(list
+            .iter()
+            .map(|a| serde_json::json!({
+                "name": a.name, "kind": format!("{:?}", a.kind), "software": a.is_software(),
+                "luid": format!("{}:{:#x}", a.luid.0, a.luid.1), "vendor_id": a.vendor_id,
+                "device_id": a.device_id, "dedicated_video_memory": a.dedicated_video_memory,
+            }))
+            .collect::<Vec<_>>()),
+        Err(e) => serde_json::json!({ "error": e.to_string() }),
+    };
+    let device = match gpu::device() {
+        Ok(d) => serde_json::json!({
+            "adapter": d.adapter_label(), "origin": format!("{:?}", d.origin()),
+            "features": d.features().names(), "feature_tier": d.features().tier(),
+            "feature_level": format!("{:#x}", d.feature_level()), "export_fence": d.export_fence().is_some(),
+        }),
+        Err(e) => serde_json::json!({ "error": e.to_string() }),
+    };
+    serde_json::json!({ "adapters": adapters, "process_device": device })
+}
+
+/// The adapters and the process device, as text.
+pub fn probe_text(out: &mut impl std::io::Write) -> std::io::Result<()> {
+    writeln!(out, "\nGPU adapters (DXGI):")?;
+    match gpu::adapters() {
+        Ok(list) if list.is_empty() => writeln!(out, "  none")?,
+        Ok(list) => {
+            for a in list {
+                writeln!(out, "  {}", a.label())?;
+            }
+        }
+        Err(e) => writeln!(out, "  cannot list: {e}")?,
+    }
+    match gpu::device() {
+        Ok(d) => {
+            writeln!(
+                out,
+                "process device: {} ({:?})",
+                d.adapter_label(),
+                d.origin()
+            )?;
+            writeln!(
+                out,
+                "  feature level {:#x}, features: {} (tier {})",
+                d.feature_level(),
+                d.features().names().join(", "),
+                d.features().tier()
+            )?;
+            let fence = if d.fence().is_some() {
+                "a shared ID3D11Fence"
+            } else {
+                "none (no ID3D11Device5): each signal finishes its work on the CPU"
+            };
+            writeln!(out, "  timeline fence: {fence}")?;
+        }
+        Err(e) => writeln!(out, "process device: none ({e})")?,
+    }
+    Ok(())
+}
+
+/// The D3D11 device's figures: the device call, the fence, and GPU images seen by the CPU.
+pub fn bench(s: &Samples) -> crate::Result {
+    println!("\n== GPU process device, D3D11 (medians) ==");
+    let d = match gpu::device() {
+        Ok(d) => d,
+        Err(e) => {
+            println!("skipped: {e}");
+            return Ok(());
+        }
+    };
+    println!("device: {}", d.adapter_label());
+    let hot = median_per_call(s.rounds, 10_000, || {
+        std::hint::black_box(gpu::device().is_ok());
+    });
+    println!(
+        "device() after the first call:  {:>8}  {}",
+        fmt(hot),
+        verdict(hot <= DEVICE_TARGET)
+    );
+    let round_trip = median_per_call(s.rounds, 10, || {
+        let v = d.signal().expect("a signal");
+        d.wait(v, Duration::from_secs(5)).expect("its completion");
+    });
+    println!("signal() + wait() round trip:   {:>8}", fmt(round_trip));
+    println!("signals/s, 4 threads:           {:>8.0}", throughput(d)?);
+    images(s)
+}
+
+fn throughput(d: &'static GpuDevice) -> crate::Result<f64> {
+    let started = Instant::now();
+    std::thread::scope(|sc| {
+        for _ in 0..4 {
+            sc.spawn(|| {
+                for _ in 0..SIGNALS_PER_THREAD {
+                    let _ = d.signal();
+                }
+            });
+        }
+    });
+    Ok((4 * SIGNALS_PER_THREAD) as f64 / started.elapsed().as_secs_f64())
+}
+
+/// A 1080p RGBA GPU image read and written through maps (texture -> staging -> host copy and
+/// back), and copied texture to texture, beside a plain memcpy of the same bytes.
+fn images(s: &Samples) -> crate::Result {
+    println!("\n== 1080p RGBA GPU image (medians) ==");
+    let (w, h) = (1920, 1080);
+    let a = Tensor::<u8>::image(
+        w,
+        h,
+        PixelFormat::Rgba,
+        Some(TensorMemory::Gpu),
+        CpuAccess::ReadWrite,
+    )?;
+    let b = Tensor::<u8>::image(
+        w,
+        h,
+        PixelFormat::Rgba,
+        Some(TensorMemory::Gpu),
+        CpuAccess::ReadWrite,
+    )?;
+    let bytes = a.buffer_len();
+    let (src, mut dst) = (vec![1u8; bytes], vec![0u8; bytes]);
+    let memcpy = timed(s.rounds, || dst.copy_from_slice(std::hint::black_box(&src)));
+    let read = timed(s.rounds, || {
+        drop(std::hint::black_box(a.map_read().unwrap()))
+    });
+    let write = timed(s.rounds, || a.map_write().unwrap().fill(3));
+    let copy = timed(s.rounds, || {
+        b.copy_from(&a).unwrap();
+        let v = gpu::device().unwrap().signal().unwrap();
+        gpu::device()
+            .unwrap()
+            .wait(v, Duration::from_secs(5))
+            .unwrap();
+    });
+    println!("memcpy of the same bytes:       {:>8}", fmt(memcpy));
+    println!(
+        "read map (download):            {:>8}  {:.1}x memcpy",
+        fmt(read),
+        ratio(read, memcpy)
+    );
+    println!(
+        "write map + fill (down + up):   {:>8}  {:.1}x memcpy",
+        fmt(write),
+        ratio(write, memcpy)
+    );
+    println!("copy_from GPU image to GPU image, waited: {:>8}", fmt(copy));
+    Ok(())
+}
+
+fn timed(rounds: usize, mut f: impl FnMut()) -> Duration {
+    f();
+    let mut times: Vec<Duration> = (0..rounds.min(31))
+        .map(|_| {
+            let start = Instant::now();
+            f();
+            start.elapsed()
+        })
+        .collect();
+    median(&mut times)
+}
+
+fn ratio(a: Duration, b: Duration) -> f64 {
+    a.as_secs_f64() / b.as_secs_f64().max(1e-12)
+}
