@@ -1,5 +1,6 @@
-//! hwtensor: zero-copy tensors over heap, shared-memory and DMA-BUF memory, with exact image
-//! metadata.
+//! hwtensor: zero-copy tensors over heap, shared-memory, DMA-BUF and GPU memory, with exact
+//! image metadata, and one process-wide GPU device (Vulkan on Linux, D3D11 on Windows) with one
+//! timeline fence shared by every copy of the library in the process.
 //!
 //! ```
 //! use hwtensor::{CpuAccess, PixelFormat, Region, Tensor, TensorMemory};

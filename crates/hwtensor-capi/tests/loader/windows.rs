@@ -2,6 +2,7 @@ use std::ffi::CStr;
 use std::path::Path;
 
 use hwtensor::gpu::windows::core::{Interface, HSTRING, PCSTR};
+use hwtensor::gpu::windows::Win32::Graphics::Direct3D11::ID3D11Fence;
 use hwtensor::gpu::{ExternalDevice, GpuDevice};
 use windows_sys::Win32::System::LibraryLoader::{GetProcAddress, LoadLibraryW};
 
@@ -50,8 +51,17 @@ pub fn assert_one_fence(ours: &GpuDevice, lib: &Library) {
             assert_eq!(status, 0);
             // Each copy opens the shared NT handle: two interface pointers, one fence, so
             // compare what they have reached rather than the pointers.
-            assert_ne!(theirs, 0);
-            let _ = f;
+            let raw = theirs as usize as *mut std::ffi::c_void;
+            // SAFETY: the other copy's live fence, borrowed for this check.
+            let other = unsafe { ID3D11Fence::from_raw_borrowed(&raw) }.expect("a fence pointer");
+            let v = ours.signal().unwrap();
+            ours.wait(v, std::time::Duration::from_secs(5)).unwrap();
+            // SAFETY: reads of live fences.
+            let (mine, seen) = unsafe { (f.GetCompletedValue(), other.GetCompletedValue()) };
+            assert!(
+                mine >= v && seen >= v,
+                "the other copy's fence reached {seen}, ours {mine}, signalled {v}"
+            );
         }
         None => {
             assert_eq!(
