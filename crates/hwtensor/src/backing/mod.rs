@@ -97,15 +97,6 @@ impl Storage {
         }
     }
 
-    #[cfg(unix)]
-    pub(crate) fn writable(&self) -> bool {
-        match self {
-            #[cfg(unix)]
-            Storage::Fd(m) => m.writable(),
-            Storage::Heap(_) | Storage::Gpu(_) => true,
-        }
-    }
-
     pub(crate) fn identity(&self) -> Result<BufferIdentity> {
         match self {
             Storage::Heap(h) => Ok(BufferIdentity::heap(h.ptr() as usize)),

@@ -354,6 +354,10 @@ impl GpuMemory {
         Self::wrap(device, texture, grid, pitch, host, true)
     }
 
+    /// Called once the buffer around this memory exists. D3D11 images cross processes by NT
+    /// handle, not by identity, so there is nothing to remember.
+    pub(crate) fn allocated_as(&self, _buffer: &crate::buffer::Buffer) {}
+
     pub(crate) fn device(&self) -> &'static GpuDevice {
         self.device
     }

@@ -176,7 +176,6 @@ pub struct GpuDevice {
     timeline: Timeline,
     /// The event query that finishes work on the CPU where there is no fence.
     finish: Mutex<Option<ID3D11Query>>,
-    imports: Mutex<std::collections::HashMap<memory::GpuOrigin, crate::buffer::WeakBuffer>>,
 }
 
 impl std::fmt::Debug for GpuDevice {
@@ -470,7 +469,6 @@ impl GpuDevice {
             feature_level,
             timeline,
             finish: Mutex::new(None),
-            imports: Mutex::new(std::collections::HashMap::new()),
         }
     }
 
@@ -680,17 +678,5 @@ impl GpuDevice {
             unsafe { context4.Wait(&opened, value) }
                 .map_err(|e| Error::Gpu(format!("queueing the fence wait failed: {e}")))
         })
-    }
-
-    /// Remembers a GPU buffer by its origin (weakly), so it comes home as itself.
-    pub(crate) fn remember_import(
-        &self,
-        origin: memory::GpuOrigin,
-        buffer: &crate::buffer::Buffer,
-    ) {
-        if let Ok(mut imports) = self.imports.lock() {
-            imports.retain(|_, weak| weak.is_alive());
-            imports.insert(origin, buffer.downgrade());
-        }
     }
 }

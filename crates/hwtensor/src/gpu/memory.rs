@@ -470,6 +470,12 @@ impl GpuMemory {
         Ok(())
     }
 
+    /// Called once the buffer around this memory exists: a GPU buffer handed out and back again
+    /// comes home as itself, not as an import.
+    pub(crate) fn allocated_as(&self, buffer: &crate::buffer::Buffer) {
+        self.device.remember_import(self.origin, buffer);
+    }
+
     pub(crate) fn device(&self) -> &'static GpuDevice {
         self.device
     }

@@ -1,7 +1,5 @@
 //! [`Buffer`]: one backing allocation shared by a tensor and all its views and batches.
 
-#[cfg(unix)]
-use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -11,6 +9,12 @@ use crate::identity::{BufferIdentity, BufferLiveness};
 use crate::image::TextureRequest;
 use crate::map::Direction;
 use crate::{Error, Result, TensorMemory};
+
+// What only Unix buffers do: fds, the Vulkan host import, weak handles for the import cache.
+#[cfg(unix)]
+mod unix;
+#[cfg(unix)]
+pub(crate) use unix::WeakBuffer;
 
 /// The bit of [`BufferInner::maps`] that marks a live write map; the bits below count read maps.
 const WRITER: usize = 1 << (usize::BITS - 1);
@@ -52,15 +56,9 @@ impl Buffer {
     ) -> Result<Buffer> {
         let buffer = Buffer::new(Storage::allocate(memory, len, texture)?)?;
         if let Some(g) = buffer.gpu() {
-            // A GPU buffer handed out and back again comes home as itself, not as an import.
-            g.device().remember_import(g.origin(), &buffer);
+            g.allocated_as(&buffer);
         }
         Ok(buffer)
-    }
-
-    #[cfg(unix)]
-    pub(crate) fn import(fd: OwnedFd, len: usize) -> Result<Buffer> {
-        Buffer::new(Storage::import(fd, len)?)
     }
 
     pub(crate) fn ptr(&self) -> *mut u8 {
@@ -75,16 +73,6 @@ impl Buffer {
         self.0.storage.memory()
     }
 
-    #[cfg(unix)]
-    pub(crate) fn fd(&self) -> Option<BorrowedFd<'_>> {
-        self.0.storage.fd()
-    }
-
-    #[cfg(unix)]
-    pub(crate) fn writable(&self) -> bool {
-        self.0.storage.writable()
-    }
-
     pub(crate) fn identity(&self) -> BufferIdentity {
         self.0.identity
     }
@@ -97,26 +85,9 @@ impl Buffer {
         }
     }
 
-    #[cfg(unix)]
-    /// The storage under this buffer.
-    pub(crate) fn storage(&self) -> &Storage {
-        &self.0.storage
-    }
-
-    #[cfg(unix)]
-    /// Where the GPU backend keeps this host buffer's import into the device, made on first
-    /// use (see `gpu::host_import`).
-    pub(crate) fn gpu_import_slot(&self) -> &OnceLock<Option<HostImport>> {
-        &self.0.gpu_import
-    }
-
     /// Takes the aliasing claim alone (for GPU work on the buffer, which needs no CPU view).
     pub(crate) fn claim_for(&self, direction: Direction) -> Result<impl Drop + '_> {
         self.claim(direction)
-    }
-
-    pub(crate) fn downgrade(&self) -> WeakBuffer {
-        WeakBuffer(Arc::downgrade(&self.0))
     }
 
     pub(crate) fn liveness(&self) -> BufferLiveness {
@@ -154,21 +125,6 @@ impl Buffer {
                 held: "for reading",
             }),
         }
-    }
-}
-
-/// A buffer held weakly: for caches that must not keep memory alive.
-#[derive(Debug, Clone)]
-pub(crate) struct WeakBuffer(std::sync::Weak<BufferInner>);
-
-impl WeakBuffer {
-    #[cfg(unix)]
-    pub(crate) fn upgrade(&self) -> Option<Buffer> {
-        self.0.upgrade().map(Buffer)
-    }
-
-    pub(crate) fn is_alive(&self) -> bool {
-        self.0.strong_count() > 0
     }
 }
 
