@@ -191,3 +191,47 @@ fn a_whole_gpu_image_copies_to_another_on_the_gpu_and_a_crop_through_maps() {
         "outside the crop is untouched"
     );
 }
+
+#[test]
+fn host_images_go_up_and_views_come_down_through_the_staging_texture() {
+    if device_or_skip("host_images_go_up_and_views_come_down_through_the_staging_texture").is_none()
+    {
+        return;
+    }
+    let host = Tensor::<u8>::image(50, 7, PixelFormat::Rgba, Some(TensorMemory::Mem), RW).unwrap();
+    pattern(&host, 17);
+    let gpu = Tensor::<u8>::image(50, 7, PixelFormat::Rgba, GPU, RW).unwrap();
+    gpu.copy_from(&host).unwrap();
+    assert_eq!(
+        gpu.to_vec().unwrap(),
+        host.to_vec().unwrap(),
+        "up, then read through a map"
+    );
+
+    let region = hwtensor::Region::new(3, 2, 16, 4);
+    let crop = gpu.view(region).unwrap();
+    let down = Tensor::<u8>::image(16, 4, PixelFormat::Rgba, Some(TensorMemory::Mem), RW).unwrap();
+    down.copy_from(&crop).unwrap();
+    assert_eq!(
+        down.to_vec().unwrap(),
+        host.view(region).unwrap().to_vec().unwrap(),
+        "a view down"
+    );
+
+    // A GPU view as the destination is not the whole texture: through maps, and the rest stays.
+    let small = Tensor::<u8>::image(16, 4, PixelFormat::Rgba, Some(TensorMemory::Mem), RW).unwrap();
+    gpu.view(region).unwrap().copy_from(&small).unwrap();
+    let after = gpu.to_vec().unwrap();
+    assert!(gpu
+        .view(region)
+        .unwrap()
+        .to_vec()
+        .unwrap()
+        .iter()
+        .all(|&b| b == 0));
+    assert_eq!(
+        after[..4],
+        host.to_vec().unwrap()[..4],
+        "outside the view is untouched"
+    );
+}

@@ -160,6 +160,19 @@ fn images(s: &Samples) -> crate::Result {
         drop(std::hint::black_box(a.map_read().unwrap()))
     });
     let write = timed(s.rounds, || a.map_write().unwrap().fill(3));
+    let host = Tensor::<u8>::image(
+        w,
+        h,
+        PixelFormat::Rgba,
+        Some(TensorMemory::Mem),
+        CpuAccess::ReadWrite,
+    )?;
+    let up = timed(s.rounds, || a.copy_from(&host).unwrap());
+    // The path copy_from takes when it cannot use the staging texture directly: through maps.
+    let up_mapped = timed(s.rounds, || {
+        a.copy_from_flat(&host.to_vec().unwrap()).unwrap()
+    });
+    let down = timed(s.rounds, || host.copy_from(&a).unwrap());
     let copy = timed(s.rounds, || {
         b.copy_from(&a).unwrap();
         let v = gpu::device().unwrap().signal().unwrap();
@@ -178,6 +191,22 @@ fn images(s: &Samples) -> crate::Result {
         "write map + fill (down + up):   {:>8}  {:.1}x memcpy",
         fmt(write),
         ratio(write, memcpy)
+    );
+    println!(
+        "copy_from host -> GPU image:    {:>8}  {:.1}x memcpy",
+        fmt(up),
+        ratio(up, memcpy)
+    );
+    println!(
+        "  the same through maps:        {:>8}  {:.1}x memcpy ({:.1}x the direct path)",
+        fmt(up_mapped),
+        ratio(up_mapped, memcpy),
+        ratio(up_mapped, up)
+    );
+    println!(
+        "copy_from GPU image -> host:    {:>8}  {:.1}x memcpy",
+        fmt(down),
+        ratio(down, memcpy)
     );
     println!("copy_from GPU image to GPU image, waited: {:>8}", fmt(copy));
     Ok(())

@@ -32,6 +32,7 @@ use windows::Win32::Graphics::Dxgi::IDXGIResource1;
 use super::GpuDevice;
 use crate::backing::HeapBlock;
 use crate::image::TextureRequest;
+use crate::map::Direction;
 use crate::{DType, Element, Error, PixelFormat, Result, Tensor, TensorMemory};
 
 /// The longest any CPU access waits for GPU work on a buffer.
@@ -543,26 +544,39 @@ impl<T: Element> Tensor<T> {
     }
 }
 
-/// `copy_from` between two GPU images that each span their whole texture, of one format and
-/// size, is one `CopyResource` on the device (no CPU copy at all); every other pair involving
-/// GPU memory goes through CPU maps.
+/// `copy_from` with GPU images on D3D11, without the host copy in between:
+/// - GPU to GPU, both whole images of one grid: one `CopyResource`;
+/// - host to GPU, onto a whole image: the host rows go straight into the staging texture, then
+///   one `CopyResource` up;
+/// - GPU to host, from any view: one `CopyResource` down, then the rows straight out of the
+///   staging texture.
+///
+/// Anything else (a partial view as the GPU destination, grids that differ) goes through CPU
+/// maps.
 pub(crate) fn copy_on_gpu<T: Element>(dst: &Tensor<T>, src: &Tensor<T>) -> Option<Result<()>> {
-    let (s, d) = (src.buffer.gpu()?, dst.buffer.gpu()?);
-    // Offset 0 and every pixel of every row: the tensor is the whole texture.
-    let whole = |t: &Tensor<T>, m: &GpuMemory| {
-        t.offset == 0 && t.len() * T::DTYPE.size() == m.grid.row_bytes * m.rows
-    };
-    if s.grid != d.grid || src.strides != dst.strides || !whole(src, s) || !whole(dst, d) {
-        return None;
+    match (src.buffer.gpu(), dst.buffer.gpu()) {
+        (Some(s), Some(d)) if s.grid == d.grid && src.strides == dst.strides => {
+            (whole(src, s) && whole(dst, d)).then(|| gpu_to_gpu(dst, src, s, d))
+        }
+        (None, Some(d)) => whole(dst, d).then(|| through_staging(dst, src, d, Way::Up)),
+        (Some(s), None) => Some(through_staging(dst, src, s, Way::Down)),
+        _ => None,
     }
-    let _read = match src.buffer.claim_for(crate::map::Direction::Read) {
-        Ok(c) => c,
-        Err(e) => return Some(Err(e)),
-    };
-    let _write = match dst.buffer.claim_for(crate::map::Direction::Write) {
-        Ok(c) => c,
-        Err(e) => return Some(Err(e)),
-    };
+}
+
+/// Whether `t` is all of `m`: offset 0 and every pixel of every row.
+fn whole<T: Element>(t: &Tensor<T>, m: &GpuMemory) -> bool {
+    t.offset == 0 && t.len() * T::DTYPE.size() == m.grid.row_bytes * m.rows
+}
+
+fn gpu_to_gpu<T: Element>(
+    dst: &Tensor<T>,
+    src: &Tensor<T>,
+    s: &GpuMemory,
+    d: &GpuMemory,
+) -> Result<()> {
+    let _read = src.buffer.claim_for(Direction::Read)?;
+    let _write = dst.buffer.claim_for(Direction::Write)?;
     let dev = d.device;
     dev.with_queue(|| {
         // SAFETY: two textures of one grid on this device, inside the queue bracket.
@@ -571,5 +585,84 @@ pub(crate) fn copy_on_gpu<T: Element>(dst: &Tensor<T>, src: &Tensor<T>) -> Optio
             dev.context().Flush();
         }
     });
-    Some(Ok(()))
+    Ok(())
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Way {
+    Up,
+    Down,
+}
+
+/// Copies between a host tensor and a GPU image through the image's staging texture, run by
+/// run (`geometry::for_each_paired_run`), translating the GPU side's offsets from the host
+/// copy's pitch to the mapping's.
+fn through_staging<T: Element>(
+    dst: &Tensor<T>,
+    src: &Tensor<T>,
+    gpu: &GpuMemory,
+    way: Way,
+) -> Result<()> {
+    let (host_dir, gpu_dir) = match way {
+        Way::Up => (Direction::Read, Direction::Write),
+        Way::Down => (Direction::Write, Direction::Read),
+    };
+    let (host_t, gpu_t) = if way == Way::Up {
+        (src, dst)
+    } else {
+        (dst, src)
+    };
+    let _host = host_t.buffer.begin_access(host_dir)?;
+    let _gpu = gpu_t.buffer.claim_for(gpu_dir)?;
+    let dev = gpu.device;
+    dev.with_queue(|| {
+        let how = if way == Way::Up {
+            D3D11_MAP_WRITE
+        } else {
+            D3D11_MAP_READ
+        };
+        if way == Way::Down {
+            // SAFETY: two textures of one grid on this device, inside the bracket.
+            unsafe { dev.context().CopyResource(&gpu.staging, &gpu.texture) };
+        }
+        let mapped = map(dev, &gpu.staging, how)?;
+        let (mapped_ptr, mapped_pitch) = (mapped.pData.cast::<u8>(), mapped.RowPitch as usize);
+        let at = |off: usize| (off / gpu.pitch) * mapped_pitch + off % gpu.pitch;
+        let host = host_t.buffer.ptr();
+        crate::geometry::for_each_paired_run(
+            &dst.shape,
+            &src.strides,
+            &dst.strides,
+            T::DTYPE.size(),
+            |s_off, d_off, len| {
+                let (s_off, d_off) = (src.offset + s_off, dst.offset + d_off);
+                // SAFETY: both offsets come from the tensors' own checked geometry; the GPU
+                // side's lies in the staging mapping (same grid, rows `mapped_pitch` apart), the
+                // host side's in its buffer, which the access guard holds; they never overlap.
+                unsafe {
+                    match way {
+                        Way::Up => std::ptr::copy_nonoverlapping(
+                            host.add(s_off),
+                            mapped_ptr.add(at(d_off)),
+                            len,
+                        ),
+                        Way::Down => std::ptr::copy_nonoverlapping(
+                            mapped_ptr.add(at(s_off)),
+                            host.add(d_off),
+                            len,
+                        ),
+                    }
+                }
+            },
+        );
+        // SAFETY: mapped above; then (up) a copy between two textures of one grid.
+        unsafe {
+            dev.context().Unmap(&gpu.staging, 0);
+            if way == Way::Up {
+                dev.context().CopyResource(&gpu.texture, &gpu.staging);
+                dev.context().Flush();
+            }
+        }
+        Ok(())
+    })
 }
