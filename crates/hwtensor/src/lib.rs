@@ -33,8 +33,8 @@ mod error;
 mod fd;
 mod format;
 pub mod geometry;
-/// The process GPU device: Vulkan on Linux (`src/gpu/`), D3D11 on Windows (`src/d3d11/`), one
-/// public shape.
+// The process GPU device: Vulkan on Linux (`src/gpu/`), D3D11 on Windows (`src/d3d11/`), one
+// public shape.
 #[cfg(unix)]
 pub mod gpu;
 #[cfg(windows)]

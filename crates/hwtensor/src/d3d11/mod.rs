@@ -178,6 +178,25 @@ pub struct GpuDevice {
     finish: Mutex<Option<ID3D11Query>>,
 }
 
+/// The device's Multithread critical section, held until drop (also when `f` panics: a
+/// section left entered would stop every other thread and copy at its next GPU call).
+struct Bracket<'a>(&'a ID3D11Multithread);
+
+impl<'a> Bracket<'a> {
+    fn enter(m: &'a ID3D11Multithread) -> Self {
+        // SAFETY: a live interface; the matching Leave is in Drop.
+        unsafe { m.Enter() };
+        Bracket(m)
+    }
+}
+
+impl Drop for Bracket<'_> {
+    fn drop(&mut self) {
+        // SAFETY: entered in `enter` on this thread.
+        unsafe { self.0.Leave() };
+    }
+}
+
 impl std::fmt::Debug for GpuDevice {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("GpuDevice")
@@ -486,17 +505,14 @@ impl GpuDevice {
     }
 
     /// Runs `f` inside the queue bracket: the device's own Multithread lock, which every copy
-    /// and thread shares, or the record's lock where the device has none.
-    pub(crate) fn with_queue<R>(&self, f: impl FnOnce() -> R) -> R {
+    /// and thread shares, or the record's lock where the device has none. Use the immediate
+    /// context from any thread but its owner's only inside it. Do not call it from inside `f`:
+    /// the fallback lock of a device without `ID3D11Multithread` does not nest.
+    pub fn with_queue<R>(&self, f: impl FnOnce() -> R) -> R {
         match &self.ifaces.multithread {
             Some(m) => {
-                // SAFETY: Enter and Leave pair up around `f`, which does not unwind past them
-                // (it returns a Result for every failure).
-                unsafe { m.Enter() };
-                let r = f();
-                // SAFETY: as above.
-                unsafe { m.Leave() };
-                r
+                let _inside = Bracket::enter(m);
+                f()
             }
             None => {
                 let _lock = crate::claim::QueueLock::acquire(self.timeline.shared.lock);
