@@ -70,6 +70,7 @@ impl Storage {
         }
     }
 
+    #[inline]
     pub(crate) fn ptr(&self) -> *mut u8 {
         match self {
             Storage::Heap(h) => h.ptr(),
@@ -113,7 +114,9 @@ impl Storage {
         }
     }
 
-    /// Opens what a CPU access in `direction` needs besides the pointer.
+    /// Opens what a CPU access in `direction` needs besides the pointer. Inlined: it is on
+    /// every map's path, and for heap memory it is one comparison.
+    #[inline]
     pub(crate) fn begin_cpu(&self, direction: Direction) -> Result<Option<CpuAccessGuard<'_>>> {
         match self {
             Storage::Heap(_) => Ok(None),

@@ -61,6 +61,7 @@ impl Buffer {
         Ok(buffer)
     }
 
+    #[inline]
     pub(crate) fn ptr(&self) -> *mut u8 {
         self.0.storage.ptr()
     }
@@ -97,6 +98,7 @@ impl Buffer {
     /// Registers a CPU access in `direction`: refuses one that would alias a live write map,
     /// and opens what the storage needs around CPU access (a staged GPU map's write-back, the
     /// DMA-BUF sync bracket).
+    #[inline]
     pub(crate) fn begin_access(&self, direction: Direction) -> Result<AccessGuard<'_>> {
         let claim = self.claim(direction)?;
         let storage = self.0.storage.begin_cpu(direction)?;
@@ -144,6 +146,7 @@ struct Claim<'a> {
 }
 
 impl Drop for Claim<'_> {
+    #[inline]
     fn drop(&mut self) {
         if self.write {
             self.maps.store(0, Ordering::Release);
