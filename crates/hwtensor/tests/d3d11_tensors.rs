@@ -218,7 +218,7 @@ fn host_images_go_up_and_views_come_down_through_the_staging_texture() {
         "a view down"
     );
 
-    // A GPU view as the destination is not the whole texture: through maps, and the rest stays.
+    // A GPU view as the destination: the texture comes down into staging first, so the rest stays.
     let small = Tensor::<u8>::image(16, 4, PixelFormat::Rgba, Some(TensorMemory::Mem), RW).unwrap();
     gpu.view(region).unwrap().copy_from(&small).unwrap();
     let after = gpu.to_vec().unwrap();

@@ -18,9 +18,9 @@ use windows::core::Interface;
 use windows::Win32::Foundation::GENERIC_ALL;
 use windows::Win32::Graphics::Direct3D11::{
     ID3D11Resource, ID3D11Texture2D, D3D11_BIND_SHADER_RESOURCE, D3D11_CPU_ACCESS_READ,
-    D3D11_CPU_ACCESS_WRITE, D3D11_MAPPED_SUBRESOURCE, D3D11_MAP_READ, D3D11_MAP_WRITE,
-    D3D11_RESOURCE_MISC_SHARED, D3D11_RESOURCE_MISC_SHARED_NTHANDLE, D3D11_SUBRESOURCE_DATA,
-    D3D11_TEXTURE2D_DESC, D3D11_USAGE_DEFAULT, D3D11_USAGE_STAGING,
+    D3D11_CPU_ACCESS_WRITE, D3D11_MAPPED_SUBRESOURCE, D3D11_MAP_READ, D3D11_MAP_READ_WRITE,
+    D3D11_MAP_WRITE, D3D11_RESOURCE_MISC_SHARED, D3D11_RESOURCE_MISC_SHARED_NTHANDLE,
+    D3D11_SUBRESOURCE_DATA, D3D11_TEXTURE2D_DESC, D3D11_USAGE_DEFAULT, D3D11_USAGE_STAGING,
 };
 use windows::Win32::Graphics::Dxgi::Common::{
     DXGI_FORMAT, DXGI_FORMAT_B8G8R8A8_UNORM, DXGI_FORMAT_R16G16B16A16_FLOAT,
@@ -546,19 +546,18 @@ impl<T: Element> Tensor<T> {
 
 /// `copy_from` with GPU images on D3D11, without the host copy in between:
 /// - GPU to GPU, both whole images of one grid: one `CopyResource`;
-/// - host to GPU, onto a whole image: the host rows go straight into the staging texture, then
-///   one `CopyResource` up;
+/// - host to GPU: the host rows go straight into the staging texture (for a partial view, after
+///   the texture's current contents are copied down into it), then one `CopyResource` up;
 /// - GPU to host, from any view: one `CopyResource` down, then the rows straight out of the
 ///   staging texture.
 ///
-/// Anything else (a partial view as the GPU destination, grids that differ) goes through CPU
-/// maps.
+/// GPU to GPU between views or different grids goes through CPU maps.
 pub(crate) fn copy_on_gpu<T: Element>(dst: &Tensor<T>, src: &Tensor<T>) -> Option<Result<()>> {
     match (src.buffer.gpu(), dst.buffer.gpu()) {
         (Some(s), Some(d)) if s.grid == d.grid && src.strides == dst.strides => {
             (whole(src, s) && whole(dst, d)).then(|| gpu_to_gpu(dst, src, s, d))
         }
-        (None, Some(d)) => whole(dst, d).then(|| through_staging(dst, src, d, Way::Up)),
+        (None, Some(d)) => Some(through_staging(dst, src, d, Way::Up)),
         (Some(s), None) => Some(through_staging(dst, src, s, Way::Down)),
         _ => None,
     }
@@ -614,14 +613,16 @@ fn through_staging<T: Element>(
     };
     let _host = host_t.buffer.begin_access(host_dir)?;
     let _gpu = gpu_t.buffer.claim_for(gpu_dir)?;
+    // Writing all of the texture needs nothing of it; anything else starts from its contents.
+    let overwrites_all = way == Way::Up && whole(gpu_t, gpu);
     let dev = gpu.device;
     dev.with_queue(|| {
-        let how = if way == Way::Up {
-            D3D11_MAP_WRITE
-        } else {
-            D3D11_MAP_READ
+        let how = match way {
+            Way::Up if overwrites_all => D3D11_MAP_WRITE,
+            Way::Up => D3D11_MAP_READ_WRITE,
+            Way::Down => D3D11_MAP_READ,
         };
-        if way == Way::Down {
+        if !overwrites_all {
             // SAFETY: two textures of one grid on this device, inside the bracket.
             unsafe { dev.context().CopyResource(&gpu.staging, &gpu.texture) };
         }
