@@ -2,7 +2,7 @@
 //!
 //! Host to host is a memcpy. Pairs that involve GPU memory go to the platform's GPU backend
 //! first (`gpu::copy_on_gpu`), which runs the copy on the device where it can; whatever it
-//! declines is copied through CPU maps.
+//! declines, and any copy within one buffer, is copied through CPU maps.
 
 use crate::{Element, Error, Result, Tensor};
 
@@ -16,7 +16,10 @@ impl<T: Element> Tensor<T> {
                 src.shape, self.shape
             )));
         }
-        if self.buffer.gpu().is_some() || src.buffer.gpu().is_some() {
+        // Within one buffer the regions may overlap, and one buffer cannot be claimed for reading
+        // and writing at once: such a copy reads everything first, through a map.
+        let one_buffer = self.buffer.same_as(&src.buffer);
+        if !one_buffer && (self.buffer.gpu().is_some() || src.buffer.gpu().is_some()) {
             if let Some(done) = crate::gpu::copy_on_gpu(self, src) {
                 return done;
             }

@@ -167,9 +167,11 @@ fn a_handle_that_is_not_a_shared_texture_is_refused_on_import() {
 }
 
 #[test]
-fn a_whole_gpu_image_copies_to_another_on_the_gpu_and_a_crop_through_maps() {
-    if device_or_skip("a_whole_gpu_image_copies_to_another_on_the_gpu_and_a_crop_through_maps")
-        .is_none()
+fn a_whole_gpu_image_copies_to_another_on_the_gpu_and_a_crop_between_staging_textures() {
+    if device_or_skip(
+        "a_whole_gpu_image_copies_to_another_on_the_gpu_and_a_crop_between_staging_textures",
+    )
+    .is_none()
     {
         return;
     }
@@ -233,5 +235,50 @@ fn host_images_go_up_and_views_come_down_through_the_staging_texture() {
         after[..4],
         host.to_vec().unwrap()[..4],
         "outside the view is untouched"
+    );
+}
+
+#[test]
+fn a_view_copies_into_another_view_of_the_same_gpu_image() {
+    if device_or_skip("a_view_copies_into_another_view_of_the_same_gpu_image").is_none() {
+        return;
+    }
+    let img = Tensor::<u8>::image(64, 8, PixelFormat::Rgba, GPU, RW).unwrap();
+    pattern(&img, 23);
+    let (left, right) = (
+        hwtensor::Region::new(0, 0, 16, 8),
+        hwtensor::Region::new(32, 0, 16, 8),
+    );
+    let expected = img.view(left).unwrap().to_vec().unwrap();
+    img.view(right)
+        .unwrap()
+        .copy_from(&img.view(left).unwrap())
+        .unwrap();
+    assert_eq!(img.view(right).unwrap().to_vec().unwrap(), expected);
+    img.copy_from(&img).unwrap();
+    assert_eq!(
+        img.view(left).unwrap().to_vec().unwrap(),
+        expected,
+        "a copy onto itself changes nothing"
+    );
+}
+
+#[test]
+fn a_grey_crop_of_one_gpu_image_lands_in_a_bigger_gpu_image() {
+    if device_or_skip("a_grey_crop_of_one_gpu_image_lands_in_a_bigger_gpu_image").is_none() {
+        return;
+    }
+    let a = Tensor::<u8>::image(30, 10, PixelFormat::Grey, GPU, RW).unwrap();
+    let b = Tensor::<u8>::image(70, 20, PixelFormat::Grey, GPU, RW).unwrap();
+    pattern(&a, 2);
+    let from = a.view(hwtensor::Region::new(5, 3, 12, 6)).unwrap();
+    let to = b.view(hwtensor::Region::new(40, 11, 12, 6)).unwrap();
+    to.copy_from(&from).unwrap();
+    assert_eq!(to.to_vec().unwrap(), from.to_vec().unwrap());
+    let all = b.to_vec().unwrap();
+    assert_eq!(
+        all.iter().filter(|&&x| x != 0).count(),
+        from.to_vec().unwrap().iter().filter(|&&x| x != 0).count(),
+        "nothing else of b changed"
     );
 }

@@ -74,6 +74,11 @@ impl Buffer {
         self.0.storage.memory()
     }
 
+    /// Whether both handles are the same buffer.
+    pub(crate) fn same_as(&self, other: &Buffer) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+
     pub(crate) fn identity(&self) -> BufferIdentity {
         self.0.identity
     }

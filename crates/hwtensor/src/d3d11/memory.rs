@@ -551,15 +551,20 @@ impl<T: Element> Tensor<T> {
 /// - GPU to host, from any view: one `CopyResource` down, then the rows straight out of the
 ///   staging texture.
 ///
-/// GPU to GPU between views or different grids goes through CPU maps.
+/// - GPU to GPU between views or different grids: down into the source's staging texture, run
+///   by run into the destination's, and up.
 pub(crate) fn copy_on_gpu<T: Element>(dst: &Tensor<T>, src: &Tensor<T>) -> Option<Result<()>> {
     match (src.buffer.gpu(), dst.buffer.gpu()) {
-        (Some(s), Some(d)) if s.grid == d.grid && src.strides == dst.strides => {
-            (whole(src, s) && whole(dst, d)).then(|| gpu_to_gpu(dst, src, s, d))
-        }
+        (Some(s), Some(d)) => Some(
+            if s.grid == d.grid && src.strides == dst.strides && whole(src, s) && whole(dst, d) {
+                gpu_to_gpu(dst, src, s, d)
+            } else {
+                between_stagings(dst, src, s, d)
+            },
+        ),
         (None, Some(d)) => Some(through_staging(dst, src, d, Way::Up)),
         (Some(s), None) => Some(through_staging(dst, src, s, Way::Down)),
-        _ => None,
+        (None, None) => None,
     }
 }
 
@@ -585,6 +590,73 @@ fn gpu_to_gpu<T: Element>(
         }
     });
     Ok(())
+}
+
+/// A GPU image view into another image's view: both staging textures mapped at once, the runs
+/// copied between them, then one copy up.
+fn between_stagings<T: Element>(
+    dst: &Tensor<T>,
+    src: &Tensor<T>,
+    s: &GpuMemory,
+    d: &GpuMemory,
+) -> Result<()> {
+    let _read = src.buffer.claim_for(Direction::Read)?;
+    let _write = dst.buffer.claim_for(Direction::Write)?;
+    let overwrites_all = whole(dst, d);
+    let dev = d.device;
+    dev.with_queue(|| {
+        // SAFETY: textures of this device paired with their own staging, inside the bracket.
+        unsafe {
+            dev.context().CopyResource(&s.staging, &s.texture);
+            if !overwrites_all {
+                dev.context().CopyResource(&d.staging, &d.texture);
+            }
+        }
+        let from = map(dev, &s.staging, D3D11_MAP_READ)?;
+        let how = if overwrites_all {
+            D3D11_MAP_WRITE
+        } else {
+            D3D11_MAP_READ_WRITE
+        };
+        let to = match map(dev, &d.staging, how) {
+            Ok(m) => m,
+            Err(e) => {
+                // SAFETY: mapped just above.
+                unsafe { dev.context().Unmap(&s.staging, 0) };
+                return Err(e);
+            }
+        };
+        let (from_ptr, to_ptr) = (from.pData.cast::<u8>().cast_const(), to.pData.cast::<u8>());
+        crate::geometry::for_each_paired_run(
+            &dst.shape,
+            &src.strides,
+            &dst.strides,
+            T::DTYPE.size(),
+            |s_off, d_off, len| {
+                let from_at = mapped_offset(src.offset + s_off, s.pitch, from.RowPitch as usize);
+                let to_at = mapped_offset(dst.offset + d_off, d.pitch, to.RowPitch as usize);
+                // SAFETY: each offset lies in its own staging mapping (the tensors' geometry is
+                // checked against grids of these textures); two textures never overlap.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(from_ptr.add(from_at), to_ptr.add(to_at), len)
+                };
+            },
+        );
+        // SAFETY: both mapped above; then a copy between a texture and its own staging.
+        unsafe {
+            dev.context().Unmap(&s.staging, 0);
+            dev.context().Unmap(&d.staging, 0);
+            dev.context().CopyResource(&d.texture, &d.staging);
+            dev.context().Flush();
+        }
+        Ok(())
+    })
+}
+
+/// Where byte `off` of a GPU image's host-copy layout (rows `pitch` apart) lies in a mapping of
+/// its staging texture (rows `mapped_pitch` apart).
+fn mapped_offset(off: usize, pitch: usize, mapped_pitch: usize) -> usize {
+    (off / pitch) * mapped_pitch + off % pitch
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -628,7 +700,7 @@ fn through_staging<T: Element>(
         }
         let mapped = map(dev, &gpu.staging, how)?;
         let (mapped_ptr, mapped_pitch) = (mapped.pData.cast::<u8>(), mapped.RowPitch as usize);
-        let at = |off: usize| (off / gpu.pitch) * mapped_pitch + off % gpu.pitch;
+        let at = |off: usize| mapped_offset(off, gpu.pitch, mapped_pitch);
         let host = host_t.buffer.ptr();
         crate::geometry::for_each_paired_run(
             &dst.shape,
