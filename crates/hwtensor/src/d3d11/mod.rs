@@ -297,7 +297,7 @@ fn publish_or_adopt(record: &'static Record, pid: u32) -> std::result::Result<Gp
     }
     match record.read(pid) {
         Found::Ours(p) => {
-            drop(dev);
+            dev.discard();
             adopt(record, &p)
         }
         other => {
@@ -488,6 +488,15 @@ impl GpuDevice {
             feature_level,
             timeline,
             finish: Mutex::new(None),
+        }
+    }
+
+    /// Releases a device this copy built and lost the publication race with: the COM
+    /// references go with the value; the fence's NT handle is closed by hand.
+    fn discard(self) {
+        if let Some(handle) = self.timeline.fence.as_ref().and_then(|f| f.shared_handle) {
+            // SAFETY: a handle this copy created and never published or shared.
+            let _ = unsafe { windows::Win32::Foundation::CloseHandle(handle) };
         }
     }
 
