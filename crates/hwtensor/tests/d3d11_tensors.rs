@@ -239,31 +239,6 @@ fn host_images_go_up_and_views_come_down_through_the_staging_texture() {
 }
 
 #[test]
-fn a_view_copies_into_another_view_of_the_same_gpu_image() {
-    if device_or_skip("a_view_copies_into_another_view_of_the_same_gpu_image").is_none() {
-        return;
-    }
-    let img = Tensor::<u8>::image(64, 8, PixelFormat::Rgba, GPU, RW).unwrap();
-    pattern(&img, 23);
-    let (left, right) = (
-        hwtensor::Region::new(0, 0, 16, 8),
-        hwtensor::Region::new(32, 0, 16, 8),
-    );
-    let expected = img.view(left).unwrap().to_vec().unwrap();
-    img.view(right)
-        .unwrap()
-        .copy_from(&img.view(left).unwrap())
-        .unwrap();
-    assert_eq!(img.view(right).unwrap().to_vec().unwrap(), expected);
-    img.copy_from(&img).unwrap();
-    assert_eq!(
-        img.view(left).unwrap().to_vec().unwrap(),
-        expected,
-        "a copy onto itself changes nothing"
-    );
-}
-
-#[test]
 fn a_grey_crop_of_one_gpu_image_lands_in_a_bigger_gpu_image() {
     if device_or_skip("a_grey_crop_of_one_gpu_image_lands_in_a_bigger_gpu_image").is_none() {
         return;

@@ -163,36 +163,3 @@ fn a_crop_of_a_padded_image_copies_into_and_out_of_gpu_memory() {
         );
     }
 }
-
-#[test]
-fn a_view_copies_into_another_view_of_the_same_gpu_image() {
-    if device_or_skip("a_view_copies_into_another_view_of_the_same_gpu_image").is_none() {
-        return;
-    }
-    let img = Tensor::<u8>::image(
-        64,
-        8,
-        PixelFormat::Rgba,
-        Some(TensorMemory::Gpu),
-        CpuAccess::ReadWrite,
-    )
-    .unwrap();
-    let pattern: Vec<u8> = (0..img.len()).map(|i| (i % 251) as u8).collect();
-    img.copy_from_flat(&pattern).unwrap();
-    let (left, right) = (
-        hwtensor::Region::new(0, 0, 16, 8),
-        hwtensor::Region::new(32, 0, 16, 8),
-    );
-    let expected = img.view(left).unwrap().to_vec().unwrap();
-    img.view(right)
-        .unwrap()
-        .copy_from(&img.view(left).unwrap())
-        .unwrap();
-    assert_eq!(img.view(right).unwrap().to_vec().unwrap(), expected);
-    img.copy_from(&img).unwrap();
-    assert_eq!(
-        img.view(left).unwrap().to_vec().unwrap(),
-        expected,
-        "a copy onto itself changes nothing"
-    );
-}

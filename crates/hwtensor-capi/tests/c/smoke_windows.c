@@ -7,25 +7,12 @@
 #include <string.h>
 #include <windows.h>
 
-#include "hwtensor.h"
-
-static int fail(const char *what, HwtStatus s) {
-    char msg[512];
-    hwt_last_error(msg, sizeof msg);
-    fprintf(stderr, "c smoke (windows): %s failed (status %d): %s\n", what, (int)s, msg);
-    return 1;
-}
+#include "smoke.h"
 
 int main(void) {
     uint64_t device = 0;
     HwtStatus s = hwt_gpu_device_handle(&device);
-    if (s == HWT_STATUS_UNAVAILABLE) {
-        const char *required = getenv("HWTENSOR_TEST_REQUIRE_GPU");
-        char msg[512];
-        hwt_last_error(msg, sizeof msg);
-        fprintf(stderr, "SKIPPED: c_smoke_windows - %s\n", msg);
-        return required && strcmp(required, "1") == 0 ? 1 : 0;
-    }
+    if (s == HWT_STATUS_UNAVAILABLE) return no_device("c_smoke_windows");
     if (s != HWT_STATUS_OK) return fail("hwt_gpu_device_handle", s);
 
     uint64_t a = 0, b = 0;
