@@ -167,12 +167,8 @@ fn a_handle_that_is_not_a_shared_texture_is_refused_on_import() {
 }
 
 #[test]
-fn a_whole_gpu_image_copies_to_another_on_the_gpu_and_a_crop_between_staging_textures() {
-    if device_or_skip(
-        "a_whole_gpu_image_copies_to_another_on_the_gpu_and_a_crop_between_staging_textures",
-    )
-    .is_none()
-    {
+fn whole_gpu_images_and_crops_of_them_copy_on_the_gpu() {
+    if device_or_skip("whole_gpu_images_and_crops_of_them_copy_on_the_gpu").is_none() {
         return;
     }
     let a = Tensor::<u8>::image(40, 12, PixelFormat::Nv12, GPU, RW).unwrap();
@@ -256,4 +252,36 @@ fn a_grey_crop_of_one_gpu_image_lands_in_a_bigger_gpu_image() {
         from.to_vec().unwrap().iter().filter(|&&x| x != 0).count(),
         "nothing else of b changed"
     );
+}
+
+#[test]
+fn views_of_different_formats_copy_between_the_staging_textures() {
+    if device_or_skip("views_of_different_formats_copy_between_the_staging_textures").is_none() {
+        return;
+    }
+    // RGBA8 into BGRA8 has no GPU-side copy (different DXGI formats): the bytes travel through
+    // both staging textures, unchanged, as copy_from promises.
+    let a = Tensor::<u8>::image(24, 6, PixelFormat::Rgba, GPU, RW).unwrap();
+    let b = Tensor::<u8>::image(40, 9, PixelFormat::Bgra, GPU, RW).unwrap();
+    pattern(&a, 31);
+    let from = a.view(hwtensor::Region::new(2, 1, 10, 4)).unwrap();
+    let to = b.view(hwtensor::Region::new(20, 3, 10, 4)).unwrap();
+    to.copy_from(&from).unwrap();
+    assert_eq!(to.to_vec().unwrap(), from.to_vec().unwrap());
+    // One image of a batch is a band of rows of the tall texture: copied between two batches.
+    let n = Tensor::<u8>::image_batch(2, 8, 4, PixelFormat::Grey, GPU, RW).unwrap();
+    let m = Tensor::<u8>::image_batch(2, 8, 4, PixelFormat::Grey, GPU, RW).unwrap();
+    pattern(&n, 5);
+    m.batch(1).unwrap().copy_from(&n.batch(0).unwrap()).unwrap();
+    assert_eq!(
+        m.batch(1).unwrap().to_vec().unwrap(),
+        n.batch(0).unwrap().to_vec().unwrap()
+    );
+    assert!(m
+        .batch(0)
+        .unwrap()
+        .to_vec()
+        .unwrap()
+        .iter()
+        .all(|&x| x == 0));
 }

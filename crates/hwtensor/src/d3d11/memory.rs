@@ -17,7 +17,7 @@ use std::time::Duration;
 use windows::core::Interface;
 use windows::Win32::Foundation::GENERIC_ALL;
 use windows::Win32::Graphics::Direct3D11::{
-    ID3D11Resource, ID3D11Texture2D, D3D11_BIND_SHADER_RESOURCE, D3D11_CPU_ACCESS_READ,
+    ID3D11Resource, ID3D11Texture2D, D3D11_BIND_SHADER_RESOURCE, D3D11_BOX, D3D11_CPU_ACCESS_READ,
     D3D11_CPU_ACCESS_WRITE, D3D11_MAPPED_SUBRESOURCE, D3D11_MAP_READ, D3D11_MAP_READ_WRITE,
     D3D11_MAP_WRITE, D3D11_RESOURCE_MISC_SHARED, D3D11_RESOURCE_MISC_SHARED_NTHANDLE,
     D3D11_SUBRESOURCE_DATA, D3D11_TEXTURE2D_DESC, D3D11_USAGE_DEFAULT, D3D11_USAGE_STAGING,
@@ -31,6 +31,7 @@ use windows::Win32::Graphics::Dxgi::IDXGIResource1;
 
 use super::GpuDevice;
 use crate::backing::HeapBlock;
+use crate::geometry::byte_strides;
 use crate::image::TextureRequest;
 use crate::map::Direction;
 use crate::{DType, Element, Error, PixelFormat, Result, Tensor, TensorMemory};
@@ -545,23 +546,21 @@ impl<T: Element> Tensor<T> {
 }
 
 /// `copy_from` with GPU images on D3D11, without the host copy in between:
-/// - GPU to GPU, both whole images of one grid: one `CopyResource`;
+/// - GPU to GPU, a rectangle of texels to a rectangle of one format and size (whole images,
+///   crops of packed formats): one `CopySubresourceRegion`, on the GPU;
 /// - host to GPU: the host rows go straight into the staging texture (for a partial view, after
 ///   the texture's current contents are copied down into it), then one `CopyResource` up;
 /// - GPU to host, from any view: one `CopyResource` down, then the rows straight out of the
 ///   staging texture.
 ///
-/// - GPU to GPU between views or different grids: down into the source's staging texture, run
-///   by run into the destination's, and up.
+/// - any other GPU to GPU pair (batches, semi-planar or different formats): down into the
+///   source's staging texture, run by run into the destination's, and up.
 pub(crate) fn copy_on_gpu<T: Element>(dst: &Tensor<T>, src: &Tensor<T>) -> Option<Result<()>> {
     match (src.buffer.gpu(), dst.buffer.gpu()) {
-        (Some(s), Some(d)) => Some(
-            if s.grid == d.grid && src.strides == dst.strides && whole(src, s) && whole(dst, d) {
-                gpu_to_gpu(dst, src, s, d)
-            } else {
-                between_stagings(dst, src, s, d)
-            },
-        ),
+        (Some(s), Some(d)) => Some(match gpu_rects(dst, src, s, d) {
+            Some((from, to)) => gpu_to_gpu(dst, src, (s, from), (d, to)),
+            None => between_stagings(dst, src, s, d),
+        }),
         (None, Some(d)) => Some(through_staging(dst, src, d, Way::Up)),
         (Some(s), None) => Some(through_staging(dst, src, s, Way::Down)),
         (None, None) => None,
@@ -573,19 +572,96 @@ fn whole<T: Element>(t: &Tensor<T>, m: &GpuMemory) -> bool {
     t.offset == 0 && t.len() * T::DTYPE.size() == m.grid.row_bytes * m.rows
 }
 
-fn gpu_to_gpu<T: Element>(
+/// A rectangle of texels in a texture.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Rect {
+    x: u32,
+    y: u32,
+    w: u32,
+    h: u32,
+}
+
+/// The texels `t` covers in `m`'s texture, when they form a rectangle: the first dimension
+/// walks the texture's rows (stride = pitch), the rest is one tight run of whole texels.
+fn texel_rect<T: Element>(t: &Tensor<T>, m: &GpuMemory) -> Option<Rect> {
+    let elem = T::DTYPE.size();
+    let (&rows, inner) = t.shape.split_first()?;
+    if t.strides.first() != Some(&m.pitch)
+        || byte_strides(inner, elem, None).ok()? != t.strides[1..]
+        || rows == 0
+    {
+        return None;
+    }
+    let texel = m.grid.row_bytes / m.grid.width as usize;
+    let run = inner.iter().product::<usize>() * elem;
+    let (y, x_bytes) = (t.offset / m.pitch, t.offset % m.pitch);
+    if run == 0 || run % texel != 0 || x_bytes % texel != 0 {
+        return None;
+    }
+    let rect = Rect {
+        x: u32::try_from(x_bytes / texel).ok()?,
+        y: u32::try_from(y).ok()?,
+        w: u32::try_from(run / texel).ok()?,
+        h: u32::try_from(rows).ok()?,
+    };
+    let fits = rect.x + rect.w <= m.grid.width && rect.y + rect.h <= m.grid.height;
+    fits.then_some(rect)
+}
+
+/// The rectangles a GPU-side copy from `src` into `dst` takes, where there are such: all of
+/// two textures of one grid (a whole batch included), or two equal rectangles of one format.
+fn gpu_rects<T: Element>(
     dst: &Tensor<T>,
     src: &Tensor<T>,
     s: &GpuMemory,
     d: &GpuMemory,
+) -> Option<(Rect, Rect)> {
+    if s.grid == d.grid && src.strides == dst.strides && whole(src, s) && whole(dst, d) {
+        let all = Rect {
+            x: 0,
+            y: 0,
+            w: s.grid.width,
+            h: s.grid.height,
+        };
+        return Some((all, all));
+    }
+    let (from, to) = (texel_rect(src, s)?, texel_rect(dst, d)?);
+    (s.grid.format == d.grid.format && (from.w, from.h) == (to.w, to.h)).then_some((from, to))
+}
+
+/// One `CopySubresourceRegion` from the source rectangle to the destination's, on the GPU.
+fn gpu_to_gpu<T: Element>(
+    dst: &Tensor<T>,
+    src: &Tensor<T>,
+    (s, from): (&GpuMemory, Rect),
+    (d, to): (&GpuMemory, Rect),
 ) -> Result<()> {
     let _read = src.buffer.claim_for(Direction::Read)?;
     let _write = dst.buffer.claim_for(Direction::Write)?;
+    let area = D3D11_BOX {
+        left: from.x,
+        top: from.y,
+        front: 0,
+        right: from.x + from.w,
+        bottom: from.y + from.h,
+        back: 1,
+    };
     let dev = d.device;
     dev.with_queue(|| {
-        // SAFETY: two textures of one grid on this device, inside the queue bracket.
+        // SAFETY: two textures of one format on this device, the box inside the source and
+        // the destination rectangle inside the destination (checked by `texel_rect`), inside
+        // the queue bracket.
         unsafe {
-            dev.context().CopyResource(&d.texture, &s.texture);
+            dev.context().CopySubresourceRegion(
+                &d.texture,
+                0,
+                to.x,
+                to.y,
+                0,
+                &s.texture,
+                0,
+                Some(&area),
+            );
             dev.context().Flush();
         }
     });
