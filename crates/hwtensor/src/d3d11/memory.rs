@@ -167,12 +167,8 @@ fn gpu_err(what: &str) -> impl FnOnce(windows::core::Error) -> Error + '_ {
 fn staging_pitch(dev: &GpuDevice, grid: Grid) -> Result<usize> {
     static PITCHES: OnceLock<Mutex<HashMap<Grid, usize>>> = OnceLock::new();
     let cache = PITCHES.get_or_init(Default::default);
-    if let Some(&p) = cache
-        .lock()
-        .ok()
-        .and_then(|c| c.get(&grid).copied())
-        .as_ref()
-    {
+    let cached = cache.lock().ok().and_then(|c| c.get(&grid).copied());
+    if let Some(p) = cached {
         return Ok(p);
     }
     let staging = create_texture(dev, &grid.desc(true, 0), None)
@@ -703,21 +699,17 @@ fn between_stagings<T: Element>(
             }
         };
         let (from_ptr, to_ptr) = (from.pData.cast::<u8>().cast_const(), to.pData.cast::<u8>());
-        crate::geometry::for_each_paired_run(
-            &dst.shape,
-            &src.strides,
-            &dst.strides,
-            T::DTYPE.size(),
-            |s_off, d_off, len| {
-                let from_at = mapped_offset(src.offset + s_off, s.pitch, from.RowPitch as usize);
-                let to_at = mapped_offset(dst.offset + d_off, d.pitch, to.RowPitch as usize);
-                // SAFETY: each offset lies in its own staging mapping (the tensors' geometry is
-                // checked against grids of these textures); two textures never overlap.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(from_ptr.add(from_at), to_ptr.add(to_at), len)
-                };
-            },
-        );
+        let (from_pitch, to_pitch) = (from.RowPitch as usize, to.RowPitch as usize);
+        // SAFETY: each offset lies in its own staging mapping (the tensors' geometry is checked
+        // against grids of these textures); two textures never overlap.
+        unsafe {
+            copy_runs(
+                dst,
+                src,
+                |off| from_ptr.add(mapped_offset(off, s.pitch, from_pitch)),
+                |off| to_ptr.add(mapped_offset(off, d.pitch, to_pitch)),
+            )
+        };
         // SAFETY: both mapped above; then a copy between a texture and its own staging.
         unsafe {
             dev.context().Unmap(&s.staging, 0);
@@ -727,6 +719,32 @@ fn between_stagings<T: Element>(
         }
         Ok(())
     })
+}
+
+/// Copies every run of `src` into `dst` (same shape): from `from(byte offset in src's buffer)`
+/// to `to(byte offset in dst's buffer)`, one `copy_nonoverlapping` per contiguous run.
+///
+/// # Safety
+/// For every run, `from(offset)` must be readable and `to(offset)` writable for the run's
+/// length, and the two must not overlap.
+unsafe fn copy_runs<T: Element>(
+    dst: &Tensor<T>,
+    src: &Tensor<T>,
+    from: impl Fn(usize) -> *const u8,
+    to: impl Fn(usize) -> *mut u8,
+) {
+    crate::geometry::for_each_paired_run(
+        &dst.shape,
+        &src.strides,
+        &dst.strides,
+        T::DTYPE.size(),
+        |s_off, d_off, len| {
+            // SAFETY: the caller's contract.
+            unsafe {
+                std::ptr::copy_nonoverlapping(from(src.offset + s_off), to(dst.offset + d_off), len)
+            }
+        },
+    );
 }
 
 /// Where byte `off` of a GPU image's host-copy layout (rows `pitch` apart) lies in a mapping of
@@ -778,32 +796,25 @@ fn through_staging<T: Element>(
         let (mapped_ptr, mapped_pitch) = (mapped.pData.cast::<u8>(), mapped.RowPitch as usize);
         let at = |off: usize| mapped_offset(off, gpu.pitch, mapped_pitch);
         let host = host_t.buffer.ptr();
-        crate::geometry::for_each_paired_run(
-            &dst.shape,
-            &src.strides,
-            &dst.strides,
-            T::DTYPE.size(),
-            |s_off, d_off, len| {
-                let (s_off, d_off) = (src.offset + s_off, dst.offset + d_off);
-                // SAFETY: both offsets come from the tensors' own checked geometry; the GPU
-                // side's lies in the staging mapping (same grid, rows `mapped_pitch` apart), the
-                // host side's in its buffer, which the access guard holds; they never overlap.
-                unsafe {
-                    match way {
-                        Way::Up => std::ptr::copy_nonoverlapping(
-                            host.add(s_off),
-                            mapped_ptr.add(at(d_off)),
-                            len,
-                        ),
-                        Way::Down => std::ptr::copy_nonoverlapping(
-                            mapped_ptr.add(at(s_off)),
-                            host.add(d_off),
-                            len,
-                        ),
-                    }
-                }
-            },
-        );
+        // SAFETY: the GPU side's offsets lie in the staging mapping (same grid, rows
+        // `mapped_pitch` apart), the host side's in its buffer, which the access guard holds;
+        // the two never overlap.
+        unsafe {
+            match way {
+                Way::Up => copy_runs(
+                    dst,
+                    src,
+                    |o| host.add(o).cast_const(),
+                    |o| mapped_ptr.add(at(o)),
+                ),
+                Way::Down => copy_runs(
+                    dst,
+                    src,
+                    |o| mapped_ptr.add(at(o)).cast_const(),
+                    |o| host.add(o),
+                ),
+            }
+        };
         // SAFETY: mapped above; then (up) a copy between two textures of one grid.
         unsafe {
             dev.context().Unmap(&gpu.staging, 0);

@@ -442,10 +442,16 @@ fn adopt_fence(
     };
     let handle = HANDLE(handle as usize as *mut c_void);
     let mut opened: Option<ID3D11Fence> = None;
-    // SAFETY: an NT handle published by a copy in this process; an out-pointer to a local.
-    let result = unsafe { device5.OpenSharedFence(handle, &mut opened) };
-    match (handle.is_invalid() || handle.0.is_null(), result, opened) {
-        (false, Ok(()), Some(fence)) => Ok(Timeline {
+    let result = if handle.is_invalid() || handle.0.is_null() {
+        Err(windows::core::Error::from_hresult(
+            windows::Win32::Foundation::E_HANDLE,
+        ))
+    } else {
+        // SAFETY: an NT handle published by a copy in this process; an out-pointer to a local.
+        unsafe { device5.OpenSharedFence(handle, &mut opened) }
+    };
+    match (result, opened) {
+        (Ok(()), Some(fence)) => Ok(Timeline {
             fence: Some(Fence {
                 fence,
                 context: context.clone(),
