@@ -45,12 +45,22 @@
 //! | 140 | 4 | reserved | 0 |
 //! | 144 | 8 | producer_start | GPU memory by reference: that process's start time (else 0) |
 //! | 152 | 8 | producer_serial | GPU memory by reference: the allocation's serial there (else 0) |
-//! | 160 | 8 | producer_semaphore | GPU memory by reference: the exporter's timeline handle, meaningful only inside the exporting process (else 0) |
+//! | 160 | 8 | producer_semaphore | written 0; early v1 writers put their timeline's handle here, and readers ignore it (a handle value of another process proves nothing: under the validation layer every process has the same ones) |
 //!
 //! The producer fields name the buffer (its [`BufferIdentity`](crate::BufferIdentity) in every
-//! process), let a receiver reuse its earlier import of a pooled buffer instead of importing it
-//! again, and let a receiver in the exporting process itself, on the same timeline, order on the
-//! value directly instead of importing its own fence.
+//! process) and let a receiver find its earlier import of a pooled buffer; the import is
+//! reused only when the fd that came is provably the same file as the one it holds (`kcmp`),
+//! so a blob that claims another buffer's identity gets nothing of that buffer.
+//!
+//! # Trust
+//!
+//! Parsing trusts nothing: hostile bytes get an [`Error::Blob`]. What the fds may be is the
+//! [`ImportPolicy`]'s: shm and DMA-BUF from anyone (a memfd must be sealable, and is sealed
+//! before its size is read); GPU memory by reference only from a peer trusted as this process
+//! is, because the driver trusts the fd's content ([`import`] refuses it, [`import_with`] and
+//! [`handoff::recv`](crate::handoff::recv) accept it from a trusted or same-user peer). A
+//! completion is waited for on the CPU through the fence that came with it, at most
+//! ten seconds, before the tensor is returned.
 //!
 //! GPU memory by reference carries the memory fd at index 0 and, where the exporter's device
 //! can export its timeline, the fence fd at index 1 (`completion_fd` = 1) with the value of the
@@ -62,20 +72,19 @@
 //! u64 bytes from the plane's first byte to its last), and in inline mode `buffer_len` bytes of
 //! data. A plane's handle is always an index into the fd table, never an fd number.
 
-use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
+use crate::backing::unix::classify::same_file;
 use crate::backing::Storage;
 use crate::buffer::Buffer;
 use crate::gpu::format_uuid;
-use crate::gpu::memory::{GpuMemory, GpuOrigin};
-use crate::gpu::ProcessKey;
+use crate::gpu::memory::{GpuMemory, GpuOrigin, GPU_WAIT};
 use crate::image::ImageInfo;
 use crate::tensor::Parts;
 use crate::{
-    CpuAccess, DType, Element, Error, PixelFormat, Quantization, Result, Tensor, TensorDyn,
-    TensorMemory,
+    CpuAccess, DType, Element, Error, ImportPolicy, PixelFormat, Quantization, Result, Tensor,
+    TensorDyn, TensorMemory,
 };
-use ash::vk::Handle;
 
 /// First four bytes of every blob.
 pub const MAGIC: [u8; 4] = *b"HWTB";
@@ -91,6 +100,8 @@ pub const MAX_PLANES: usize = 4;
 pub const MAX_FDS: usize = MAX_PLANES;
 /// Bytes of one plane record.
 const PLANE_LEN: usize = 32;
+/// Offset of the `mode` byte in the header.
+const MODE_AT: usize = 18;
 
 /// `required` bit: the blob describes an image.
 pub const REQUIRES_IMAGE: u32 = 1 << 0;
@@ -297,7 +308,7 @@ fn gpu_section(mem: &GpuMemory) -> Result<GpuSection> {
         driver_uuid: device.driver_uuid(),
         allocation_size: mem.allocation_size(),
         producer: mem.origin(),
-        producer_semaphore: device.semaphore().as_raw(),
+        producer_semaphore: 0,
         completion,
     })
 }
@@ -526,11 +537,30 @@ pub fn claimed_len(prefix: &[u8]) -> Option<usize> {
     Some(u32::from_le_bytes(bytes) as usize)
 }
 
-/// Turns a blob and the fds that came with it into a tensor.
+/// Reads how a blob's bytes travel from its first bytes, for a reader of a stream: `None`
+/// until the mode byte is there, or when it is not a mode this reader knows.
+pub fn claimed_transport(prefix: &[u8]) -> Option<Transport> {
+    match prefix.get(MODE_AT)? {
+        0 => Some(Transport::Reference),
+        1 => Some(Transport::Inline),
+        _ => None,
+    }
+}
+
+/// Turns a blob and the fds that came with it into a tensor, under the strict
+/// [`ImportPolicy`]: GPU memory by reference is refused, since nothing here says where the fds
+/// came from (see [`import_with`] and the trust model in [`ImportPolicy`]'s module).
 ///
 /// Takes every fd: the ones the tensor keeps live as long as it does, the others (and all of
 /// them on an error) are closed before this returns.
 pub fn import(blob: &[u8], fds: Vec<OwnedFd>) -> Result<TensorDyn> {
+    import_with(blob, fds, &ImportPolicy::STRICT)
+}
+
+/// [`import`] under `policy`: what the caller knows of the fds' sender. Everything the blob
+/// says is validated before anything is imported; a completion the sender claims is waited
+/// for through the fence it sent (at most ten seconds), never taken on its word.
+pub fn import_with(blob: &[u8], fds: Vec<OwnedFd>, policy: &ImportPolicy) -> Result<TensorDyn> {
     let h = read_header(blob)?;
     let mut c = Cursor { bytes: blob, at: 0 };
     c.take(h.header_len, "the fixed header")?;
@@ -571,9 +601,19 @@ pub fn import(blob: &[u8], fds: Vec<OwnedFd>) -> Result<TensorDyn> {
         &shape,
         &strides,
     )?;
+    let parts = Parts {
+        offset: byte_offset,
+        shape,
+        strides,
+        image,
+        access,
+        quantization,
+    };
+    // Everything the blob says is checked before anything is imported or waited for.
+    parts.check(dtype.size(), buffer_len)?;
 
     let buffer = match h.mode {
-        0 => reference_buffer(&h, memory, buffer_len, fds)?,
+        0 => reference_buffer(&h, memory, buffer_len, fds, policy)?,
         1 => {
             if !fds.is_empty() || h.fd_count != 0 {
                 return Err(bad(format!(
@@ -593,14 +633,6 @@ pub fn import(blob: &[u8], fds: Vec<OwnedFd>) -> Result<TensorDyn> {
             blob.len() - c.at
         )));
     }
-    let parts = Parts {
-        offset: byte_offset,
-        shape,
-        strides,
-        image,
-        access,
-        quantization,
-    };
     for_dtype!(dtype, from_parts(buffer, parts))
 }
 
@@ -703,6 +735,7 @@ fn reference_buffer(
     memory: TensorMemory,
     buffer_len: usize,
     mut fds: Vec<OwnedFd>,
+    policy: &ImportPolicy,
 ) -> Result<Buffer> {
     let needed = 1 + (h.required & REQUIRES_COMPLETION != 0) as usize;
     if h.fd_count != needed || fds.len() != needed {
@@ -715,6 +748,13 @@ fn reference_buffer(
     let fence = (needed == 2).then(|| fds.pop().expect("two fds"));
     let fd = fds.pop().expect("one fd");
     if memory == TensorMemory::Gpu {
+        if !policy.gpu_memory {
+            return Err(bad(
+                "GPU memory by reference is accepted only from a trusted peer (the driver trusts \
+                 the fd's content): handoff::recv accepts it from processes of this user; with \
+                 blob::import_with, say ImportPolicy::TRUSTED_PEER when you know the sender",
+            ));
+        }
         return gpu_buffer(h, buffer_len, fd, fence);
     }
     if !matches!(memory, TensorMemory::Shm | TensorMemory::DmaBuf) {
@@ -722,7 +762,7 @@ fn reference_buffer(
             "a reference blob of {memory} memory cannot be imported by fd"
         )));
     }
-    let buffer = Buffer::import(fd, buffer_len)?;
+    let buffer = Buffer::import(fd, buffer_len, policy)?;
     if buffer.memory() != memory {
         return Err(bad(format!(
             "the blob says {memory} but the fd is {}",
@@ -732,7 +772,13 @@ fn reference_buffer(
     Ok(buffer)
 }
 
-/// Imports GPU memory on this process's device, ordered behind the exporter's last write.
+/// Imports GPU memory on this process's device, once the sender's last write has completed.
+///
+/// The completion is validated first (a fence this device can import, of the kind it
+/// exports) and waited for on the CPU through that fence, bounded: a value the sender chose
+/// never lands on this process's timeline, where a far-off one would stall all our GPU work.
+/// A pooled buffer seen before reuses its import only when the fd sent is provably the same
+/// file as the one the import holds; the identity the blob claims alone proves nothing.
 fn gpu_buffer(
     h: &Header,
     buffer_len: usize,
@@ -750,14 +796,19 @@ fn gpu_buffer(
             format_uuid(&device.driver_uuid())
         )));
     }
-    // A pooled buffer seen before: reuse the import (importing costs ~1 ms on NVIDIA).
+    let completion = match fence {
+        Some(fence) => Some(device.foreign_timeline(fence)?),
+        None => None,
+    };
     let cached = device.cached_import(&h.producer).filter(|b| {
         b.len() == buffer_len
-            && b.gpu()
-                .is_some_and(|g| g.allocation_size() == h.allocation_size)
+            && b.gpu().is_some_and(|g| {
+                g.allocation_size() == h.allocation_size
+                    && g.fd().is_some_and(|ours| same_file(ours, fd.as_fd()))
+            })
     });
     let buffer = match cached {
-        Some(b) => b, // `fd` is dropped: the import we have is the same memory
+        Some(b) => b, // `fd` is dropped: it is the very file our import holds
         None => {
             let mem = GpuMemory::import(fd, h.allocation_size, buffer_len, h.producer)?;
             let b = Buffer::new(Storage::Gpu(mem))?;
@@ -765,21 +816,8 @@ fn gpu_buffer(
             b
         }
     };
-    let mem = buffer.gpu().expect("GPU storage");
-    if h.required & REQUIRES_COMPLETION != 0 {
-        let same_timeline = ProcessKey::current()
-            .is_some_and(|k| (k.pid, k.start_time) == (h.producer.pid, h.producer.start_time))
-            && h.producer_semaphore == device.semaphore().as_raw();
-        match fence {
-            // The exporter is this process, on this very timeline: the value is ours to wait for.
-            _ if same_timeline => mem.record(h.completion_value, true),
-            Some(fence) => {
-                let key = (h.producer.pid, h.producer.start_time, h.producer_semaphore);
-                let timeline = device.producer_timeline(key, fence)?;
-                mem.follow(timeline, h.completion_value)?;
-            }
-            None => unreachable!("a completion comes with its fence (checked by reference_buffer)"),
-        }
+    if let Some(timeline) = completion {
+        timeline.wait(h.completion_value, GPU_WAIT)?;
     }
     Ok(buffer)
 }

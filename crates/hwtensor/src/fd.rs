@@ -9,7 +9,8 @@ use crate::geometry::{byte_strides, extent};
 use crate::image::{check_row_stride, default_row_stride, image_geometry, ImageInfo};
 use crate::tensor::import_access;
 use crate::{
-    CpuAccess, DType, Element, Error, PixelFormat, Result, Tensor, TensorDyn, TensorMemory,
+    CpuAccess, DType, Element, Error, ImportPolicy, PixelFormat, Result, Tensor, TensorDyn,
+    TensorMemory,
 };
 
 impl<T: Element> Tensor<T> {
@@ -19,10 +20,19 @@ impl<T: Element> Tensor<T> {
     ///
     /// Refuses a file of any other kind (regular file, pipe, socket, device node), naming it,
     /// and an fd smaller than the shape.
+    ///
+    /// Shared memory must be sealable against shrinking (it is sealed before its size is
+    /// read); [`Tensor::from_fd_with`] can accept one that cannot be.
     pub fn from_fd(fd: OwnedFd, shape: &[usize]) -> Result<Self> {
+        Self::from_fd_with(fd, shape, &ImportPolicy::STRICT)
+    }
+
+    /// [`Tensor::from_fd`] under an explicit [`ImportPolicy`] (for example to accept a
+    /// `/dev/shm` file that cannot be sealed, from a peer you trust not to truncate it).
+    pub fn from_fd_with(fd: OwnedFd, shape: &[usize], policy: &ImportPolicy) -> Result<Self> {
         let strides = byte_strides(shape, Self::elem(), None)?;
         let bytes = extent(shape, &strides, Self::elem())?;
-        let buffer = Buffer::import(fd, bytes)?;
+        let buffer = Buffer::import(fd, bytes, policy)?;
         let access = import_access(&buffer);
         Ok(Self::over(buffer, shape.to_vec(), strides, None, access))
     }
@@ -62,7 +72,7 @@ impl<T: Element> Tensor<T> {
             None => default_row_stride(format, w, elem, TensorMemory::Mem)?,
         };
         let (shape, strides) = image_geometry(None, format, w, h, elem, stride)?;
-        let buffer = Buffer::import(fd, extent(&shape, &strides, elem)?)?;
+        let buffer = Buffer::import(fd, extent(&shape, &strides, elem)?, &ImportPolicy::STRICT)?;
         let access = access.narrowed_to(import_access(&buffer));
         let info = ImageInfo {
             format,

@@ -79,6 +79,37 @@ pub fn extent(shape: &[usize], strides: &[usize], elem: usize) -> Result<usize> 
         })
 }
 
+/// Checks that no offset a view or batch item of this tensor can reach overflows, and that
+/// ndarray may view it: `offset + sum(shape[i] * strides[i]) + elem` and the element count of
+/// the non-empty dimensions (times `elem`) stay within `isize::MAX`.
+///
+/// Why the whole sum and not the extent: the extent ignores the stride of an axis of length 1
+/// and every stride beside an axis of length 0, yet a view may start at the end of any axis
+/// (`y = height`), so a hostile stride of 2^63 on a length-1 axis would wrap the view's offset.
+pub fn check_reach(shape: &[usize], strides: &[usize], offset: usize, elem: usize) -> Result<()> {
+    let too_far = || {
+        Error::Shape(format!(
+            "shape {shape:?} with strides {strides:?} at offset {offset} reaches past isize::MAX bytes"
+        ))
+    };
+    let mut reach = offset.checked_add(elem).ok_or_else(too_far)?;
+    for (&d, &s) in shape.iter().zip(strides) {
+        reach = d
+            .checked_mul(s)
+            .and_then(|x| reach.checked_add(x))
+            .ok_or_else(too_far)?;
+    }
+    let elements = shape
+        .iter()
+        .filter(|&&d| d != 0)
+        .try_fold(elem, |n, &d| n.checked_mul(d))
+        .ok_or_else(too_far)?;
+    if reach > isize::MAX as usize || elements > isize::MAX as usize {
+        return Err(too_far());
+    }
+    Ok(())
+}
+
 /// Calls `f(byte_offset, byte_len)` for each maximal contiguous run of the tensor's elements,
 /// in logical (C) order. A tight tensor is one run; a padded image is one run per row.
 pub(crate) fn for_each_run(

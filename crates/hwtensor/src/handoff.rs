@@ -4,7 +4,12 @@
 //! next. fds arrive close-on-exec (`MSG_CMSG_CLOEXEC`), so a consumer that spawns a child does
 //! not leak every frame buffer into it. A peer that closes mid-message, stalls mid-message,
 //! sends more fds than the blob names, or a blob longer than any tensor needs gets a clear
-//! [`Error::Handoff`]; any fds received are closed on the way out.
+//! [`Error::Handoff`]; any fds received are closed on the way out. Memory for a message is
+//! allocated as its bytes arrive, so a length prefix alone pins nothing.
+//!
+//! [`recv`] applies hwtensor's trust model (see [`ImportPolicy`]): GPU memory by reference only
+//! from a peer of this user, as `SO_PEERCRED` reports it; [`recv_with`] takes the caller's
+//! policy instead.
 
 use std::io::{IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;
@@ -20,7 +25,7 @@ use rustix::net::{
 };
 
 use crate::blob::{self, Transport, HEADER_LEN, MAX_FDS};
-use crate::{Error, Result, TensorDyn};
+use crate::{Error, ImportPolicy, Result, TensorDyn};
 
 /// How long the rest of a message may take once its first byte has arrived. A live peer writes
 /// a blob in microseconds (an inline 4K frame in milliseconds); a peer silent for this long has
@@ -31,8 +36,17 @@ pub const MID_MESSAGE_TIMEOUT: Duration = Duration::from_secs(5);
 /// times over, while a hostile length prefix cannot make it allocate gigabytes.
 pub const MAX_BLOB_LEN: usize = 1 << 30;
 
+/// The largest reference blob: it carries only the description (424 bytes in v1 at most:
+/// header, 8 dimensions and strides, 4 planes); 4 KiB leaves room for headers later versions
+/// append, and keeps a stalling peer from pinning more than that per connection.
+pub const MAX_REFERENCE_BLOB_LEN: usize = 4096;
+
 /// Bytes that carry the blob's length claim.
 const LEN_PREFIX: usize = 12;
+
+/// How far memory may run ahead of the bytes received: a peer that announces a 1 GiB inline
+/// frame and stalls has made us allocate at most this much.
+const RECV_CHUNK: usize = 1 << 20;
 
 fn handoff(what: impl Into<String>) -> Error {
     Error::Handoff(what.into())
@@ -55,10 +69,27 @@ pub fn send_as(stream: &UnixStream, tensor: &TensorDyn, mode: Transport) -> Resu
     send_blob(stream, &bytes, &fds)
 }
 
-/// Receives one tensor (waiting for its first byte as long as the stream's read timeout allows).
+/// Receives one tensor (waiting for its first byte as long as the stream's read timeout
+/// allows). GPU memory by reference is accepted only when the peer runs as this user.
 pub fn recv(stream: &UnixStream) -> Result<TensorDyn> {
+    let policy = ImportPolicy {
+        gpu_memory: peer_is_this_user(stream)?,
+        ..ImportPolicy::STRICT
+    };
+    recv_with(stream, &policy)
+}
+
+/// Receives one tensor under the caller's `policy`, whoever the peer is.
+pub fn recv_with(stream: &UnixStream, policy: &ImportPolicy) -> Result<TensorDyn> {
     let (bytes, fds) = recv_blob(stream)?;
-    blob::import(&bytes, fds)
+    blob::import_with(&bytes, fds, policy)
+}
+
+/// Whether the process on the other end runs as this process's effective user.
+fn peer_is_this_user(stream: &UnixStream) -> Result<bool> {
+    let peer = rustix::net::sockopt::socket_peercred(stream)
+        .map_err(|e| handoff(format!("cannot ask who the peer is (SO_PEERCRED): {e}")))?;
+    Ok(peer.uid == rustix::process::geteuid())
 }
 
 /// Sends raw blob bytes with `fds` attached to the first byte.
@@ -102,14 +133,26 @@ pub fn recv_blob(stream: &UnixStream) -> Result<(Vec<u8>, Vec<OwnedFd>)> {
     };
     let mut bytes = vec![0u8; LEN_PREFIX];
     rx.fill(&mut bytes, 0)?;
-    let total = blob::claimed_len(&bytes).expect("the prefix is there");
+    let total = blob::claimed_len(&bytes).unwrap_or(0);
     if !(HEADER_LEN..=MAX_BLOB_LEN).contains(&total) {
         return Err(handoff(format!(
             "the peer announced a {total}-byte blob ({HEADER_LEN} to {MAX_BLOB_LEN} accepted)"
         )));
     }
-    bytes.resize(total, 0);
+    bytes.resize(HEADER_LEN, 0);
     rx.fill(&mut bytes, LEN_PREFIX)?;
+    if blob::claimed_transport(&bytes) != Some(Transport::Inline) && total > MAX_REFERENCE_BLOB_LEN
+    {
+        return Err(handoff(format!(
+            "the peer announced a {total}-byte reference blob (at most {MAX_REFERENCE_BLOB_LEN})"
+        )));
+    }
+    // Memory follows the bytes: at most RECV_CHUNK ahead of what has arrived.
+    while bytes.len() < total {
+        let from = bytes.len();
+        bytes.resize(total.min(from.saturating_add(RECV_CHUNK)), 0);
+        rx.fill(&mut bytes, from)?;
+    }
     Ok((bytes, rx.fds))
 }
 

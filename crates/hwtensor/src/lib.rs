@@ -46,6 +46,8 @@ mod identity;
 mod image;
 mod map;
 mod memory;
+#[cfg(unix)]
+mod policy;
 mod process_device;
 mod region;
 mod tensor;
@@ -61,6 +63,8 @@ pub use map::{
     TensorMap, Writable, WriteOnly,
 };
 pub use memory::{TensorMemory, FORCE_MEM_ENV};
+#[cfg(unix)]
+pub use policy::ImportPolicy;
 pub use region::Region;
 pub use tensor::{Quantization, Tensor};
 pub use tensor_dyn::TensorDyn;

@@ -47,8 +47,14 @@ impl<T: Element> Tensor<T> {
                 self.shape[w_dim], self.shape[h_dim]
             )));
         }
+        let start = region
+            .y
+            .checked_mul(self.strides[h_dim])
+            .zip(region.x.checked_mul(self.strides[w_dim]))
+            .and_then(|(dy, dx)| dy.checked_add(dx)?.checked_add(self.offset))
+            .ok_or_else(|| Error::OutOfBounds(format!("the offset of {region:?} overflows")))?;
         let mut view = self.clone();
-        view.offset += region.y * self.strides[h_dim] + region.x * self.strides[w_dim];
+        view.offset = start;
         view.shape[h_dim] = region.height;
         view.shape[w_dim] = region.width;
         view.image = self.image.map(|i| ImageInfo {
@@ -79,8 +85,12 @@ impl<T: Element> Tensor<T> {
                 "batch {index} of a batch of {n}"
             )));
         }
+        let start = index
+            .checked_mul(self.strides[0])
+            .and_then(|d| d.checked_add(self.offset))
+            .ok_or_else(|| Error::OutOfBounds(format!("the offset of batch {index} overflows")))?;
         let mut item = self.clone();
-        item.offset += index * self.strides[0];
+        item.offset = start;
         item.shape.remove(0);
         item.strides.remove(0);
         Ok(item)

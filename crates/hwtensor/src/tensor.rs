@@ -165,12 +165,38 @@ pub(crate) struct Parts {
 }
 
 #[cfg(unix)]
+impl Parts {
+    /// Checks the geometry against itself and a `buffer_len`-byte buffer, before any buffer
+    /// exists (an import validates everything before it has side effects): whole,
+    /// non-overlapping strides; no offset a view could reach that overflows
+    /// ([`geometry::check_reach`](crate::geometry::check_reach)); the extent inside the
+    /// buffer; an image's shape and row stride in agreement with its format.
+    pub(crate) fn check(&self, elem: usize, buffer_len: usize) -> Result<()> {
+        let (shape, strides) = (&self.shape, &self.strides);
+        check_strides(shape, strides, elem)?;
+        crate::geometry::check_reach(shape, strides, self.offset, elem)?;
+        let end = extent(shape, strides, elem)?
+            .checked_add(self.offset)
+            .ok_or_else(|| Error::Shape("offset plus extent overflows".into()))?;
+        if !shape.contains(&0) && end > buffer_len {
+            return Err(Error::OutOfBounds(format!(
+                "the tensor ends at byte {end} of a {buffer_len}-byte buffer"
+            )));
+        }
+        if let Some(info) = &self.image {
+            check_image_parts(info, shape, strides, elem)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(unix)]
 impl<T: Element> Tensor<T> {
     /// A tensor over `buffer` as `parts` describe it, after checking that the strides are whole,
     /// non-overlapping elements, that the extent lies inside the buffer, and that an image's
     /// shape and row stride agree with its format.
     pub(crate) fn from_parts(buffer: Buffer, parts: Parts) -> Result<Self> {
-        let elem = Self::elem();
+        parts.check(Self::elem(), buffer.len())?;
         let Parts {
             offset,
             shape,
@@ -179,19 +205,6 @@ impl<T: Element> Tensor<T> {
             access,
             quantization,
         } = parts;
-        check_strides(&shape, &strides, elem)?;
-        let end = extent(&shape, &strides, elem)?
-            .checked_add(offset)
-            .ok_or_else(|| Error::Shape("offset plus extent overflows".into()))?;
-        if !shape.contains(&0) && end > buffer.len() {
-            return Err(Error::OutOfBounds(format!(
-                "the tensor ends at byte {end} of a {}-byte buffer",
-                buffer.len()
-            )));
-        }
-        if let Some(info) = image {
-            check_image_parts(&info, &shape, &strides, elem)?;
-        }
         let access = access.narrowed_to(import_access(&buffer));
         Ok(Tensor {
             buffer,

@@ -221,10 +221,14 @@ fn fd_tables_that_do_not_match_the_blob_are_refused() {
     );
 }
 
+/// A memfd a peer would send: sealable, so the receiver can stop it from shrinking.
+const SEALABLE: rustix::fs::MemfdFlags =
+    rustix::fs::MemfdFlags::CLOEXEC.union(rustix::fs::MemfdFlags::ALLOW_SEALING);
+
 #[test]
 fn an_fd_smaller_than_the_blob_claims_is_refused() {
     let (_, bytes) = reference_blob();
-    let small = rustix::fs::memfd_create("small", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+    let small = rustix::fs::memfd_create("small", SEALABLE).unwrap();
     rustix::fs::ftruncate(&small, 100).unwrap();
     let err = blob::import(&bytes, vec![small]).unwrap_err();
     assert!(matches!(err, Error::Fd(_)), "{err}");
@@ -233,7 +237,7 @@ fn an_fd_smaller_than_the_blob_claims_is_refused() {
 #[test]
 fn an_oversized_fd_is_fine_and_the_wrong_kind_of_fd_is_not() {
     let (t, bytes) = reference_blob();
-    let big = rustix::fs::memfd_create("big", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+    let big = rustix::fs::memfd_create("big", SEALABLE).unwrap();
     rustix::fs::ftruncate(&big, 1 << 20).unwrap();
     assert!(blob::import(&bytes, vec![big]).is_ok());
     let (pipe, _w) = std::io::pipe().unwrap();

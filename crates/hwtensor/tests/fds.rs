@@ -6,10 +6,16 @@ use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 
-use hwtensor::{CpuAccess, DType, Error, PixelFormat, Tensor, TensorDyn, TensorMemory};
+use hwtensor::{
+    CpuAccess, DType, Error, ImportPolicy, PixelFormat, Tensor, TensorDyn, TensorMemory,
+};
 
 fn memfd(len: u64) -> OwnedFd {
-    let fd = rustix::fs::memfd_create("test", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+    let fd = rustix::fs::memfd_create(
+        "test",
+        rustix::fs::MemfdFlags::CLOEXEC | rustix::fs::MemfdFlags::ALLOW_SEALING,
+    )
+    .unwrap();
     rustix::fs::ftruncate(&fd, len).unwrap();
     fd
 }
@@ -112,12 +118,48 @@ fn a_shape_that_overflows_is_refused_before_the_fd_is_looked_at() {
 #[test]
 fn a_read_only_fd_imports_as_a_read_only_tensor() {
     let fd = memfd(64);
+    // A read-only fd cannot add seals: the producer sealed it (as hwtensor's shm does).
+    rustix::fs::fcntl_add_seals(&fd, rustix::fs::SealFlags::SHRINK).unwrap();
     let path = format!("/proc/self/fd/{}", fd.as_raw_fd());
     let ro: OwnedFd = File::open(path).unwrap().into();
     let t = Tensor::<u8>::from_fd(ro, &[64]).unwrap();
     assert_eq!(t.access(), CpuAccess::Read);
     assert!(t.map_read().is_ok());
     assert!(matches!(t.map_write(), Err(Error::AccessDenied { .. })));
+}
+
+#[test]
+fn a_read_only_fd_of_memory_nobody_sealed_is_refused() {
+    let fd = memfd(64);
+    let path = format!("/proc/self/fd/{}", fd.as_raw_fd());
+    let ro: OwnedFd = File::open(path).unwrap().into();
+    assert!(refusal(ro).contains("sealed against shrinking"));
+}
+
+#[test]
+fn memory_that_cannot_be_sealed_is_refused_by_default_and_accepted_when_the_caller_opts_in() {
+    let fd = rustix::fs::memfd_create("unsealable", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+    rustix::fs::ftruncate(&fd, 64).unwrap();
+    let again = fd.try_clone().unwrap();
+    assert!(refusal(fd).contains("MFD_ALLOW_SEALING"));
+    let policy = ImportPolicy {
+        unsealed_shm: true,
+        ..ImportPolicy::STRICT
+    };
+    let t = Tensor::<u8>::from_fd_with(again, &[64], &policy).unwrap();
+    assert_eq!(t.memory(), TensorMemory::Shm);
+}
+
+#[test]
+fn a_gpu_drivers_memory_fd_is_not_accepted_as_shared_memory() {
+    // lavapipe exports GPU memory as a memfd of this name whose first bytes are its header.
+    let fd = rustix::fs::memfd_create(
+        "llvmpipe memory fd",
+        rustix::fs::MemfdFlags::CLOEXEC | rustix::fs::MemfdFlags::ALLOW_SEALING,
+    )
+    .unwrap();
+    rustix::fs::ftruncate(&fd, 64).unwrap();
+    assert!(refusal(fd).contains("GPU memory"));
 }
 
 #[test]

@@ -11,7 +11,10 @@ use std::os::unix::net::UnixStream;
 use common::device_or_skip;
 use hwtensor::blob::{self, Transport, HEADER_LEN};
 use hwtensor::handoff::{recv, send};
-use hwtensor::{Error, Tensor, TensorDyn, TensorMemory};
+use hwtensor::{Error, ImportPolicy, Tensor, TensorDyn, TensorMemory};
+
+/// These tests hand GPU memory to themselves: a peer trusted as this process is.
+const TRUSTED: ImportPolicy = ImportPolicy::TRUSTED_PEER;
 
 const N: usize = 1 << 16;
 
@@ -60,7 +63,7 @@ fn an_imported_tensor_outlives_its_producer() {
     }
     let t: TensorDyn = gpu_tensor_with(99).into();
     let (bytes, fds) = blob::export(&t, Transport::Reference).unwrap();
-    let got = blob::import(&bytes, owned(&fds)).unwrap();
+    let got = blob::import_with(&bytes, owned(&fds), &TRUSTED).unwrap();
     drop(fds);
     drop(t);
     let got = got.into_tensor::<u32>().unwrap();
@@ -69,7 +72,7 @@ fn an_imported_tensor_outlives_its_producer() {
     got.map_write().unwrap()[0] = 77;
     let got: TensorDyn = got.into();
     let (bytes, fds) = blob::export(&got, Transport::Reference).unwrap();
-    let again = blob::import(&bytes, owned(&fds))
+    let again = blob::import_with(&bytes, owned(&fds), &TRUSTED)
         .unwrap()
         .into_tensor::<u32>()
         .unwrap();
@@ -84,7 +87,9 @@ fn a_blob_from_another_gpu_is_refused_naming_both_devices() {
     let t: TensorDyn = gpu_tensor_with(1).into();
     let (mut bytes, fds) = blob::export(&t, Transport::Reference).unwrap();
     bytes[96..112].copy_from_slice(&[0xee; 16]);
-    let err = blob::import(&bytes, owned(&fds)).unwrap_err().to_string();
+    let err = blob::import_with(&bytes, owned(&fds), &TRUSTED)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("eeeeeeee-eeee"), "{err}");
     assert!(
         err.contains(&hwtensor::gpu::format_uuid(&d.device_uuid())),
@@ -107,15 +112,19 @@ fn a_truncated_memory_fd_is_refused_and_an_oversized_one_is_handled_cleanly() {
     let (bytes, _) = blob::export(&t, Transport::Reference).unwrap();
     drop(t); // else the import would find the live buffer and never look at the fd
     let memfd = |len: u64| {
-        let fd = rustix::fs::memfd_create("gpu", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+        let fd = rustix::fs::memfd_create(
+            "llvmpipe memory fd",
+            rustix::fs::MemfdFlags::CLOEXEC | rustix::fs::MemfdFlags::ALLOW_SEALING,
+        )
+        .unwrap();
         rustix::fs::ftruncate(&fd, len).unwrap();
         fd
     };
     let alloc = u64::from_le_bytes(bytes[128..136].try_into().unwrap());
-    let err = blob::import(&bytes, vec![memfd(alloc / 2)]).unwrap_err();
+    let err = blob::import_with(&bytes, vec![memfd(alloc / 2)], &TRUSTED).unwrap_err();
     assert!(matches!(err, Error::Fd(_)), "{err}");
     // The driver may take or refuse an oversized fd; either way a clean result, no crash.
-    match blob::import(&bytes, vec![memfd(alloc * 2)]) {
+    match blob::import_with(&bytes, vec![memfd(alloc * 2)], &TRUSTED) {
         Ok(big) => assert_eq!(big.as_tensor::<u32>().unwrap().to_vec().unwrap().len(), N),
         Err(e) => assert!(matches!(e, Error::Gpu(_) | Error::Fd(_)), "{e}"),
     }
@@ -136,7 +145,7 @@ fn a_gpu_blob_with_hostile_gpu_fields_is_refused() {
             b[at..at + 8].copy_from_slice(&value.to_le_bytes());
         }
         assert!(
-            blob::import(&b, owned(&fds)).is_err(),
+            blob::import_with(&b, owned(&fds), &TRUSTED).is_err(),
             "field at {at} = {value:#x} accepted"
         );
     }
@@ -151,7 +160,7 @@ fn a_gpu_tensor_travels_inline_as_its_bytes() {
     let t: TensorDyn = gpu_tensor_with(4).into();
     let (bytes, fds) = blob::export(&t, Transport::Inline).unwrap();
     assert!(fds.is_empty());
-    let got = blob::import(&bytes, vec![]).unwrap();
+    let got = blob::import_with(&bytes, vec![], &TRUSTED).unwrap();
     assert_eq!(got.memory(), TensorMemory::Mem);
     assert_eq!(got.as_tensor::<u32>().unwrap().to_vec().unwrap()[9], 9 ^ 4);
 }
@@ -165,7 +174,7 @@ fn a_buffer_handed_back_to_its_own_process_comes_home_as_itself() {
     let t_alive = t.liveness();
     let import = || {
         let (bytes, fds) = blob::export(&t, Transport::Reference).unwrap();
-        blob::import(&bytes, owned(&fds)).unwrap()
+        blob::import_with(&bytes, owned(&fds), &TRUSTED).unwrap()
     };
     let (first, second) = (import(), import());
     assert_eq!(

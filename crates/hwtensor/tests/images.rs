@@ -14,7 +14,11 @@ const RW: CpuAccess = CpuAccess::ReadWrite;
 
 #[cfg(unix)]
 fn memfd(len: u64) -> OwnedFd {
-    let fd = rustix::fs::memfd_create("test", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+    let fd = rustix::fs::memfd_create(
+        "test",
+        rustix::fs::MemfdFlags::CLOEXEC | rustix::fs::MemfdFlags::ALLOW_SEALING,
+    )
+    .unwrap();
     rustix::fs::ftruncate(&fd, len).unwrap();
     fd
 }

@@ -12,7 +12,7 @@ pub(crate) mod mem;
 pub(crate) mod unix;
 
 #[cfg(unix)]
-pub(crate) use unix::{classify, dmabuf, FdMapping};
+pub(crate) use unix::{dmabuf, FdMapping};
 
 use crate::gpu::memory::{GpuCpuAccess, GpuMemory};
 use crate::identity::BufferIdentity;

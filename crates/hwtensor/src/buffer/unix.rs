@@ -7,11 +7,13 @@ use std::sync::{Arc, OnceLock};
 use super::{Buffer, BufferInner};
 use crate::backing::Storage;
 use crate::gpu::memory::HostImport;
-use crate::Result;
+use crate::{ImportPolicy, Result};
 
 impl Buffer {
-    pub(crate) fn import(fd: OwnedFd, len: usize) -> Result<Buffer> {
-        Buffer::new(Storage::import(fd, len)?)
+    /// A buffer over a foreign shm or DMA-BUF fd of at least `len` bytes; `policy` says
+    /// whether an fd that cannot be sealed is accepted.
+    pub(crate) fn import(fd: OwnedFd, len: usize, policy: &ImportPolicy) -> Result<Buffer> {
+        Buffer::new(Storage::import(fd, len, policy.unsealed_shm)?)
     }
 
     pub(crate) fn fd(&self) -> Option<BorrowedFd<'_>> {

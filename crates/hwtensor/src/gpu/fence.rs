@@ -186,36 +186,12 @@ impl Timeline {
 
     /// Waits until the timeline reaches `value`, at most `timeout`.
     pub(crate) fn wait(&self, device: &ash::Device, value: u64, timeout: Duration) -> Result<()> {
-        let started = Instant::now();
-        let mut left = timeout;
-        while started.elapsed() < WAIT_SPIN.min(timeout) {
-            if self.completed_value(device)? >= value {
-                // Confirmed below with a zero-timeout wait, which returns at once: the wait is
-                // what tells the validation layer (and any tool tracking submissions) that the
-                // work is done, so it does not report its objects as still in use.
-                left = Duration::ZERO;
-                break;
+        wait_semaphore(device, self.semaphore, value, timeout).map_err(|e| match e {
+            Error::Timeout(t) => {
+                Error::Timeout(format!("{t}, last allocated {}", self.last_signalled()))
             }
-            std::hint::spin_loop();
-        }
-        if !left.is_zero() {
-            left = timeout.saturating_sub(started.elapsed());
-        }
-        let values = [value];
-        let semaphores = [self.semaphore];
-        let info = vk::SemaphoreWaitInfo::default()
-            .semaphores(&semaphores)
-            .values(&values);
-        // SAFETY: a wait on a live semaphore of this device; waits need no queue lock.
-        match unsafe { device.wait_semaphores(&info, left.as_nanos().min(u64::MAX as u128) as u64) } {
-            Ok(()) => Ok(()),
-            Err(vk::Result::TIMEOUT) => Err(Error::Timeout(format!(
-                "timeline value {value} did not complete within {timeout:?} (reached {}, last allocated {})",
-                self.completed_value(device).unwrap_or(0),
-                self.last_signalled()
-            ))),
-            Err(e) => Err(Error::Gpu(format!("waiting for timeline value {value} failed: {e}"))),
-        }
+            other => other,
+        })
     }
 
     /// An eventfd that becomes readable when `value` completes (at once if it has). One waiter
@@ -246,6 +222,52 @@ impl Timeline {
                 .map_err(|_| Error::Gpu("the completion waiter is gone".into()))?;
         }
         Ok(fd)
+    }
+}
+
+/// Waits until the timeline `semaphore` reaches `value`, at most `timeout`: spins on the
+/// counter for [`WAIT_SPIN`], then blocks.
+pub(crate) fn wait_semaphore(
+    device: &ash::Device,
+    semaphore: vk::Semaphore,
+    value: u64,
+    timeout: Duration,
+) -> Result<()> {
+    let counter = || {
+        // SAFETY: a query of a live timeline semaphore of this device.
+        unsafe { device.get_semaphore_counter_value(semaphore) }
+            .map_err(|e| Error::Gpu(format!("reading the timeline failed: {e}")))
+    };
+    let started = Instant::now();
+    let mut left = timeout;
+    while started.elapsed() < WAIT_SPIN.min(timeout) {
+        if counter()? >= value {
+            // Confirmed below with a zero-timeout wait, which returns at once: the wait is
+            // what tells the validation layer (and any tool tracking submissions) that the
+            // work is done, so it does not report its objects as still in use.
+            left = Duration::ZERO;
+            break;
+        }
+        std::hint::spin_loop();
+    }
+    if !left.is_zero() {
+        left = timeout.saturating_sub(started.elapsed());
+    }
+    let values = [value];
+    let semaphores = [semaphore];
+    let info = vk::SemaphoreWaitInfo::default()
+        .semaphores(&semaphores)
+        .values(&values);
+    // SAFETY: a wait on a live semaphore of this device; waits need no queue lock.
+    match unsafe { device.wait_semaphores(&info, left.as_nanos().min(u64::MAX as u128) as u64) } {
+        Ok(()) => Ok(()),
+        Err(vk::Result::TIMEOUT) => Err(Error::Timeout(format!(
+            "timeline value {value} did not complete within {timeout:?} (reached {})",
+            counter().unwrap_or(0),
+        ))),
+        Err(e) => Err(Error::Gpu(format!(
+            "waiting for timeline value {value} failed: {e}"
+        ))),
     }
 }
 

@@ -17,7 +17,6 @@ use ash::vk::Handle;
 
 use super::submit::Queue;
 use super::{Features, GpuDevice};
-use crate::backing::classify;
 use crate::{Error, Result, TensorMemory};
 
 /// Forces CPU access through a staging buffer even where memory could be mapped directly.
@@ -355,7 +354,7 @@ impl GpuMemory {
                 reason: format!("{} cannot import memory fds", device.adapter_label()),
             });
         }
-        check_fd_size(fd.as_fd(), allocation_size)?;
+        device.check_memory_fd(fd.as_fd(), allocation_size)?;
         let keep = fd.try_clone().ok(); // the driver takes `fd`; keep one for identity and re-export
         let buffer =
             device.create_buffer(len as u64, BUFFER_USAGE, device.export_handle_types())?;
@@ -602,17 +601,6 @@ impl GpuMemory {
         self.staged_at.store(v, Ordering::Release);
         Ok(())
     }
-
-    /// Makes this buffer's content follow a point on another timeline (an imported fence).
-    pub(crate) fn follow(&self, semaphore: vk::Semaphore, value: u64) -> Result<()> {
-        let v = self
-            .device
-            .submit_commands(Queue::Main, 0, &[(semaphore, value)], |_, _| {})?;
-        // Not waited for here: every later GPU use waits for `v` on the GPU, every CPU map on
-        // the host, and the imported semaphore lives as long as the process.
-        self.record(v, true);
-        Ok(())
-    }
 }
 
 /// Records a buffer-to-buffer copy.
@@ -724,21 +712,6 @@ pub(crate) fn close_if_still_ours(raw: i32, original: BorrowedFd<'_>) {
     if open && st.st_dev == want.st_dev && st.st_ino == want.st_ino {
         // SAFETY: the number is open and still names our memory's file: it is the dup we made.
         unsafe { libc::close(raw) };
-    }
-}
-
-/// A memfd (lavapipe's export) smaller than the allocation would be mapped past its end, and
-/// the first touch of the missing pages is a SIGBUS: refuse it here. Other fd kinds (NVIDIA's)
-/// are checked by the driver.
-fn check_fd_size(fd: BorrowedFd<'_>, allocation_size: u64) -> Result<()> {
-    match classify::inspect(fd) {
-        Ok(info) if info.memory == TensorMemory::Shm && info.size < allocation_size => {
-            Err(Error::Fd(format!(
-                "the memory fd holds {} bytes but the blob says {allocation_size}",
-                info.size
-            )))
-        }
-        _ => Ok(()),
     }
 }
 

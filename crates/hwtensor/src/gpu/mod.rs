@@ -11,6 +11,7 @@ mod adapter;
 mod copy;
 mod create;
 mod fence;
+mod foreign;
 pub(crate) mod memory;
 mod rendezvous;
 mod submit;
@@ -95,8 +96,11 @@ pub struct GpuDevice {
     memory_properties: vk::PhysicalDeviceMemoryProperties,
     /// The timeline's fd, exported once for hand-offs (`None` where it cannot be).
     fence_fd: OnceLock<Option<OwnedFd>>,
-    /// Timelines of other processes this copy has imported, by (pid, start time, handle).
-    timelines: Mutex<std::collections::HashMap<(u32, u64, u64), vk::Semaphore>>,
+    /// Fences of other processes this copy has imported, newest last (see `foreign`).
+    timelines: Mutex<Vec<std::sync::Arc<foreign::ForeignTimeline>>>,
+    /// The kinds of fd this device exports memory and its fence as, learnt once: an import of
+    /// any other kind is refused before the driver sees it.
+    export_kinds: foreign::ExportKinds,
     /// The validation layer's messenger (`HWTENSOR_GPU_DEBUG=1`) of a device this copy created.
     messenger: Option<(ash::ext::debug_utils::Instance, vk::DebugUtilsMessengerEXT)>,
     /// GPU buffers this copy imported, by their origin, while any tensor holds them.
@@ -491,7 +495,8 @@ impl GpuDevice {
             fence_fd: OnceLock::new(),
             messenger: None,
             imports: Mutex::new(std::collections::HashMap::new()),
-            timelines: Mutex::new(std::collections::HashMap::new()),
+            timelines: Mutex::new(Vec::new()),
+            export_kinds: foreign::ExportKinds::default(),
         })
     }
 
@@ -666,58 +671,6 @@ impl GpuDevice {
             .get_or_init(|| self.export_fence())
             .as_ref()
             .map(|f| f.as_fd())
-    }
-
-    /// The timeline of another process (named by its pid, start time and semaphore handle
-    /// there), imported from `fd` the first time and kept: importing costs ~1 ms on NVIDIA, and
-    /// a consumer sees the same few producers frame after frame. `fd` is closed either way.
-    pub(crate) fn producer_timeline(
-        &self,
-        key: (u32, u64, u64),
-        fd: OwnedFd,
-    ) -> Result<vk::Semaphore> {
-        use std::os::fd::{AsFd, IntoRawFd};
-        let mut timelines = self
-            .timelines
-            .lock()
-            .map_err(|_| Error::Gpu("the timeline cache is poisoned".into()))?;
-        if let Some(&semaphore) = timelines.get(&key) {
-            return Ok(semaphore);
-        }
-        if !self.features.has(Features::EXTERNAL_SEMAPHORE_FD) {
-            return Err(Error::Unavailable {
-                memory: crate::TensorMemory::Gpu,
-                reason: format!("{} cannot import a timeline fence", self.adapter_label()),
-            });
-        }
-        let semaphore = create_semaphore(&self.device, 0, false)
-            .map_err(|e| Error::Gpu(format!("creating a timeline failed: {e}")))?;
-        let ext = ash::khr::external_semaphore_fd::Device::new(&self.instance, &self.device);
-        let raw = fd
-            .as_fd()
-            .try_clone_to_owned()
-            .map_err(|e| Error::Os {
-                op: "dup of a fence fd",
-                source: e,
-            })?
-            .into_raw_fd();
-        let info = vk::ImportSemaphoreFdInfoKHR::default()
-            .semaphore(semaphore)
-            .handle_type(vk::ExternalSemaphoreHandleTypeFlags::OPAQUE_FD)
-            .fd(raw);
-        // SAFETY: a fresh timeline semaphore of this device and a dup we own; on success the
-        // driver owns the dup.
-        if let Err(e) = unsafe { ext.import_semaphore_fd(&info) } {
-            memory::close_if_still_ours(raw, fd.as_fd());
-            // SAFETY: the semaphore was never used.
-            unsafe { self.device.destroy_semaphore(semaphore, None) };
-            return Err(Error::Gpu(format!(
-                "importing the producer's fence failed: {e}"
-            )));
-        }
-        // Kept for the life of the process, like the device: a handful per producer process.
-        timelines.insert(key, semaphore);
-        Ok(semaphore)
     }
 
     /// The point `value` on the timeline, with the fence where one can be exported.

@@ -19,11 +19,10 @@ pub(crate) struct Lane {
     pub work: Work,
 }
 
-/// Which queue a piece of work goes to.
+/// Which queue a piece of work goes to. Only copies are submitted as commands today; the
+/// main queue takes them where there is no transfer-only family.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Queue {
-    /// The main queue.
-    Main,
     /// The transfer-only queue where there is one, else the main queue.
     Transfer,
 }

@@ -17,12 +17,20 @@ pub(crate) const TMPFS_MAGIC: u32 = 0x0102_1994;
 /// `f_type` of hugetlbfs, where `MFD_HUGETLB` memfds live (`HUGETLBFS_MAGIC`).
 pub(crate) const HUGETLBFS_MAGIC: u32 = 0x9584_58f6;
 
+/// `f_type` of the anonymous-inode filesystem: eventfds, sync files and many drivers' objects.
+pub(crate) const ANON_INODE_FS_MAGIC: u32 = 0x0904_1934;
+
+/// Names of memfds that GPU drivers export as memory handles. Such a file starts with the
+/// driver's own header (lavapipe: size and data offset), so mapping it as plain shared memory
+/// and writing through it corrupts the allocation for every importer.
+const GPU_DRIVER_MEMFDS: &[(&str, &str)] = &[("llvmpipe memory fd", "lavapipe")];
+
 /// Filesystems worth naming when we refuse an fd, so the error says what the caller passed.
 const KNOWN_REFUSED: &[(u32, &str)] = &[
     (0x5049_5045, "a pipe"),
     (0x534f_434b, "a socket"),
     (
-        0x0904_1934,
+        ANON_INODE_FS_MAGIC,
         "an anonymous inode (eventfd, timerfd, epoll, ...)",
     ),
     (0xef53, "a file on ext2/3/4"),
@@ -33,24 +41,121 @@ const KNOWN_REFUSED: &[(u32, &str)] = &[
     (0x6265_6572, "a sysfs file"),
 ];
 
-/// What `inspect` learned of an fd.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct FdInfo {
-    pub memory: TensorMemory,
-    pub size: u64,
+/// The kind of memory `fd` holds, judged without touching its content. A GPU driver's memfd
+/// is refused by name: it is GPU memory, importable only as such.
+///
+/// The size is not read here: a shared-memory fd must be sealed first (see `shm`), or a peer
+/// could shrink it between our size check and our mapping.
+pub(crate) fn inspect(fd: BorrowedFd<'_>) -> Result<TensorMemory> {
+    let kind = FdKind::of(fd)?;
+    let memory = classify(kind.magic, FileType::from_raw_mode(kind.mode)).map_err(Error::Fd)?;
+    if let Some((_, driver)) = GPU_DRIVER_MEMFDS
+        .iter()
+        .find(|(name, _)| kind.name.as_deref() == Some(&format!("/memfd:{name}")))
+    {
+        return Err(Error::Fd(format!(
+            "the fd is GPU memory exported by {driver} (its first bytes are the driver's header), not shared memory; import it as GPU memory"
+        )));
+    }
+    Ok(memory)
 }
 
-/// Classifies `fd` and reads its size.
-pub(crate) fn inspect(fd: BorrowedFd<'_>) -> Result<FdInfo> {
-    let fs = rustix::fs::fstatfs(fd)
-        .map_err(|e| Error::Fd(format!("fstatfs on fd {fd:?} failed: {e}")))?;
+/// The fd's size now.
+pub(crate) fn size(fd: BorrowedFd<'_>) -> Result<u64> {
     let st =
         rustix::fs::fstat(fd).map_err(|e| Error::Fd(format!("fstat on fd {fd:?} failed: {e}")))?;
-    let memory = classify(fs.f_type as u64 as u32, FileType::from_raw_mode(st.st_mode))
-        .map_err(Error::Fd)?;
-    let size = u64::try_from(st.st_size)
-        .map_err(|_| Error::Fd(format!("fd reports a negative size {}", st.st_size)))?;
-    Ok(FdInfo { memory, size })
+    u64::try_from(st.st_size)
+        .map_err(|_| Error::Fd(format!("fd reports a negative size {}", st.st_size)))
+}
+
+/// What sort of file an fd is, precisely enough to tell a driver's export from a stand-in:
+/// the filesystem, the file type, the device number of a device node, and the name an
+/// anonymous inode or memfd carries (`anon_inode:[eventfd]`, `/memfd:llvmpipe memory fd`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FdKind {
+    magic: u32,
+    mode: u32,
+    rdev: u64,
+    name: Option<String>,
+}
+
+impl FdKind {
+    /// Reads the kind of `fd` (fstatfs, fstat, and the `/proc/self/fd` link for names).
+    pub(crate) fn of(fd: BorrowedFd<'_>) -> Result<FdKind> {
+        let fs = rustix::fs::fstatfs(fd)
+            .map_err(|e| Error::Fd(format!("fstatfs on fd {fd:?} failed: {e}")))?;
+        let st = rustix::fs::fstat(fd)
+            .map_err(|e| Error::Fd(format!("fstat on fd {fd:?} failed: {e}")))?;
+        let magic = fs.f_type as u64 as u32;
+        let named = matches!(magic, ANON_INODE_FS_MAGIC | TMPFS_MAGIC | HUGETLBFS_MAGIC);
+        Ok(FdKind {
+            magic,
+            mode: st.st_mode & libc::S_IFMT,
+            rdev: st.st_rdev,
+            name: named.then(|| link_name(fd)).flatten(),
+        })
+    }
+
+    /// Whether this is a regular file on tmpfs (a memfd), whose size a peer could change.
+    pub(crate) fn is_memfd(&self) -> bool {
+        matches!(self.magic, TMPFS_MAGIC | HUGETLBFS_MAGIC)
+            && FileType::from_raw_mode(self.mode) == FileType::RegularFile
+    }
+
+    /// Says what this kind is, for errors.
+    pub(crate) fn describe(&self) -> String {
+        let what = match classify(self.magic, FileType::from_raw_mode(self.mode)) {
+            Ok(m) => format!("{m} memory"),
+            Err(e) => e,
+        };
+        match &self.name {
+            Some(n) => format!("{what} named {n:?}"),
+            None if self.rdev != 0 => format!("{what}, device {:#x}", self.rdev),
+            None => what,
+        }
+    }
+}
+
+/// The `/proc/self/fd` link of `fd` without the " (deleted)" a memfd's carries.
+fn link_name(fd: BorrowedFd<'_>) -> Option<String> {
+    use std::os::fd::AsRawFd;
+    let link = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()?;
+    let text = link.to_string_lossy();
+    Some(text.strip_suffix(" (deleted)").unwrap_or(&text).to_string())
+}
+
+/// `kcmp` type that compares two fds' open file descriptions (linux/kcmp.h).
+const KCMP_FILE: libc::c_long = 0;
+
+/// Whether `a` and `b` name the same open file (the same exported object, not just a file
+/// with the same claims): `kcmp`, which compares the kernel's file descriptions. Where `kcmp`
+/// is not allowed (seccomp, no CONFIG_KCMP), two regular files with the same device and inode
+/// are the same memory; nothing else can be proven, and `false` is the safe answer.
+pub(crate) fn same_file(a: BorrowedFd<'_>, b: BorrowedFd<'_>) -> bool {
+    use std::os::fd::AsRawFd;
+    let pid = libc::c_long::from(rustix::process::getpid().as_raw_nonzero().get());
+    // SAFETY: kcmp only compares kernel objects named by two fd numbers of this process; both
+    // are borrowed, so open for the call.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_kcmp,
+            pid,
+            pid,
+            KCMP_FILE,
+            libc::c_long::from(a.as_raw_fd()),
+            libc::c_long::from(b.as_raw_fd()),
+        )
+    };
+    if r >= 0 {
+        return r == 0;
+    }
+    match (rustix::fs::fstat(a), rustix::fs::fstat(b)) {
+        (Ok(x), Ok(y)) => {
+            FileType::from_raw_mode(x.st_mode) == FileType::RegularFile
+                && (x.st_dev, x.st_ino) == (y.st_dev, y.st_ino)
+        }
+        _ => false,
+    }
 }
 
 /// The backing an fd on filesystem `magic` with file type `kind` can be, or why none.
@@ -143,5 +248,45 @@ mod tests {
         let fd = unsafe { BorrowedFd::borrow_raw(raw) };
         let err = inspect(fd).unwrap_err().to_string();
         assert!(err.contains("fstatfs") || err.contains("fstat"), "{err}");
+    }
+
+    #[test]
+    fn a_dup_is_the_same_file_and_another_memfd_of_the_same_name_is_not() {
+        use std::os::fd::AsFd;
+        let flags = rustix::fs::MemfdFlags::CLOEXEC;
+        let a = rustix::fs::memfd_create("same", flags).unwrap();
+        let b = rustix::fs::memfd_create("same", flags).unwrap();
+        let dup = a.try_clone().unwrap();
+        assert!(same_file(a.as_fd(), dup.as_fd()));
+        assert!(!same_file(a.as_fd(), b.as_fd()));
+        assert_eq!(
+            FdKind::of(a.as_fd()).unwrap(),
+            FdKind::of(b.as_fd()).unwrap()
+        );
+    }
+
+    #[test]
+    fn an_eventfd_and_a_pipe_are_kinds_apart_from_a_memfd() {
+        use std::os::fd::AsFd;
+        let memfd = rustix::fs::memfd_create("m", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+        let ev = rustix::event::eventfd(0, rustix::event::EventfdFlags::CLOEXEC).unwrap();
+        let (r, _w) = std::io::pipe().unwrap();
+        let m = FdKind::of(memfd.as_fd()).unwrap();
+        assert!(m.is_memfd());
+        assert_ne!(m, FdKind::of(ev.as_fd()).unwrap());
+        assert_ne!(m, FdKind::of(r.as_fd()).unwrap());
+        assert!(FdKind::of(ev.as_fd())
+            .unwrap()
+            .describe()
+            .contains("eventfd"));
+    }
+
+    #[test]
+    fn a_gpu_drivers_memfd_is_not_shared_memory() {
+        use std::os::fd::AsFd;
+        let fd = rustix::fs::memfd_create("llvmpipe memory fd", rustix::fs::MemfdFlags::CLOEXEC)
+            .unwrap();
+        let err = inspect(fd.as_fd()).unwrap_err().to_string();
+        assert!(err.contains("lavapipe"), "{err}");
     }
 }

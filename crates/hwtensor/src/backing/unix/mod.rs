@@ -32,26 +32,24 @@ pub(crate) fn allocate(memory: TensorMemory, len: usize) -> Result<FdMapping> {
 impl Storage {
     /// Maps a foreign fd after checking what it is and that it holds at least `len` bytes.
     ///
-    /// The whole fd is mapped, not just `len`: the buffer's capacity is what the fd holds, so a
-    /// consumer may later widen the row stride into padding the producer allocated.
-    pub(crate) fn import(fd: OwnedFd, len: usize) -> Result<Storage> {
-        let info = classify::inspect(fd.as_fd())?;
-        if info.size < len as u64 {
+    /// Shared memory is sealed against shrinking *before* its size is read (`unsealed`: the
+    /// caller accepts an fd that cannot be sealed). The whole fd is mapped, not just `len`: the
+    /// buffer's capacity is what the fd holds, so a consumer may later widen the row stride
+    /// into padding the producer allocated.
+    pub(crate) fn import(fd: OwnedFd, len: usize, unsealed: bool) -> Result<Storage> {
+        let memory = classify::inspect(fd.as_fd())?;
+        if memory == TensorMemory::Shm {
+            shm::seal_for_import(fd.as_fd(), unsealed)?;
+        }
+        let size = classify::size(fd.as_fd())?;
+        if size < len as u64 {
             return Err(Error::Fd(format!(
-                "the {} fd holds {} bytes but the tensor needs {len}",
-                info.memory, info.size
+                "the {memory} fd holds {size} bytes but the tensor needs {len}"
             )));
         }
-        if info.memory == TensorMemory::Shm {
-            shm::seal_against_truncation(fd.as_fd());
-        }
-        let size = usize::try_from(info.size).map_err(|_| {
-            Error::Fd(format!(
-                "an fd of {} bytes cannot be mapped here",
-                info.size
-            ))
-        })?;
-        FdMapping::new(fd, size, info.memory).map(Storage::Fd)
+        let size = usize::try_from(size)
+            .map_err(|_| Error::Fd(format!("an fd of {size} bytes cannot be mapped here")))?;
+        FdMapping::new(fd, size, memory).map(Storage::Fd)
     }
 
     /// Whether the CPU may write it (a foreign fd may be mapped read-only).

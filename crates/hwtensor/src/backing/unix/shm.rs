@@ -34,23 +34,34 @@ pub(crate) fn create(len: usize) -> Result<OwnedFd> {
     Ok(fd)
 }
 
-/// Seals an imported tmpfs fd against shrinking where the fd allows it.
+/// Makes sure an imported tmpfs fd can no longer shrink: adds `F_SEAL_SHRINK` where the fd
+/// allows it. Call it before reading the size: a size read first could be undercut by a peer's
+/// `ftruncate` racing the seal, and our mapping would then reach past the end (a SIGBUS).
 ///
-/// A memfd made without `MFD_ALLOW_SEALING`, or a POSIX shm file, cannot be sealed: then a peer
-/// that truncates it can still fault us, and we say so once per import rather than refuse memory
-/// the user chose to share.
-pub(crate) fn seal_against_truncation(fd: BorrowedFd<'_>) {
+/// A memfd made without `MFD_ALLOW_SEALING`, or a POSIX shm file, cannot be sealed: a peer
+/// that truncates it would fault us, so it is refused unless `allow_unsealed` (the caller's
+/// explicit opt-in, [`ImportPolicy::unsealed_shm`](crate::ImportPolicy::unsealed_shm)).
+pub(crate) fn seal_for_import(fd: BorrowedFd<'_>, allow_unsealed: bool) -> Result<()> {
     let sealed = rustix::fs::fcntl_get_seals(fd)
         .map(|s| s.contains(SealFlags::SHRINK))
         .unwrap_or(false);
     if sealed {
-        return;
+        return Ok(());
     }
-    if let Err(e) = rustix::fs::fcntl_add_seals(fd, SealFlags::SHRINK) {
-        log::warn!(
-            "imported shared memory cannot be sealed against shrinking ({e}); \
-             a peer that truncates it would fault this process"
-        );
+    match rustix::fs::fcntl_add_seals(fd, SealFlags::SHRINK) {
+        Ok(()) => Ok(()),
+        Err(e) if allow_unsealed => {
+            log::warn!(
+                "imported shared memory cannot be sealed against shrinking ({e}); \
+                 a peer that truncates it would fault this process (accepted by the import policy)"
+            );
+            Ok(())
+        }
+        Err(e) => Err(Error::Fd(format!(
+            "the shared memory cannot be sealed against shrinking ({e}): a peer could truncate it \
+             under our mapping and crash this process. Create it with MFD_ALLOW_SEALING, or accept \
+             the risk with ImportPolicy {{ unsealed_shm: true, .. }}"
+        ))),
     }
 }
 
@@ -86,7 +97,16 @@ mod tests {
         let fd =
             rustix::fs::memfd_create("t", MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING).unwrap();
         rustix::fs::ftruncate(&fd, 4096).unwrap();
-        seal_against_truncation(std::os::fd::AsFd::as_fd(&fd));
+        seal_for_import(std::os::fd::AsFd::as_fd(&fd), false).unwrap();
         assert!(rustix::fs::ftruncate(&fd, 0).is_err());
+    }
+
+    #[test]
+    fn a_memfd_that_cannot_be_sealed_is_refused_unless_the_policy_accepts_it() {
+        let fd = rustix::fs::memfd_create("t", MemfdFlags::CLOEXEC).unwrap();
+        rustix::fs::ftruncate(&fd, 4096).unwrap();
+        let err = seal_for_import(std::os::fd::AsFd::as_fd(&fd), false).unwrap_err();
+        assert!(err.to_string().contains("MFD_ALLOW_SEALING"), "{err}");
+        seal_for_import(std::os::fd::AsFd::as_fd(&fd), true).unwrap();
     }
 }
