@@ -36,7 +36,7 @@ fn a_copy_without_the_shared_semaphore_signals_a_private_one_and_exports_no_fenc
     let mut shared_semaphore = 0;
     // SAFETY: a valid out-pointer.
     assert_eq!(unsafe { semaphore_handle(&mut shared_semaphore) }, 0);
-    let record = format!("/dev/shm/hwtensor-gpu-{}", std::process::id());
+    let record = hwtensor::gpu::record_path(std::process::id());
     let file = std::fs::OpenOptions::new()
         .write(true)
         .open(&record)

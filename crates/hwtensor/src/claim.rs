@@ -2,7 +2,7 @@
 //! states, the bounded wait for a claim to settle, and the shared queue lock. The Vulkan record
 //! (POSIX shared memory) and the D3D11 record (a `Local\` file mapping) both build on them.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// The version word of an empty record.
@@ -43,26 +43,79 @@ pub(crate) fn wait_settled<R>(mut look: impl FnMut() -> Option<R>) -> Option<R> 
 }
 
 /// Claims a record: compare-and-swap of the version word from `expected` to [`CLAIMING`].
+/// (The D3D11 record's claim: a `Local\` mapping dies with its processes, so no claim there can
+/// be left by a dead one. Linux uses [`try_claim_as`].)
+#[cfg_attr(not(windows), allow(dead_code))]
 pub(crate) fn try_claim(version: &AtomicU32, expected: u32) -> bool {
     version
         .compare_exchange(expected, CLAIMING, Ordering::Acquire, Ordering::Relaxed)
         .is_ok()
 }
 
+/// Claims a record whose claim word holds the version word in its low half and the claimer's
+/// `token` in its high half: from `expected` to ([`CLAIMING`], `token`) in one CAS, so a claim
+/// never exists without saying whose it is (a process killed right after claiming leaves a
+/// claim others can tell is not theirs).
+pub(crate) fn try_claim_as(state: &AtomicU64, expected: u64, token: u32) -> bool {
+    state
+        .compare_exchange(
+            expected,
+            claim_word(CLAIMING, token),
+            Ordering::Acquire,
+            Ordering::Relaxed,
+        )
+        .is_ok()
+}
+
+/// The claim word of `version` written by the claimer with `token`.
+pub(crate) fn claim_word(version: u32, token: u32) -> u64 {
+    u64::from(version) | u64::from(token) << 32
+}
+
 /// A lock word shared by every copy in the process (it lives in the record), held for one
-/// submission.
+/// submission. The word holds the holder's pid (0: free), so a holder that died with it can
+/// be recognised and the lock taken over.
 pub(crate) struct QueueLock<'a>(&'a AtomicU32);
 
 /// Spins before yielding: a submission holds the lock for microseconds.
 const LOCK_SPINS: u32 = 100;
+/// How long a copy waits for the lock before it says so: a submission holds it for
+/// microseconds, so a second means a holder that is stuck or dead.
+const LOCK_BOUND: Duration = Duration::from_secs(10);
+/// How often a waiter past its spins asks whether the holder is still alive.
+const LOCK_OWNER_CHECK: Duration = Duration::from_millis(100);
 
 impl<'a> QueueLock<'a> {
-    pub(crate) fn acquire(word: &'a AtomicU32) -> Self {
+    /// Takes the lock, waiting at most [`LOCK_BOUND`]; a lock held by a process that no longer
+    /// exists is taken over.
+    pub(crate) fn acquire(word: &'a AtomicU32) -> crate::Result<Self> {
+        let me = std::process::id();
+        let started = Instant::now();
+        let mut last_check = started;
         let mut spins = 0;
-        while word
-            .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
+        loop {
+            match word.compare_exchange_weak(0, me, Ordering::Acquire, Ordering::Relaxed) {
+                Ok(_) => return Ok(QueueLock(word)),
+                Err(holder) if holder != 0 && last_check.elapsed() >= LOCK_OWNER_CHECK => {
+                    last_check = Instant::now();
+                    let taken = !process_alive(holder)
+                        && word
+                            .compare_exchange(holder, me, Ordering::Acquire, Ordering::Relaxed)
+                            .is_ok();
+                    if taken {
+                        log::warn!(
+                            "hwtensor: took over the GPU queue lock from dead process {holder}"
+                        );
+                        return Ok(QueueLock(word));
+                    }
+                    if started.elapsed() >= LOCK_BOUND {
+                        return Err(crate::Error::Timeout(format!(
+                            "the shared GPU queue lock stayed held by process {holder} for {LOCK_BOUND:?}"
+                        )));
+                    }
+                }
+                Err(_) => {}
+            }
             spins += 1;
             if spins < LOCK_SPINS {
                 std::hint::spin_loop();
@@ -70,7 +123,26 @@ impl<'a> QueueLock<'a> {
                 std::thread::yield_now();
             }
         }
-        QueueLock(word)
+    }
+}
+
+/// Whether process `pid` exists. Windows records die with their last handle, so a holder there
+/// is always alive.
+fn process_alive(pid: u32) -> bool {
+    #[cfg(unix)]
+    {
+        let Some(pid) = i32::try_from(pid)
+            .ok()
+            .and_then(rustix::process::Pid::from_raw)
+        else {
+            return false;
+        };
+        rustix::process::test_kill_process(pid) != Err(rustix::io::Errno::SRCH)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = pid;
+        true
     }
 }
 
@@ -100,5 +172,40 @@ mod tests {
         assert!(try_claim(&v, EMPTY));
         assert_eq!(v.load(Ordering::Relaxed), CLAIMING);
         assert!(!try_claim(&v, EMPTY), "a second claimant loses");
+    }
+
+    #[test]
+    fn a_claim_says_whose_it_is_in_the_same_step() {
+        let state = AtomicU64::new(u64::from(EMPTY));
+        assert!(try_claim_as(&state, u64::from(EMPTY), 77));
+        assert_eq!(state.load(Ordering::Relaxed), claim_word(CLAIMING, 77));
+        assert!(
+            !try_claim_as(&state, u64::from(EMPTY), 78),
+            "a second claimant loses"
+        );
+    }
+
+    #[test]
+    fn a_queue_lock_held_by_a_dead_process_is_taken_over() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let word = AtomicU32::new(dead);
+        let started = Instant::now();
+        let lock = QueueLock::acquire(&word).unwrap();
+        assert_eq!(word.load(Ordering::Relaxed), std::process::id());
+        assert!(started.elapsed() < LOCK_BOUND);
+        drop(lock);
+        assert_eq!(word.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn a_queue_lock_held_by_a_live_process_is_a_timeout_not_a_hang() {
+        // Held by process 1 (alive): the waiter gives up after the bound, naming the holder.
+        let word = AtomicU32::new(1);
+        let started = Instant::now();
+        let err = QueueLock::acquire(&word).err().expect("the lock is held");
+        assert!(err.to_string().contains("process 1"), "{err}");
+        assert!(started.elapsed() < LOCK_BOUND * 2);
     }
 }

@@ -90,3 +90,36 @@ fn a_thousand_gpu_hand_offs_into_another_process_leak_no_fd() {
         "the receiver leaked fds over {ROUNDS} GPU hand-offs"
     );
 }
+
+#[test]
+fn completion_fds_the_caller_closed_are_not_kept_by_the_waiter() {
+    const T: &str = "completion_fds_the_caller_closed_are_not_kept_by_the_waiter";
+    if std::env::var(ROLE).is_ok() {
+        return; // only the hand-off test has a child role
+    }
+    let Some(d) = device_or_skip(T) else {
+        return;
+    };
+    // A value allocated and not yet submitted, so the waiter holds every fd made for it; the
+    // other test of this binary may submit it meanwhile, which proves nothing: then try again.
+    for _ in 0..5 {
+        let before = open_fds();
+        let pending = d.signal_deferred().unwrap();
+        let fds: Vec<_> = (0..200)
+            .map(|_| d.completion_fd(pending).unwrap())
+            .collect();
+        drop(fds);
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let after = open_fds();
+        let still_pending = d.completed_value().unwrap() < pending;
+        d.flush().unwrap();
+        if still_pending {
+            assert!(
+                after <= before + 2,
+                "{before} fds before, {after} with the waits abandoned"
+            );
+            return;
+        }
+    }
+    panic!("{T}: the value completed every time before the check; nothing was proven");
+}

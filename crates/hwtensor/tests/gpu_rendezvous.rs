@@ -16,7 +16,7 @@ const ROLE: &str = "HWTENSOR_TEST_RENDEZVOUS_ROLE";
 const TEST: &str = "a_record_left_by_a_killed_process_does_not_break_the_next_one";
 
 fn record_path(pid: u32) -> String {
-    format!("/dev/shm/hwtensor-gpu-{pid}")
+    hwtensor::gpu::record_path(pid)
 }
 
 /// What the helper processes do.
@@ -119,7 +119,7 @@ fn a_record_left_by_a_killed_process_does_not_break_the_next_one() {
     );
 
     let mut foreign = leftover.clone();
-    foreign[..4].copy_from_slice(&0x4857_0002u32.to_ne_bytes());
+    foreign[..4].copy_from_slice(&0x4857_0009u32.to_ne_bytes());
     let (value, origin) = late_process_with(&foreign);
     assert_eq!(origin, "Created");
     assert_eq!(

@@ -63,8 +63,8 @@ fn deferred_signals_complete_when_flushed() {
     let Some(d) = device_or_skip("deferred_signals_complete_when_flushed") else {
         return;
     };
-    let a = d.signal_deferred();
-    let b = d.signal_deferred();
+    let a = d.signal_deferred().unwrap();
+    let b = d.signal_deferred().unwrap();
     assert!(b > a);
     d.flush().unwrap();
     d.wait(b, BOUND).unwrap();

@@ -530,7 +530,14 @@ impl GpuDevice {
                 f()
             }
             None => {
-                let _lock = crate::claim::QueueLock::acquire(self.timeline.shared.lock);
+                // The record is a `Local\` mapping that dies with the last process holding it,
+                // so the holder is a live thread of this process: waiting on is right, but say so.
+                let _lock = loop {
+                    match crate::claim::QueueLock::acquire(self.timeline.shared.lock) {
+                        Ok(lock) => break lock,
+                        Err(e) => log::error!("hwtensor: {e}; still waiting"),
+                    }
+                };
                 f()
             }
         }
@@ -640,8 +647,8 @@ impl GpuDevice {
 
     /// Allocates the next value now; its signal goes out with [`flush`](Self::flush) (or the
     /// next `signal` of any copy).
-    pub fn signal_deferred(&self) -> u64 {
-        self.timeline.signal_deferred(self)
+    pub fn signal_deferred(&self) -> Result<u64> {
+        Ok(self.timeline.signal_deferred(self))
     }
 
     /// Signals every deferred value at once.

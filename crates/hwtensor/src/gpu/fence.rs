@@ -87,7 +87,9 @@ impl Timeline {
     /// Allocates the next value and submits its signal, as one step under the queue lock: two
     /// threads that took 1 and 2 and submitted 2 first would drive the timeline backwards.
     pub(crate) fn signal(&self, device: &ash::Device, queue: vk::Queue) -> Option<u64> {
-        let _lock = QueueLock::acquire(self.shared.lock);
+        let _lock = QueueLock::acquire(self.shared.lock)
+            .inspect_err(|e| log::error!("hwtensor: cannot signal: {e}"))
+            .ok()?;
         let value = self.shared.counter.fetch_add(1, Ordering::AcqRel) + 1;
         // The new value is above every deferred one, so its signal covers them too.
         self.shared.pending.store(0, Ordering::Release);
@@ -102,16 +104,16 @@ impl Timeline {
 
     /// Allocates the next value; its signal goes with the next submission (`flush`, or any
     /// copy's `signal`). Submit the work it covers before calling this.
-    pub(crate) fn signal_deferred(&self) -> u64 {
-        let _lock = QueueLock::acquire(self.shared.lock);
+    pub(crate) fn signal_deferred(&self) -> Result<u64> {
+        let _lock = QueueLock::acquire(self.shared.lock)?;
         let value = self.shared.counter.fetch_add(1, Ordering::AcqRel) + 1;
         self.shared.pending.fetch_max(value, Ordering::AcqRel);
-        value
+        Ok(value)
     }
 
     /// Submits the signal of every deferred value in one submission.
     pub(crate) fn flush(&self, device: &ash::Device, queue: vk::Queue) -> Result<()> {
-        let _lock = QueueLock::acquire(self.shared.lock);
+        let _lock = QueueLock::acquire(self.shared.lock)?;
         let pending = self.shared.pending.swap(0, Ordering::AcqRel);
         if pending == 0 {
             return Ok(());
@@ -129,7 +131,7 @@ impl Timeline {
         command: vk::CommandBuffer,
         waits: &[(vk::Semaphore, u64)],
     ) -> Result<u64> {
-        let _lock = QueueLock::acquire(self.shared.lock);
+        let _lock = QueueLock::acquire(self.shared.lock)?;
         let value = self.shared.counter.fetch_add(1, Ordering::AcqRel) + 1;
         self.shared.pending.store(0, Ordering::Release);
         self.submit(device, queue, value, Some(command), waits)
@@ -194,35 +196,65 @@ impl Timeline {
         })
     }
 
-    /// An eventfd that becomes readable when `value` completes (at once if it has). One waiter
-    /// thread per copy serves every such fd, so an event loop needs no thread per wait.
+    /// The read end of a pipe that becomes readable when `value` completes (at once if it
+    /// has). One waiter thread per copy serves every such fd, so an event loop needs no thread
+    /// per wait; it holds the write end, and lets go of it as soon as the caller closes the
+    /// read end. A value never allocated is refused: its completion would never come, and the
+    /// waiter would hold its fd for ever.
     pub(crate) fn completion_fd(
         &self,
         device: &'static ash::Device,
         value: u64,
     ) -> Result<OwnedFd> {
-        let done = self.completed_value(device)? >= value;
-        let fd = rustix::event::eventfd(
-            done as u32,
-            rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK,
-        )
-        .map_err(|e| Error::os("eventfd", e))?;
-        if !done {
-            let ours = fd.try_clone().map_err(|e| Error::Os {
-                op: "dup of an eventfd",
-                source: e,
-            })?;
-            let sender = self
-                .waiter
-                .get_or_init(|| Mutex::new(spawn_waiter(device, self.semaphore)));
-            sender
-                .lock()
-                .map_err(|_| Error::Gpu("the completion waiter is gone".into()))?
-                .send((value, ours))
-                .map_err(|_| Error::Gpu("the completion waiter is gone".into()))?;
+        let last = self.last_signalled();
+        if value > last {
+            return Err(Error::InvalidArgument(format!(
+                "timeline value {value} was never allocated (the newest is {last}); it would never complete"
+            )));
         }
-        Ok(fd)
+        let flags = rustix::pipe::PipeFlags::CLOEXEC | rustix::pipe::PipeFlags::NONBLOCK;
+        let (read, write) = rustix::pipe::pipe_with(flags).map_err(|e| Error::os("pipe", e))?;
+        if self.completed_value(device)? >= value {
+            signal_done(&write);
+            return Ok(read);
+        }
+        let sender = self
+            .waiter
+            .get_or_init(|| Mutex::new(spawn_waiter(device, self.semaphore)));
+        sender
+            .lock()
+            .map_err(|_| Error::Gpu("the completion waiter is gone".into()))?
+            .send((value, write))
+            .map_err(|_| Error::Gpu("the completion waiter is gone".into()))?;
+        Ok(read)
     }
+}
+
+/// Makes a completion fd readable: one byte down its pipe (the write end is dropped after).
+fn signal_done(write: &OwnedFd) {
+    let _ = rustix::io::write(write, &[1]);
+}
+
+/// Drops the write ends whose read end the caller has closed (poll reports POLLERR on them).
+fn drop_abandoned(waiting: &mut BTreeMap<u64, Vec<OwnedFd>>) {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    for fds in waiting.values_mut() {
+        let mut polled: Vec<PollFd<'_>> =
+            fds.iter().map(|f| PollFd::new(f, PollFlags::OUT)).collect();
+        if poll(&mut polled, Some(&Timespec::default())).is_err() {
+            continue;
+        }
+        let gone: Vec<bool> = polled
+            .iter()
+            .map(|p| p.revents().contains(PollFlags::ERR))
+            .collect();
+        let mut i = 0;
+        fds.retain(|_| {
+            i += 1;
+            !gone[i - 1]
+        });
+    }
+    waiting.retain(|_, fds| !fds.is_empty());
 }
 
 /// Waits until the timeline `semaphore` reaches `value`, at most `timeout`: spins on the
@@ -332,8 +364,9 @@ fn spawn_waiter(
                 .into_values()
                 .flatten()
             {
-                let _ = rustix::io::write(&fd, &1u64.to_ne_bytes());
+                signal_done(&fd);
             }
+            drop_abandoned(&mut waiting);
         }
     };
     if let Err(e) = std::thread::Builder::new()

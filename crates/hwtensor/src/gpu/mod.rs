@@ -41,10 +41,17 @@ use crate::{Error, Result};
 
 pub use ash;
 
-/// Where the shared semaphore handle sits in the rendezvous record (`/dev/shm/hwtensor-gpu-<pid>`),
+/// Where the shared semaphore handle sits in the rendezvous record,
 /// for tests that simulate a copy that cannot open the shared semaphore.
 #[doc(hidden)]
 pub const RECORD_SEMAPHORE_OFFSET: usize = std::mem::offset_of!(Record, semaphore);
+
+/// The path of process `pid`'s rendezvous record (`/dev/shm/hwtensor-gpu-<pid namespace>-<pid>`),
+/// for tests that look at or tamper with it.
+#[doc(hidden)]
+pub fn record_path(pid: u32) -> String {
+    format!("/dev/shm/{}", rendezvous::record_name(pid))
+}
 
 pub use crate::process_device::{Features, Origin};
 
@@ -206,6 +213,7 @@ fn check_device_answers(instance: &ash::Instance, device: vk::Device) -> Result<
 }
 
 fn init() -> std::result::Result<GpuDevice, String> {
+    rendezvous::sweep_dead_records();
     let key = ProcessKey::current();
     let record = match key.map(|k| rendezvous::open_record(k.pid)) {
         Some(Ok(r)) => Some(r),
@@ -225,16 +233,15 @@ fn init() -> std::result::Result<GpuDevice, String> {
         // SAFETY: the record names this very process (pid and start time), so its handles are
         // live in this address space.
         Found::Ours(p) => unsafe { adopt(record, &p) },
-        Found::Empty => publish_or_adopt(record, key, rendezvous::EMPTY),
-        Found::Stale => {
+        Found::Empty => publish_or_adopt(record, key, u64::from(rendezvous::EMPTY)),
+        Found::Stale(state) => {
             log::info!(
                 "hwtensor: re-claiming a GPU rendezvous left by a dead process with this pid"
             );
-            publish_or_adopt(record, key, rendezvous::LAYOUT_V1)
-                .or_else(|_| publish_or_adopt(record, key, rendezvous::CLAIMING))
+            publish_or_adopt(record, key, state)
         }
         Found::Foreign(v) => {
-            log::warn!("hwtensor: the GPU rendezvous has layout {v:#x}, not {:#x}; not trusted, keeping a device of our own", rendezvous::LAYOUT_V1);
+            log::warn!("hwtensor: the GPU rendezvous has layout {v:#x}, not {:#x}; not trusted, keeping a device of our own", rendezvous::LAYOUT_V2);
             own_device(None)
         }
         Found::Unsettled => {
@@ -249,7 +256,7 @@ fn init() -> std::result::Result<GpuDevice, String> {
 fn publish_or_adopt(
     record: &'static Record,
     key: ProcessKey,
-    expected: u32,
+    expected: u64,
 ) -> std::result::Result<GpuDevice, String> {
     let dev = own_device(Some(record))?;
     let published = dev.published();
@@ -599,8 +606,9 @@ impl GpuDevice {
     }
 
     /// Allocates the next value now; its signal is submitted by [`flush`](Self::flush) (or
-    /// by the next `signal` of any copy). Submit the work it covers first.
-    pub fn signal_deferred(&self) -> u64 {
+    /// by the next `signal` of any copy). Submit the work it covers first. An error only when
+    /// the shared queue lock stays held past its bound.
+    pub fn signal_deferred(&self) -> Result<u64> {
         self.timeline.signal_deferred()
     }
 
