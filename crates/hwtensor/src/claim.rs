@@ -56,6 +56,7 @@ pub(crate) fn try_claim(version: &AtomicU32, expected: u32) -> bool {
 /// `token` in its high half: from `expected` to ([`CLAIMING`], `token`) in one CAS, so a claim
 /// never exists without saying whose it is (a process killed right after claiming leaves a
 /// claim others can tell is not theirs).
+#[cfg_attr(windows, allow(dead_code))] // the Linux record's claim
 pub(crate) fn try_claim_as(state: &AtomicU64, expected: u64, token: u32) -> bool {
     state
         .compare_exchange(
@@ -68,6 +69,7 @@ pub(crate) fn try_claim_as(state: &AtomicU64, expected: u64, token: u32) -> bool
 }
 
 /// The claim word of `version` written by the claimer with `token`.
+#[cfg_attr(windows, allow(dead_code))]
 pub(crate) fn claim_word(version: u32, token: u32) -> u64 {
     u64::from(version) | u64::from(token) << 32
 }

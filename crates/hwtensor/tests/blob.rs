@@ -4,6 +4,9 @@
 
 use std::os::fd::OwnedFd;
 
+#[path = "../fuzz/src/receiver.rs"]
+mod receiver;
+
 use hwtensor::blob::{self, Transport, HEADER_LEN};
 use hwtensor::{
     CpuAccess, DType, Error, PixelFormat, Quantization, Region, Tensor, TensorDyn, TensorMemory,
@@ -252,24 +255,13 @@ fn an_inline_blob_that_comes_with_fds_is_refused() {
     assert!(blob::import(&bytes, vec![t.clone_fd().unwrap()]).is_err());
 }
 
-/// Inputs the fuzzer once crashed on, replayed the way the fuzz target reads them.
+/// Inputs the fuzzer once crashed on, replayed the way the fuzz target reads and uses them.
 #[test]
 fn inputs_the_fuzzer_found_are_refused_without_a_panic() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz-regressions");
     let mut replayed = 0;
     for entry in std::fs::read_dir(dir).unwrap() {
-        let data = std::fs::read(entry.unwrap().path()).unwrap();
-        let Some((&control, rest)) = data.split_first() else {
-            continue;
-        };
-        let (fds, blob_bytes) = if control & 1 == 1 && rest.len() >= 2 {
-            let fd = rustix::fs::memfd_create("fuzz", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
-            rustix::fs::ftruncate(&fd, u16::from_le_bytes([rest[0], rest[1]]) as u64 * 64).unwrap();
-            (vec![fd], &rest[2..])
-        } else {
-            (vec![], rest)
-        };
-        let _ = blob::import(blob_bytes, fds);
+        receiver::receive(&std::fs::read(entry.unwrap().path()).unwrap());
         replayed += 1;
     }
     assert!(replayed > 0, "the regression corpus is empty");

@@ -189,3 +189,31 @@ fn a_dyn_tensor_imports_with_its_dtype() {
     assert_eq!(d.dtype(), DType::F32);
     assert_eq!(d.memory(), TensorMemory::Shm);
 }
+
+#[test]
+fn a_peer_truncating_while_we_import_gets_an_error_never_a_fault() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    const LEN: u64 = 1 << 20;
+    for _ in 0..20 {
+        let fd = memfd(LEN);
+        let peer = fd.try_clone().unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let truncating = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    // Fails once the importer has sealed the file: exactly the point.
+                    let _ = rustix::fs::ftruncate(&peer, 0);
+                    let _ = rustix::fs::ftruncate(&peer, LEN);
+                }
+            })
+        };
+        // Whatever the import saw, a tensor it returns can be read end to end.
+        if let Ok(t) = Tensor::<u8>::from_fd(fd, &[LEN as usize]) {
+            assert_eq!(t.to_vec().unwrap().len(), LEN as usize);
+        }
+        stop.store(true, Ordering::Relaxed);
+        truncating.join().unwrap();
+    }
+}

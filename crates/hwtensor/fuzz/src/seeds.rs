@@ -1,5 +1,6 @@
 //! Writes a seed corpus of valid blobs for the `import` target: `cargo run --bin seeds -- DIR`.
-//! Each seed is laid out as the target reads it: a control byte, the fd size, the blob.
+//! Each seed is laid out as the target reads it (`receiver.rs`): a control byte, the fd size,
+//! the blob.
 
 use hwtensor::blob::{export, Transport};
 use hwtensor::{CpuAccess, DType, PixelFormat, Quantization, Region, Tensor, TensorDyn, TensorMemory};
@@ -20,7 +21,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for (i, t) in tensors.iter().enumerate() {
         let (blob, _) = export(t, Transport::Reference)?;
         let units = t.buffer_len().div_ceil(64) as u16;
-        let mut seed = vec![1u8];
+        let mut seed = vec![3u8]; // a sealable memfd of the buffer's size
         seed.extend_from_slice(&units.to_le_bytes());
         seed.extend_from_slice(&blob);
         std::fs::write(format!("{dir}/reference-{i}"), seed)?;

@@ -1,0 +1,300 @@
+//! What a hostile or crashed peer can do to a receiver: at worst get an `Err` naming what was
+//! wrong. No hang, no SIGBUS, no read or write of another buffer, no stall of our timeline.
+
+#![cfg(unix)]
+
+mod common;
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use common::device_or_skip;
+use hwtensor::blob::{self, Transport, HEADER_LEN, REQUIRES_COMPLETION};
+use hwtensor::handoff::{recv_blob, send_blob, MAX_REFERENCE_BLOB_LEN};
+use hwtensor::{Error, ImportPolicy, Region, Tensor, TensorDyn, TensorMemory};
+
+const TRUSTED: ImportPolicy = ImportPolicy::TRUSTED_PEER;
+const N: usize = 4096;
+/// Longer than any honest import takes; a hang shows up as this bound passing.
+const NO_HANG: Duration = Duration::from_secs(30);
+
+// Header offsets (the table in `hwtensor::blob`).
+const REQUIRED_AT: usize = 12;
+const FD_COUNT_AT: usize = 23;
+const COMPLETION_FD_AT: usize = 72;
+const COMPLETION_VALUE_AT: usize = 80;
+const PRODUCER_AT: usize = 136;
+const PRODUCER_END: usize = 160;
+
+fn gpu_tensor(seed: u8) -> Tensor<u8> {
+    let t = Tensor::<u8>::new(&[N], Some(TensorMemory::Gpu)).unwrap();
+    t.map_write().unwrap().fill(seed);
+    t
+}
+
+/// The blob of a GPU tensor by reference, and an owned copy of its memory fd.
+fn gpu_blob(t: &Tensor<u8>) -> (Vec<u8>, OwnedFd) {
+    let t: TensorDyn = t.clone().into();
+    let (bytes, fds) = blob::export(&t, Transport::Reference).unwrap();
+    (bytes, fds[0].try_clone_to_owned().unwrap())
+}
+
+/// Runs `f` on a thread and fails the test if it does not return within [`NO_HANG`].
+fn without_hanging<R: Send + 'static>(what: &str, f: impl FnOnce() -> R + Send + 'static) -> R {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || tx.send(f()));
+    rx.recv_timeout(NO_HANG)
+        .unwrap_or_else(|_| panic!("{what} hung for {NO_HANG:?}"))
+}
+
+fn write_u32(b: &mut [u8], at: usize, v: u32) {
+    b[at..at + 4].copy_from_slice(&v.to_le_bytes());
+}
+
+fn write_u64(b: &mut [u8], at: usize, v: u64) {
+    b[at..at + 8].copy_from_slice(&v.to_le_bytes());
+}
+
+#[test]
+fn a_pipe_socket_eventfd_or_fifo_sent_as_gpu_memory_is_refused_and_never_waited_on() {
+    let test = "a_pipe_socket_eventfd_or_fifo_sent_as_gpu_memory_is_refused_and_never_waited_on";
+    if device_or_skip(test).is_none() {
+        return;
+    }
+    let t = gpu_tensor(1);
+    let (bytes, _) = gpu_blob(&t);
+    drop(t); // no live import to find: the fd itself must be judged
+    let fifo = std::env::temp_dir().join(format!("hwtensor-fifo-{}", std::process::id()));
+    let _ = std::fs::remove_file(&fifo);
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &fifo,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::RUSR | rustix::fs::Mode::WUSR,
+        0,
+    )
+    .unwrap();
+    let fifo_fd: OwnedFd = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&fifo)
+        .unwrap()
+        .into();
+    let (pipe, _writer) = std::io::pipe().unwrap();
+    let (socket, _other) = UnixStream::pair().unwrap();
+    let event = rustix::event::eventfd(0, rustix::event::EventfdFlags::CLOEXEC).unwrap();
+    for (name, fd) in [
+        ("pipe", OwnedFd::from(pipe)),
+        ("socket", socket.into()),
+        ("eventfd", event),
+        ("fifo", fifo_fd),
+    ] {
+        let bytes = bytes.clone();
+        let result = without_hanging(name, move || blob::import_with(&bytes, vec![fd], &TRUSTED));
+        let err = result.expect_err(name);
+        assert!(matches!(err, Error::Fd(_)), "{name}: {err}");
+    }
+    std::fs::remove_file(&fifo).unwrap();
+}
+
+#[test]
+fn a_memfd_that_could_shrink_is_never_imported_as_gpu_memory() {
+    let Some(d) = device_or_skip("a_memfd_that_could_shrink_is_never_imported_as_gpu_memory")
+    else {
+        return;
+    };
+    let t = gpu_tensor(2);
+    let (bytes, _) = gpu_blob(&t);
+    drop(t);
+    // Named like lavapipe's exports, so only the missing seal tells it apart there.
+    let fd =
+        rustix::fs::memfd_create("llvmpipe memory fd", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+    rustix::fs::ftruncate(&fd, 1 << 20).unwrap();
+    let err = blob::import_with(&bytes, vec![fd], &TRUSTED).unwrap_err();
+    assert!(matches!(err, Error::Fd(_)), "{} : {err}", d.adapter_label());
+}
+
+#[test]
+fn gpu_memory_by_reference_is_refused_unless_the_peer_is_trusted() {
+    if device_or_skip("gpu_memory_by_reference_is_refused_unless_the_peer_is_trusted").is_none() {
+        return;
+    }
+    let t = gpu_tensor(3);
+    let (bytes, fd) = gpu_blob(&t);
+    let err = blob::import(&bytes, vec![fd]).unwrap_err();
+    assert!(err.to_string().contains("trusted peer"), "{err}");
+}
+
+#[test]
+fn a_gpu_memory_fd_is_never_mapped_as_shared_memory() {
+    if device_or_skip("a_gpu_memory_fd_is_never_mapped_as_shared_memory").is_none() {
+        return;
+    }
+    let t = gpu_tensor(4);
+    let gpu_fd = t.clone_fd().unwrap();
+    assert!(Tensor::<u8>::from_fd(gpu_fd, &[N]).is_err());
+    // A blob that says shm around the GPU fd.
+    let shm = Tensor::<u8>::new(&[N], Some(TensorMemory::Shm)).unwrap();
+    let (bytes, _) = blob::export(&shm.into(), Transport::Reference).unwrap();
+    assert!(blob::import_with(&bytes, vec![t.clone_fd().unwrap()], &TRUSTED).is_err());
+    assert!(
+        t.to_vec().unwrap().iter().all(|&b| b == 4),
+        "the GPU bytes are untouched"
+    );
+}
+
+#[test]
+fn a_completion_the_peer_chose_never_reaches_our_timeline() {
+    let Some(d) = device_or_skip("a_completion_the_peer_chose_never_reaches_our_timeline") else {
+        return;
+    };
+    let t = gpu_tensor(5);
+    let (mut bytes, fd) = gpu_blob(&t);
+    // A value far ahead, with /dev/null for its fence: what a consumer sending our buffer back
+    // could claim.
+    let required = u32::from_le_bytes(bytes[REQUIRED_AT..REQUIRED_AT + 4].try_into().unwrap());
+    write_u32(&mut bytes, REQUIRED_AT, required | REQUIRES_COMPLETION);
+    bytes[FD_COUNT_AT] = 2;
+    write_u32(&mut bytes, COMPLETION_FD_AT, 1);
+    write_u64(&mut bytes, COMPLETION_VALUE_AT, u64::MAX - 1);
+    let null: OwnedFd = std::fs::File::open("/dev/null").unwrap().into();
+    let fds = vec![fd.try_clone().unwrap(), null];
+    let err = without_hanging("the import", {
+        let bytes = bytes.clone();
+        move || blob::import_with(&bytes, fds, &TRUSTED)
+    })
+    .unwrap_err();
+    assert!(!err.to_string().is_empty());
+    // The same claim in a blob refused for its geometry (overlapping strides) has no effect
+    // either: nothing is recorded before validation.
+    let mut overlapping = bytes.clone();
+    write_u64(&mut overlapping, HEADER_LEN + 8, 0);
+    let null: OwnedFd = std::fs::File::open("/dev/null").unwrap().into();
+    let fds = vec![fd, null];
+    assert!(blob::import_with(&overlapping, fds, &TRUSTED).is_err());
+    // Our own work and maps go on as before.
+    let started = Instant::now();
+    let v = d.signal().unwrap();
+    d.wait(v, Duration::from_secs(5)).unwrap();
+    assert!(t.to_vec().unwrap().iter().all(|&b| b == 5));
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(
+        d.last_signalled() < u64::MAX / 2,
+        "our timeline took the peer's value"
+    );
+}
+
+#[test]
+fn a_blob_claiming_another_buffers_identity_gets_its_own_memory_not_that_buffer() {
+    let test = "a_blob_claiming_another_buffers_identity_gets_its_own_memory_not_that_buffer";
+    if device_or_skip(test).is_none() {
+        return;
+    }
+    let a = gpu_tensor(0xAA);
+    let b = gpu_tensor(0xBB);
+    let (a_bytes, _) = gpu_blob(&a);
+    let (mut b_bytes, b_fd) = gpu_blob(&b);
+    // B's fd, sent under A's identity (A is alive here, so a lookup by identity finds it).
+    b_bytes[PRODUCER_AT..PRODUCER_END].copy_from_slice(&a_bytes[PRODUCER_AT..PRODUCER_END]);
+    let got = blob::import_with(&b_bytes, vec![b_fd], &TRUSTED)
+        .unwrap()
+        .into_tensor::<u8>()
+        .unwrap();
+    assert!(
+        got.to_vec().unwrap().iter().all(|&x| x == 0xBB),
+        "read B's memory"
+    );
+    got.map_write().unwrap().fill(0xCC);
+    assert!(
+        a.to_vec().unwrap().iter().all(|&x| x == 0xAA),
+        "A was written"
+    );
+}
+
+#[test]
+fn hostile_strides_and_dimensions_are_refused_at_import() {
+    let t = Tensor::<u8>::new(&[1, 4], Some(TensorMemory::Mem)).unwrap();
+    let (bytes, _) = blob::export(&t.into(), Transport::Inline).unwrap();
+    let shape_at = HEADER_LEN;
+    let strides_at = HEADER_LEN + 2 * 8;
+    // A stride of 2^63 on the length-1 axis: a view at its end would wrap its offset.
+    let mut huge_stride = bytes.clone();
+    write_u64(&mut huge_stride, strides_at, 1 << 63);
+    let err = blob::import(&huge_stride, vec![]).unwrap_err();
+    assert!(matches!(err, Error::Shape(_)), "{err}");
+    // 2^63 rows beside a zero-length axis: past what ndarray may be handed.
+    let mut huge_dim = bytes.clone();
+    write_u64(&mut huge_dim, shape_at, 1 << 63);
+    write_u64(&mut huge_dim, shape_at + 8, 0);
+    write_u64(&mut huge_dim, bytes.len() - 4 - 8, 0); // the plane record's size
+    let err = blob::import(&huge_dim, vec![]).unwrap_err();
+    assert!(matches!(err, Error::Shape(_)), "{err}");
+}
+
+#[test]
+fn a_view_at_the_far_edge_of_a_wide_stride_is_checked_arithmetic() {
+    let t = Tensor::<u8>::new(&[1, 4], Some(TensorMemory::Mem)).unwrap();
+    let (mut bytes, _) = blob::export(&t.into(), Transport::Inline).unwrap();
+    // The widest stride the reach check lets through on a length-1 axis.
+    write_u64(&mut bytes, HEADER_LEN + 2 * 8, 1 << 61);
+    let wide = blob::import(&bytes, vec![])
+        .unwrap()
+        .into_tensor::<u8>()
+        .unwrap();
+    let edge = wide.view(Region::new(0, 1, 4, 0)).unwrap();
+    assert!(edge.to_vec().unwrap().is_empty());
+    assert!(edge.map_read().unwrap().view().is_empty());
+    assert_eq!(wide.to_vec().unwrap().len(), 4);
+}
+
+/// Resident memory of this process in KiB.
+fn rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+#[test]
+fn a_length_prefix_alone_pins_no_memory() {
+    let t = Tensor::<u8>::new(&[64], Some(TensorMemory::Mem)).unwrap();
+    let (mut bytes, _) = blob::export(&t.into(), Transport::Inline).unwrap();
+    write_u32(&mut bytes, 8, 1 << 30); // announces a 1 GiB inline blob
+    let (a, b) = UnixStream::pair().unwrap();
+    send_blob(&a, &bytes[..HEADER_LEN], &[]).unwrap(); // then stalls
+    let before = rss_kib();
+    let receiver = std::thread::spawn(move || {
+        let r = recv_blob(&b);
+        (r.map(|_| ()), rss_kib())
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let during = rss_kib();
+    let (result, _) = receiver.join().unwrap();
+    assert!(result.is_err(), "a stalled blob is an error");
+    let grew = during.saturating_sub(before);
+    assert!(
+        grew < 32 * 1024,
+        "waiting for a stalled 1 GiB blob grew RSS by {grew} KiB"
+    );
+    drop(a);
+}
+
+#[test]
+fn a_reference_blob_longer_than_a_description_is_refused_before_its_body_arrives() {
+    let t: TensorDyn = Tensor::<u8>::new(&[64], Some(TensorMemory::Shm))
+        .unwrap()
+        .into();
+    let (mut bytes, fds) = blob::export(&t, Transport::Reference).unwrap();
+    write_u32(&mut bytes, 8, (MAX_REFERENCE_BLOB_LEN + 1) as u32);
+    let (a, b) = UnixStream::pair().unwrap();
+    send_blob(&a, &bytes, &fds).unwrap(); // the announced rest never comes
+    let started = Instant::now();
+    let err = recv_blob(&b).unwrap_err();
+    assert!(err.to_string().contains("reference blob"), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "refused without waiting"
+    );
+    let _ = a.as_fd();
+}
