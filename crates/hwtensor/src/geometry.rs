@@ -80,8 +80,9 @@ pub fn extent(shape: &[usize], strides: &[usize], elem: usize) -> Result<usize> 
 }
 
 /// Checks that no offset a view or batch item of this tensor can reach overflows, and that
-/// ndarray may view it: `offset + sum(shape[i] * strides[i]) + elem` and the element count of
-/// the non-empty dimensions (times `elem`) stay within `isize::MAX`.
+/// ndarray may view it: every stride, `offset + sum(shape[i] * strides[i]) + elem` and the
+/// element count of the non-empty dimensions (times `elem`) stay within `isize::MAX` (ndarray
+/// takes strides as `isize`: a larger one, even on an empty axis, is a negative stride to it).
 ///
 /// Why the whole sum and not the extent: the extent ignores the stride of an axis of length 1
 /// and every stride beside an axis of length 0, yet a view may start at the end of any axis
@@ -104,7 +105,9 @@ pub fn check_reach(shape: &[usize], strides: &[usize], offset: usize, elem: usiz
         .filter(|&&d| d != 0)
         .try_fold(elem, |n, &d| n.checked_mul(d))
         .ok_or_else(too_far)?;
-    if reach > isize::MAX as usize || elements > isize::MAX as usize {
+    let widest = strides.iter().copied().max().unwrap_or(0);
+    if reach > isize::MAX as usize || elements > isize::MAX as usize || widest > isize::MAX as usize
+    {
         return Err(too_far());
     }
     Ok(())

@@ -231,6 +231,12 @@ fn hostile_strides_and_dimensions_are_refused_at_import() {
     write_u64(&mut huge_dim, bytes.len() - 4 - 8, 0); // the plane record's size
     let err = blob::import(&huge_dim, vec![]).unwrap_err();
     assert!(matches!(err, Error::Shape(_)), "{err}");
+    // A stride past isize::MAX on an empty axis: ndarray would read it as negative.
+    let mut empty_axis = huge_dim.clone();
+    write_u64(&mut empty_axis, shape_at, 0);
+    write_u64(&mut empty_axis, strides_at + 8, 1 << 63);
+    let err = blob::import(&empty_axis, vec![]).unwrap_err();
+    assert!(matches!(err, Error::Shape(_)), "{err}");
 }
 
 #[test]
