@@ -69,16 +69,7 @@ impl GpuDevice {
         fd: BorrowedFd<'_>,
         allocation_size: u64,
     ) -> Result<()> {
-        let want = self.memory_fd_kind()?;
-        let got = FdKind::of(fd)?;
-        if got != *want {
-            return Err(Error::Fd(format!(
-                "the GPU memory fd is {}, but {} exports memory as {}",
-                got.describe(),
-                self.adapter_label(),
-                want.describe()
-            )));
-        }
+        let got = self.expect_kind(fd, self.memory_fd_kind()?, "GPU memory")?;
         if got.is_memfd() {
             shm::seal_for_import(fd, false)?;
             let size = classify::size(fd)?;
@@ -91,6 +82,20 @@ impl GpuDevice {
         Ok(())
     }
 
+    /// The kind of `fd`, when it is `want`, the kind this device exports `what` as.
+    fn expect_kind(&self, fd: BorrowedFd<'_>, want: &FdKind, what: &str) -> Result<FdKind> {
+        let got = FdKind::of(fd)?;
+        if got != *want {
+            return Err(Error::Fd(format!(
+                "the {what} fd is {}, but {} exports a {what} as {}",
+                got.describe(),
+                self.adapter_label(),
+                want.describe()
+            )));
+        }
+        Ok(got)
+    }
+
     /// The timeline behind a peer's fence fd: the import this device already holds of that very
     /// fence (proven by comparing the files, not by anything the peer claims), or a new one.
     pub(crate) fn foreign_timeline(&'static self, fd: OwnedFd) -> Result<Arc<ForeignTimeline>> {
@@ -100,16 +105,7 @@ impl GpuDevice {
                 self.adapter_label()
             )));
         }
-        let want = self.fence_fd_kind()?;
-        let got = FdKind::of(fd.as_fd())?;
-        if got != *want {
-            return Err(Error::Fd(format!(
-                "the fence fd is {}, but {} exports its timeline as {}",
-                got.describe(),
-                self.adapter_label(),
-                want.describe()
-            )));
-        }
+        self.expect_kind(fd.as_fd(), self.fence_fd_kind()?, "timeline fence")?;
         let mut timelines = self
             .timelines
             .lock()
