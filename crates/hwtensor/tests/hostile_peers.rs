@@ -6,6 +6,7 @@
 mod common;
 
 use std::os::fd::{AsFd, OwnedFd};
+use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::UnixStream;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -303,4 +304,72 @@ fn a_reference_blob_longer_than_a_description_is_refused_before_its_body_arrives
         "refused without waiting"
     );
     let _ = a.as_fd();
+}
+
+const PEER_ROLE: &str = "HWTENSOR_TEST_OTHER_USER_PEER";
+const OTHER_USER_TEST: &str = "gpu_memory_from_a_peer_of_another_user_is_refused_by_recv";
+/// The unprivileged user the peer process becomes (`nobody` on Debian).
+const NOBODY: u32 = 65534;
+
+/// The peer: becomes another user, connects and sends the GPU blob it was given, with a memfd.
+fn other_user_peer(spec: &str) {
+    let (socket, blob_path) = spec.split_once('|').unwrap();
+    let bytes = std::fs::read(blob_path).unwrap();
+    // SAFETY: setgid/setuid on this single-purpose child process before any thread starts.
+    assert_eq!(unsafe { libc::setgid(NOBODY) }, 0);
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::setuid(NOBODY) }, 0);
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(socket).unwrap();
+    let stream = UnixStream::connect_addr(&addr).unwrap();
+    let fd =
+        rustix::fs::memfd_create("llvmpipe memory fd", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+    send_blob(&stream, &bytes, &[fd.as_fd()]).unwrap();
+    let mut done = [0u8; 1];
+    let _ = std::io::Read::read(&mut &stream, &mut done);
+}
+
+#[test]
+fn gpu_memory_from_a_peer_of_another_user_is_refused_by_recv() {
+    if let Ok(spec) = std::env::var(PEER_ROLE) {
+        return other_user_peer(&spec);
+    }
+    if device_or_skip(OTHER_USER_TEST).is_none() {
+        return;
+    }
+    if !rustix::process::geteuid().is_root() {
+        // Only root can start a process of another user; CI runs as root.
+        eprintln!("SKIPPED: {OTHER_USER_TEST} - not root, cannot start a peer of another user");
+        return;
+    }
+    let t = gpu_tensor(6);
+    let (bytes, _) = gpu_blob(&t);
+    let dir = std::env::temp_dir().join(format!("hwtensor-peer-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let blob_path = dir.join("blob");
+    std::fs::write(&blob_path, &bytes).unwrap();
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(
+        &blob_path,
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )
+    .unwrap();
+    let name = format!("hwtensor-other-user-{}", std::process::id());
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(&name).unwrap();
+    let listener = std::os::unix::net::UnixListener::bind_addr(&addr).unwrap();
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            OTHER_USER_TEST,
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(PEER_ROLE, format!("{name}|{}", blob_path.display()))
+        .spawn()
+        .unwrap();
+    let (stream, _) = listener.accept().unwrap();
+    let err = hwtensor::handoff::recv(&stream).unwrap_err();
+    drop(stream);
+    assert!(child.wait().unwrap().success(), "the peer failed");
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(err.to_string().contains("trusted peer"), "{err}");
 }
