@@ -737,6 +737,13 @@ fn reference_buffer(
     mut fds: Vec<OwnedFd>,
     policy: &ImportPolicy,
 ) -> Result<Buffer> {
+    if memory == TensorMemory::Gpu && !policy.gpu_memory {
+        return Err(bad(
+            "GPU memory by reference is accepted only from a trusted peer (the driver trusts \
+             the fd's content): handoff::recv accepts it from processes of this user; with \
+             blob::import_with, say ImportPolicy::TRUSTED_PEER when you know the sender",
+        ));
+    }
     let needed = 1 + (h.required & REQUIRES_COMPLETION != 0) as usize;
     if h.fd_count != needed || fds.len() != needed {
         return Err(bad(format!(
@@ -748,13 +755,6 @@ fn reference_buffer(
     let fence = (needed == 2).then(|| fds.pop().expect("two fds"));
     let fd = fds.pop().expect("one fd");
     if memory == TensorMemory::Gpu {
-        if !policy.gpu_memory {
-            return Err(bad(
-                "GPU memory by reference is accepted only from a trusted peer (the driver trusts \
-                 the fd's content): handoff::recv accepts it from processes of this user; with \
-                 blob::import_with, say ImportPolicy::TRUSTED_PEER when you know the sender",
-            ));
-        }
         return gpu_buffer(h, buffer_len, fd, fence);
     }
     if !matches!(memory, TensorMemory::Shm | TensorMemory::DmaBuf) {
