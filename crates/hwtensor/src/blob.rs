@@ -100,6 +100,8 @@ pub const MAX_PLANES: usize = 4;
 pub const MAX_FDS: usize = MAX_PLANES;
 /// Bytes of one plane record.
 const PLANE_LEN: usize = 32;
+/// Offset of the `memory` byte in the header.
+const MEMORY_AT: usize = 17;
 /// Offset of the `mode` byte in the header.
 const MODE_AT: usize = 18;
 
@@ -545,6 +547,13 @@ pub fn claimed_transport(prefix: &[u8]) -> Option<Transport> {
         1 => Some(Transport::Inline),
         _ => None,
     }
+}
+
+/// Whether a blob's header says it is GPU memory by reference (what only a trusted peer may
+/// send), for a receiver deciding whom to trust before it imports.
+pub fn claims_gpu_reference(header: &[u8]) -> bool {
+    claimed_transport(header) == Some(Transport::Reference)
+        && header.get(MEMORY_AT) == Some(&TensorMemory::Gpu.code())
 }
 
 /// Turns a blob and the fds that came with it into a tensor, under the strict

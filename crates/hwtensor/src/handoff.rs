@@ -72,11 +72,14 @@ pub fn send_as(stream: &UnixStream, tensor: &TensorDyn, mode: Transport) -> Resu
 /// Receives one tensor (waiting for its first byte as long as the stream's read timeout
 /// allows). GPU memory by reference is accepted only when the peer runs as this user.
 pub fn recv(stream: &UnixStream) -> Result<TensorDyn> {
+    let (bytes, fds) = recv_blob(stream)?;
+    // Asked only when it matters: shared memory needs no trust, and the hand-off hot path no
+    // extra syscall.
     let policy = ImportPolicy {
-        gpu_memory: peer_is_this_user(stream)?,
+        gpu_memory: blob::claims_gpu_reference(&bytes) && peer_is_this_user(stream)?,
         ..ImportPolicy::STRICT
     };
-    recv_with(stream, &policy)
+    blob::import_with(&bytes, fds, &policy)
 }
 
 /// Receives one tensor under the caller's `policy`, whoever the peer is.
@@ -131,23 +134,32 @@ pub fn recv_blob(stream: &UnixStream) -> Result<(Vec<u8>, Vec<OwnedFd>)> {
         fds: Vec::new(),
         started: None,
     };
-    let mut bytes = vec![0u8; LEN_PREFIX];
-    rx.fill(&mut bytes, 0)?;
+    // Every blob has at least the fixed header, so asking for it never eats into the next
+    // message; the length claim is judged as soon as its bytes are in (usually the whole header
+    // comes in the same read), and the header says whether the bytes travel inline.
+    let mut bytes = vec![0u8; HEADER_LEN];
+    let got = rx.fill_at_least(&mut bytes, 0, LEN_PREFIX)?;
     let total = blob::claimed_len(&bytes).unwrap_or(0);
     if !(HEADER_LEN..=MAX_BLOB_LEN).contains(&total) {
         return Err(handoff(format!(
             "the peer announced a {total}-byte blob ({HEADER_LEN} to {MAX_BLOB_LEN} accepted)"
         )));
     }
-    bytes.resize(HEADER_LEN, 0);
-    rx.fill(&mut bytes, LEN_PREFIX)?;
+    rx.fill(&mut bytes, got)?;
     if blob::claimed_transport(&bytes) != Some(Transport::Inline) && total > MAX_REFERENCE_BLOB_LEN
     {
         return Err(handoff(format!(
             "the peer announced a {total}-byte reference blob (at most {MAX_REFERENCE_BLOB_LEN})"
         )));
     }
-    // Memory follows the bytes: at most RECV_CHUNK ahead of what has arrived.
+    // Memory follows the bytes: at most RECV_CHUNK ahead of what has arrived is touched. The
+    // address space is reserved at once (untouched pages cost nothing), so a large inline
+    // frame is not copied at every doubling; a reservation that cannot be made is an error.
+    bytes.try_reserve_exact(total - bytes.len()).map_err(|_| {
+        handoff(format!(
+            "cannot reserve {total} bytes for the announced blob"
+        ))
+    })?;
     while bytes.len() < total {
         let from = bytes.len();
         bytes.resize(total.min(from.saturating_add(RECV_CHUNK)), 0);
@@ -166,8 +178,14 @@ struct Receiver<'a> {
 impl Receiver<'_> {
     /// Fills `buf[from..]` from the socket, collecting fds as they come.
     fn fill(&mut self, buf: &mut [u8], from: usize) -> Result<()> {
+        self.fill_at_least(buf, from, buf.len()).map(|_| ())
+    }
+
+    /// Reads into `buf[from..]` until at least `at_least` bytes of it are there (more if they
+    /// came in the same read); returns how many are.
+    fn fill_at_least(&mut self, buf: &mut [u8], from: usize, at_least: usize) -> Result<usize> {
         let mut got = from;
-        while got < buf.len() {
+        while got < at_least {
             if let Some(started) = self.started {
                 self.wait_readable(started, got, buf.len())?;
             }
@@ -211,7 +229,7 @@ impl Receiver<'_> {
             self.started.get_or_insert_with(Instant::now);
             got += msg.bytes;
         }
-        Ok(())
+        Ok(got)
     }
 
     fn wait_readable(&self, started: Instant, got: usize, want: usize) -> Result<()> {
