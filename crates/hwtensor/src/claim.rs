@@ -91,7 +91,18 @@ impl<'a> QueueLock<'a> {
     /// Takes the lock, waiting at most [`LOCK_BOUND`]; a lock held by a process that no longer
     /// exists is taken over.
     pub(crate) fn acquire(word: &'a AtomicU32) -> crate::Result<Self> {
-        let me = std::process::id();
+        let me = this_pid();
+        // The hot path: a free lock, taken at once (no clock, no syscall).
+        if word
+            .compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+        {
+            return Ok(QueueLock(word));
+        }
+        Self::acquire_contended(word, me)
+    }
+
+    fn acquire_contended(word: &'a AtomicU32, me: u32) -> crate::Result<Self> {
         let started = Instant::now();
         let mut last_check = started;
         let mut spins = 0;
@@ -126,6 +137,13 @@ impl<'a> QueueLock<'a> {
             }
         }
     }
+}
+
+/// This process's id, asked of the kernel once (glibc no longer caches `getpid`, and the lock
+/// is taken for every signal).
+fn this_pid() -> u32 {
+    static PID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *PID.get_or_init(std::process::id)
 }
 
 /// Whether process `pid` exists. Windows records die with their last handle, so a holder there
