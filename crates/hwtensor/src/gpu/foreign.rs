@@ -142,16 +142,19 @@ pub(crate) struct ForeignTimeline {
 
 impl ForeignTimeline {
     fn import(device: &'static GpuDevice, fd: OwnedFd) -> Result<ForeignTimeline> {
+        let ext = device.ext.semaphore_fd.as_ref().ok_or_else(|| {
+            unavailable(format!(
+                "{} cannot import a timeline fence",
+                device.adapter_label()
+            ))
+        })?;
+        let dup = fd.try_clone().map_err(|e| Error::Os {
+            op: "dup of a fence fd",
+            source: e,
+        })?;
         let semaphore = super::create_semaphore(&device.device, 0, false)
             .map_err(|e| Error::Gpu(format!("creating a timeline failed: {e}")))?;
-        let raw = fd
-            .try_clone()
-            .map_err(|e| Error::Os {
-                op: "dup of a fence fd",
-                source: e,
-            })?
-            .into_raw_fd();
-        let ext = ash::khr::external_semaphore_fd::Device::new(&device.instance, &device.device);
+        let raw = dup.into_raw_fd();
         let info = vk::ImportSemaphoreFdInfoKHR::default()
             .semaphore(semaphore)
             .handle_type(vk::ExternalSemaphoreHandleTypeFlags::OPAQUE_FD)

@@ -302,10 +302,7 @@ impl GpuDevice {
     }
 
     fn export_memory_fd(&self, memory: vk::DeviceMemory) -> Option<OwnedFd> {
-        if !self.features.has(Features::EXTERNAL_MEMORY_FD) {
-            return None;
-        }
-        let ext = ash::khr::external_memory_fd::Device::new(&self.instance, &self.device);
+        let ext = self.ext.memory_fd.as_ref()?;
         let info = vk::MemoryGetFdInfoKHR::default()
             .memory(memory)
             .handle_type(vk::ExternalMemoryHandleTypeFlags::OPAQUE_FD);
@@ -735,16 +732,16 @@ impl HostImport {
         ptr: *mut u8,
         len: usize,
     ) -> Option<HostImport> {
-        if !device.features.has(Features::EXTERNAL_MEMORY_HOST) || len == 0 {
+        let ext = device.ext.memory_host.as_ref()?;
+        if len == 0 {
             return None;
         }
-        let align = device.host_import_alignment();
+        let align = device.ext.host_import_alignment;
         // The driver does not check alignment (lavapipe): we must.
         if align == 0 || !(ptr as usize).is_multiple_of(align) {
             return None;
         }
         let size = len.div_ceil(align) * align;
-        let ext = ash::ext::external_memory_host::Device::new(&device.instance, &device.device);
         let mut props = vk::MemoryHostPointerPropertiesEXT::default();
         // SAFETY: the caller vouches for the pointer; the out-struct outlives the call.
         let r = unsafe {
@@ -796,19 +793,6 @@ impl Drop for HostImport {
             self.device.device.destroy_buffer(self.buffer, None);
             self.device.device.free_memory(self.memory, None);
         }
-    }
-}
-
-impl GpuDevice {
-    fn host_import_alignment(&self) -> usize {
-        let mut host = vk::PhysicalDeviceExternalMemoryHostPropertiesEXT::default();
-        let mut props = vk::PhysicalDeviceProperties2::default().push_next(&mut host);
-        // SAFETY: a query on the device's physical device; the chain outlives the call.
-        unsafe {
-            self.instance
-                .get_physical_device_properties2(self.physical, &mut props)
-        };
-        host.min_imported_host_pointer_alignment as usize
     }
 }
 

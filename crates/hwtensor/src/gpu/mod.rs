@@ -10,6 +10,7 @@
 mod adapter;
 mod copy;
 mod create;
+mod extensions;
 mod fence;
 mod foreign;
 pub(crate) mod memory;
@@ -101,6 +102,8 @@ pub struct GpuDevice {
     /// The transfer-only queue, where the device has one: copies run there.
     transfer: Option<submit::Lane>,
     memory_properties: vk::PhysicalDeviceMemoryProperties,
+    /// Extension function tables, loaded once.
+    ext: extensions::Extensions,
     /// The timeline's fd, exported once for hand-offs (`None` where it cannot be).
     fence_fd: OnceLock<Option<OwnedFd>>,
     /// Fences of other processes this copy has imported, newest last (see `foreign`).
@@ -485,7 +488,9 @@ impl GpuDevice {
         timeline.chained = transfer.is_some();
         // SAFETY: a query on the device's own physical device.
         let memory_properties = unsafe { instance.get_physical_device_memory_properties(physical) };
+        let ext = extensions::Extensions::load(&instance, physical, &device, features);
         Ok(GpuDevice {
+            ext,
             _entry: entry,
             instance,
             physical,
@@ -643,7 +648,7 @@ impl GpuDevice {
         if !self.timeline.exportable {
             return None;
         }
-        let ext = ash::khr::external_semaphore_fd::Device::new(&self.instance, &self.device);
+        let ext = self.ext.semaphore_fd.as_ref()?;
         let info = vk::SemaphoreGetFdInfoKHR::default()
             .semaphore(self.timeline.semaphore)
             .handle_type(vk::ExternalSemaphoreHandleTypeFlags::OPAQUE_FD);
