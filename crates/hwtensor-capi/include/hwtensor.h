@@ -38,6 +38,18 @@ typedef enum HwtStatus {
    * Anything else; see `hwt_last_error`.
    */
   HWT_STATUS_FAILED = 5,
+  /**
+   * The GPU device is lost (reset, removed, hung): nothing on it works any more.
+   */
+  HWT_STATUS_DEVICE_LOST = 6,
+  /**
+   * The GPU or the host ran out of memory for the request.
+   */
+  HWT_STATUS_OUT_OF_MEMORY = 7,
+  /**
+   * The GPU driver reported a failure of another kind; see `hwt_last_error`.
+   */
+  HWT_STATUS_DRIVER_ERROR = 8,
 } HwtStatus;
 
 /**

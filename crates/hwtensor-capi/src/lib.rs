@@ -10,7 +10,7 @@ use std::ffi::c_char;
 use std::time::Duration;
 
 use hwtensor::gpu::{self, GpuDevice};
-use hwtensor::Error;
+use hwtensor::{Error, GpuErrorKind};
 
 // The platform's own handles: Vulkan and fds on Unix, D3D11 and NT handles on Windows.
 #[cfg(unix)]
@@ -37,6 +37,12 @@ pub enum HwtStatus {
     InvalidOperation = 4,
     /// Anything else; see `hwt_last_error`.
     Failed = 5,
+    /// The GPU device is lost (reset, removed, hung): nothing on it works any more.
+    DeviceLost = 6,
+    /// The GPU or the host ran out of memory for the request.
+    OutOfMemory = 7,
+    /// The GPU driver reported a failure of another kind; see `hwt_last_error`.
+    DriverError = 8,
 }
 
 thread_local! {
@@ -50,7 +56,15 @@ pub(crate) fn fail(status: HwtStatus, message: impl Into<String>) -> HwtStatus {
 
 pub(crate) fn from_error(e: Error) -> HwtStatus {
     let status = match e {
-        Error::Gpu(_) | Error::Unavailable { .. } => HwtStatus::Unavailable,
+        Error::Gpu { kind, .. } => match kind {
+            GpuErrorKind::Lost => HwtStatus::DeviceLost,
+            GpuErrorKind::OutOfMemory => HwtStatus::OutOfMemory,
+            GpuErrorKind::Unsupported => HwtStatus::Unavailable,
+            GpuErrorKind::Timeout => HwtStatus::Timeout,
+            _ => HwtStatus::DriverError,
+        },
+        Error::Alloc { .. } => HwtStatus::OutOfMemory,
+        Error::Unavailable { .. } => HwtStatus::Unavailable,
         Error::Timeout(_) => HwtStatus::Timeout,
         Error::InvalidArgument(_) => HwtStatus::InvalidArgument,
         Error::InvalidOperation(_) => HwtStatus::InvalidOperation,
@@ -86,10 +100,7 @@ pub extern "C" fn hwt_gpu_is_software(out: *mut u8) -> HwtStatus {
 /// Allocates the next timeline value and submits its signal.
 #[no_mangle]
 pub extern "C" fn hwt_gpu_signal(out_value: *mut u64) -> HwtStatus {
-    with_device(out_value, |d| {
-        d.signal()
-            .ok_or_else(|| Error::Gpu("the signal could not be submitted".into()))
-    })
+    with_device(out_value, |d| d.signal())
 }
 
 /// The newest timeline value any copy allocated.
@@ -132,4 +143,24 @@ pub unsafe extern "C" fn hwt_last_error(buf: *mut c_char, len: usize) -> usize {
         }
         e.len()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_kind_of_gpu_failure_has_its_own_status_and_keeps_its_message() {
+        let cases = [
+            (GpuErrorKind::Lost, HwtStatus::DeviceLost),
+            (GpuErrorKind::OutOfMemory, HwtStatus::OutOfMemory),
+            (GpuErrorKind::Unsupported, HwtStatus::Unavailable),
+            (GpuErrorKind::Timeout, HwtStatus::Timeout),
+            (GpuErrorKind::Driver, HwtStatus::DriverError),
+        ];
+        for (kind, status) in cases {
+            assert_eq!(from_error(Error::gpu(kind, "what failed")), status);
+            assert!(LAST_ERROR.with(|e| e.borrow().contains("what failed")));
+        }
+    }
 }

@@ -3,7 +3,7 @@
 use std::os::fd::IntoRawFd;
 
 use hwtensor::gpu::ash::vk::Handle;
-use hwtensor::Error;
+use hwtensor::{Error, GpuErrorKind};
 
 use crate::{with_device, HwtStatus};
 
@@ -39,8 +39,11 @@ pub extern "C" fn hwt_gpu_completion_fd(value: u64, out_fd: *mut i32) -> HwtStat
 #[no_mangle]
 pub extern "C" fn hwt_gpu_export_fence(out_fd: *mut i32) -> HwtStatus {
     with_device(out_fd, |d| {
-        d.export_fence()
-            .map(IntoRawFd::into_raw_fd)
-            .ok_or_else(|| Error::Gpu(format!("{} cannot export its timeline", d.adapter_label())))
+        d.export_fence().map(IntoRawFd::into_raw_fd).ok_or_else(|| {
+            Error::gpu(
+                GpuErrorKind::Unsupported,
+                format!("{} cannot export its timeline", d.adapter_label()),
+            )
+        })
     })
 }

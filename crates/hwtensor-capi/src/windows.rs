@@ -4,7 +4,7 @@ use std::ffi::c_void;
 use std::os::windows::io::IntoRawHandle;
 
 use hwtensor::gpu::windows::core::Interface;
-use hwtensor::Error;
+use hwtensor::{Error, GpuErrorKind};
 
 use crate::{with_device, HwtStatus};
 
@@ -21,7 +21,12 @@ pub extern "C" fn hwt_gpu_fence_handle(out: *mut u64) -> HwtStatus {
     with_device(out, |d| {
         d.fence()
             .map(|f| f.as_raw() as usize as u64)
-            .ok_or_else(|| Error::Gpu(format!("{} has no fences", d.adapter_label())))
+            .ok_or_else(|| {
+                Error::gpu(
+                    GpuErrorKind::Unsupported,
+                    format!("{} has no fences", d.adapter_label()),
+                )
+            })
     })
 }
 
@@ -41,6 +46,11 @@ pub extern "C" fn hwt_gpu_export_fence_handle(out_handle: *mut *mut c_void) -> H
     with_device(out_handle, |d| {
         d.export_fence()
             .map(|h| h.into_raw_handle().cast())
-            .ok_or_else(|| Error::Gpu(format!("{} cannot export its fence", d.adapter_label())))
+            .ok_or_else(|| {
+                Error::gpu(
+                    GpuErrorKind::Unsupported,
+                    format!("{} cannot export its fence", d.adapter_label()),
+                )
+            })
     })
 }

@@ -76,9 +76,14 @@ pub enum Error {
     #[error("hand-off: {0}")]
     Handoff(String),
 
-    /// The GPU device could not be made or used.
-    #[error("GPU: {0}")]
-    Gpu(String),
+    /// The GPU device could not be made or used; `kind` says how callers should react.
+    #[error("GPU{}: {message}", kind.label())]
+    Gpu {
+        /// What sort of failure it is.
+        kind: GpuErrorKind,
+        /// What failed, in words.
+        message: String,
+    },
 
     /// A call at the wrong time (for example installing a host device after first use).
     #[error("invalid operation: {0}")]
@@ -101,7 +106,55 @@ pub enum Error {
     },
 }
 
+/// The kinds of GPU failure, which callers handle differently: a lost device is rebuilt, an
+/// allocation that did not fit is retried smaller or elsewhere, an unsupported feature takes
+/// another path, a timeout may be waited out, a driver error is reported.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum GpuErrorKind {
+    /// The device is lost (reset, removed, hung): nothing on it works any more.
+    Lost,
+    /// The device or the host ran out of memory for the request.
+    OutOfMemory,
+    /// The device, driver or build cannot do what was asked.
+    Unsupported,
+    /// A GPU wait ran out of time.
+    Timeout,
+    /// Any other failure the driver reported.
+    Driver,
+}
+
+impl GpuErrorKind {
+    /// The words the error's text puts after "GPU" (none for a plain driver error, so the text
+    /// reads as it always did).
+    fn label(self) -> &'static str {
+        match self {
+            GpuErrorKind::Lost => " device lost",
+            GpuErrorKind::OutOfMemory => " out of memory",
+            GpuErrorKind::Unsupported => " unsupported",
+            GpuErrorKind::Timeout => " timeout",
+            GpuErrorKind::Driver => "",
+        }
+    }
+}
+
 impl Error {
+    /// A GPU failure of `kind`.
+    pub fn gpu(kind: GpuErrorKind, message: impl Into<String>) -> Self {
+        Error::Gpu {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    /// The kind of a GPU failure, `None` for every other error.
+    pub fn gpu_kind(&self) -> Option<GpuErrorKind> {
+        match self {
+            Error::Gpu { kind, .. } => Some(*kind),
+            _ => None,
+        }
+    }
+
     #[cfg(unix)]
     pub(crate) fn os(op: &'static str, errno: rustix::io::Errno) -> Self {
         Error::Os {

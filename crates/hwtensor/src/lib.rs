@@ -54,7 +54,7 @@ mod tensor;
 mod tensor_dyn;
 
 pub use dtype::{DType, Element};
-pub use error::{Error, Result};
+pub use error::{Error, GpuErrorKind, Result};
 pub use format::{Layout, PixelFormat, Plane};
 pub use identity::{BufferIdentity, BufferLiveness};
 pub use image::{ImageInfo, IMAGE_PITCH_ALIGN};

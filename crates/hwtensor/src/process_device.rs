@@ -72,7 +72,7 @@ impl<T> DeviceCell<T> {
             .get_or_init(|| init().map(|d| &*Box::leak(Box::new(d))))
         {
             Ok(d) => Ok(d),
-            Err(e) => Err(Error::Gpu(e.clone())),
+            Err(e) => Err(Error::gpu(crate::GpuErrorKind::Unsupported, e.clone())),
         }
     }
 

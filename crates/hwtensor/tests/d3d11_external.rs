@@ -64,7 +64,7 @@ fn a_host_device_becomes_the_process_device_and_a_second_install_is_refused() {
         host.as_raw(),
         "the host's device, not a new one"
     );
-    assert!(d.signal().is_some());
+    assert!(d.signal().is_ok());
 
     // SAFETY: refused before the pointer is touched.
     let err = unsafe {

@@ -33,7 +33,8 @@ fn a_failure_is_cached_with_identical_text_and_blocks_a_late_host_device() {
     .unwrap_err();
     assert!(matches!(err, Error::InvalidOperation(_)), "{err}");
     assert!(
-        err.to_string().contains(first.trim_start_matches("GPU: ")),
+        err.to_string()
+            .contains(first.trim_start_matches("GPU unsupported: ")),
         "quotes the cached failure: {err}"
     );
     eprintln!("cached failure checked ({again:?} the second time): {first}");

@@ -49,8 +49,5 @@ fn a_record_of_a_foreign_layout_is_not_trusted_and_left_as_it_is() {
         FOREIGN,
         "and nothing was written over it"
     );
-    assert!(
-        d.signal().is_some(),
-        "the device works on a private counter"
-    );
+    assert!(d.signal().is_ok(), "the device works on a private counter");
 }

@@ -12,10 +12,13 @@ fn a_failure_is_cached_with_identical_text_and_blocks_a_late_host_device() {
     // No driver manifest can be found: every Vulkan loader fails to find a device.
     std::env::set_var("VK_ICD_FILENAMES", "/nonexistent/hwtensor-test-icd.json");
     std::env::set_var("VK_DRIVER_FILES", "/nonexistent/hwtensor-test-icd.json");
-    let first = gpu::device()
-        .err()
-        .expect("no driver, so no device")
-        .to_string();
+    let failure = gpu::device().err().expect("no driver, so no device");
+    assert_eq!(
+        failure.gpu_kind(),
+        Some(hwtensor::GpuErrorKind::Unsupported),
+        "a machine without a device is told apart from a device that failed: {failure}"
+    );
+    let first = failure.to_string();
     let started = Instant::now();
     let second = gpu::device().err().expect("still no device").to_string();
     let again = started.elapsed();
@@ -34,7 +37,8 @@ fn a_failure_is_cached_with_identical_text_and_blocks_a_late_host_device() {
     let err = unsafe { gpu::use_external_device(ext) }.unwrap_err();
     assert!(matches!(err, Error::InvalidOperation(_)), "{err}");
     assert!(
-        err.to_string().contains(first.trim_start_matches("GPU: ")),
+        err.to_string()
+            .contains(first.trim_start_matches("GPU unsupported: ")),
         "quotes the cached failure: {err}"
     );
 }

@@ -228,7 +228,7 @@ fn throughput(d: &'static GpuDevice, other: Option<&OtherCopy>) -> crate::Result
                 s.spawn(move || {
                     (0..SIGNALS_PER_THREAD).all(|_| match other {
                         Some(o) if t % 2 == 1 => o.signal().is_some(),
-                        _ => d.signal().is_some(),
+                        _ => d.signal().is_ok(),
                     })
                 })
             })

@@ -126,8 +126,12 @@ impl Timeline {
         match &self.fence {
             Some(f) => {
                 // SAFETY: the fence belongs to this device; the bracket serialises the context.
-                unsafe { f.context.Signal(&f.fence, value) }
-                    .map_err(|e| Error::Gpu(format!("signalling the fence failed: {e}")))?;
+                unsafe { f.context.Signal(&f.fence, value) }.map_err(|e| {
+                    Error::gpu(
+                        super::hr_kind(&e),
+                        format!("signalling the fence failed: {e}"),
+                    )
+                })?;
                 // SAFETY: as above.
                 unsafe { dev.context().Flush() };
             }
@@ -180,9 +184,12 @@ impl Timeline {
         }
         // No fence to attach the event to: one short-lived thread watches the counter, bounded
         // by the GPU wait limit like every other wait.
-        let theirs = event
-            .try_clone()
-            .map_err(|e| Error::Gpu(format!("duplicating an event failed: {e}")))?;
+        let theirs = event.try_clone().map_err(|e| {
+            Error::gpu(
+                crate::GpuErrorKind::Driver,
+                format!("duplicating an event failed: {e}"),
+            )
+        })?;
         let shared = self.shared;
         std::thread::Builder::new()
             .name("hwtensor-completion".into())
@@ -191,7 +198,12 @@ impl Timeline {
                     let _ = set(&theirs);
                 }
             })
-            .map_err(|e| Error::Gpu(format!("starting the completion watcher failed: {e}")))?;
+            .map_err(|e| {
+                Error::gpu(
+                    crate::GpuErrorKind::Driver,
+                    format!("starting the completion watcher failed: {e}"),
+                )
+            })?;
         Ok(event)
     }
 
@@ -235,20 +247,25 @@ fn raw(handle: &OwnedHandle) -> HANDLE {
 fn new_event() -> Result<OwnedHandle> {
     // SAFETY: an unnamed manual-reset event, initially clear.
     let event = unsafe { CreateEventW(None, true, false, None) }
-        .map_err(|e| Error::Gpu(format!("creating an event failed: {e}")))?;
+        .map_err(|e| Error::gpu(super::hr_kind(&e), format!("creating an event failed: {e}")))?;
     Ok(owned(event))
 }
 
 fn set(event: &OwnedHandle) -> Result<()> {
     // SAFETY: a live event handle.
-    unsafe { SetEvent(raw(event)) }.map_err(|e| Error::Gpu(format!("setting an event failed: {e}")))
+    unsafe { SetEvent(raw(event)) }
+        .map_err(|e| Error::gpu(super::hr_kind(&e), format!("setting an event failed: {e}")))
 }
 
 fn completion_event(fence: &ID3D11Fence, value: u64) -> Result<OwnedHandle> {
     let event = new_event()?;
     // SAFETY: a live fence and a live event, which the fence sets once and does not keep.
-    unsafe { fence.SetEventOnCompletion(value, raw(&event)) }
-        .map_err(|e| Error::Gpu(format!("SetEventOnCompletion failed: {e}")))?;
+    unsafe { fence.SetEventOnCompletion(value, raw(&event)) }.map_err(|e| {
+        Error::gpu(
+            super::hr_kind(&e),
+            format!("SetEventOnCompletion failed: {e}"),
+        )
+    })?;
     Ok(event)
 }
 
@@ -258,10 +275,13 @@ fn wait_handle(event: &OwnedHandle, timeout: Duration, value: u64) -> Result<()>
     match unsafe { WaitForSingleObject(raw(event), ms) } {
         WAIT_OBJECT_0 => Ok(()),
         WAIT_TIMEOUT => Err(timed_out(value, timeout)),
-        other => Err(Error::Gpu(format!(
-            "waiting for timeline value {value} failed ({:#x}): {}",
-            other.0,
-            windows::core::Error::from_thread()
-        ))),
+        other => Err(Error::gpu(
+            crate::GpuErrorKind::Driver,
+            format!(
+                "waiting for timeline value {value} failed ({:#x}): {}",
+                other.0,
+                windows::core::Error::from_thread()
+            ),
+        )),
     }
 }

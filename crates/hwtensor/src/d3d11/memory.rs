@@ -160,7 +160,7 @@ fn create_texture(
 }
 
 fn gpu_err(what: &str) -> impl FnOnce(windows::core::Error) -> Error + '_ {
-    move |e| Error::Gpu(format!("{what} failed: {e}"))
+    move |e| Error::gpu(super::hr_kind(&e), format!("{what} failed: {e}"))
 }
 
 /// The pitch a staging texture of `grid` maps with, learnt once per grid.
@@ -489,10 +489,7 @@ impl<T: Element> Tensor<T> {
             ))
         })?;
         let texture = mem.share()?;
-        let value = mem
-            .device()
-            .signal()
-            .ok_or_else(|| Error::Gpu("signalling the hand-off failed".into()))?;
+        let value = mem.device().signal()?;
         Ok(GpuShare {
             texture,
             completion: mem.device().completion(value),

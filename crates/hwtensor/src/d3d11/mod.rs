@@ -225,7 +225,8 @@ pub fn device() -> Result<&'static GpuDevice> {
 
 /// Every adapter DXGI lists.
 pub fn adapters() -> Result<Vec<AdapterInfo>> {
-    let factory = adapter::factory().map_err(Error::Gpu)?;
+    let factory =
+        adapter::factory().map_err(|e| Error::gpu(crate::GpuErrorKind::Unsupported, e))?;
     Ok(adapter::enumerate(&factory)
         .into_iter()
         .map(|(_, i)| i)
@@ -477,6 +478,31 @@ fn adopt_fence(
     }
 }
 
+/// The kind of failure a D3D11/DXGI error is, for [`Error::Gpu`].
+pub(crate) fn hr_kind(e: &windows::core::Error) -> crate::GpuErrorKind {
+    use crate::GpuErrorKind as K;
+    use windows::Win32::Foundation::{E_NOINTERFACE, E_NOTIMPL, E_OUTOFMEMORY};
+    use windows::Win32::Graphics::Dxgi::{
+        DXGI_ERROR_DEVICE_HUNG, DXGI_ERROR_DEVICE_REMOVED, DXGI_ERROR_DEVICE_RESET,
+        DXGI_ERROR_UNSUPPORTED, DXGI_ERROR_WAIT_TIMEOUT,
+    };
+    match e.code() {
+        c if [
+            DXGI_ERROR_DEVICE_REMOVED,
+            DXGI_ERROR_DEVICE_RESET,
+            DXGI_ERROR_DEVICE_HUNG,
+        ]
+        .contains(&c) =>
+        {
+            K::Lost
+        }
+        c if c == E_OUTOFMEMORY => K::OutOfMemory,
+        c if [DXGI_ERROR_UNSUPPORTED, E_NOTIMPL, E_NOINTERFACE].contains(&c) => K::Unsupported,
+        c if c == DXGI_ERROR_WAIT_TIMEOUT => K::Timeout,
+        _ => K::Driver,
+    }
+}
+
 impl GpuDevice {
     fn assemble(
         ifaces: Interfaces,
@@ -549,7 +575,7 @@ impl GpuDevice {
         let mut slot = self
             .finish
             .lock()
-            .map_err(|_| Error::Gpu("the finish query is poisoned".into()))?;
+            .map_err(|_| Error::gpu(crate::GpuErrorKind::Driver, "the finish query is poisoned"))?;
         let query = match slot.as_ref() {
             Some(q) => q.clone(),
             None => {
@@ -559,10 +585,13 @@ impl GpuDevice {
                 };
                 let mut q = None;
                 // SAFETY: a valid description and an out-pointer to a local.
-                unsafe { self.ifaces.device.CreateQuery(&desc, Some(&mut q)) }
-                    .map_err(|e| Error::Gpu(format!("creating an event query failed: {e}")))?;
-                slot.insert(q.ok_or_else(|| Error::Gpu("CreateQuery returned nothing".into()))?)
-                    .clone()
+                unsafe { self.ifaces.device.CreateQuery(&desc, Some(&mut q)) }.map_err(|e| {
+                    Error::gpu(hr_kind(&e), format!("creating an event query failed: {e}"))
+                })?;
+                slot.insert(q.ok_or_else(|| {
+                    Error::gpu(crate::GpuErrorKind::Driver, "CreateQuery returned nothing")
+                })?)
+                .clone()
             }
         };
         // SAFETY: the context is used inside the queue bracket (our caller holds it).
@@ -582,7 +611,9 @@ impl GpuDevice {
                     0,
                 )
             };
-            polled.map_err(|e| Error::Gpu(format!("polling the event query failed: {e}")))?;
+            polled.map_err(|e| {
+                Error::gpu(hr_kind(&e), format!("polling the event query failed: {e}"))
+            })?;
             if done.as_bool() {
                 return Ok(());
             }
@@ -637,12 +668,9 @@ impl GpuDevice {
         self.features
     }
 
-    /// Allocates the next timeline value and signals it; `None` if the signal failed.
-    pub fn signal(&self) -> Option<u64> {
-        self.timeline
-            .signal(self)
-            .map_err(|e| log::warn!("hwtensor: {e}"))
-            .ok()
+    /// Allocates the next timeline value and signals it; an error if the signal failed.
+    pub fn signal(&self) -> Result<u64> {
+        self.timeline.signal(self)
     }
 
     /// Allocates the next value now; its signal goes out with [`flush`](Self::flush) (or the
@@ -710,11 +738,17 @@ impl GpuDevice {
         unsafe { device5.OpenSharedFence(HANDLE(fence.as_raw_handle()), &mut opened) }.map_err(
             |e| Error::InvalidArgument(format!("the completion's fence does not open: {e}")),
         )?;
-        let opened = opened.ok_or_else(|| Error::Gpu("OpenSharedFence returned nothing".into()))?;
+        let opened = opened.ok_or_else(|| {
+            Error::gpu(
+                crate::GpuErrorKind::Driver,
+                "OpenSharedFence returned nothing",
+            )
+        })?;
         self.with_queue(|| {
             // SAFETY: a fence of this device, waited on in the queue bracket.
-            unsafe { context4.Wait(&opened, value) }
-                .map_err(|e| Error::Gpu(format!("queueing the fence wait failed: {e}")))
+            unsafe { context4.Wait(&opened, value) }.map_err(|e| {
+                Error::gpu(hr_kind(&e), format!("queueing the fence wait failed: {e}"))
+            })
         })
     }
 }

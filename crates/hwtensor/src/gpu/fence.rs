@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use ash::vk;
 
 use super::rendezvous::QueueLock;
-use crate::{Error, Result};
+use crate::{Error, GpuErrorKind, Result};
 
 /// How long `wait` spins on the counter before it blocks. On NVIDIA a thread blocked in
 /// `vkWaitSemaphores` can wake ~10 ms after a value signalled by CUDA lands, and blocking costs
@@ -86,20 +86,18 @@ impl Timeline {
 
     /// Allocates the next value and submits its signal, as one step under the queue lock: two
     /// threads that took 1 and 2 and submitted 2 first would drive the timeline backwards.
-    pub(crate) fn signal(&self, device: &ash::Device, queue: vk::Queue) -> Option<u64> {
-        let _lock = QueueLock::acquire(self.shared.lock)
-            .inspect_err(|e| log::error!("hwtensor: cannot signal: {e}"))
-            .ok()?;
+    pub(crate) fn signal(&self, device: &ash::Device, queue: vk::Queue) -> Result<u64> {
+        let _lock = QueueLock::acquire(self.shared.lock)?;
         let value = self.shared.counter.fetch_add(1, Ordering::AcqRel) + 1;
         // The new value is above every deferred one, so its signal covers them too.
         self.shared.pending.store(0, Ordering::Release);
-        match self.submit(device, queue, value, None, &[]) {
-            Ok(()) => Some(value),
-            Err(e) => {
-                log::error!("hwtensor: submitting timeline signal {value} failed: {e}");
-                None
-            }
-        }
+        self.submit(device, queue, value, None, &[]).map_err(|e| {
+            Error::gpu(
+                super::vk_kind(e),
+                format!("submitting timeline signal {value} failed: {e}"),
+            )
+        })?;
+        Ok(value)
     }
 
     /// Allocates the next value; its signal goes with the next submission (`flush`, or any
@@ -118,8 +116,12 @@ impl Timeline {
         if pending == 0 {
             return Ok(());
         }
-        self.submit(device, queue, pending, None, &[])
-            .map_err(|e| Error::Gpu(format!("submitting timeline signal {pending} failed: {e}")))
+        self.submit(device, queue, pending, None, &[]).map_err(|e| {
+            Error::gpu(
+                super::vk_kind(e),
+                format!("submitting timeline signal {pending} failed: {e}"),
+            )
+        })
     }
 
     /// Submits `command` after every `(semaphore, value)` in `waits`, signalling a newly
@@ -135,7 +137,12 @@ impl Timeline {
         let value = self.shared.counter.fetch_add(1, Ordering::AcqRel) + 1;
         self.shared.pending.store(0, Ordering::Release);
         self.submit(device, queue, value, Some(command), waits)
-            .map_err(|e| Error::Gpu(format!("submitting GPU work (value {value}) failed: {e}")))?;
+            .map_err(|e| {
+                Error::gpu(
+                    super::vk_kind(e),
+                    format!("submitting GPU work (value {value}) failed: {e}"),
+                )
+            })?;
         Ok(value)
     }
 
@@ -182,8 +189,12 @@ impl Timeline {
 
     pub(crate) fn completed_value(&self, device: &ash::Device) -> Result<u64> {
         // SAFETY: a query of a live semaphore of this device.
-        unsafe { device.get_semaphore_counter_value(self.semaphore) }
-            .map_err(|e| Error::Gpu(format!("reading the timeline failed: {e}")))
+        unsafe { device.get_semaphore_counter_value(self.semaphore) }.map_err(|e| {
+            Error::gpu(
+                super::vk_kind(e),
+                format!("reading the timeline failed: {e}"),
+            )
+        })
     }
 
     /// Waits until the timeline reaches `value`, at most `timeout`.
@@ -223,9 +234,9 @@ impl Timeline {
             .get_or_init(|| Mutex::new(spawn_waiter(device, self.semaphore)));
         sender
             .lock()
-            .map_err(|_| Error::Gpu("the completion waiter is gone".into()))?
+            .map_err(|_| Error::gpu(GpuErrorKind::Driver, "the completion waiter is gone"))?
             .send((value, write))
-            .map_err(|_| Error::Gpu("the completion waiter is gone".into()))?;
+            .map_err(|_| Error::gpu(GpuErrorKind::Driver, "the completion waiter is gone"))?;
         Ok(read)
     }
 }
@@ -267,8 +278,12 @@ pub(crate) fn wait_semaphore(
 ) -> Result<()> {
     let counter = || {
         // SAFETY: a query of a live timeline semaphore of this device.
-        unsafe { device.get_semaphore_counter_value(semaphore) }
-            .map_err(|e| Error::Gpu(format!("reading the timeline failed: {e}")))
+        unsafe { device.get_semaphore_counter_value(semaphore) }.map_err(|e| {
+            Error::gpu(
+                super::vk_kind(e),
+                format!("reading the timeline failed: {e}"),
+            )
+        })
     };
     let started = Instant::now();
     let mut left = timeout;
@@ -297,9 +312,10 @@ pub(crate) fn wait_semaphore(
             "timeline value {value} did not complete within {timeout:?} (reached {})",
             counter().unwrap_or(0),
         ))),
-        Err(e) => Err(Error::Gpu(format!(
-            "waiting for timeline value {value} failed: {e}"
-        ))),
+        Err(e) => Err(Error::gpu(
+            super::vk_kind(e),
+            format!("waiting for timeline value {value} failed: {e}"),
+        )),
     }
 }
 

@@ -20,7 +20,7 @@ use ash::vk;
 use super::{Features, GpuDevice};
 use crate::backing::unix::classify::{self, FdKind};
 use crate::backing::unix::shm;
-use crate::{Error, Result, TensorMemory};
+use crate::{Error, GpuErrorKind, Result, TensorMemory};
 
 /// How many peers' fences a device keeps imported. A consumer sees the same few producers
 /// frame after frame (an import costs ~1 ms on NVIDIA); a peer that sends a new fence every
@@ -109,7 +109,7 @@ impl GpuDevice {
         let mut timelines = self
             .timelines
             .lock()
-            .map_err(|_| Error::Gpu("the timeline cache is poisoned".into()))?;
+            .map_err(|_| Error::gpu(GpuErrorKind::Driver, "the timeline cache is poisoned"))?;
         if let Some(t) = timelines
             .iter()
             .find(|t| classify::same_file(t.fd.as_fd(), fd.as_fd()))
@@ -152,8 +152,12 @@ impl ForeignTimeline {
             op: "dup of a fence fd",
             source: e,
         })?;
-        let semaphore = super::create_semaphore(&device.device, 0, false)
-            .map_err(|e| Error::Gpu(format!("creating a timeline failed: {e}")))?;
+        let semaphore = super::create_semaphore(&device.device, 0, false).map_err(|e| {
+            Error::gpu(
+                super::vk_kind(e),
+                format!("creating a timeline failed: {e}"),
+            )
+        })?;
         let raw = dup.into_raw_fd();
         let info = vk::ImportSemaphoreFdInfoKHR::default()
             .semaphore(semaphore)
@@ -165,9 +169,10 @@ impl ForeignTimeline {
             super::memory::close_if_still_ours(raw, fd.as_fd());
             // SAFETY: the semaphore was never used.
             unsafe { device.device.destroy_semaphore(semaphore, None) };
-            return Err(Error::Gpu(format!(
-                "importing the peer's fence failed: {e}"
-            )));
+            return Err(Error::gpu(
+                super::vk_kind(e),
+                format!("importing the peer's fence failed: {e}"),
+            ));
         }
         Ok(ForeignTimeline {
             device,

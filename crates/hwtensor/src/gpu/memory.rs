@@ -17,7 +17,7 @@ use ash::vk::Handle;
 
 use super::submit::Queue;
 use super::{Features, GpuDevice};
-use crate::{Error, Result, TensorMemory};
+use crate::{Error, GpuErrorKind, Result, TensorMemory};
 
 /// Forces CPU access through a staging buffer even where memory could be mapped directly.
 pub const STAGING_ENV: &str = "HWTENSOR_GPU_STAGING";
@@ -34,7 +34,7 @@ const BUFFER_USAGE: vk::BufferUsageFlags = vk::BufferUsageFlags::from_raw(
 );
 
 fn gpu_err(what: &'static str) -> impl Fn(vk::Result) -> Error {
-    move |e| Error::Gpu(format!("{what} failed: {e}"))
+    move |e| Error::gpu(super::vk_kind(e), format!("{what} failed: {e}"))
 }
 
 /// How the CPU reaches the bytes.
@@ -238,13 +238,19 @@ impl GpuDevice {
                     source: std::io::Error::other(format!("vkAllocateMemory: {e}")),
                 }
             }
-            other => Error::Gpu(format!("vkAllocateMemory of {size} bytes failed: {other}")),
+            other => Error::gpu(
+                super::vk_kind(other),
+                format!("vkAllocateMemory of {size} bytes failed: {other}"),
+            ),
         })?;
         // SAFETY: fresh memory of a type the buffer accepts, bound once at offset 0.
         if let Err(e) = unsafe { self.device.bind_buffer_memory(buffer, memory, 0) } {
             // SAFETY: the memory was never used.
             unsafe { self.device.free_memory(memory, None) };
-            return Err(Error::Gpu(format!("vkBindBufferMemory failed: {e}")));
+            return Err(Error::gpu(
+                super::vk_kind(e),
+                format!("vkBindBufferMemory failed: {e}"),
+            ));
         }
         Ok(memory)
     }
@@ -276,8 +282,9 @@ impl GpuDevice {
         else {
             // SAFETY: the buffer was never used.
             unsafe { self.device.destroy_buffer(buffer, None) };
-            return Err(Error::Gpu(
-                "no host-visible memory for a staging buffer".into(),
+            return Err(Error::gpu(
+                GpuErrorKind::Driver,
+                "no host-visible memory for a staging buffer",
             ));
         };
         let is_coherent = self.memory_properties.memory_types[type_index as usize]
@@ -375,7 +382,10 @@ impl GpuMemory {
         let req = unsafe { device.device.get_buffer_memory_requirements(buffer) };
         let Some((type_index, direct)) = device.tensor_memory_type(req.memory_type_bits) else {
             destroy();
-            return Err(Error::Gpu("no memory type fits a tensor buffer".into()));
+            return Err(Error::gpu(
+                GpuErrorKind::Driver,
+                "no memory type fits a tensor buffer",
+            ));
         };
         let (size, extra, fd_owner) = match import {
             None => (
@@ -507,7 +517,7 @@ impl GpuMemory {
 
     fn staging(&self) -> Result<&Staging> {
         let CpuView::Staged(cell) = &self.cpu else {
-            return Err(Error::Gpu("not a staged buffer".into()));
+            return Err(Error::gpu(GpuErrorKind::Driver, "not a staged buffer"));
         };
         if cell.get().is_none() {
             // A racing creator's extra staging is dropped (freed) by `set` failing.

@@ -134,12 +134,13 @@ pub fn device() -> Result<&'static GpuDevice> {
 
 /// Every adapter this machine's Vulkan sees.
 pub fn adapters() -> Result<Vec<AdapterInfo>> {
-    let entry = create::load_entry().map_err(Error::Gpu)?;
-    let instance = create::create_instance(&entry, false).map_err(Error::Gpu)?;
+    let unsupported = |e| Error::gpu(crate::GpuErrorKind::Unsupported, e);
+    let entry = create::load_entry().map_err(unsupported)?;
+    let instance = create::create_instance(&entry, false).map_err(unsupported)?;
     let list = create::enumerate(&instance).map(|v| v.into_iter().map(|(_, i)| i).collect());
     // SAFETY: the instance has no children and nothing else holds it.
     unsafe { instance.destroy_instance(None) };
-    list.map_err(Error::Gpu)
+    list.map_err(|e| Error::gpu(crate::GpuErrorKind::Driver, e))
 }
 
 /// Installs the host's device as the process device. Call it before anything calls
@@ -427,6 +428,25 @@ unsafe fn adopt(record: &'static Record, p: &Published) -> std::result::Result<G
     )
 }
 
+/// The kind of failure a Vulkan result code is, for [`Error::Gpu`].
+pub(crate) fn vk_kind(r: vk::Result) -> crate::GpuErrorKind {
+    use crate::GpuErrorKind as K;
+    match r {
+        vk::Result::ERROR_DEVICE_LOST => K::Lost,
+        vk::Result::ERROR_OUT_OF_HOST_MEMORY
+        | vk::Result::ERROR_OUT_OF_DEVICE_MEMORY
+        | vk::Result::ERROR_OUT_OF_POOL_MEMORY
+        | vk::Result::ERROR_TOO_MANY_OBJECTS => K::OutOfMemory,
+        vk::Result::ERROR_EXTENSION_NOT_PRESENT
+        | vk::Result::ERROR_FEATURE_NOT_PRESENT
+        | vk::Result::ERROR_LAYER_NOT_PRESENT
+        | vk::Result::ERROR_INCOMPATIBLE_DRIVER
+        | vk::Result::ERROR_FORMAT_NOT_SUPPORTED => K::Unsupported,
+        vk::Result::TIMEOUT => K::Timeout,
+        _ => K::Driver,
+    }
+}
+
 fn timeline_exportable(instance: &ash::Instance, physical: vk::PhysicalDevice) -> bool {
     let mut type_info =
         vk::SemaphoreTypeCreateInfo::default().semaphore_type(vk::SemaphoreType::TIMELINE);
@@ -604,9 +624,9 @@ impl GpuDevice {
         self.features
     }
 
-    /// Allocates the next timeline value and submits its signal; `None` if the submission
-    /// failed (the device is lost). The value covers all work queued before it.
-    pub fn signal(&self) -> Option<u64> {
+    /// Allocates the next timeline value and submits its signal; an error (typically a lost
+    /// device) if the submission failed. The value covers all work queued before it.
+    pub fn signal(&self) -> Result<u64> {
         self.timeline.signal(&self.device, self.queue)
     }
 
@@ -692,5 +712,29 @@ impl GpuDevice {
             fence: self.export_fence(),
             value,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::GpuErrorKind;
+
+    #[test]
+    fn vulkan_results_map_to_the_kinds_callers_handle_apart() {
+        assert_eq!(vk_kind(vk::Result::ERROR_DEVICE_LOST), GpuErrorKind::Lost);
+        assert_eq!(
+            vk_kind(vk::Result::ERROR_OUT_OF_DEVICE_MEMORY),
+            GpuErrorKind::OutOfMemory
+        );
+        assert_eq!(
+            vk_kind(vk::Result::ERROR_FEATURE_NOT_PRESENT),
+            GpuErrorKind::Unsupported
+        );
+        assert_eq!(vk_kind(vk::Result::TIMEOUT), GpuErrorKind::Timeout);
+        assert_eq!(
+            vk_kind(vk::Result::ERROR_INVALID_EXTERNAL_HANDLE),
+            GpuErrorKind::Driver
+        );
     }
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use ash::vk;
 
 use super::GpuDevice;
-use crate::{Error, Result};
+use crate::{Error, GpuErrorKind, Result};
 
 /// A second queue with its own command pool (the transfer-only queue).
 pub(crate) struct Lane {
@@ -69,7 +69,7 @@ impl Work {
 }
 
 fn gpu_err(what: &str) -> impl Fn(vk::Result) -> Error + '_ {
-    move |e| Error::Gpu(format!("{what} failed: {e}"))
+    move |e| Error::gpu(super::vk_kind(e), format!("{what} failed: {e}"))
 }
 
 impl GpuDevice {
@@ -90,7 +90,7 @@ impl GpuDevice {
         let mut pool = work
             .pool
             .lock()
-            .map_err(|_| Error::Gpu("the command pool is poisoned".into()))?;
+            .map_err(|_| Error::gpu(GpuErrorKind::Driver, "the command pool is poisoned"))?;
         self.reclaim(&mut pool);
         let alloc = vk::CommandBufferAllocateInfo::default()
             .command_pool(pool.pool)
