@@ -5,6 +5,9 @@
 //! is also the "second copy" of hwtensor in tests: loaded with `dlopen(RTLD_LOCAL)` beside a
 //! statically linked copy, it must find and share the same device, counter and fence.
 
+// This crate is the FFI edge: every function takes raw pointers from C.
+#![allow(unsafe_code)]
+
 use std::cell::RefCell;
 use std::ffi::c_char;
 use std::time::Duration;
@@ -26,6 +29,7 @@ pub use windows::*;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HwtStatus {
+    /// The call succeeded.
     Ok = 0,
     /// No GPU device here (no loader, no adapter, no timeline support), or no exportable fence.
     Unavailable = 1,

@@ -2,6 +2,8 @@
 //! a signal, the completion event, and the fence handles (absent under Wine, where the device
 //! has no `ID3D11Device5`).
 
+// Calls into the C ABI through raw function pointers and out-pointers.
+#![allow(unsafe_code)]
 #![cfg(windows)]
 
 use std::ffi::c_void;

@@ -2,6 +2,8 @@
 //! fence: a value is never paired with the wrong fence. Simulated by blanking the semaphore in
 //! the record the dlopened copy published, before the static copy adopts the device.
 
+// Calls into the C ABI through raw function pointers and out-pointers.
+#![allow(unsafe_code)]
 #![cfg(unix)]
 
 use std::os::unix::fs::FileExt;

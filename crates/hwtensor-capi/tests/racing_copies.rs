@@ -3,6 +3,9 @@
 //! cdylib is copied to two file names so the loader treats them as two libraries; the static
 //! copy in this test binary comes last and adopts the same device.
 
+// Calls into the C ABI through raw function pointers and out-pointers.
+#![allow(unsafe_code)]
+
 use std::path::PathBuf;
 use std::sync::Barrier;
 

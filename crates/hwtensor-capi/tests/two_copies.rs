@@ -3,6 +3,9 @@
 //! private copy -- `dlopen(RTLD_LOCAL)` on Linux, `LoadLibraryW` on Windows -- so neither can
 //! see the other's statics or symbols. They must share one device, one counter and one fence.
 
+// Calls into the C ABI through raw function pointers and out-pointers.
+#![allow(unsafe_code)]
+
 use std::collections::HashSet;
 use std::time::Duration;
 
@@ -121,8 +124,8 @@ fn a_privately_loaded_copy_and_a_static_copy_share_one_device_one_counter_and_on
     );
     assert_eq!(ours.last_signalled(), max);
     ours.wait(max, Duration::from_secs(5)).unwrap();
-    // SAFETY: a C ABI call of the loaded library.
     assert_eq!(
+        // SAFETY: a C ABI call of the loaded library.
         unsafe { (other.wait)(max, 5_000_000_000) },
         OK,
         "the other copy sees the same completion"

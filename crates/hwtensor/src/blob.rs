@@ -71,6 +71,22 @@
 //! records of 32 bytes (u32 fd index, u32 reserved, u64 offset in the buffer, u64 row stride,
 //! u64 bytes from the plane's first byte to its last), and in inline mode `buffer_len` bytes of
 //! data. A plane's handle is always an index into the fd table, never an fd number.
+//!
+//! # Example
+//!
+//! ```
+//! use hwtensor::blob::{export, import, Transport};
+//! use hwtensor::{Tensor, TensorDyn, TensorMemory};
+//!
+//! let t = Tensor::<u16>::new(&[2, 3], Some(TensorMemory::Mem))?;
+//! t.map_write()?.copy_from_slice(&[1, 2, 3, 4, 5, 6]);
+//! let t: TensorDyn = t.into();
+//! let (bytes, fds) = export(&t, Transport::Inline)?;
+//! assert!(fds.is_empty());
+//! let back = import(&bytes, vec![])?.into_tensor::<u16>().unwrap();
+//! assert_eq!(back.to_vec()?, [1, 2, 3, 4, 5, 6]);
+//! # Ok::<(), hwtensor::Error>(())
+//! ```
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 

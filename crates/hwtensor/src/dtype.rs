@@ -13,16 +13,27 @@ use crate::{Error, Tensor, TensorDyn};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum DType {
+    /// Unsigned 8-bit integer (`u8`).
     U8 = 1,
+    /// Signed 8-bit integer (`i8`).
     I8 = 2,
+    /// Unsigned 16-bit integer (`u16`).
     U16 = 3,
+    /// Signed 16-bit integer (`i16`).
     I16 = 4,
+    /// Unsigned 32-bit integer (`u32`).
     U32 = 5,
+    /// Signed 32-bit integer (`i32`).
     I32 = 6,
+    /// Unsigned 64-bit integer (`u64`).
     U64 = 7,
+    /// Signed 64-bit integer (`i64`).
     I64 = 8,
+    /// IEEE half-precision float ([`f16`](crate::f16)).
     F16 = 9,
+    /// IEEE single-precision float (`f32`).
     F32 = 10,
+    /// IEEE double-precision float (`f64`).
     F64 = 11,
 }
 

@@ -15,16 +15,21 @@ pub enum Error {
     /// A backing was requested that this machine or build cannot provide.
     #[error("{memory} memory is not available here: {reason}")]
     Unavailable {
+        /// The backing asked for.
         memory: TensorMemory,
+        /// Why it is not available, in words.
         reason: String,
     },
 
     /// Allocation of the backing memory failed.
     #[error("could not allocate {bytes} bytes of {memory} memory: {source}")]
     Alloc {
+        /// The backing asked for.
         memory: TensorMemory,
+        /// The bytes asked for.
         bytes: usize,
         #[source]
+        /// What the allocator or the OS said.
         source: std::io::Error,
     },
 
@@ -51,18 +56,28 @@ pub enum Error {
     /// A map in a direction the tensor's declared [`CpuAccess`](crate::CpuAccess) forbids.
     #[error("CPU {requested} access refused: the tensor was declared {declared:?}")]
     AccessDenied {
+        /// The direction asked for ("read", "write", "read-write").
         requested: &'static str,
+        /// What the tensor was declared with.
         declared: crate::CpuAccess,
     },
 
     /// A map that would alias a live write map of the same buffer (or a write map that would
     /// alias any live map).
     #[error("the buffer is already mapped {held}; drop that map first")]
-    MapBusy { held: &'static str },
+    MapBusy {
+        /// How the buffer is held now ("for writing", "for reading").
+        held: &'static str,
+    },
 
     /// A typed borrow of a [`TensorDyn`](crate::TensorDyn) with the wrong element type.
     #[error("dtype mismatch: the tensor holds {actual}, {expected} was asked for")]
-    DType { expected: DType, actual: DType },
+    DType {
+        /// The element type asked for.
+        expected: DType,
+        /// The element type the tensor holds.
+        actual: DType,
+    },
 
     /// A destination slice of the wrong length.
     #[error("length mismatch: {0}")]
@@ -100,8 +115,10 @@ pub enum Error {
     /// An operating-system call failed.
     #[error("{op} failed: {source}")]
     Os {
+        /// The call that failed.
         op: &'static str,
         #[source]
+        /// What the OS said.
         source: std::io::Error,
     },
 }

@@ -90,10 +90,12 @@ impl TensorDyn {
         for_dtype!(dtype, from_fd(fd, shape))
     }
 
+    /// See [`Tensor::as_fd`].
     pub fn as_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
         each_tensor!(self, t => t.as_fd())
     }
 
+    /// See [`Tensor::clone_fd`].
     pub fn clone_fd(&self) -> Result<OwnedFd> {
         each_tensor!(self, t => t.clone_fd())
     }

@@ -24,16 +24,27 @@ pub enum Layout {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum PixelFormat {
+    /// Packed 8-bit R, G, B.
     Rgb = 1,
+    /// Packed 8-bit R, G, B, A.
     Rgba = 2,
+    /// Packed 8-bit B, G, R, A (the order Windows and many displays use).
     Bgra = 3,
+    /// One 8-bit luma channel.
     Grey = 4,
+    /// Packed 4:2:2: Y0 U Y1 V, two pixels in four bytes.
     Yuyv = 5,
+    /// Packed 4:2:2: V Y0 U Y1, two pixels in four bytes.
     Vyuy = 6,
+    /// Semi-planar 4:2:0: a Y plane, then a half-height plane of interleaved U V.
     Nv12 = 7,
+    /// Semi-planar 4:2:2: a Y plane, then a full-height plane of interleaved U V at half width.
     Nv16 = 8,
+    /// Semi-planar 4:4:4: a Y plane, then a full plane of interleaved U V.
     Nv24 = 9,
+    /// Planar R, G, B: three full planes.
     PlanarRgb = 10,
+    /// Planar R, G, B, A: four full planes.
     PlanarRgba = 11,
 }
 

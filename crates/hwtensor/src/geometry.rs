@@ -2,6 +2,16 @@
 //!
 //! All strides are in bytes. All arithmetic is checked: a shape or stride that overflows `usize`
 //! is an error at construction, so nothing downstream can compute a wrapped offset.
+//!
+//! ```
+//! use hwtensor::geometry::{byte_strides, extent};
+//!
+//! // A 4x3 RGB image with 16-byte rows: the row dimension is 3 from the end of [h, w, c].
+//! let strides = byte_strides(&[3, 4, 3], 1, Some((3, 16)))?;
+//! assert_eq!(strides, [16, 3, 1]);
+//! assert_eq!(extent(&[3, 4, 3], &strides, 1)?, 2 * 16 + 4 * 3);
+//! # Ok::<(), hwtensor::Error>(())
+//! ```
 
 use crate::{Error, Result};
 

@@ -10,6 +10,22 @@
 //! [`recv`] applies hwtensor's trust model (see [`ImportPolicy`]): GPU memory by reference only
 //! from a peer of this user, as `SO_PEERCRED` reports it; [`recv_with`] takes the caller's
 //! policy instead.
+//!
+//! # Example
+//!
+//! ```
+//! use std::os::unix::net::UnixStream;
+//! use hwtensor::handoff::{recv, send};
+//! use hwtensor::{Tensor, TensorMemory};
+//!
+//! let (producer, consumer) = UnixStream::pair()?;
+//! let frame = Tensor::<u8>::new(&[64], Some(TensorMemory::Shm))?;
+//! frame.map_write()?.fill(9);
+//! send(&producer, &frame.into())?; // the memfd goes by SCM_RIGHTS: no copy
+//! let got = recv(&consumer)?.into_tensor::<u8>().unwrap();
+//! assert!(got.to_vec()?.iter().all(|&b| b == 9));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 use std::io::{IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;

@@ -17,17 +17,28 @@ use crate::{Error, Result};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum BufferIdentity {
     /// An fd-backed buffer: the device and inode of the kernel object (`fstat`).
-    File { dev: u64, ino: u64 },
+    File {
+        /// `st_dev` of the fd.
+        dev: u64,
+        /// `st_ino` of the fd.
+        ino: u64,
+    },
     /// A heap buffer of this process: its base address. Addresses are reused after a free, so
     /// pair a heap identity with a [`BufferLiveness`] before trusting a cache hit.
-    Heap { addr: usize },
+    Heap {
+        /// The buffer's base address.
+        addr: usize,
+    },
     /// GPU memory, named by the process that allocated it (pid and start time) and that
     /// allocation's serial there. Every importer, in any process, gets the allocator's identity:
     /// a driver's memory fd can be an anonymous inode shared by every buffer (NVIDIA), so the fd
     /// cannot name the buffer.
     Gpu {
+        /// The allocating process.
         pid: u32,
+        /// Its start time (clock ticks after boot), so a reused pid is another process.
         start_time: u64,
+        /// The allocation's serial there.
         serial: u64,
     },
 }

@@ -28,8 +28,11 @@ pub(crate) struct TextureRequest {
 /// What makes a tensor an image.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ImageInfo {
+    /// The pixel format.
     pub format: PixelFormat,
+    /// Width in pixels.
     pub width: usize,
+    /// Height in pixels.
     pub height: usize,
     /// Bytes from one row to the next (always set here; [`Tensor::row_stride`] reports `None`
     /// when it equals the tight row).

@@ -35,10 +35,13 @@ mod format;
 pub mod geometry;
 // The process GPU device: Vulkan on Linux (`src/gpu/`), D3D11 on Windows (`src/d3d11/`), one
 // public shape.
+// The device backends call the driver through raw handles: unsafe is theirs to use.
 #[cfg(unix)]
+#[allow(unsafe_code)]
 pub mod gpu;
 #[cfg(windows)]
 #[path = "d3d11/mod.rs"]
+#[allow(unsafe_code)]
 pub mod gpu;
 #[cfg(unix)]
 pub mod handoff;

@@ -11,6 +11,9 @@
 //! m[0] = 1; // error: a read map gives no mutable access
 //! ```
 
+// Maps hand out slices and ndarray views over raw mapped memory.
+#![allow(unsafe_code)]
+
 use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 
@@ -25,9 +28,13 @@ use crate::{Element, Error, Result, Tensor};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum CpuAccess {
+    /// No CPU access: the tensor is only for devices.
     None = 0,
+    /// The CPU may read.
     Read = 1,
+    /// The CPU may write.
     Write = 2,
+    /// The CPU may read and write.
     ReadWrite = 3,
 }
 
@@ -56,8 +63,11 @@ impl CpuAccess {
 /// The direction of one CPU access.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Direction {
+    /// A read map.
     Read,
+    /// A write map.
     Write,
+    /// A read-write map.
     ReadWrite,
 }
 

@@ -7,13 +7,18 @@ use crate::{Element, Error, Layout, Result, Tensor};
 /// applied to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Region {
+    /// Left edge, in pixels (or columns).
     pub x: usize,
+    /// Top edge, in rows.
     pub y: usize,
+    /// Width, in pixels (or columns).
     pub width: usize,
+    /// Height, in rows.
     pub height: usize,
 }
 
 impl Region {
+    /// A region `width` x `height` whose top-left corner is at (`x`, `y`).
     pub const fn new(x: usize, y: usize, width: usize, height: usize) -> Self {
         Region {
             x,

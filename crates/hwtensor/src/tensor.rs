@@ -33,7 +33,9 @@ pub struct Tensor<T: Element> {
 /// most NPU toolchains describe their inputs and outputs.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Quantization {
+    /// The real value of one step of the stored integer.
     pub scale: f32,
+    /// The stored integer that means zero.
     pub zero_point: i32,
 }
 

@@ -9,16 +9,27 @@ use crate::{CpuAccess, DType, Element, Error, PixelFormat, Region, Result, Tenso
 /// A tensor of any [`DType`].
 #[derive(Clone, Debug)]
 pub enum TensorDyn {
+    /// A `u8` tensor.
     U8(Tensor<u8>),
+    /// An `i8` tensor.
     I8(Tensor<i8>),
+    /// A `u16` tensor.
     U16(Tensor<u16>),
+    /// An `i16` tensor.
     I16(Tensor<i16>),
+    /// A `u32` tensor.
     U32(Tensor<u32>),
+    /// An `i32` tensor.
     I32(Tensor<i32>),
+    /// A `u64` tensor.
     U64(Tensor<u64>),
+    /// An `i64` tensor.
     I64(Tensor<i64>),
+    /// An `f16` tensor.
     F16(Tensor<f16>),
+    /// An `f32` tensor.
     F32(Tensor<f32>),
+    /// An `f64` tensor.
     F64(Tensor<f64>),
 }
 
@@ -58,58 +69,72 @@ impl TensorDyn {
         T::from_dyn_owned(self)
     }
 
+    /// See [`Tensor::shape`].
     pub fn shape(&self) -> &[usize] {
         each_tensor!(self, t => t.shape())
     }
 
+    /// See [`Tensor::strides`] (bytes).
     pub fn strides(&self) -> &[usize] {
         each_tensor!(self, t => t.strides())
     }
 
+    /// See [`Tensor::len`].
     pub fn len(&self) -> usize {
         each_tensor!(self, t => t.len())
     }
 
+    /// See [`Tensor::is_empty`].
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
+    /// See [`Tensor::byte_offset`].
     pub fn byte_offset(&self) -> usize {
         each_tensor!(self, t => t.byte_offset())
     }
 
+    /// See [`Tensor::buffer_len`].
     pub fn buffer_len(&self) -> usize {
         each_tensor!(self, t => t.buffer_len())
     }
 
+    /// See [`Tensor::memory`].
     pub fn memory(&self) -> TensorMemory {
         each_tensor!(self, t => t.memory())
     }
 
+    /// See [`Tensor::access`].
     pub fn access(&self) -> CpuAccess {
         each_tensor!(self, t => t.access())
     }
 
+    /// See [`Tensor::identity`].
     pub fn identity(&self) -> BufferIdentity {
         each_tensor!(self, t => t.identity())
     }
 
+    /// See [`Tensor::liveness`].
     pub fn liveness(&self) -> BufferLiveness {
         each_tensor!(self, t => t.liveness())
     }
 
+    /// See [`Tensor::image_info`].
     pub fn image_info(&self) -> Option<&ImageInfo> {
         each_tensor!(self, t => t.image_info())
     }
 
+    /// See [`Tensor::quantization`].
     pub fn quantization(&self) -> Option<crate::Quantization> {
         each_tensor!(self, t => t.quantization())
     }
 
+    /// See [`Tensor::view`].
     pub fn view(&self, region: Region) -> Result<Self> {
         each_tensor!(self, t => t.view(region).map(Element::into_dyn))
     }
 
+    /// See [`Tensor::batch`].
     pub fn batch(&self, index: usize) -> Result<Self> {
         each_tensor!(self, t => t.batch(index).map(Element::into_dyn))
     }

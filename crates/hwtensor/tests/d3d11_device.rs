@@ -1,6 +1,8 @@
 //! The process device on Windows (D3D11): under Wine in CI, where there is no
 //! `ID3D11Device5` and so no fence, and on a real Windows machine, where there is.
 
+// Raw driver handles: a host device, shared handles, COM pointers.
+#![allow(unsafe_code)]
 #![cfg(windows)]
 
 mod common;

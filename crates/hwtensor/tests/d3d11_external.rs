@@ -1,6 +1,8 @@
 //! A host's own D3D11 device installed as the process device (its own test binary: the device
 //! is process-wide).
 
+// Raw driver handles: a host device, shared handles, COM pointers.
+#![allow(unsafe_code)]
 #![cfg(windows)]
 
 mod common;

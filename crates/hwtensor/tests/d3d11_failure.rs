@@ -5,6 +5,8 @@
 //! `DXGI_ERROR_UNSUPPORTED`. Where a device can be made, it says so and skips (whatever
 //! `HWTENSOR_TEST_REQUIRE_GPU` says: this test needs the device to be absent).
 
+// Raw driver handles: a host device, shared handles, COM pointers.
+#![allow(unsafe_code)]
 #![cfg(windows)]
 
 use std::time::Instant;

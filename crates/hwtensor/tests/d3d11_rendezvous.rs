@@ -1,6 +1,8 @@
 //! A rendezvous record of a layout this copy does not know is neither trusted nor overwritten
 //! (its own test binary: the record and the device are process-wide).
 
+// Raw driver handles: a host device, shared handles, COM pointers.
+#![allow(unsafe_code)]
 #![cfg(windows)]
 
 mod common;

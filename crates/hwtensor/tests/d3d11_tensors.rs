@@ -1,6 +1,8 @@
 //! GPU images on Windows: D3D11 textures on the process device, seen by the CPU through a
 //! staging texture whose pitch is the row stride.
 
+// Raw driver handles: a host device, shared handles, COM pointers.
+#![allow(unsafe_code)]
 #![cfg(windows)]
 
 mod common;

@@ -1,6 +1,8 @@
 //! A host application's device installed as the process device (its own binary: the process
 //! device is installed once per process).
 
+// Raw driver handles: a host device, shared handles, COM pointers.
+#![allow(unsafe_code)]
 #![cfg(unix)]
 
 mod common;

@@ -1,5 +1,7 @@
 //! A process that cannot make a GPU device (its own binary: the failure is process-wide).
 
+// A fake `vkGetInstanceProcAddr` and a host device that must be refused before use.
+#![allow(unsafe_code)]
 #![cfg(unix)]
 
 use std::time::Instant;

@@ -2,6 +2,8 @@
 //! it shares the static copy's device and fence. Shared by several test binaries, each using
 //! part of it.
 
+// Loading a second copy of the library and calling its C functions.
+#![allow(unsafe_code)]
 #![allow(dead_code)]
 
 /// `HwtStatus f(uint64_t *out)`, the shape of most of the C ABI.

@@ -1,5 +1,8 @@
 //! The GPU parts of `probe` and `bench`.
 
+// The bench loads a second copy of the library (dlopen) and calls it.
+#![allow(unsafe_code)]
+
 use std::time::{Duration, Instant};
 
 use hwtensor::gpu::{self, format_uuid, GpuDevice};

@@ -19,7 +19,9 @@ const DISCRETE_MEMORY_FROM: usize = 512 << 20;
 /// The kind of device an adapter is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AdapterKind {
+    /// A GPU of its own.
     Discrete,
+    /// A GPU sharing the CPU's memory.
     Integrated,
     /// WARP or another CPU rasteriser: a real, conformant device without hardware.
     Software,
@@ -28,12 +30,17 @@ pub enum AdapterKind {
 /// One DXGI adapter, described.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AdapterInfo {
+    /// The adapter's description.
     pub name: String,
+    /// What sort of adapter it is.
     pub kind: AdapterKind,
+    /// PCI vendor id.
     pub vendor_id: u32,
+    /// PCI device id.
     pub device_id: u32,
     /// The adapter LUID as (high, low), the form `HWTENSOR_GPU_ADAPTER` takes.
     pub luid: (i32, u32),
+    /// Video memory of its own, in bytes (0 for integrated and software adapters).
     pub dedicated_video_memory: usize,
 }
 
@@ -88,8 +95,8 @@ pub(crate) fn enumerate(factory: &IDXGIFactory1) -> Vec<(IDXGIAdapter1, AdapterI
     (0..)
         // SAFETY: enumeration stops at the first index DXGI refuses.
         .map_while(|i| unsafe { factory.EnumAdapters1(i) }.ok())
-        // SAFETY: a description query of a live adapter.
         .filter_map(|a| {
+            // SAFETY: a description query of a live adapter.
             unsafe { a.GetDesc1() }
                 .ok()
                 .map(|d| (a, AdapterInfo::from_desc(&d)))

@@ -11,7 +11,12 @@ pub enum AdapterChoice {
     /// `discrete`: the first adapter with dedicated video memory that is not WARP.
     Discrete,
     /// `high:low`: an adapter LUID, each half decimal or `0x` hex.
-    Luid { high: i32, low: u32 },
+    Luid {
+        /// The LUID's high half (signed, as Windows declares it).
+        high: i32,
+        /// The LUID's low half.
+        low: u32,
+    },
     /// Anything else: a case-insensitive substring of the adapter description.
     Description(String),
 }

@@ -32,7 +32,9 @@ const POLL_SLEEP: Duration = Duration::from_micros(200);
 /// one) and the value a consumer waits for. No fence, no pairing.
 #[derive(Debug)]
 pub struct GpuCompletion {
+    /// The shared fence as an NT handle, where the device has a fence.
     pub fence: Option<OwnedHandle>,
+    /// The fence value to wait for.
     pub value: u64,
 }
 

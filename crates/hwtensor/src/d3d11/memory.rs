@@ -474,7 +474,9 @@ impl Drop for GpuCpuAccess<'_> {
 /// point on the timeline its contents are ready at.
 #[derive(Debug)]
 pub struct GpuShare {
+    /// The texture's shared NT handle.
     pub texture: OwnedHandle,
+    /// The value of its last GPU write, with the fence to wait on.
     pub completion: super::GpuCompletion,
 }
 

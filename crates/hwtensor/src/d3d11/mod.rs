@@ -71,6 +71,7 @@ pub(crate) const FEATURE_NAMES: [(u32, &str); 6] = [
 /// A host application's D3D11 device, for [`use_external_device`]: the `ID3D11Device*`.
 #[derive(Clone, Copy, Debug)]
 pub struct ExternalDevice {
+    /// The host's `ID3D11Device`, as a raw COM pointer.
     pub device: *mut c_void,
 }
 
@@ -644,15 +645,19 @@ impl GpuDevice {
     pub fn fence(&self) -> Option<&ID3D11Fence> {
         self.timeline.fence.as_ref().map(|f| &f.fence)
     }
+    /// How this copy got the device (created, adopted from another copy, or the host's).
     pub fn origin(&self) -> Origin {
         self.origin
     }
+    /// What the adapter is.
     pub fn adapter(&self) -> &AdapterInfo {
         &self.info
     }
+    /// The adapter's description and kind, for messages.
     pub fn adapter_label(&self) -> String {
         self.info.label()
     }
+    /// Whether the device is WARP (a CPU implementation).
     pub fn is_software(&self) -> bool {
         self.info.is_software()
     }
@@ -664,6 +669,7 @@ impl GpuDevice {
     pub fn feature_level(&self) -> i32 {
         self.feature_level
     }
+    /// The optional features the device has.
     pub fn features(&self) -> Features {
         self.features
     }

@@ -10,11 +10,15 @@ pub const ADAPTER_ENV: &str = "HWTENSOR_GPU_ADAPTER";
 /// The kind of device an adapter is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AdapterKind {
+    /// A GPU of its own (PCIe card).
     Discrete,
+    /// A GPU sharing the CPU's memory.
     Integrated,
+    /// A GPU of a virtual machine.
     Virtual,
     /// A CPU implementation (lavapipe, SwiftShader): a real, conformant device without hardware.
     Software,
+    /// Anything else the driver reports.
     Other,
 }
 
@@ -43,17 +47,27 @@ impl AdapterKind {
 /// One Vulkan physical device, described.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AdapterInfo {
+    /// The driver's name for the device.
     pub name: String,
+    /// What sort of adapter it is.
     pub kind: AdapterKind,
+    /// PCI vendor id.
     pub vendor_id: u32,
+    /// PCI device id.
     pub device_id: u32,
+    /// Vulkan `deviceUUID`: with the driver UUID, what names a device across processes and APIs (CUDA's device UUID is the same).
     pub device_uuid: [u8; 16],
+    /// Vulkan `driverUUID`.
     pub driver_uuid: [u8; 16],
     /// The LUID, where the driver reports a valid one (lavapipe and NVIDIA on Linux do not).
     pub luid: Option<[u8; 8]>,
+    /// The driver's name (`VkPhysicalDeviceDriverProperties`).
     pub driver_name: String,
+    /// The driver's version text.
     pub driver_info: String,
+    /// The driver's version number.
     pub driver_version: u32,
+    /// The highest Vulkan version the device supports.
     pub api_version: u32,
 }
 
@@ -115,8 +129,11 @@ fn c_chars(chars: &[std::ffi::c_char]) -> String {
 pub enum AdapterChoice {
     /// Unset or `hardware`: the best hardware device; the software one if there is none.
     Hardware,
+    /// A CPU device (lavapipe, SwiftShader).
     Software,
+    /// A discrete GPU.
     Discrete,
+    /// An integrated GPU.
     Integrated,
     /// A device UUID (32 hex digits, dashes allowed).
     Uuid([u8; 16]),

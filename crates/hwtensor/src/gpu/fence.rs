@@ -57,7 +57,9 @@ impl Shared {
 /// consumer waits for. A value is never paired with the wrong fence: no fence, no pairing.
 #[derive(Debug)]
 pub struct GpuCompletion {
+    /// The timeline's exported fd, where the driver can export it.
     pub fence: Option<OwnedFd>,
+    /// The timeline value to wait for.
     pub value: u64,
 }
 

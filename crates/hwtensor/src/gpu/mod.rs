@@ -6,6 +6,21 @@
 //! select an adapter and create one. Then it publishes what it got, so later copies adopt it.
 //! libvulkan is loaded at run time, so a machine without Vulkan gets an error, not a link
 //! failure.
+//!
+//! # Example
+//!
+//! ```
+//! // Every copy of hwtensor in the process gets this one device and its one timeline.
+//! match hwtensor::gpu::device() {
+//!     Ok(d) => {
+//!         let v = d.signal()?;
+//!         d.wait(v, std::time::Duration::from_secs(5))?;
+//!         assert!(d.completed_value()? >= v);
+//!     }
+//!     Err(e) => eprintln!("no GPU device here: {e}"),
+//! }
+//! # Ok::<(), hwtensor::Error>(())
+//! ```
 
 mod adapter;
 mod copy;
@@ -57,10 +72,15 @@ pub fn record_path(pid: u32) -> String {
 pub use crate::process_device::{Features, Origin};
 
 impl Features {
+    /// `VK_KHR_external_memory_fd`: memory exported and imported as fds.
     pub const EXTERNAL_MEMORY_FD: u32 = 1 << 0;
+    /// `VK_KHR_external_semaphore_fd` with an exportable timeline: the fence crosses processes and APIs.
     pub const EXTERNAL_SEMAPHORE_FD: u32 = 1 << 1;
+    /// `VK_EXT_external_memory_host`: host memory imported for direct copies.
     pub const EXTERNAL_MEMORY_HOST: u32 = 1 << 2;
+    /// `VK_EXT_external_memory_dma_buf`: DMA-BUFs imported as GPU memory.
     pub const DMA_BUF: u32 = 1 << 3;
+    /// `synchronization2` is enabled.
     pub const SYNCHRONIZATION2: u32 = 1 << 4;
 }
 
@@ -76,11 +96,15 @@ pub(crate) const FEATURE_NAMES: [(u32, &str); 5] = [
 /// A host application's Vulkan device, for [`use_external_device`].
 #[derive(Clone, Copy, Debug)]
 pub struct ExternalDevice {
+    /// The host's `VkInstance`.
     pub instance: vk::Instance,
+    /// The physical device the device was made on.
     pub physical_device: vk::PhysicalDevice,
     /// Created with the `timelineSemaphore` feature enabled.
     pub device: vk::Device,
+    /// The queue family hwtensor submits to.
     pub queue_family: u32,
+    /// The queue's index in that family.
     pub queue_index: u32,
     /// The `vkGetInstanceProcAddr` the instance was created through.
     pub get_instance_proc_addr: vk::PFN_vkGetInstanceProcAddr,
@@ -576,15 +600,19 @@ impl GpuDevice {
         }
     }
 
+    /// The Vulkan instance, for a host's own calls.
     pub fn instance(&self) -> &ash::Instance {
         &self.instance
     }
+    /// The physical device.
     pub fn physical_device(&self) -> vk::PhysicalDevice {
         self.physical
     }
+    /// The Vulkan device, for a host's own calls (submit to the shared queue only through hwtensor's lock).
     pub fn device(&self) -> &ash::Device {
         &self.device
     }
+    /// The family of the main queue.
     pub fn queue_family(&self) -> u32 {
         self.queue_family
     }
@@ -602,24 +630,31 @@ impl GpuDevice {
     pub fn semaphore(&self) -> vk::Semaphore {
         self.timeline.semaphore
     }
+    /// How this copy got the device (created, adopted from another copy, or the host's).
     pub fn origin(&self) -> Origin {
         self.origin
     }
+    /// What the adapter is.
     pub fn adapter(&self) -> &AdapterInfo {
         &self.info
     }
+    /// The adapter's name and kind, for messages.
     pub fn adapter_label(&self) -> String {
         self.info.label()
     }
+    /// Whether the device is a CPU implementation (lavapipe).
     pub fn is_software(&self) -> bool {
         self.info.is_software()
     }
+    /// The Vulkan `deviceUUID` (equal to CUDA's device UUID).
     pub fn device_uuid(&self) -> [u8; 16] {
         self.info.device_uuid
     }
+    /// The Vulkan `driverUUID`.
     pub fn driver_uuid(&self) -> [u8; 16] {
         self.info.driver_uuid
     }
+    /// The optional features the device has.
     pub fn features(&self) -> Features {
         self.features
     }

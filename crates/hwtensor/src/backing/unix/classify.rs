@@ -4,6 +4,9 @@
 //! size, so an fd smaller than the tensor it claims to hold is refused before anything maps it
 //! (mapping past the end of a file and touching it is a SIGBUS, not an error).
 
+// `kcmp` and a raw `fstat` have no safe wrapper.
+#![allow(unsafe_code)]
+
 use std::os::fd::BorrowedFd;
 
 use rustix::fs::FileType;

@@ -5,6 +5,9 @@
 //! `DMA_BUF_IOCTL_SYNC` start/end in the direction of the access; without the brackets a CPU
 //! reader can see stale lines and a CPU writer's bytes can stay in its cache while the NPU reads.
 
+// The DMA-BUF sync ioctl has no safe wrapper.
+#![allow(unsafe_code)]
+
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 use std::sync::OnceLock;
