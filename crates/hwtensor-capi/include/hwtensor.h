@@ -17,6 +17,9 @@
  * The outcome of a call.
  */
 typedef enum HwtStatus {
+  /**
+   * The call succeeded.
+   */
   HWT_STATUS_OK = 0,
   /**
    * No GPU device here (no loader, no adapter, no timeline support), or no exportable fence.
