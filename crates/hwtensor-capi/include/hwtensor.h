@@ -5,11 +5,11 @@
 
 #include <stdint.h>
 #include <stddef.h>
-#if !defined(HWT_UNIX) && !defined(HWT_WINDOWS)
+#if !defined(HWT_LINUX) && !defined(HWT_WINDOWS)
 #if defined(_WIN32)
 #define HWT_WINDOWS 1
-#else
-#define HWT_UNIX 1
+#elif defined(__linux__)
+#define HWT_LINUX 1
 #endif
 #endif
 
@@ -89,28 +89,28 @@ enum HwtStatus hwt_gpu_wait(uint64_t value, uint64_t timeout_ns);
  */
 size_t hwt_last_error(char *buf, size_t len);
 
-#if defined(HWT_UNIX)
+#if defined(HWT_LINUX)
 /**
  * The `VkDevice` of the process device, as an integer.
  */
 enum HwtStatus hwt_gpu_device_handle(uint64_t *out);
 #endif
 
-#if defined(HWT_UNIX)
+#if defined(HWT_LINUX)
 /**
  * The timeline `VkSemaphore` every copy signals, as an integer.
  */
 enum HwtStatus hwt_gpu_semaphore_handle(uint64_t *out);
 #endif
 
-#if defined(HWT_UNIX)
+#if defined(HWT_LINUX)
 /**
  * The device UUID (16 bytes) of the process device.
  */
 enum HwtStatus hwt_gpu_device_uuid(uint8_t (*out)[16]);
 #endif
 
-#if defined(HWT_UNIX)
+#if defined(HWT_LINUX)
 /**
  * A pollable, close-on-exec fd that becomes readable when `value` completes; the caller
  * closes it.
@@ -118,7 +118,7 @@ enum HwtStatus hwt_gpu_device_uuid(uint8_t (*out)[16]);
 enum HwtStatus hwt_gpu_completion_fd(uint64_t value, int32_t *out_fd);
 #endif
 
-#if defined(HWT_UNIX)
+#if defined(HWT_LINUX)
 /**
  * A new fd of the timeline semaphore (OPAQUE_FD); `HWT_STATUS_UNAVAILABLE` where the driver
  * cannot export one. The caller closes it.

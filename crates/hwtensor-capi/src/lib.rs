@@ -16,9 +16,9 @@ use hwtensor::gpu::{self, GpuDevice};
 use hwtensor::{Error, GpuErrorKind};
 
 // The platform's own handles: Vulkan and fds on Unix, D3D11 and NT handles on Windows.
-#[cfg(unix)]
+#[cfg(target_os = "linux")]
 mod unix;
-#[cfg(unix)]
+#[cfg(target_os = "linux")]
 pub use unix::*;
 #[cfg(windows)]
 mod windows;

@@ -1,6 +1,6 @@
 //! A C program compiled with `cc` against the header and the cdylib, run as integrators run it.
 
-#![cfg(unix)]
+#![cfg(target_os = "linux")]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -1,6 +1,6 @@
 //! The committed C header is what cbindgen makes of the current source.
 
-#![cfg(unix)]
+#![cfg(target_os = "linux")]
 
 use std::path::Path;
 

@@ -4,7 +4,7 @@
 
 // Calls into the C ABI through raw function pointers and out-pointers.
 #![allow(unsafe_code)]
-#![cfg(unix)]
+#![cfg(target_os = "linux")]
 
 use std::os::unix::fs::FileExt;
 

@@ -7,7 +7,7 @@ mod timing;
 
 // The platform's own parts: the demo and hand-off benchmarks need Unix sockets and fds; the
 // GPU probe and figures are Vulkan's or D3D11's.
-#[cfg(unix)]
+#[cfg(target_os = "linux")]
 #[path = "unix/mod.rs"]
 mod platform;
 #[cfg(windows)]

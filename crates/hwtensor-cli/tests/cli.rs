@@ -39,7 +39,7 @@ fn probe_json_is_machine_readable() {
 }
 
 #[test]
-#[cfg(unix)]
+#[cfg(target_os = "linux")]
 fn the_demo_streams_frames_between_two_processes_and_verifies_both_directions() {
     let out = hwtensor(&["demo", "--frames", "7"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -75,7 +75,7 @@ fn a_consumer_whose_producer_is_gone_fails_with_a_clear_error() {
 }
 
 #[test]
-#[cfg(unix)]
+#[cfg(target_os = "linux")]
 fn the_gpu_demo_hands_gpu_tensors_between_two_processes() {
     let out = hwtensor(&["demo", "--gpu", "--frames", "4"]);
     let stdout = String::from_utf8_lossy(&out.stdout);

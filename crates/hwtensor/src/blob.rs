@@ -90,12 +90,12 @@
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
-use crate::backing::unix::classify::same_file;
 use crate::backing::Storage;
 use crate::buffer::Buffer;
 use crate::gpu::format_uuid;
 use crate::gpu::memory::{GpuMemory, GpuOrigin, GPU_WAIT};
 use crate::image::ImageInfo;
+use crate::os::same_file;
 use crate::tensor::Parts;
 use crate::{
     CpuAccess, DType, Element, Error, ImportPolicy, PixelFormat, Quantization, Result, Tensor,

@@ -111,7 +111,7 @@ impl<'a> QueueLock<'a> {
                 Ok(_) => return Ok(QueueLock(word)),
                 Err(holder) if holder != 0 && last_check.elapsed() >= LOCK_OWNER_CHECK => {
                     last_check = Instant::now();
-                    let taken = !process_alive(holder)
+                    let taken = !crate::os::process_alive(holder)
                         && word
                             .compare_exchange(holder, me, Ordering::Acquire, Ordering::Relaxed)
                             .is_ok();
@@ -144,26 +144,6 @@ impl<'a> QueueLock<'a> {
 fn this_pid() -> u32 {
     static PID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
     *PID.get_or_init(std::process::id)
-}
-
-/// Whether process `pid` exists. Windows records die with their last handle, so a holder there
-/// is always alive.
-fn process_alive(pid: u32) -> bool {
-    #[cfg(unix)]
-    {
-        let Some(pid) = i32::try_from(pid)
-            .ok()
-            .and_then(rustix::process::Pid::from_raw)
-        else {
-            return false;
-        };
-        rustix::process::test_kill_process(pid) != Err(rustix::io::Errno::SRCH)
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = pid;
-        true
-    }
 }
 
 impl Drop for QueueLock<'_> {
@@ -206,7 +186,7 @@ mod tests {
     }
 
     /// Unix only: a Windows record dies with its processes, so no dead holder can be seen there.
-    #[cfg(unix)]
+    #[cfg(target_os = "linux")]
     #[test]
     fn a_queue_lock_held_by_a_dead_process_is_taken_over() {
         let mut child = std::process::Command::new("true").spawn().unwrap();

@@ -172,7 +172,7 @@ impl Error {
         }
     }
 
-    #[cfg(unix)]
+    #[cfg(target_os = "linux")]
     pub(crate) fn os(op: &'static str, errno: rustix::io::Errno) -> Self {
         Error::Os {
             op,

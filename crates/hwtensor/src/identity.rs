@@ -6,11 +6,11 @@
 //! the kernel object itself, so every fd of it, in every process and every copy of this library,
 //! yields the same identity.
 
-#[cfg(unix)]
+#[cfg(target_os = "linux")]
 use std::os::fd::BorrowedFd;
 use std::sync::Weak;
 
-#[cfg(unix)]
+#[cfg(target_os = "linux")]
 use crate::{Error, Result};
 
 /// Which buffer a tensor's bytes live in.
@@ -44,7 +44,7 @@ pub enum BufferIdentity {
 }
 
 impl BufferIdentity {
-    #[cfg(unix)]
+    #[cfg(target_os = "linux")]
     pub(crate) fn of_fd(fd: BorrowedFd<'_>) -> Result<Self> {
         let st = rustix::fs::fstat(fd)
             .map_err(|e| Error::Fd(format!("fstat for the buffer identity failed: {e}")))?;

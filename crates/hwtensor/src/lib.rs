@@ -18,7 +18,7 @@
 mod macros;
 
 mod backing;
-#[cfg(unix)]
+#[cfg(target_os = "linux")]
 pub mod blob;
 mod buffer;
 mod claim;
@@ -29,27 +29,28 @@ mod copy;
 mod d3d11_choice;
 mod dtype;
 mod error;
-#[cfg(unix)]
+#[cfg(target_os = "linux")]
 mod fd;
 mod format;
 pub mod geometry;
 // The process GPU device: Vulkan on Linux (`src/gpu/`), D3D11 on Windows (`src/d3d11/`), one
 // public shape.
 // The device backends call the driver through raw handles: unsafe is theirs to use.
-#[cfg(unix)]
+#[cfg(target_os = "linux")]
 #[allow(unsafe_code)]
 pub mod gpu;
 #[cfg(windows)]
 #[path = "d3d11/mod.rs"]
 #[allow(unsafe_code)]
 pub mod gpu;
-#[cfg(unix)]
+#[cfg(target_os = "linux")]
 pub mod handoff;
 mod identity;
 mod image;
 mod map;
 mod memory;
-#[cfg(unix)]
+mod os;
+#[cfg(target_os = "linux")]
 mod policy;
 mod process_device;
 mod region;
@@ -66,7 +67,7 @@ pub use map::{
     TensorMap, Writable, WriteOnly,
 };
 pub use memory::{TensorMemory, FORCE_MEM_ENV};
-#[cfg(unix)]
+#[cfg(target_os = "linux")]
 pub use policy::ImportPolicy;
 pub use region::Region;
 pub use tensor::{Quantization, Tensor};

@@ -153,7 +153,7 @@ impl<T: Element> Tensor<T> {
     }
 }
 
-#[cfg(unix)]
+#[cfg(target_os = "linux")]
 /// The geometry a tensor is made from when it arrives from outside (a blob): every field is
 /// checked against the others and against the buffer before a tensor exists.
 #[derive(Debug)]
@@ -166,7 +166,7 @@ pub(crate) struct Parts {
     pub quantization: Option<Quantization>,
 }
 
-#[cfg(unix)]
+#[cfg(target_os = "linux")]
 impl Parts {
     /// Checks the geometry against itself and a `buffer_len`-byte buffer, before any buffer
     /// exists (an import validates everything before it has side effects): whole,
@@ -192,7 +192,7 @@ impl Parts {
     }
 }
 
-#[cfg(unix)]
+#[cfg(target_os = "linux")]
 impl<T: Element> Tensor<T> {
     /// A tensor over `buffer` as `parts` describe it, after checking that the strides are whole,
     /// non-overlapping elements, that the extent lies inside the buffer, and that an image's
@@ -221,7 +221,7 @@ impl<T: Element> Tensor<T> {
     }
 }
 
-#[cfg(unix)]
+#[cfg(target_os = "linux")]
 /// Strides must be whole elements and no two indices may name the same element: a mutable map
 /// of an overlapping layout would hand out aliasing `&mut`.
 fn check_strides(shape: &[usize], strides: &[usize], elem: usize) -> Result<()> {
@@ -258,7 +258,7 @@ fn check_strides(shape: &[usize], strides: &[usize], elem: usize) -> Result<()> 
     Ok(())
 }
 
-#[cfg(unix)]
+#[cfg(target_os = "linux")]
 fn check_image_parts(
     info: &ImageInfo,
     shape: &[usize],
@@ -288,7 +288,7 @@ fn check_image_parts(
     Ok(())
 }
 
-#[cfg(unix)]
+#[cfg(target_os = "linux")]
 /// A foreign buffer mapped read-only can only be read.
 pub(crate) fn import_access(buffer: &Buffer) -> CpuAccess {
     if buffer.writable() {

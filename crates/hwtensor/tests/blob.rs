@@ -1,6 +1,6 @@
 //! The blob: round trips in both modes, and hostile input that must be refused.
 
-#![cfg(unix)]
+#![cfg(target_os = "linux")]
 
 use std::os::fd::OwnedFd;
 

@@ -1,7 +1,7 @@
 //! No fd leaks (its own binary: it counts this process's open fds, which other tests would
 //! change under it).
 
-#![cfg(unix)]
+#![cfg(target_os = "linux")]
 
 use std::fs::File;
 use std::os::unix::net::UnixStream;

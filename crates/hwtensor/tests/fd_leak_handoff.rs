@@ -1,7 +1,7 @@
 //! No fd leaks through blobs and sockets, good or hostile (its own binary: it counts this
 //! process's open fds).
 
-#![cfg(unix)]
+#![cfg(target_os = "linux")]
 
 use std::io::Write;
 use std::os::unix::net::UnixStream;

@@ -1,6 +1,6 @@
 //! fd export and import: sharing, identity, and every fd that must be refused.
 
-#![cfg(unix)]
+#![cfg(target_os = "linux")]
 
 use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};

@@ -10,7 +10,7 @@ fn forcing_heap_memory_overrides_automatic_selection_but_not_an_explicit_request
     let image = Tensor::<u8>::image(64, 8, PixelFormat::Rgba, None, CpuAccess::ReadWrite).unwrap();
     assert_eq!(image.memory(), TensorMemory::Mem);
     // An explicit request still gets what it names: shared memory where the platform has it.
-    if cfg!(unix) {
+    if cfg!(target_os = "linux") {
         let shm = Tensor::<u8>::new(&[64], Some(TensorMemory::Shm)).unwrap();
         assert_eq!(shm.memory(), TensorMemory::Shm);
     } else {

@@ -1,7 +1,7 @@
 //! The process GPU device and its timeline fence, on whatever Vulkan device this machine has
 //! (lavapipe in CI, the H200 on the GPU machine).
 
-#![cfg(unix)]
+#![cfg(target_os = "linux")]
 
 mod common;
 

@@ -3,7 +3,7 @@
 
 // Raw driver handles: a host device, shared handles, COM pointers.
 #![allow(unsafe_code)]
-#![cfg(unix)]
+#![cfg(target_os = "linux")]
 
 mod common;
 

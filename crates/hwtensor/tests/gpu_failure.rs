@@ -2,7 +2,7 @@
 
 // A fake `vkGetInstanceProcAddr` and a host device that must be refused before use.
 #![allow(unsafe_code)]
-#![cfg(unix)]
+#![cfg(target_os = "linux")]
 
 use std::time::Instant;
 

@@ -2,7 +2,7 @@
 //! process counts its fds). Another process, because inside the producer's own process a
 //! buffer handed back comes home as itself and nothing is imported.
 
-#![cfg(unix)]
+#![cfg(target_os = "linux")]
 
 mod common;
 

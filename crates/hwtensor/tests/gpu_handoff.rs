@@ -1,7 +1,7 @@
 //! GPU tensors handed over by blob: ordering behind the producer's write, device checks, bad
 //! memory fds, and a producer that goes away first.
 
-#![cfg(unix)]
+#![cfg(target_os = "linux")]
 
 mod common;
 

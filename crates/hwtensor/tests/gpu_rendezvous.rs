@@ -3,7 +3,7 @@
 //! layout is not trusted. The later process is simulated by copying the leftover record to the
 //! name of a fresh process before it first touches the GPU.
 
-#![cfg(unix)]
+#![cfg(target_os = "linux")]
 
 mod common;
 

@@ -2,7 +2,7 @@
 //! is and once with `HWTENSOR_GPU_STAGING=1` (scripts/test), so the staged CPU path that NVIDIA
 //! needs is exercised on lavapipe too.
 
-#![cfg(unix)]
+#![cfg(target_os = "linux")]
 
 mod common;
 

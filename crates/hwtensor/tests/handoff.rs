@@ -1,6 +1,6 @@
 //! Hand-off over a Unix socket: fds travel with the blob, and a misbehaving peer is an error.
 
-#![cfg(unix)]
+#![cfg(target_os = "linux")]
 
 use std::io::Write;
 use std::os::unix::net::UnixStream;

@@ -3,7 +3,7 @@
 
 // The other-user peer drops its privileges with setgid/setuid.
 #![allow(unsafe_code)]
-#![cfg(unix)]
+#![cfg(target_os = "linux")]
 
 mod common;
 

@@ -1,10 +1,10 @@
 //! Images: exact geometry, row strides, planes, views and batches.
 
-#[cfg(unix)]
+#[cfg(target_os = "linux")]
 use std::os::fd::OwnedFd;
 
 use hwtensor::{CpuAccess, Error, PixelFormat, Region, Tensor, TensorMemory};
-#[cfg(unix)]
+#[cfg(target_os = "linux")]
 use proptest::prelude::*;
 
 mod common;
@@ -12,7 +12,7 @@ use common::SHARED;
 
 const RW: CpuAccess = CpuAccess::ReadWrite;
 
-#[cfg(unix)]
+#[cfg(target_os = "linux")]
 fn memfd(len: u64) -> OwnedFd {
     let fd = rustix::fs::memfd_create(
         "test",
@@ -105,7 +105,7 @@ fn a_row_stride_past_the_buffer_capacity_is_refused() {
 }
 
 #[test]
-#[cfg(unix)]
+#[cfg(target_os = "linux")]
 fn a_row_stride_that_splits_an_element_is_refused() {
     let fd = memfd(4096);
     let err = Tensor::<f32>::image_from_fd(fd, 4, 4, PixelFormat::Rgba, Some(66), RW).unwrap_err();
@@ -113,7 +113,7 @@ fn a_row_stride_that_splits_an_element_is_refused() {
 }
 
 #[test]
-#[cfg(unix)]
+#[cfg(target_os = "linux")]
 fn a_padded_image_from_an_fd_strips_its_padding_for_an_npu() {
     let (w, h, stride) = (5, 3, 64);
     let t = Tensor::<u8>::image_from_fd(memfd(3 * 64), w, h, PixelFormat::Rgb, Some(stride), RW)
@@ -136,7 +136,7 @@ fn a_padded_image_from_an_fd_strips_its_padding_for_an_npu() {
 }
 
 #[test]
-#[cfg(unix)]
+#[cfg(target_os = "linux")]
 fn widening_the_stride_inside_a_larger_buffer_moves_the_rows() {
     let mut t =
         Tensor::<u8>::image_from_fd(memfd(4 * 64), 8, 4, PixelFormat::Grey, None, RW).unwrap();
@@ -266,7 +266,7 @@ fn a_plain_tensor_views_its_height_and_width() {
         .is_err());
 }
 
-#[cfg(unix)]
+#[cfg(target_os = "linux")]
 proptest! {
     #[test]
     fn any_view_reads_what_its_rectangle_of_the_parent_holds(

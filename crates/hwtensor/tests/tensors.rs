@@ -64,7 +64,11 @@ fn asking_for_a_backing_that_is_not_here_is_an_error_that_says_why() {
     );
     if !TensorMemory::DmaBuf.is_available() {
         let err = Tensor::<u8>::new(&[16], Some(TensorMemory::DmaBuf)).unwrap_err();
-        let why = if cfg!(unix) { "dma_heap" } else { "fd-backed" };
+        let why = if cfg!(target_os = "linux") {
+            "dma_heap"
+        } else {
+            "fd-backed"
+        };
         assert!(err.to_string().contains(why), "{err}");
     }
 }
@@ -165,7 +169,7 @@ fn liveness_ends_with_the_last_tensor_over_the_buffer() {
 }
 
 #[test]
-#[cfg(unix)]
+#[cfg(target_os = "linux")]
 fn heap_memory_has_no_fd_to_clone() {
     let t = Tensor::<u8>::new(&[8], Some(TensorMemory::Mem)).unwrap();
     let err = t.clone_fd().unwrap_err();

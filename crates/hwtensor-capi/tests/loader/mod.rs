@@ -9,12 +9,12 @@
 /// `HwtStatus f(uint64_t *out)`, the shape of most of the C ABI.
 pub type GetU64 = unsafe extern "C" fn(*mut u64) -> i32;
 
-#[cfg(unix)]
+#[cfg(target_os = "linux")]
 mod unix;
 #[cfg(windows)]
 mod windows;
 
-#[cfg(unix)]
+#[cfg(target_os = "linux")]
 pub use unix::*;
 #[cfg(windows)]
 pub use windows::*;

@@ -8,10 +8,10 @@
 //! live in [`unix`], so this file is the one place the platform split shows.
 
 pub(crate) mod mem;
-#[cfg(unix)]
+#[cfg(target_os = "linux")]
 pub(crate) mod unix;
 
-#[cfg(unix)]
+#[cfg(target_os = "linux")]
 pub(crate) use unix::{dmabuf, FdMapping};
 
 use crate::gpu::memory::{GpuCpuAccess, GpuMemory};
@@ -26,7 +26,7 @@ pub(crate) use mem::HeapBlock;
 #[derive(Debug)]
 pub(crate) enum Storage {
     Heap(HeapBlock),
-    #[cfg(unix)]
+    #[cfg(target_os = "linux")]
     Fd(FdMapping),
     Gpu(GpuMemory),
 }
@@ -36,15 +36,15 @@ pub(crate) enum Storage {
 #[derive(Debug)]
 pub(crate) enum CpuAccessGuard<'a> {
     Gpu(#[allow(dead_code)] GpuCpuAccess<'a>),
-    #[cfg(unix)]
+    #[cfg(target_os = "linux")]
     Bracket(#[allow(dead_code)] dmabuf::SyncBracket<'a>),
 }
 
 /// Why `memory` (an fd-backed kind) cannot be allocated here, or `None` when it can.
 pub(crate) fn unavailable_reason(memory: TensorMemory) -> Option<String> {
-    #[cfg(unix)]
+    #[cfg(target_os = "linux")]
     return unix::unavailable_reason(memory);
-    #[cfg(not(unix))]
+    #[cfg(not(target_os = "linux"))]
     return Some(format!(
         "{} memory is an fd-backed Linux kind; on this platform use mem or gpu",
         memory.name()
@@ -62,7 +62,7 @@ impl Storage {
         match memory {
             TensorMemory::Mem => HeapBlock::zeroed(len).map(Storage::Heap),
             TensorMemory::Gpu => GpuMemory::allocate(len, texture).map(Storage::Gpu),
-            #[cfg(unix)]
+            #[cfg(target_os = "linux")]
             TensorMemory::Shm | TensorMemory::DmaBuf => {
                 unix::allocate(memory, len).map(Storage::Fd)
             }
@@ -74,7 +74,7 @@ impl Storage {
     pub(crate) fn ptr(&self) -> *mut u8 {
         match self {
             Storage::Heap(h) => h.ptr(),
-            #[cfg(unix)]
+            #[cfg(target_os = "linux")]
             Storage::Fd(m) => m.ptr(),
             Storage::Gpu(g) => g.ptr(),
         }
@@ -83,7 +83,7 @@ impl Storage {
     pub(crate) fn len(&self) -> usize {
         match self {
             Storage::Heap(h) => h.len(),
-            #[cfg(unix)]
+            #[cfg(target_os = "linux")]
             Storage::Fd(m) => m.len(),
             Storage::Gpu(g) => g.len(),
         }
@@ -92,7 +92,7 @@ impl Storage {
     pub(crate) fn memory(&self) -> TensorMemory {
         match self {
             Storage::Heap(_) => TensorMemory::Mem,
-            #[cfg(unix)]
+            #[cfg(target_os = "linux")]
             Storage::Fd(m) => m.memory(),
             Storage::Gpu(_) => TensorMemory::Gpu,
         }
@@ -101,7 +101,7 @@ impl Storage {
     pub(crate) fn identity(&self) -> Result<BufferIdentity> {
         match self {
             Storage::Heap(h) => Ok(BufferIdentity::heap(h.ptr() as usize)),
-            #[cfg(unix)]
+            #[cfg(target_os = "linux")]
             Storage::Fd(m) => BufferIdentity::of_fd(m.fd()),
             Storage::Gpu(g) => {
                 let o = g.origin();
@@ -123,12 +123,12 @@ impl Storage {
             Storage::Gpu(g) => g
                 .begin_cpu(direction != Direction::Read)
                 .map(|a| Some(CpuAccessGuard::Gpu(a))),
-            #[cfg(unix)]
+            #[cfg(target_os = "linux")]
             Storage::Fd(m) if m.memory() == TensorMemory::DmaBuf => {
                 dmabuf::SyncBracket::begin(m.fd(), direction)
                     .map(|b| Some(CpuAccessGuard::Bracket(b)))
             }
-            #[cfg(unix)]
+            #[cfg(target_os = "linux")]
             Storage::Fd(_) => Ok(None),
         }
     }

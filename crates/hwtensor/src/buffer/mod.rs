@@ -11,9 +11,9 @@ use crate::map::Direction;
 use crate::{Error, Result, TensorMemory};
 
 // What only Unix buffers do: fds, the Vulkan host import, weak handles for the import cache.
-#[cfg(unix)]
+#[cfg(target_os = "linux")]
 mod unix;
-#[cfg(unix)]
+#[cfg(target_os = "linux")]
 pub(crate) use unix::WeakBuffer;
 
 /// The bit of [`BufferInner::maps`] that marks a live write map; the bits below count read maps.

@@ -1,7 +1,7 @@
 //! The timeline fence: one timeline semaphore, one shared counter, one queue lock.
 
 use std::collections::BTreeMap;
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Mutex, OnceLock};
@@ -345,7 +345,7 @@ fn spawn_waiter(
 ) -> mpsc::Sender<(u64, OwnedFd)> {
     let (tx, rx) = mpsc::channel::<(u64, OwnedFd)>();
     // SAFETY: registers a plain function of this copy (see rendezvous::unlink_at_exit).
-    if unsafe { libc::atexit(stop_waiter_at_exit) } != 0 {
+    if !crate::os::at_exit(stop_waiter_at_exit) {
         log::warn!("hwtensor: cannot register the completion waiter's exit hook");
     }
     let body = move || {
@@ -394,15 +394,4 @@ fn spawn_waiter(
         log::error!("hwtensor: cannot start the completion waiter: {e}");
     }
     tx
-}
-
-/// Makes a fresh fd from the driver close-on-exec (lavapipe returns them without the flag).
-pub(crate) fn own_cloexec(raw: i32) -> Option<OwnedFd> {
-    if raw < 0 {
-        return None;
-    }
-    // SAFETY: the driver just created this fd for us and nothing else owns it.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    rustix::io::fcntl_setfd(&fd, rustix::io::FdFlags::CLOEXEC).ok()?;
-    Some(fd)
 }

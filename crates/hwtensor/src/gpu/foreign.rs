@@ -112,7 +112,7 @@ impl GpuDevice {
             .map_err(|_| Error::gpu(GpuErrorKind::Driver, "the timeline cache is poisoned"))?;
         if let Some(t) = timelines
             .iter()
-            .find(|t| classify::same_file(t.fd.as_fd(), fd.as_fd()))
+            .find(|t| crate::os::same_file(t.fd.as_fd(), fd.as_fd()))
         {
             return Ok(t.clone());
         }
@@ -166,7 +166,7 @@ impl ForeignTimeline {
         // SAFETY: a fresh timeline semaphore of this device and a dup we own, of the kind this
         // device exports; on success the driver owns the dup.
         if let Err(e) = unsafe { ext.import_semaphore_fd(&info) } {
-            super::memory::close_if_still_ours(raw, fd.as_fd());
+            crate::os::close_if_still_ours(raw, fd.as_fd());
             // SAFETY: the semaphore was never used.
             unsafe { device.device.destroy_semaphore(semaphore, None) };
             return Err(Error::gpu(

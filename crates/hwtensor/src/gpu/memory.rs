@@ -315,7 +315,7 @@ impl GpuDevice {
             .handle_type(vk::ExternalMemoryHandleTypeFlags::OPAQUE_FD);
         // SAFETY: the memory was allocated exportable as OPAQUE_FD on this device.
         let raw = unsafe { ext.get_memory_fd(&info) }.ok()?;
-        super::fence::own_cloexec(raw)
+        crate::os::own_cloexec(raw)
     }
 }
 
@@ -428,7 +428,7 @@ impl GpuMemory {
             Err(e) => {
                 destroy();
                 if let (Some(raw), Some(original)) = (raw_import, fd_owner.as_ref()) {
-                    close_if_still_ours(raw, original.as_fd());
+                    crate::os::close_if_still_ours(raw, original.as_fd());
                 }
                 return Err(e);
             }
@@ -699,26 +699,6 @@ impl std::fmt::Debug for GpuMemory {
             .field("len", &self.len)
             .field("staged", &matches!(self.cpu, CpuView::Staged(_)))
             .finish()
-    }
-}
-
-/// Closes the dup handed to a failed import, if the driver left it open.
-///
-/// Drivers differ: the spec leaves the fd with the caller on failure, but lavapipe closes it
-/// anyway when it refuses a memfd's size. Closing it blindly would close whatever file took
-/// the number since (or abort on EBADF); so it is closed only while it still names the same
-/// file as `original`.
-pub(crate) fn close_if_still_ours(raw: i32, original: BorrowedFd<'_>) {
-    let Ok(want) = rustix::fs::fstat(original) else {
-        return;
-    };
-    // SAFETY: fstat on a raw number writes only into `st`; a closed number fails with EBADF.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    let open = unsafe { libc::fstat(raw, &mut st) } == 0;
-    if open && st.st_dev == want.st_dev && st.st_ino == want.st_ino {
-        // SAFETY: the number is open and still names our memory's file: it is the dup we made.
-        unsafe { libc::close(raw) };
     }
 }
 

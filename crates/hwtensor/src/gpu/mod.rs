@@ -48,7 +48,8 @@ pub use adapter::{format_uuid, AdapterChoice, AdapterInfo, AdapterKind, ADAPTER_
 pub use create::{validation_errors, DEBUG_ENV};
 pub use fence::{GpuCompletion, WAIT_SPIN};
 
-use fence::{own_cloexec, Shared, Timeline};
+use crate::os::own_cloexec;
+use fence::{Shared, Timeline};
 pub(crate) use rendezvous::ProcessKey;
 use rendezvous::{Found, Published, Record};
 

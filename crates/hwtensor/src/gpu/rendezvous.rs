@@ -24,6 +24,8 @@ use std::sync::OnceLock;
 
 use crate::claim::claim_word;
 pub(crate) use crate::claim::{QueueLock, CLAIMING, EMPTY};
+use crate::os::pid_namespace;
+pub(crate) use crate::os::ProcessKey;
 
 /// The layout version this copy writes and trusts (2: the claim word carries the claimer).
 pub(crate) const LAYOUT_V2: u32 = 0x4857_0002;
@@ -83,41 +85,6 @@ pub(crate) struct Record {
 }
 
 const _: () = assert!(std::mem::size_of::<Record>() <= RECORD_BYTES);
-
-/// Who this process is: pid and start time (clock ticks after boot, from /proc).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct ProcessKey {
-    pub pid: u32,
-    pub start_time: u64,
-}
-
-impl ProcessKey {
-    /// The claim token: the low half of the start time. Two processes that held the same pid
-    /// in one namespace (the only ones that share a record) started at different ticks; their
-    /// tokens collide only if their starts are a multiple of 2^32 ticks (over a year) apart.
-    pub(crate) fn token(self) -> u32 {
-        self.start_time as u32
-    }
-
-    pub(crate) fn current() -> Option<ProcessKey> {
-        let pid = rustix::process::getpid().as_raw_nonzero().get() as u32;
-        Some(ProcessKey {
-            pid,
-            start_time: start_time_of("self")?,
-        })
-    }
-}
-
-/// Field 22 of /proc/<pid>/stat: when the process started.
-pub(crate) fn start_time_of(pid: &str) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) may hold spaces and parentheses: count from the last ')'.
-    stat[stat.rfind(')')? + 1..]
-        .split_whitespace()
-        .nth(19)?
-        .parse()
-        .ok()
-}
 
 /// What a reader found in the record.
 #[derive(Debug, PartialEq, Eq)]
@@ -215,13 +182,6 @@ impl Record {
 const SHM_DIR: &str = "/dev/shm";
 /// The start of every record's file name.
 const RECORD_PREFIX: &str = "hwtensor-gpu-";
-
-/// This process's pid namespace (the inode of `/proc/self/ns/pid`), 0 where it cannot be read.
-/// Part of the record's name: a process of another namespace may have our pid.
-fn pid_namespace() -> u64 {
-    static NS: OnceLock<u64> = OnceLock::new();
-    *NS.get_or_init(|| rustix::fs::stat("/proc/self/ns/pid").map_or(0, |st| st.st_ino))
-}
 
 /// The record's file name for process `pid` of this pid namespace.
 pub(crate) fn record_name(pid: u32) -> String {
@@ -326,7 +286,7 @@ pub(crate) fn unlink_at_exit(pid: u32) {
     if PUBLISHED_NAME.set(name).is_ok() {
         // SAFETY: `atexit` takes a plain function of this copy; in a library unloaded early glibc
         // runs it at dlclose instead, while the code is still mapped.
-        if unsafe { libc::atexit(unlink_record_at_exit) } != 0 {
+        if !crate::os::at_exit(unlink_record_at_exit) {
             log::warn!(
                 "hwtensor: cannot register the rendezvous cleanup; {} may outlive the process",
                 record_name(pid)
@@ -545,12 +505,5 @@ mod tests {
             );
             let _ = std::fs::remove_file(&live_path);
         }
-    }
-
-    #[test]
-    fn this_process_has_a_start_time() {
-        let me = ProcessKey::current().unwrap();
-        assert!(me.start_time > 0);
-        assert_eq!(start_time_of(&me.pid.to_string()), Some(me.start_time));
     }
 }

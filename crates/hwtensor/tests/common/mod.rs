@@ -33,7 +33,7 @@ pub fn skip_unless_required(test: &str, reason: &str) {
 
 /// Shared memory where the platform has it (a memfd on Unix), else heap: for tests about
 /// geometry and maps, which behave the same on every host backing.
-pub const SHARED: hwtensor::TensorMemory = if cfg!(unix) {
+pub const SHARED: hwtensor::TensorMemory = if cfg!(target_os = "linux") {
     hwtensor::TensorMemory::Shm
 } else {
     hwtensor::TensorMemory::Mem

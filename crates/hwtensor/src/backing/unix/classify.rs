@@ -4,8 +4,8 @@
 //! size, so an fd smaller than the tensor it claims to hold is refused before anything maps it
 //! (mapping past the end of a file and touching it is a SIGBUS, not an error).
 
-// `kcmp` and a raw `fstat` have no safe wrapper.
-#![allow(unsafe_code)]
+// Only the tests borrow a raw (closed) fd number.
+#![cfg_attr(test, allow(unsafe_code))]
 
 use std::os::fd::BorrowedFd;
 
@@ -127,40 +127,6 @@ fn link_name(fd: BorrowedFd<'_>) -> Option<String> {
     Some(text.strip_suffix(" (deleted)").unwrap_or(&text).to_string())
 }
 
-/// `kcmp` type that compares two fds' open file descriptions (linux/kcmp.h).
-const KCMP_FILE: libc::c_long = 0;
-
-/// Whether `a` and `b` name the same open file (the same exported object, not just a file
-/// with the same claims): `kcmp`, which compares the kernel's file descriptions. Where `kcmp`
-/// is not allowed (seccomp, no CONFIG_KCMP), two regular files with the same device and inode
-/// are the same memory; nothing else can be proven, and `false` is the safe answer.
-pub(crate) fn same_file(a: BorrowedFd<'_>, b: BorrowedFd<'_>) -> bool {
-    use std::os::fd::AsRawFd;
-    let pid = libc::c_long::from(rustix::process::getpid().as_raw_nonzero().get());
-    // SAFETY: kcmp only compares kernel objects named by two fd numbers of this process; both
-    // are borrowed, so open for the call.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_kcmp,
-            pid,
-            pid,
-            KCMP_FILE,
-            libc::c_long::from(a.as_raw_fd()),
-            libc::c_long::from(b.as_raw_fd()),
-        )
-    };
-    if r >= 0 {
-        return r == 0;
-    }
-    match (rustix::fs::fstat(a), rustix::fs::fstat(b)) {
-        (Ok(x), Ok(y)) => {
-            FileType::from_raw_mode(x.st_mode) == FileType::RegularFile
-                && (x.st_dev, x.st_ino) == (y.st_dev, y.st_ino)
-        }
-        _ => false,
-    }
-}
-
 /// The backing an fd on filesystem `magic` with file type `kind` can be, or why none.
 pub(crate) fn classify(magic: u32, kind: FileType) -> std::result::Result<TensorMemory, String> {
     match magic {
@@ -251,21 +217,6 @@ mod tests {
         let fd = unsafe { BorrowedFd::borrow_raw(raw) };
         let err = inspect(fd).unwrap_err().to_string();
         assert!(err.contains("fstatfs") || err.contains("fstat"), "{err}");
-    }
-
-    #[test]
-    fn a_dup_is_the_same_file_and_another_memfd_of_the_same_name_is_not() {
-        use std::os::fd::AsFd;
-        let flags = rustix::fs::MemfdFlags::CLOEXEC;
-        let a = rustix::fs::memfd_create("same", flags).unwrap();
-        let b = rustix::fs::memfd_create("same", flags).unwrap();
-        let dup = a.try_clone().unwrap();
-        assert!(same_file(a.as_fd(), dup.as_fd()));
-        assert!(!same_file(a.as_fd(), b.as_fd()));
-        assert_eq!(
-            FdKind::of(a.as_fd()).unwrap(),
-            FdKind::of(b.as_fd()).unwrap()
-        );
     }
 
     #[test]

@@ -1,0 +1,12 @@
+//! The operating system under every other layer, chosen once here: process identity, at-exit
+//! hooks, fd helpers. Other modules call `crate::os::…` and name no platform.
+
+#[cfg(target_os = "linux")]
+mod linux;
+#[cfg(target_os = "linux")]
+pub(crate) use linux::*;
+
+#[cfg(windows)]
+mod windows;
+#[cfg(windows)]
+pub(crate) use windows::*;
