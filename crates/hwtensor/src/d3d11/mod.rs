@@ -1,6 +1,6 @@
 //! The process GPU device on Windows: one `ID3D11Device` and one shared `ID3D11Fence` for every
-//! copy of this library in the process (the contract is `design/gpu-device.md`, the Windows
-//! specifics `design/windows-d3d11.md`). The public shape is the Vulkan backend's.
+//! copy of this library in the process (the contract is `docs/gpu-device.md`, the Windows
+//! specifics `docs/windows-d3d11.md`). The public shape is the Vulkan backend's.
 //!
 //! `device()` makes it on the first call: adopt what another copy published in the rendezvous
 //! record; else take the host's device given to [`use_external_device`]; else select an adapter

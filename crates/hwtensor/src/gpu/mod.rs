@@ -1,5 +1,5 @@
 //! The process GPU device: one Vulkan device and one timeline fence for every copy of this
-//! library in the process (the contract is `design/gpu-device.md`).
+//! library in the process (the contract is `docs/gpu-device.md` in the repository).
 //!
 //! `device()` makes it on the first call, in this order: adopt what another copy published in
 //! the rendezvous record; else take the host's device given to [`use_external_device`]; else
