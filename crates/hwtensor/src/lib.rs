@@ -56,6 +56,7 @@ mod process_device;
 mod region;
 mod tensor;
 mod tensor_dyn;
+mod timeline;
 
 pub use dtype::{DType, Element};
 pub use error::{Error, GpuErrorKind, Result};

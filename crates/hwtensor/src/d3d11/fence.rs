@@ -6,7 +6,6 @@
 //! fence (the producer finishes before it hands over), applied to every signal.
 
 use std::os::windows::io::{FromRawHandle, OwnedHandle, RawHandle};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use windows::Win32::Foundation::{
@@ -19,6 +18,7 @@ use windows::Win32::System::Threading::{
 
 use super::rendezvous::Record;
 use super::GpuDevice;
+use crate::timeline::{QueueHeld, TimelineWords};
 use crate::{Error, Result};
 
 /// How long `wait` spins on the fence before it blocks on an event: the Linux reasoning
@@ -38,46 +38,22 @@ pub struct GpuCompletion {
     pub value: u64,
 }
 
-/// The words every copy shares: in the rendezvous record, or private to this copy.
-#[derive(Clone, Copy)]
-pub(crate) struct Shared {
-    pub counter: &'static AtomicU64,
-    pub pending: &'static AtomicU64,
-    pub submitted: &'static AtomicU64,
-    pub lock: &'static AtomicU32,
+/// The words of the rendezvous record, shared by every copy.
+pub(crate) fn words_in_record(r: &'static Record) -> TimelineWords {
+    TimelineWords::at(&r.counter, &r.pending, &r.submitted, &r.queue_lock)
 }
 
-impl Shared {
-    pub(crate) fn in_record(r: &'static Record) -> Shared {
-        Shared {
-            counter: &r.counter,
-            pending: &r.pending,
-            submitted: &r.submitted,
-            lock: &r.queue_lock,
+/// Without a fence, values complete inside `signal`: a value not reached yet is one a signal
+/// in another thread is finishing, or one never signalled.
+fn poll_until(words: TimelineWords, value: u64, timeout: Duration) -> Result<()> {
+    let started = Instant::now();
+    while words.submitted() < value {
+        if started.elapsed() >= timeout {
+            return Err(timed_out(value, timeout));
         }
+        std::thread::sleep(POLL_SLEEP);
     }
-
-    /// Without a fence, values complete inside `signal`: a value not reached yet is one a
-    /// signal in another thread is finishing, or one never signalled.
-    fn poll_until(self, value: u64, timeout: Duration) -> Result<()> {
-        let started = Instant::now();
-        while self.submitted.load(Ordering::Acquire) < value {
-            if started.elapsed() >= timeout {
-                return Err(timed_out(value, timeout));
-            }
-            std::thread::sleep(POLL_SLEEP);
-        }
-        Ok(())
-    }
-
-    pub(crate) fn private() -> Shared {
-        Shared {
-            counter: Box::leak(Box::new(AtomicU64::new(0))),
-            pending: Box::leak(Box::new(AtomicU64::new(0))),
-            submitted: Box::leak(Box::new(AtomicU64::new(0))),
-            lock: Box::leak(Box::new(AtomicU32::new(0))),
-        }
-    }
+    Ok(())
 }
 
 /// The fence and what signals it.
@@ -90,41 +66,37 @@ pub(crate) struct Fence {
 
 pub(crate) struct Timeline {
     pub fence: Option<Fence>,
-    pub shared: Shared,
+    pub shared: TimelineWords,
 }
 
 impl Timeline {
     /// Allocates the next value and signals it, as one step inside the queue bracket.
     pub(crate) fn signal(&self, dev: &GpuDevice) -> Result<u64> {
         dev.with_queue(|| {
-            let value = self.shared.counter.fetch_add(1, Ordering::AcqRel) + 1;
-            self.submit(dev, value)?;
-            self.shared.pending.store(0, Ordering::Release);
+            let held = QueueHeld::by_device_bracket();
+            let value = self.shared.allocate(&held);
+            self.submit(dev, value, &held)?;
             Ok(value)
         })
     }
 
     pub(crate) fn signal_deferred(&self, dev: &GpuDevice) -> u64 {
-        dev.with_queue(|| {
-            let value = self.shared.counter.fetch_add(1, Ordering::AcqRel) + 1;
-            self.shared.pending.fetch_max(value, Ordering::AcqRel);
-            value
-        })
+        dev.with_queue(|| self.shared.defer(&QueueHeld::by_device_bracket()))
     }
 
     pub(crate) fn flush(&self, dev: &GpuDevice) -> Result<()> {
         dev.with_queue(|| {
-            let pending = self.shared.pending.swap(0, Ordering::AcqRel);
-            if pending > self.shared.submitted.load(Ordering::Acquire) {
-                self.submit(dev, pending)?;
+            let held = QueueHeld::by_device_bracket();
+            match self.shared.take_pending(&held) {
+                Some(pending) => self.submit(dev, pending, &held),
+                None => Ok(()),
             }
-            Ok(())
         })
     }
 
     /// Signals `value` (called inside the queue bracket, so values reach the fence in order),
     /// or, without a fence, finishes the queued work first.
-    fn submit(&self, dev: &GpuDevice, value: u64) -> Result<()> {
+    fn submit(&self, dev: &GpuDevice, value: u64, held: &QueueHeld<'_>) -> Result<()> {
         match &self.fence {
             Some(f) => {
                 // SAFETY: the fence belongs to this device; the bracket serialises the context.
@@ -139,19 +111,19 @@ impl Timeline {
             }
             None => dev.finish_on_cpu()?,
         }
-        self.shared.submitted.fetch_max(value, Ordering::AcqRel);
+        self.shared.mark_submitted(value, held);
         Ok(())
     }
 
     pub(crate) fn last_signalled(&self) -> u64 {
-        self.shared.counter.load(Ordering::Acquire)
+        self.shared.last()
     }
 
     pub(crate) fn completed_value(&self) -> u64 {
         match &self.fence {
             // SAFETY: a read of a live fence.
             Some(f) => unsafe { f.fence.GetCompletedValue() },
-            None => self.shared.submitted.load(Ordering::Acquire),
+            None => self.shared.submitted(),
         }
     }
 
@@ -170,7 +142,7 @@ impl Timeline {
                 let event = completion_event(&f.fence, value)?;
                 wait_handle(&event, left, value)
             }
-            None => self.shared.poll_until(value, left),
+            None => poll_until(self.shared, value, left),
         }
     }
 
@@ -196,7 +168,7 @@ impl Timeline {
         std::thread::Builder::new()
             .name("hwtensor-completion".into())
             .spawn(move || {
-                if shared.poll_until(value, super::memory::GPU_WAIT).is_ok() {
+                if poll_until(shared, value, super::memory::GPU_WAIT).is_ok() {
                     let _ = set(&theirs);
                 }
             })

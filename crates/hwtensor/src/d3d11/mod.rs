@@ -35,7 +35,8 @@ pub use windows;
 pub use memory::GpuShare;
 pub(crate) use memory::{copy_on_gpu, image_row_pitch};
 
-use fence::{Fence, Shared, Timeline};
+use crate::timeline::TimelineWords;
+use fence::{Fence, Timeline};
 use rendezvous::{Found, Published, Record};
 
 use crate::process_device::DeviceCell;
@@ -312,7 +313,7 @@ fn publish_or_adopt(record: &'static Record, pid: u32) -> std::result::Result<Gp
 /// A device of this copy: the host's, if installed, else a new one. Its counter is the
 /// record's when there is a record to share.
 fn own_device(record: Option<&'static Record>) -> std::result::Result<GpuDevice, String> {
-    let shared = record.map_or_else(Shared::private, Shared::in_record);
+    let shared = record.map_or_else(TimelineWords::private, fence::words_in_record);
     let external = EXTERNAL.lock().ok().and_then(|mut e| e.take());
     let (ifaces, info, flags, tier, level, origin) = match external {
         Some(device) => {
@@ -349,10 +350,7 @@ fn own_device(record: Option<&'static Record>) -> std::result::Result<GpuDevice,
         }
     };
     let features = Features(ifaces.features(flags, tier));
-    let fence = make_fence(
-        &ifaces,
-        shared.counter.load(std::sync::atomic::Ordering::Acquire),
-    )?;
+    let fence = make_fence(&ifaces, shared.last())?;
     log::info!(
         "hwtensor: process GPU device on {} (feature level {:#x}, {features:?})",
         info.label(),
@@ -435,7 +433,7 @@ fn adopt_fence(
     record: &'static Record,
     handle: u64,
 ) -> std::result::Result<Timeline, String> {
-    let shared = Shared::in_record(record);
+    let shared = fence::words_in_record(record);
     let (Some(device5), Some(context)) = (&ifaces.device5, &ifaces.context4) else {
         return Ok(Timeline {
             fence: None,
@@ -473,7 +471,7 @@ fn adopt_fence(
                     context: context.clone(),
                     shared_handle: None,
                 }),
-                shared: Shared::private(),
+                shared: TimelineWords::private(),
             })
         }
     }
@@ -560,7 +558,7 @@ impl GpuDevice {
                 // The record is a `Local\` mapping that dies with the last process holding it,
                 // so the holder is a live thread of this process: waiting on is right, but say so.
                 let _lock = loop {
-                    match crate::claim::QueueLock::acquire(self.timeline.shared.lock) {
+                    match self.timeline.shared.lock() {
                         Ok(lock) => break lock,
                         Err(e) => log::error!("hwtensor: {e}; still waiting"),
                     }

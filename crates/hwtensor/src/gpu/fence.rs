@@ -2,14 +2,14 @@
 
 use std::collections::BTreeMap;
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use ash::vk;
 
-use super::rendezvous::QueueLock;
+use crate::timeline::{QueueHeld, TimelineWords};
 use crate::{Error, GpuErrorKind, Result};
 
 /// How long `wait` spins on the counter before it blocks. On NVIDIA a thread blocked in
@@ -22,35 +22,9 @@ pub const WAIT_SPIN: Duration = Duration::from_micros(50);
 /// behind a wait for a later value.
 const WAITER_SLICE: Duration = Duration::from_millis(2);
 
-/// The words every copy shares: in the rendezvous record, or private to this copy.
-#[derive(Clone, Copy)]
-pub(crate) struct Shared {
-    pub counter: &'static AtomicU64,
-    pub pending: &'static AtomicU64,
-    pub lock: &'static AtomicU32,
-    pub submitted: &'static AtomicU64,
-}
-
-impl Shared {
-    /// The words of the rendezvous record, shared by every copy.
-    pub(crate) fn in_record(r: &'static super::rendezvous::Record) -> Shared {
-        Shared {
-            counter: &r.counter,
-            pending: &r.pending,
-            lock: &r.queue_lock,
-            submitted: &r.submitted,
-        }
-    }
-
-    /// Words of this copy alone (no rendezvous, or no shared semaphore).
-    pub(crate) fn private() -> Shared {
-        Shared {
-            counter: Box::leak(Box::new(AtomicU64::new(0))),
-            pending: Box::leak(Box::new(AtomicU64::new(0))),
-            lock: Box::leak(Box::new(AtomicU32::new(0))),
-            submitted: Box::leak(Box::new(AtomicU64::new(0))),
-        }
-    }
+/// The words of the rendezvous record, shared by every copy.
+pub(crate) fn words_in_record(r: &'static super::rendezvous::Record) -> TimelineWords {
+    TimelineWords::at(&r.counter, &r.pending, &r.submitted, &r.queue_lock)
 }
 
 /// A point on the process timeline: the exported fence (where there is one) and the value a
@@ -65,7 +39,7 @@ pub struct GpuCompletion {
 
 pub(crate) struct Timeline {
     pub semaphore: vk::Semaphore,
-    pub shared: Shared,
+    pub shared: TimelineWords,
     /// Whether the semaphore is the process one (false: a private fallback, never exported).
     pub exportable: bool,
     /// Whether submissions go to more than one queue: then each one also waits for the last
@@ -76,7 +50,11 @@ pub(crate) struct Timeline {
 }
 
 impl Timeline {
-    pub(crate) fn new(semaphore: vk::Semaphore, shared: Shared, exportable: bool) -> Timeline {
+    pub(crate) fn new(
+        semaphore: vk::Semaphore,
+        shared: TimelineWords,
+        exportable: bool,
+    ) -> Timeline {
         Timeline {
             semaphore,
             shared,
@@ -89,41 +67,40 @@ impl Timeline {
     /// Allocates the next value and submits its signal, as one step under the queue lock: two
     /// threads that took 1 and 2 and submitted 2 first would drive the timeline backwards.
     pub(crate) fn signal(&self, device: &ash::Device, queue: vk::Queue) -> Result<u64> {
-        let _lock = QueueLock::acquire(self.shared.lock)?;
-        let value = self.shared.counter.fetch_add(1, Ordering::AcqRel) + 1;
-        // The new value is above every deferred one, so its signal covers them too.
-        self.shared.pending.store(0, Ordering::Release);
-        self.submit(device, queue, value, None, &[]).map_err(|e| {
-            Error::gpu(
-                super::vk_kind(e),
-                format!("submitting timeline signal {value} failed: {e}"),
-            )
-        })?;
+        let lock = self.shared.lock()?;
+        let held = QueueHeld::by(&lock);
+        let value = self.shared.allocate(&held);
+        self.submit(device, queue, value, None, &[], &held)
+            .map_err(|e| {
+                Error::gpu(
+                    super::vk_kind(e),
+                    format!("submitting timeline signal {value} failed: {e}"),
+                )
+            })?;
         Ok(value)
     }
 
     /// Allocates the next value; its signal goes with the next submission (`flush`, or any
     /// copy's `signal`). Submit the work it covers before calling this.
     pub(crate) fn signal_deferred(&self) -> Result<u64> {
-        let _lock = QueueLock::acquire(self.shared.lock)?;
-        let value = self.shared.counter.fetch_add(1, Ordering::AcqRel) + 1;
-        self.shared.pending.fetch_max(value, Ordering::AcqRel);
-        Ok(value)
+        let lock = self.shared.lock()?;
+        Ok(self.shared.defer(&QueueHeld::by(&lock)))
     }
 
     /// Submits the signal of every deferred value in one submission.
     pub(crate) fn flush(&self, device: &ash::Device, queue: vk::Queue) -> Result<()> {
-        let _lock = QueueLock::acquire(self.shared.lock)?;
-        let pending = self.shared.pending.swap(0, Ordering::AcqRel);
-        if pending == 0 {
+        let lock = self.shared.lock()?;
+        let held = QueueHeld::by(&lock);
+        let Some(pending) = self.shared.take_pending(&held) else {
             return Ok(());
-        }
-        self.submit(device, queue, pending, None, &[]).map_err(|e| {
-            Error::gpu(
-                super::vk_kind(e),
-                format!("submitting timeline signal {pending} failed: {e}"),
-            )
-        })
+        };
+        self.submit(device, queue, pending, None, &[], &held)
+            .map_err(|e| {
+                Error::gpu(
+                    super::vk_kind(e),
+                    format!("submitting timeline signal {pending} failed: {e}"),
+                )
+            })
     }
 
     /// Submits `command` after every `(semaphore, value)` in `waits`, signalling a newly
@@ -135,10 +112,10 @@ impl Timeline {
         command: vk::CommandBuffer,
         waits: &[(vk::Semaphore, u64)],
     ) -> Result<u64> {
-        let _lock = QueueLock::acquire(self.shared.lock)?;
-        let value = self.shared.counter.fetch_add(1, Ordering::AcqRel) + 1;
-        self.shared.pending.store(0, Ordering::Release);
-        self.submit(device, queue, value, Some(command), waits)
+        let lock = self.shared.lock()?;
+        let held = QueueHeld::by(&lock);
+        let value = self.shared.allocate(&held);
+        self.submit(device, queue, value, Some(command), waits, &held)
             .map_err(|e| {
                 Error::gpu(
                     super::vk_kind(e),
@@ -148,8 +125,8 @@ impl Timeline {
         Ok(value)
     }
 
-    /// One submission signalling `value`. The caller holds the queue lock, which gives the
-    /// queue its external synchronisation and keeps values increasing in submission order.
+    /// One submission signalling `value`. The caller holds the queue lock (`held`), which gives
+    /// the queue its external synchronisation and keeps values increasing in submission order.
     fn submit(
         &self,
         device: &ash::Device,
@@ -157,9 +134,10 @@ impl Timeline {
         value: u64,
         command: Option<vk::CommandBuffer>,
         waits: &[(vk::Semaphore, u64)],
+        held: &QueueHeld<'_>,
     ) -> std::result::Result<(), vk::Result> {
         let mut waits = waits.to_vec();
-        let previous = self.shared.submitted.load(Ordering::Acquire);
+        let previous = self.shared.submitted();
         if self.chained && previous > 0 {
             waits.push((self.semaphore, previous));
         }
@@ -181,12 +159,12 @@ impl Timeline {
         // any, is recorded and owned by the caller's pool; the semaphore is a timeline semaphore
         // of this device and `value` is above every value submitted before.
         unsafe { device.queue_submit(queue, &[submit], vk::Fence::null()) }?;
-        self.shared.submitted.fetch_max(value, Ordering::AcqRel);
+        self.shared.mark_submitted(value, held);
         Ok(())
     }
 
     pub(crate) fn last_signalled(&self) -> u64 {
-        self.shared.counter.load(Ordering::Acquire)
+        self.shared.last()
     }
 
     pub(crate) fn completed_value(&self, device: &ash::Device) -> Result<u64> {

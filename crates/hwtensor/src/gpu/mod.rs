@@ -37,7 +37,6 @@ pub(crate) use memory::image_row_pitch;
 pub(crate) use submit::Queue;
 
 use std::os::fd::OwnedFd;
-use std::sync::atomic::Ordering;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
@@ -49,7 +48,8 @@ pub use create::{validation_errors, DEBUG_ENV};
 pub use fence::{GpuCompletion, WAIT_SPIN};
 
 use crate::os::own_cloexec;
-use fence::{Shared, Timeline};
+use crate::timeline::TimelineWords;
+use fence::{words_in_record, Timeline};
 pub(crate) use rendezvous::ProcessKey;
 use rendezvous::{Found, Published, Record};
 
@@ -309,7 +309,7 @@ fn publish_or_adopt(
 /// A device of this copy: the host's, if installed, else a new one. Its timeline uses the
 /// record's counter and lock when there is a record to share.
 fn own_device(record: Option<&'static Record>) -> std::result::Result<GpuDevice, String> {
-    let shared = record.map_or_else(Shared::private, Shared::in_record);
+    let shared = record.map_or_else(TimelineWords::private, words_in_record);
     let external = EXTERNAL.lock().ok().and_then(|mut e| e.take());
     let (
         entry,
@@ -373,8 +373,7 @@ fn own_device(record: Option<&'static Record>) -> std::result::Result<GpuDevice,
     let transfer = transfer_family.map(|f| (unsafe { device.get_device_queue(f, 0) }, f));
     let exportable =
         features.has(Features::EXTERNAL_SEMAPHORE_FD) && timeline_exportable(&instance, physical);
-    let semaphore = create_semaphore(&device, shared.counter.load(Ordering::Acquire), exportable)
-        .map_err(|e| {
+    let semaphore = create_semaphore(&device, shared.last(), exportable).map_err(|e| {
         format!(
             "creating the timeline semaphore on {} failed: {e}",
             info.label()
@@ -427,14 +426,14 @@ unsafe fn adopt(record: &'static Record, p: &Published) -> std::result::Result<G
     let timeline = if p.semaphore != 0 {
         Timeline::new(
             vk::Semaphore::from_raw(p.semaphore),
-            Shared::in_record(record),
+            words_in_record(record),
             true,
         )
     } else {
         // No shared semaphore to open: signal a private one, and never export it.
         let s = create_semaphore(&device, 0, false)
             .map_err(|e| format!("creating a private timeline failed: {e}"))?;
-        Timeline::new(s, Shared::private(), false)
+        Timeline::new(s, TimelineWords::private(), false)
     };
     let queue = (vk::Queue::from_raw(p.queue), p.queue_family);
     let transfer = (p.transfer_family != u32::MAX)

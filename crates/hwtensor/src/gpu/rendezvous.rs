@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use crate::claim::claim_word;
-pub(crate) use crate::claim::{QueueLock, CLAIMING, EMPTY};
+pub(crate) use crate::claim::{CLAIMING, EMPTY};
 use crate::os::pid_namespace;
 pub(crate) use crate::os::ProcessKey;
 
@@ -414,7 +414,7 @@ mod tests {
         assert!(r.publish(state, ME, &published(2)));
         assert_eq!(r.read(ME), Found::Ours(published(2)));
         assert_eq!(r.counter.load(Ordering::Acquire), 5000);
-        drop(QueueLock::acquire(&r.queue_lock).unwrap());
+        drop(crate::claim::QueueLock::acquire(&r.queue_lock).unwrap());
     }
 
     #[test]
