@@ -54,6 +54,7 @@ mod os;
 mod policy;
 mod process_device;
 mod region;
+mod rendezvous;
 mod tensor;
 mod tensor_dyn;
 mod timeline;

@@ -249,7 +249,7 @@ pub unsafe fn use_external_device(ext: ExternalDevice) -> Result<()> {
     }
     let pid = std::process::id();
     if let Ok(record) = rendezvous::open_record(pid) {
-        if let Found::Ours(_) = record.read(pid) {
+        if let Found::Ours(_) = record.read_as(pid) {
             return Err(crate::process_device::already_published());
         }
     }
@@ -277,36 +277,30 @@ fn init() -> std::result::Result<GpuDevice, String> {
             return own_device(None);
         }
     };
-    match record.read(pid) {
-        Found::Ours(p) => adopt(record, &p),
-        Found::Empty => publish_or_adopt(record, pid),
-        Found::Foreign(v) => {
-            log::warn!("hwtensor: the GPU rendezvous has layout {v:#x}, not {:#x}, or another owner; not trusted, keeping a device of our own", rendezvous::LAYOUT_V1);
-            own_device(None)
-        }
-        Found::Unsettled => {
-            log::warn!("hwtensor: the GPU rendezvous stayed claimed past its settle budget; keeping a device of our own");
-            own_device(None)
-        }
-    }
+    crate::rendezvous::adopt_or_publish::<D3d11>(record)
 }
 
-/// Makes (or takes the host's) device, then publishes it; a copy that loses the race drops
-/// what it built and adopts the winner's.
-fn publish_or_adopt(record: &'static Record, pid: u32) -> std::result::Result<GpuDevice, String> {
-    let dev = own_device(Some(record))?;
-    if record.publish(pid, &dev.published()) {
-        return Ok(dev);
+/// The D3D11 backend as the rendezvous state machine sees it.
+struct D3d11;
+
+impl crate::rendezvous::DeviceMaker for D3d11 {
+    type Record = Record;
+    type Device = GpuDevice;
+
+    fn own(record: Option<&'static Record>) -> std::result::Result<GpuDevice, String> {
+        own_device(record)
     }
-    match record.read(pid) {
-        Found::Ours(p) => {
-            dev.discard();
-            adopt(record, &p)
-        }
-        other => {
-            log::warn!("hwtensor: could not publish the process device ({other:?}); other copies will make their own");
-            Ok(dev)
-        }
+
+    fn adopt(record: &'static Record, p: &Published) -> std::result::Result<GpuDevice, String> {
+        adopt(record, p)
+    }
+
+    fn published(device: &GpuDevice) -> Published {
+        device.published()
+    }
+
+    fn discard(device: GpuDevice) {
+        device.discard();
     }
 }
 

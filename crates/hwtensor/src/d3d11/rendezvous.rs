@@ -59,22 +59,13 @@ const _: () = assert!(std::mem::size_of::<Record>() <= RECORD_BYTES as usize);
 #[doc(hidden)]
 pub const RECORD_VERSION_OFFSET: usize = std::mem::offset_of!(Record, version);
 
-/// What a reader found in the record.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Found {
-    /// Nothing published: this copy may claim it.
-    Empty,
-    /// A device published in this process.
-    Ours(Published),
-    /// A layout (or an owner) this copy does not know: not to be trusted or overwritten.
-    Foreign(u32),
-    /// A claim that did not settle within the budget.
-    Unsettled,
-}
+/// What a reader found in the record (never `Stale`: a `Local\\` mapping dies with its
+/// processes, so no dead process's record can be met).
+pub(crate) type Found = crate::rendezvous::Found<Published>;
 
 impl Record {
     /// Reads the record, waiting out a claim in progress (bounded).
-    pub(crate) fn read(&self, pid: u32) -> Found {
+    pub(crate) fn read_as(&self, pid: u32) -> Found {
         crate::claim::wait_settled(|| match self.version.load(Ordering::Acquire) {
             EMPTY => Some(Found::Empty),
             LAYOUT_V1 if self.pid.load(Ordering::Acquire) == pid => {
@@ -96,7 +87,7 @@ impl Record {
 
     /// Claims the empty record, writes `p`, and publishes it with a release store of the
     /// version last. The counter is left as it is.
-    pub(crate) fn publish(&self, pid: u32, p: &Published) -> bool {
+    pub(crate) fn publish_as(&self, pid: u32, p: &Published) -> bool {
         if !crate::claim::try_claim(&self.version, EMPTY) {
             return false;
         }
@@ -106,6 +97,21 @@ impl Record {
         self.features.store(p.features, Ordering::Release);
         self.version.store(LAYOUT_V1, Ordering::Release);
         true
+    }
+}
+
+/// The state machine's view of the record, as this process.
+impl crate::rendezvous::RecordLayout for Record {
+    type Published = Published;
+    const EMPTY_STATE: u64 = EMPTY as u64;
+
+    fn read(&self) -> Found {
+        self.read_as(std::process::id())
+    }
+
+    /// Only an empty record is ever claimed here (none is stale on Windows).
+    fn publish(&self, expected: u64, p: &Published) -> bool {
+        expected == Self::EMPTY_STATE && self.publish_as(std::process::id(), p)
     }
 }
 
@@ -154,24 +160,24 @@ mod tests {
     #[test]
     fn an_empty_record_is_claimed_once_and_then_read_as_ours() {
         let r = Record::default();
-        assert_eq!(r.read(ME), Found::Empty);
+        assert_eq!(r.read_as(ME), Found::Empty);
         let p = Published {
             device: 7,
             fence_handle: 9,
             features: 3,
         };
-        assert!(r.publish(ME, &p));
-        assert!(!r.publish(ME, &p), "a second publisher loses");
-        assert_eq!(r.read(ME), Found::Ours(p));
+        assert!(r.publish_as(ME, &p));
+        assert!(!r.publish_as(ME, &p), "a second publisher loses");
+        assert_eq!(r.read_as(ME), Found::Ours(p));
     }
 
     #[test]
     fn a_record_of_another_layout_or_owner_is_not_trusted() {
         let r = Record::default();
         r.version.store(0x1234, Ordering::Release);
-        assert_eq!(r.read(ME), Found::Foreign(0x1234));
+        assert_eq!(r.read_as(ME), Found::Foreign(0x1234));
         r.version.store(LAYOUT_V1, Ordering::Release);
         r.pid.store(ME + 1, Ordering::Release);
-        assert_eq!(r.read(ME), Found::Foreign(LAYOUT_V1));
+        assert_eq!(r.read_as(ME), Found::Foreign(LAYOUT_V1));
     }
 }

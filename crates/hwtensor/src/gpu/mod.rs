@@ -187,7 +187,7 @@ pub unsafe fn use_external_device(ext: ExternalDevice) -> Result<()> {
     }
     let key = ProcessKey::current();
     if let Some((key, Ok(record))) = key.map(|k| (k, rendezvous::open_record(k.pid))) {
-        if let Found::Ours(_) = record.read(key) {
+        if let Found::Ours(_) = record.read_as(key) {
             return Err(crate::process_device::already_published());
         }
     }
@@ -255,54 +255,35 @@ fn init() -> std::result::Result<GpuDevice, String> {
             None
         }
     };
-    let (Some(record), Some(key)) = (record, key) else {
+    let Some(record) = record else {
         return own_device(None);
     };
-    match record.read(key) {
-        // SAFETY: the record names this very process (pid and start time), so its handles are
-        // live in this address space.
-        Found::Ours(p) => unsafe { adopt(record, &p) },
-        Found::Empty => publish_or_adopt(record, key, u64::from(rendezvous::EMPTY)),
-        Found::Stale(state) => {
-            log::info!(
-                "hwtensor: re-claiming a GPU rendezvous left by a dead process with this pid"
-            );
-            publish_or_adopt(record, key, state)
-        }
-        Found::Foreign(v) => {
-            log::warn!("hwtensor: the GPU rendezvous has layout {v:#x}, not {:#x}; not trusted, keeping a device of our own", rendezvous::LAYOUT_V2);
-            own_device(None)
-        }
-        Found::Unsettled => {
-            log::warn!("hwtensor: the GPU rendezvous stayed claimed past its settle budget; keeping a device of our own");
-            own_device(None)
-        }
-    }
+    crate::rendezvous::adopt_or_publish::<Vulkan>(record)
 }
 
-/// Makes (or takes the host's) device, then publishes it; a copy that loses the race drops
-/// what it built and adopts the winner's.
-fn publish_or_adopt(
-    record: &'static Record,
-    key: ProcessKey,
-    expected: u64,
-) -> std::result::Result<GpuDevice, String> {
-    let dev = own_device(Some(record))?;
-    let published = dev.published();
-    if record.publish(expected, key, &published) {
-        rendezvous::unlink_at_exit(key.pid);
-        return Ok(dev);
+/// The Vulkan backend as the rendezvous state machine sees it.
+struct Vulkan;
+
+impl crate::rendezvous::DeviceMaker for Vulkan {
+    type Record = Record;
+    type Device = GpuDevice;
+
+    fn own(record: Option<&'static Record>) -> std::result::Result<GpuDevice, String> {
+        own_device(record)
     }
-    match record.read(key) {
-        Found::Ours(p) => {
-            dev.discard();
-            // SAFETY: published by this process, as checked by `read`.
-            unsafe { adopt(record, &p) }
-        }
-        other => {
-            log::warn!("hwtensor: could not publish the process device ({other:?}); other copies will make their own");
-            Ok(dev)
-        }
+
+    fn adopt(record: &'static Record, p: &Published) -> std::result::Result<GpuDevice, String> {
+        // SAFETY: the state machine passes only what `Record::read_as` returned as `Ours`, after
+        // checking the record names this process by pid and start time.
+        unsafe { adopt(record, p) }
+    }
+
+    fn published(device: &GpuDevice) -> Published {
+        device.published()
+    }
+
+    fn discard(device: GpuDevice) {
+        device.discard();
     }
 }
 

@@ -87,24 +87,11 @@ pub(crate) struct Record {
 const _: () = assert!(std::mem::size_of::<Record>() <= RECORD_BYTES);
 
 /// What a reader found in the record.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Found {
-    /// Nothing published: this copy may claim it.
-    Empty,
-    /// A device published by this process.
-    Ours(Published),
-    /// A record left by another process (pid reuse after a crash), in the claim state given:
-    /// may be re-claimed from that state.
-    Stale(u64),
-    /// A layout this copy does not know: not to be trusted or overwritten.
-    Foreign(u32),
-    /// A claim by this process that did not settle within the budget.
-    Unsettled,
-}
+pub(crate) type Found = crate::rendezvous::Found<Published>;
 
 impl Record {
     /// Reads the record, waiting out a claim in progress (bounded).
-    pub(crate) fn read(&self, me: ProcessKey) -> Found {
+    pub(crate) fn read_as(&self, me: ProcessKey) -> Found {
         crate::claim::wait_settled(|| {
             let state = self.state.load(Ordering::Acquire);
             let (version, claimer) = (state as u32, (state >> 32) as u32);
@@ -146,7 +133,7 @@ impl Record {
     /// Claims the record (from `expected`: `EMPTY`, or the claim word of a stale record),
     /// writes `p`, and publishes it with a release store of the version last. The counter is
     /// left as it is: resetting it would make the next signal value go backwards.
-    pub(crate) fn publish(&self, expected: u64, me: ProcessKey, p: &Published) -> bool {
+    pub(crate) fn publish_as(&self, expected: u64, me: ProcessKey, p: &Published) -> bool {
         if !crate::claim::try_claim_as(&self.state, expected, me.token()) {
             return false;
         }
@@ -182,6 +169,30 @@ impl Record {
 const SHM_DIR: &str = "/dev/shm";
 /// The start of every record's file name.
 const RECORD_PREFIX: &str = "hwtensor-gpu-";
+
+/// The state machine's view of the record, as this process.
+impl crate::rendezvous::RecordLayout for Record {
+    type Published = Published;
+    const EMPTY_STATE: u64 = EMPTY as u64;
+
+    fn read(&self) -> Found {
+        match ProcessKey::current() {
+            Some(me) => self.read_as(me),
+            // Without a start time no record can be proven ours: trust none.
+            None => Found::Foreign(0),
+        }
+    }
+
+    fn publish(&self, expected: u64, p: &Published) -> bool {
+        ProcessKey::current().is_some_and(|me| self.publish_as(expected, me, p))
+    }
+
+    fn on_published(&self) {
+        if let Some(me) = ProcessKey::current() {
+            unlink_at_exit(me.pid);
+        }
+    }
+}
 
 /// The record's file name for process `pid` of this pid namespace.
 pub(crate) fn record_name(pid: u32) -> String {
@@ -316,13 +327,13 @@ mod tests {
     #[test]
     fn an_empty_record_is_claimed_once_and_read_back() {
         let r = Record::default();
-        assert_eq!(r.read(ME), Found::Empty);
-        assert!(r.publish(u64::from(EMPTY), ME, &published(7)));
+        assert_eq!(r.read_as(ME), Found::Empty);
+        assert!(r.publish_as(u64::from(EMPTY), ME, &published(7)));
         assert!(
-            !r.publish(u64::from(EMPTY), ME, &published(8)),
+            !r.publish_as(u64::from(EMPTY), ME, &published(8)),
             "a second claim of a published record fails"
         );
-        assert_eq!(r.read(ME), Found::Ours(published(7)));
+        assert_eq!(r.read_as(ME), Found::Ours(published(7)));
     }
 
     /// The claim word a claimer with `key` writes while it fills the record.
@@ -344,7 +355,7 @@ mod tests {
                 r.state.store(u64::from(LAYOUT_V2), Ordering::Release);
             })
         };
-        assert!(matches!(r.read(ME), Found::Ours(p) if p.device == 9));
+        assert!(matches!(r.read_as(ME), Found::Ours(p) if p.device == 9));
         writer.join().unwrap();
     }
 
@@ -358,14 +369,14 @@ mod tests {
         // Killed right after its claim: not even its pid and start time were written.
         r.state.store(claiming(dead), Ordering::Release);
         let started = std::time::Instant::now();
-        let found = r.read(ME);
+        let found = r.read_as(ME);
         assert_eq!(found, Found::Stale(claiming(dead)));
         assert!(
             started.elapsed() < std::time::Duration::from_millis(10),
             "no settle wait"
         );
-        assert!(r.publish(claiming(dead), ME, &published(3)));
-        assert_eq!(r.read(ME), Found::Ours(published(3)));
+        assert!(r.publish_as(claiming(dead), ME, &published(3)));
+        assert_eq!(r.read_as(ME), Found::Ours(published(3)));
     }
 
     #[test]
@@ -373,7 +384,7 @@ mod tests {
         let r = Record::default();
         r.state.store(claiming(ME), Ordering::Release);
         let started = std::time::Instant::now();
-        assert_eq!(r.read(ME), Found::Unsettled);
+        assert_eq!(r.read_as(ME), Found::Unsettled);
         assert!(started.elapsed() < std::time::Duration::from_secs(1));
     }
 
@@ -384,7 +395,7 @@ mod tests {
             .map(|i| {
                 let r = r.clone();
                 std::thread::spawn(move || {
-                    r.publish(u64::from(EMPTY), ME, &published(100 + i)) as usize
+                    r.publish_as(u64::from(EMPTY), ME, &published(100 + i)) as usize
                 })
             })
             .collect::<Vec<_>>()
@@ -392,7 +403,7 @@ mod tests {
             .map(|t| t.join().unwrap())
             .sum();
         assert_eq!(winners, 1);
-        let Found::Ours(p) = r.read(ME) else {
+        let Found::Ours(p) = r.read_as(ME) else {
             panic!("nothing published")
         };
         assert!((100..108).contains(&p.device));
@@ -405,14 +416,14 @@ mod tests {
             pid: 42,
             start_time: 999,
         };
-        assert!(r.publish(u64::from(EMPTY), dead, &published(1)));
+        assert!(r.publish_as(u64::from(EMPTY), dead, &published(1)));
         r.counter.store(5000, Ordering::Release);
         r.queue_lock.store(dead.pid, Ordering::Release); // the dead process died holding it
-        let Found::Stale(state) = r.read(ME) else {
+        let Found::Stale(state) = r.read_as(ME) else {
             panic!("not stale")
         };
-        assert!(r.publish(state, ME, &published(2)));
-        assert_eq!(r.read(ME), Found::Ours(published(2)));
+        assert!(r.publish_as(state, ME, &published(2)));
+        assert_eq!(r.read_as(ME), Found::Ours(published(2)));
         assert_eq!(r.counter.load(Ordering::Acquire), 5000);
         drop(crate::claim::QueueLock::acquire(&r.queue_lock).unwrap());
     }
@@ -421,9 +432,9 @@ mod tests {
     fn a_record_of_another_layout_is_not_trusted() {
         let r = Record::default();
         r.state.store(0x4857_0003, Ordering::Release);
-        assert_eq!(r.read(ME), Found::Foreign(0x4857_0003));
-        assert!(!r.publish(u64::from(EMPTY), ME, &published(1)));
-        assert!(!r.publish(u64::from(LAYOUT_V2), ME, &published(1)));
+        assert_eq!(r.read_as(ME), Found::Foreign(0x4857_0003));
+        assert!(!r.publish_as(u64::from(EMPTY), ME, &published(1)));
+        assert!(!r.publish_as(u64::from(LAYOUT_V2), ME, &published(1)));
     }
 
     #[test]
