@@ -25,7 +25,7 @@ mod claim;
 mod copy;
 /// The Windows adapter choice is pure text handling: tested on every platform.
 #[cfg(all(test, not(windows)))]
-#[path = "d3d11/choice.rs"]
+#[path = "gpu/d3d11/choice.rs"]
 mod d3d11_choice;
 mod dtype;
 mod error;
@@ -33,15 +33,6 @@ mod error;
 mod fd;
 mod format;
 pub mod geometry;
-// The process GPU device: Vulkan on Linux (`src/gpu/`), D3D11 on Windows (`src/d3d11/`), one
-// public shape.
-// The device backends call the driver through raw handles: unsafe is theirs to use.
-#[cfg(target_os = "linux")]
-#[allow(unsafe_code)]
-pub mod gpu;
-#[cfg(windows)]
-#[path = "d3d11/mod.rs"]
-#[allow(unsafe_code)]
 pub mod gpu;
 #[cfg(target_os = "linux")]
 pub mod handoff;
@@ -52,7 +43,6 @@ mod memory;
 mod os;
 #[cfg(target_os = "linux")]
 mod policy;
-mod process_device;
 mod region;
 mod rendezvous;
 mod tensor;

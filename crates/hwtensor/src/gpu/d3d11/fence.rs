@@ -16,7 +16,7 @@ use windows::Win32::System::Threading::{
     CreateEventW, GetCurrentProcess, SetEvent, WaitForSingleObject,
 };
 
-use super::rendezvous::Record;
+use super::record::Record;
 use super::GpuDevice;
 use crate::timeline::{QueueHeld, TimelineWords};
 use crate::{Error, Result};

@@ -23,7 +23,7 @@ pub const WAIT_SPIN: Duration = Duration::from_micros(50);
 const WAITER_SLICE: Duration = Duration::from_millis(2);
 
 /// The words of the rendezvous record, shared by every copy.
-pub(crate) fn words_in_record(r: &'static super::rendezvous::Record) -> TimelineWords {
+pub(crate) fn words_in_record(r: &'static super::record::Record) -> TimelineWords {
     TimelineWords::at(&r.counter, &r.pending, &r.submitted, &r.queue_lock)
 }
 
@@ -322,7 +322,7 @@ fn spawn_waiter(
     semaphore: vk::Semaphore,
 ) -> mpsc::Sender<(u64, OwnedFd)> {
     let (tx, rx) = mpsc::channel::<(u64, OwnedFd)>();
-    // SAFETY: registers a plain function of this copy (see rendezvous::unlink_at_exit).
+    // SAFETY: registers a plain function of this copy (see record::unlink_at_exit).
     if !crate::os::at_exit(stop_waiter_at_exit) {
         log::warn!("hwtensor: cannot register the completion waiter's exit hook");
     }

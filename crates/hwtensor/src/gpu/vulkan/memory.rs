@@ -107,7 +107,7 @@ static SERIAL: AtomicU64 = AtomicU64::new(0);
 
 impl GpuOrigin {
     fn local(memory: vk::DeviceMemory) -> GpuOrigin {
-        let me = super::rendezvous::ProcessKey::current();
+        let me = super::record::ProcessKey::current();
         let n = SERIAL.fetch_add(1, Ordering::Relaxed) + 1;
         GpuOrigin {
             pid: me.map_or(0, |k| k.pid),

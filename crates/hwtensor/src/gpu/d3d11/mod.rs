@@ -1,6 +1,6 @@
-//! The process GPU device on Windows: one `ID3D11Device` and one shared `ID3D11Fence` for every
-//! copy of this library in the process (the contract is `docs/gpu-device.md`, the Windows
-//! specifics `docs/windows-d3d11.md`). The public shape is the Vulkan backend's.
+//! The D3D11 backend of the process device (Windows): one `ID3D11Device` and one shared
+//! `ID3D11Fence` for every copy of this library in the process (the Windows specifics are
+//! `docs/windows-d3d11.md`).
 //!
 //! `device()` makes it on the first call: adopt what another copy published in the rendezvous
 //! record; else take the host's device given to [`use_external_device`]; else select an adapter
@@ -11,7 +11,7 @@ mod choice;
 mod create;
 mod fence;
 pub(crate) mod memory;
-mod rendezvous;
+mod record;
 
 use std::ffi::c_void;
 use std::os::windows::io::OwnedHandle;
@@ -29,7 +29,7 @@ use windows::Win32::Graphics::Direct3D11::{
 pub use adapter::{AdapterChoice, AdapterInfo, AdapterKind, ADAPTER_ENV};
 pub use create::DEBUG_ENV;
 pub use fence::{GpuCompletion, WAIT_SPIN};
-pub use rendezvous::{record_name, RECORD_VERSION_OFFSET};
+pub use record::{record_name, RECORD_VERSION_OFFSET};
 pub use windows;
 
 pub use memory::GpuShare;
@@ -37,12 +37,13 @@ pub(crate) use memory::{copy_on_gpu, image_row_pitch};
 
 use crate::timeline::TimelineWords;
 use fence::{Fence, Timeline};
-use rendezvous::{Found, Published, Record};
+use record::{Found, Published, Record};
 
-use crate::process_device::DeviceCell;
+use crate::gpu::process_device::DeviceCell;
+use crate::gpu::ProcessDevice;
 use crate::{Error, Result};
 
-pub use crate::process_device::{Features, Origin};
+pub use crate::gpu::process_device::{Features, Origin};
 
 impl Features {
     /// `D3D11_CREATE_DEVICE_BGRA_SUPPORT` took.
@@ -248,9 +249,9 @@ pub unsafe fn use_external_device(ext: ExternalDevice) -> Result<()> {
         ));
     }
     let pid = std::process::id();
-    if let Ok(record) = rendezvous::open_record(pid) {
+    if let Ok(record) = record::open_record(pid) {
         if let Found::Ours(_) = record.read_as(pid) {
-            return Err(crate::process_device::already_published());
+            return Err(crate::gpu::process_device::already_published());
         }
     }
     // SAFETY: the caller vouches that the pointer is a live COM object.
@@ -270,7 +271,7 @@ pub unsafe fn use_external_device(ext: ExternalDevice) -> Result<()> {
 
 fn init() -> std::result::Result<GpuDevice, String> {
     let pid = std::process::id();
-    let record = match rendezvous::open_record(pid) {
+    let record = match record::open_record(pid) {
         Ok(r) => r,
         Err(e) => {
             log::warn!("hwtensor: no GPU rendezvous ({e}); other copies of hwtensor in this process will make their own device");
@@ -748,5 +749,43 @@ impl GpuDevice {
                 Error::gpu(hr_kind(&e), format!("queueing the fence wait failed: {e}"))
             })
         })
+    }
+}
+
+impl ProcessDevice for GpuDevice {
+    type Fence = OwnedHandle;
+
+    fn signal(&self) -> Result<u64> {
+        GpuDevice::signal(self)
+    }
+    fn signal_deferred(&self) -> Result<u64> {
+        GpuDevice::signal_deferred(self)
+    }
+    fn flush(&self) -> Result<()> {
+        GpuDevice::flush(self)
+    }
+    fn last_signalled(&self) -> u64 {
+        GpuDevice::last_signalled(self)
+    }
+    fn completed_value(&self) -> Result<u64> {
+        GpuDevice::completed_value(self)
+    }
+    fn wait(&self, value: u64, timeout: Duration) -> Result<()> {
+        GpuDevice::wait(self, value, timeout)
+    }
+    fn export_fence(&self) -> Option<OwnedHandle> {
+        GpuDevice::export_fence(self)
+    }
+    fn origin(&self) -> Origin {
+        GpuDevice::origin(self)
+    }
+    fn features(&self) -> Features {
+        GpuDevice::features(self)
+    }
+    fn adapter_label(&self) -> String {
+        GpuDevice::adapter_label(self)
+    }
+    fn is_software(&self) -> bool {
+        GpuDevice::is_software(self)
     }
 }
