@@ -29,6 +29,50 @@ use crate::Result;
 
 pub(crate) mod process_device;
 
+/// Implements [`ProcessDevice`] for a backend's device type by its own methods of the same
+/// names: the trait is the contract, the inherent methods are what users call.
+macro_rules! impl_process_device {
+    ($device:ty, $fence:ty) => {
+        impl $crate::gpu::ProcessDevice for $device {
+            type Fence = $fence;
+
+            fn signal(&self) -> $crate::Result<u64> {
+                <$device>::signal(self)
+            }
+            fn signal_deferred(&self) -> $crate::Result<u64> {
+                <$device>::signal_deferred(self)
+            }
+            fn flush(&self) -> $crate::Result<()> {
+                <$device>::flush(self)
+            }
+            fn last_signalled(&self) -> u64 {
+                <$device>::last_signalled(self)
+            }
+            fn completed_value(&self) -> $crate::Result<u64> {
+                <$device>::completed_value(self)
+            }
+            fn wait(&self, value: u64, timeout: std::time::Duration) -> $crate::Result<()> {
+                <$device>::wait(self, value, timeout)
+            }
+            fn export_fence(&self) -> Option<$fence> {
+                <$device>::export_fence(self)
+            }
+            fn origin(&self) -> $crate::gpu::Origin {
+                <$device>::origin(self)
+            }
+            fn features(&self) -> $crate::gpu::Features {
+                <$device>::features(self)
+            }
+            fn adapter_label(&self) -> String {
+                <$device>::adapter_label(self)
+            }
+            fn is_software(&self) -> bool {
+                <$device>::is_software(self)
+            }
+        }
+    };
+}
+
 // The device backends call the driver through raw handles: unsafe is theirs to use.
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)]

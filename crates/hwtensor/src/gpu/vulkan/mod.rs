@@ -39,7 +39,6 @@ pub(crate) use record::ProcessKey;
 use record::{Found, Published, Record};
 
 use crate::gpu::process_device::DeviceCell;
-use crate::gpu::ProcessDevice;
 use crate::{Error, Result};
 
 pub use ash;
@@ -717,43 +716,7 @@ impl GpuDevice {
     }
 }
 
-impl ProcessDevice for GpuDevice {
-    type Fence = OwnedFd;
-
-    fn signal(&self) -> Result<u64> {
-        GpuDevice::signal(self)
-    }
-    fn signal_deferred(&self) -> Result<u64> {
-        GpuDevice::signal_deferred(self)
-    }
-    fn flush(&self) -> Result<()> {
-        GpuDevice::flush(self)
-    }
-    fn last_signalled(&self) -> u64 {
-        GpuDevice::last_signalled(self)
-    }
-    fn completed_value(&self) -> Result<u64> {
-        GpuDevice::completed_value(self)
-    }
-    fn wait(&self, value: u64, timeout: Duration) -> Result<()> {
-        GpuDevice::wait(self, value, timeout)
-    }
-    fn export_fence(&self) -> Option<OwnedFd> {
-        GpuDevice::export_fence(self)
-    }
-    fn origin(&self) -> Origin {
-        GpuDevice::origin(self)
-    }
-    fn features(&self) -> Features {
-        GpuDevice::features(self)
-    }
-    fn adapter_label(&self) -> String {
-        GpuDevice::adapter_label(self)
-    }
-    fn is_software(&self) -> bool {
-        GpuDevice::is_software(self)
-    }
-}
+impl_process_device!(GpuDevice, OwnedFd);
 
 #[cfg(test)]
 mod tests {
