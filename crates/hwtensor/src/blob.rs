@@ -633,9 +633,9 @@ pub fn import_with(blob: &[u8], fds: Vec<OwnedFd>, policy: &ImportPolicy) -> Res
         image,
         access,
         quantization,
-    };
+    }
     // Everything the blob says is checked before anything is imported or waited for.
-    parts.check(dtype.size(), buffer_len)?;
+    .check(dtype.size(), buffer_len)?;
 
     let buffer = match h.mode {
         0 => reference_buffer(&h, memory, buffer_len, fds, policy)?,

@@ -173,7 +173,7 @@ impl Parts {
     /// non-overlapping strides; no offset a view could reach that overflows
     /// ([`geometry::check_reach`](crate::geometry::check_reach)); the extent inside the
     /// buffer; an image's shape and row stride in agreement with its format.
-    pub(crate) fn check(&self, elem: usize, buffer_len: usize) -> Result<()> {
+    pub(crate) fn check(self, elem: usize, buffer_len: usize) -> Result<CheckedParts> {
         let (shape, strides) = (&self.shape, &self.strides);
         check_strides(shape, strides, elem)?;
         crate::geometry::check_reach(shape, strides, self.offset, elem)?;
@@ -188,17 +188,38 @@ impl Parts {
         if let Some(info) = &self.image {
             check_image_parts(info, shape, strides, elem)?;
         }
-        Ok(())
+        Ok(CheckedParts {
+            parts: self,
+            elem,
+            buffer_len,
+        })
     }
 }
 
 #[cfg(target_os = "linux")]
+/// [`Parts`] that passed [`Parts::check`] for `elem`-byte elements in a buffer of at least
+/// `buffer_len` bytes: what [`Tensor::from_parts`] takes, so an import checks once.
+#[derive(Debug)]
+pub(crate) struct CheckedParts {
+    parts: Parts,
+    elem: usize,
+    buffer_len: usize,
+}
+
+#[cfg(target_os = "linux")]
 impl<T: Element> Tensor<T> {
-    /// A tensor over `buffer` as `parts` describe it, after checking that the strides are whole,
-    /// non-overlapping elements, that the extent lies inside the buffer, and that an image's
-    /// shape and row stride agree with its format.
-    pub(crate) fn from_parts(buffer: Buffer, parts: Parts) -> Result<Self> {
-        parts.check(Self::elem(), buffer.len())?;
+    /// A tensor over `buffer` as checked `parts` describe it: they were checked for this
+    /// element size and a buffer no longer than this one.
+    pub(crate) fn from_parts(buffer: Buffer, checked: CheckedParts) -> Result<Self> {
+        if checked.elem != Self::elem() || buffer.len() < checked.buffer_len {
+            return Err(Error::InvalidArgument(format!(
+                "parts checked for {}-byte elements in {} bytes, used for {}-byte elements in {}",
+                checked.elem,
+                checked.buffer_len,
+                Self::elem(),
+                buffer.len()
+            )));
+        }
         let Parts {
             offset,
             shape,
@@ -206,7 +227,7 @@ impl<T: Element> Tensor<T> {
             image,
             access,
             quantization,
-        } = parts;
+        } = checked.parts;
         let access = access.narrowed_to(import_access(&buffer));
         Ok(Tensor {
             buffer,

@@ -11,8 +11,13 @@ use hwtensor::{
 };
 
 fn memfd(len: u64) -> OwnedFd {
+    named_memfd("test", len)
+}
+
+/// A sealable memfd of `len` bytes named `name` (as `/proc/self/fd` shows it).
+fn named_memfd(name: &str, len: u64) -> OwnedFd {
     let fd = rustix::fs::memfd_create(
-        "test",
+        name,
         rustix::fs::MemfdFlags::CLOEXEC | rustix::fs::MemfdFlags::ALLOW_SEALING,
     )
     .unwrap();
@@ -153,13 +158,7 @@ fn memory_that_cannot_be_sealed_is_refused_by_default_and_accepted_when_the_call
 #[test]
 fn a_gpu_drivers_memory_fd_is_not_accepted_as_shared_memory() {
     // lavapipe exports GPU memory as a memfd of this name whose first bytes are its header.
-    let fd = rustix::fs::memfd_create(
-        "llvmpipe memory fd",
-        rustix::fs::MemfdFlags::CLOEXEC | rustix::fs::MemfdFlags::ALLOW_SEALING,
-    )
-    .unwrap();
-    rustix::fs::ftruncate(&fd, 64).unwrap();
-    assert!(refusal(fd).contains("GPU memory"));
+    assert!(refusal(named_memfd("llvmpipe memory fd", 64)).contains("GPU memory"));
 }
 
 #[test]

@@ -24,12 +24,23 @@ impl ProcessKey {
         self.start_time as u32
     }
 
+    /// This process: its pid and start time. The start time is read from `/proc` once per pid
+    /// (every GPU allocation and every rendezvous step asks), and again only after a fork.
     pub(crate) fn current() -> Option<ProcessKey> {
+        static KNOWN: std::sync::Mutex<Option<ProcessKey>> = std::sync::Mutex::new(None);
         let pid = rustix::process::getpid().as_raw_nonzero().get() as u32;
-        Some(ProcessKey {
+        let mut known = KNOWN.lock().ok()?;
+        if let Some(key) = *known {
+            if key.pid == pid {
+                return Some(key);
+            }
+        }
+        let key = ProcessKey {
             pid,
             start_time: start_time_of("self")?,
-        })
+        };
+        *known = Some(key);
+        Some(key)
     }
 }
 

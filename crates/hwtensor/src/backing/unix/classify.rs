@@ -52,9 +52,10 @@ const KNOWN_REFUSED: &[(u32, &str)] = &[
 pub(crate) fn inspect(fd: BorrowedFd<'_>) -> Result<TensorMemory> {
     let kind = FdKind::of(fd)?;
     let memory = classify(kind.magic, FileType::from_raw_mode(kind.mode)).map_err(Error::Fd)?;
+    let memfd_name = kind.name.as_deref().and_then(|n| n.strip_prefix("/memfd:"));
     if let Some((_, driver)) = GPU_DRIVER_MEMFDS
         .iter()
-        .find(|(name, _)| kind.name.as_deref() == Some(&format!("/memfd:{name}")))
+        .find(|(name, _)| memfd_name == Some(*name))
     {
         return Err(Error::Fd(format!(
             "the fd is GPU memory exported by {driver} (its first bytes are the driver's header), not shared memory; import it as GPU memory"

@@ -235,15 +235,12 @@ fn drop_abandoned(waiting: &mut BTreeMap<u64, Vec<OwnedFd>>) {
         if poll(&mut polled, Some(&Timespec::default())).is_err() {
             continue;
         }
-        let gone: Vec<bool> = polled
+        let mut keep = polled
             .iter()
-            .map(|p| p.revents().contains(PollFlags::ERR))
-            .collect();
-        let mut i = 0;
-        fds.retain(|_| {
-            i += 1;
-            !gone[i - 1]
-        });
+            .map(|p| !p.revents().contains(PollFlags::ERR))
+            .collect::<Vec<_>>()
+            .into_iter();
+        fds.retain(|_| keep.next().unwrap_or(true));
     }
     waiting.retain(|_, fds| !fds.is_empty());
 }

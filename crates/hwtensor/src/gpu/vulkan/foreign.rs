@@ -105,17 +105,19 @@ impl GpuDevice {
                 self.adapter_label()
             )));
         }
-        self.expect_kind(fd.as_fd(), self.fence_fd_kind()?, "timeline fence")?;
         let mut timelines = self
             .timelines
             .lock()
             .map_err(|_| Error::gpu(GpuErrorKind::Driver, "the timeline cache is poisoned"))?;
+        // The same file as a fence already checked and imported needs no second look: the
+        // hand-off hot path pays one kcmp, not the kind check's three syscalls.
         if let Some(t) = timelines
             .iter()
             .find(|t| crate::os::same_file(t.fd.as_fd(), fd.as_fd()))
         {
             return Ok(t.clone());
         }
+        self.expect_kind(fd.as_fd(), self.fence_fd_kind()?, "timeline fence")?;
         let timeline = Arc::new(ForeignTimeline::import(self, fd)?);
         if timelines.len() >= MAX_FOREIGN_TIMELINES {
             timelines.remove(0);
