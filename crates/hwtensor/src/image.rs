@@ -2,6 +2,7 @@
 
 use crate::format::Plane;
 use crate::geometry::{byte_strides, element_count, extent};
+use crate::gpu::TextureRequest;
 use crate::memory::Purpose;
 use crate::tensor::allocate;
 use crate::{CpuAccess, Element, Error, PixelFormat, Result, Tensor, TensorMemory};
@@ -11,19 +12,6 @@ use crate::{CpuAccess, Element, Error, PixelFormat, Result, Tensor, TensorMemory
 /// Mali and Vivante refuse EGL imports of DMA-BUFs whose pitch is not a multiple of 64 bytes,
 /// and 64 also satisfies every GPU's linear-image pitch rule we know of.
 pub const IMAGE_PITCH_ALIGN: usize = 64;
-
-/// What GPU memory needs to know of an image to hold it as a texture (D3D11); Vulkan GPU memory
-/// is a plain buffer and ignores it.
-#[derive(Clone, Copy, Debug)]
-#[cfg_attr(not(windows), allow(dead_code))]
-pub(crate) struct TextureRequest {
-    pub format: PixelFormat,
-    pub width: usize,
-    pub height: usize,
-    pub dtype: crate::DType,
-    /// Images stacked in the buffer (1 for a single image).
-    pub batch: usize,
-}
 
 /// What makes a tensor an image.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

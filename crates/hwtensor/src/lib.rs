@@ -18,7 +18,6 @@
 mod macros;
 
 mod backing;
-#[cfg(target_os = "linux")]
 pub mod blob;
 mod buffer;
 mod claim;
@@ -34,6 +33,8 @@ mod fd;
 mod format;
 pub mod geometry;
 pub mod gpu;
+#[cfg(windows)]
+mod handle;
 #[cfg(target_os = "linux")]
 pub mod handoff;
 mod identity;

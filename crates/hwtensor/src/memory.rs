@@ -1,6 +1,5 @@
 //! [`TensorMemory`]: which kind of memory backs a tensor, and the automatic choice.
 
-use crate::backing;
 use crate::Error;
 
 /// The environment variable that forces automatic selection to heap memory.
@@ -11,7 +10,8 @@ pub const FORCE_MEM_ENV: &str = "HWTENSOR_FORCE_MEM";
 /// The memory that backs a tensor.
 ///
 /// Every variant exists on every platform and build, so code (and the C ABI) can name a backing
-/// that is not present; [`TensorMemory::is_available`] answers at run time. The numeric codes are
+/// that is not present; [`TensorMemory::is_available`] answers at run time (asked of each
+/// backing in `backing/`, the one list of them). The numeric codes are
 /// part of the wire format and never change; `0` is left free for "choose for me" in C.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
@@ -46,32 +46,6 @@ impl TensorMemory {
             TensorMemory::DmaBuf => "dmabuf",
             TensorMemory::Gpu => "gpu",
             TensorMemory::Cuda => "cuda",
-        }
-    }
-
-    /// Whether this process can allocate this backing now.
-    pub fn is_available(self) -> bool {
-        self.unavailable_reason().is_none()
-    }
-
-    /// Why this backing cannot be allocated here, or `None` when it can.
-    pub fn unavailable_reason(self) -> Option<String> {
-        match self {
-            TensorMemory::Mem => None,
-            TensorMemory::Shm | TensorMemory::DmaBuf => backing::unavailable_reason(self),
-            TensorMemory::Gpu => crate::gpu::device().err().map(|e| e.to_string()),
-            TensorMemory::Cuda => Some("this build has no CUDA backing".into()),
-        }
-    }
-
-    /// Checks availability, as an error that says why not.
-    pub(crate) fn ensure_available(self) -> Result<(), Error> {
-        match self.unavailable_reason() {
-            None => Ok(()),
-            Some(reason) => Err(Error::Unavailable {
-                memory: self,
-                reason,
-            }),
         }
     }
 }

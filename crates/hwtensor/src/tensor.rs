@@ -4,8 +4,9 @@ use std::marker::PhantomData;
 
 use crate::buffer::Buffer;
 use crate::geometry::{byte_strides, element_count, extent};
+use crate::gpu::TextureRequest;
 use crate::identity::{BufferIdentity, BufferLiveness};
-use crate::image::{ImageInfo, TextureRequest};
+use crate::image::ImageInfo;
 use crate::memory::{auto_candidates, force_mem_requested, Purpose};
 use crate::{CpuAccess, Element, Error, Result, TensorMemory};
 
@@ -153,7 +154,6 @@ impl<T: Element> Tensor<T> {
     }
 }
 
-#[cfg(target_os = "linux")]
 /// The geometry a tensor is made from when it arrives from outside (a blob): every field is
 /// checked against the others and against the buffer before a tensor exists.
 #[derive(Debug)]
@@ -166,7 +166,6 @@ pub(crate) struct Parts {
     pub quantization: Option<Quantization>,
 }
 
-#[cfg(target_os = "linux")]
 impl Parts {
     /// Checks the geometry against itself and a `buffer_len`-byte buffer, before any buffer
     /// exists (an import validates everything before it has side effects): whole,
@@ -196,7 +195,6 @@ impl Parts {
     }
 }
 
-#[cfg(target_os = "linux")]
 /// [`Parts`] that passed [`Parts::check`] for `elem`-byte elements in a buffer of at least
 /// `buffer_len` bytes: what [`Tensor::from_parts`] takes, so an import checks once.
 #[derive(Debug)]
@@ -206,7 +204,6 @@ pub(crate) struct CheckedParts {
     buffer_len: usize,
 }
 
-#[cfg(target_os = "linux")]
 impl<T: Element> Tensor<T> {
     /// A tensor over `buffer` as checked `parts` describe it: they were checked for this
     /// element size and a buffer no longer than this one.
@@ -242,7 +239,6 @@ impl<T: Element> Tensor<T> {
     }
 }
 
-#[cfg(target_os = "linux")]
 /// Strides must be whole elements and no two indices may name the same element: a mutable map
 /// of an overlapping layout would hand out aliasing `&mut`.
 fn check_strides(shape: &[usize], strides: &[usize], elem: usize) -> Result<()> {
@@ -279,7 +275,6 @@ fn check_strides(shape: &[usize], strides: &[usize], elem: usize) -> Result<()> 
     Ok(())
 }
 
-#[cfg(target_os = "linux")]
 fn check_image_parts(
     info: &ImageInfo,
     shape: &[usize],
@@ -309,7 +304,6 @@ fn check_image_parts(
     Ok(())
 }
 
-#[cfg(target_os = "linux")]
 /// A foreign buffer mapped read-only can only be read.
 pub(crate) fn import_access(buffer: &Buffer) -> CpuAccess {
     if buffer.writable() {

@@ -4,6 +4,9 @@
 //! every map and view of every tensor over it hands out pointers into it. That is what makes a
 //! map cost an atomic operation instead of an `mmap` (and what keeps it under 100 ns).
 //!
+//! This is the one list of backings: [`TensorMemory::unavailable_reason`] asks each, and a new
+//! backing (CUDA next) is a variant here and a folder of its own.
+//!
 //! Heap and GPU memory exist everywhere; the fd-backed kinds (memfd, DMA-BUF) are Unix only and
 //! live in [`unix`], so this file is the one place the platform split shows.
 
@@ -14,11 +17,10 @@ pub(crate) mod unix;
 #[cfg(target_os = "linux")]
 pub(crate) use unix::{dmabuf, FdMapping};
 
-use crate::gpu::memory::{GpuCpuAccess, GpuMemory};
+use crate::gpu::{self, GpuCpuAccess, GpuMemory, TextureRequest};
 use crate::identity::BufferIdentity;
-use crate::image::TextureRequest;
 use crate::map::Direction;
-use crate::{Result, TensorMemory};
+use crate::{Error, Result, TensorMemory};
 
 pub(crate) use mem::HeapBlock;
 
@@ -40,8 +42,37 @@ pub(crate) enum CpuAccessGuard<'a> {
     Bracket(#[allow(dead_code)] dmabuf::SyncBracket<'a>),
 }
 
+impl TensorMemory {
+    /// Whether this process can allocate this backing now.
+    pub fn is_available(self) -> bool {
+        self.unavailable_reason().is_none()
+    }
+
+    /// Why this backing cannot be allocated here, or `None` when it can. Each backing answers
+    /// for itself; this is the one list of them.
+    pub fn unavailable_reason(self) -> Option<String> {
+        match self {
+            TensorMemory::Mem => None,
+            TensorMemory::Shm | TensorMemory::DmaBuf => fd_backed_unavailable_reason(self),
+            TensorMemory::Gpu => gpu::device().err().map(|e| e.to_string()),
+            TensorMemory::Cuda => Some("this build has no CUDA backing".into()),
+        }
+    }
+
+    /// Checks availability, as an error that says why not.
+    pub(crate) fn ensure_available(self) -> Result<()> {
+        match self.unavailable_reason() {
+            None => Ok(()),
+            Some(reason) => Err(Error::Unavailable {
+                memory: self,
+                reason,
+            }),
+        }
+    }
+}
+
 /// Why `memory` (an fd-backed kind) cannot be allocated here, or `None` when it can.
-pub(crate) fn unavailable_reason(memory: TensorMemory) -> Option<String> {
+fn fd_backed_unavailable_reason(memory: TensorMemory) -> Option<String> {
     #[cfg(target_os = "linux")]
     return unix::unavailable_reason(memory);
     #[cfg(not(target_os = "linux"))]
@@ -111,6 +142,27 @@ impl Storage {
                     serial: o.serial,
                 })
             }
+        }
+    }
+
+    /// Whether the CPU may write it (a foreign fd may be mapped read-only).
+    pub(crate) fn writable(&self) -> bool {
+        match self {
+            #[cfg(target_os = "linux")]
+            Storage::Fd(m) => m.writable(),
+            Storage::Heap(_) | Storage::Gpu(_) => true,
+        }
+    }
+
+    /// Whether this is a page-aligned mapping of whole pages that lives as long as the buffer:
+    /// what a device may import in place (`VK_EXT_external_memory_host`). A DMA-BUF is not:
+    /// its pages are the exporter's.
+    pub(crate) fn whole_pages(&self) -> bool {
+        match self {
+            Storage::Heap(h) => h.len() >= mem::PAGE_ALIGN_FROM,
+            #[cfg(target_os = "linux")]
+            Storage::Fd(m) => m.memory() == TensorMemory::Shm && m.len() > 0,
+            Storage::Gpu(_) => false,
         }
     }
 

@@ -4,24 +4,20 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crate::backing::{CpuAccessGuard, Storage};
-use crate::gpu::memory::{GpuMemory, HostImport};
+use crate::gpu::{CopySide, GpuMemory, HostBytes, HostImport, TextureRequest};
 use crate::identity::{BufferIdentity, BufferLiveness};
-use crate::image::TextureRequest;
 use crate::map::Direction;
 use crate::{Error, Result, TensorMemory};
 
 // What only Unix buffers do: fds, the Vulkan host import, weak handles for the import cache.
 #[cfg(target_os = "linux")]
 mod unix;
-#[cfg(target_os = "linux")]
-pub(crate) use unix::WeakBuffer;
 
 /// The bit of [`BufferInner::maps`] that marks a live write map; the bits below count read maps.
 const WRITER: usize = 1 << (usize::BITS - 1);
 
 #[derive(Debug)]
 pub(crate) struct BufferInner {
-    #[cfg_attr(windows, allow(dead_code))]
     /// This host buffer imported into the GPU device, made on the first copy to or from GPU
     /// memory and kept: importing pins pages, which costs more than a large copy. Declared
     /// before `storage` so it is released before the memory is unmapped.
@@ -55,8 +51,10 @@ impl Buffer {
         texture: Option<&TextureRequest>,
     ) -> Result<Buffer> {
         let buffer = Buffer::new(Storage::allocate(memory, len, texture)?)?;
-        if let Some(g) = buffer.gpu() {
-            g.allocated_as(&buffer);
+        // A GPU buffer handed out and back again comes home as itself, not as an import.
+        #[cfg(target_os = "linux")]
+        if buffer.gpu().is_some() {
+            buffer.remember_gpu();
         }
         Ok(buffer)
     }
@@ -72,6 +70,11 @@ impl Buffer {
 
     pub(crate) fn memory(&self) -> TensorMemory {
         self.0.storage.memory()
+    }
+
+    /// Whether the CPU may write it (a foreign fd may be mapped read-only).
+    pub(crate) fn writable(&self) -> bool {
+        self.0.storage.writable()
     }
 
     /// Whether both handles are the same buffer.
@@ -91,9 +94,48 @@ impl Buffer {
         }
     }
 
-    /// Takes the aliasing claim alone (for GPU work on the buffer, which needs no CPU view).
-    pub(crate) fn claim_for(&self, direction: Direction) -> Result<impl Drop + '_> {
-        self.claim(direction)
+    /// This buffer as a side of a copy the GPU device runs, or `None` where the device cannot
+    /// reach it (a host buffer it cannot import, on a backend that copies through imports).
+    pub(crate) fn copy_side(&self) -> Option<CopySide<'_>> {
+        if let Storage::Gpu(g) = &self.0.storage {
+            return Some(CopySide::Gpu(g));
+        }
+        let host = HostBytes {
+            ptr: self.ptr(),
+            import: self.host_import(),
+        };
+        crate::gpu::reaches_host(&host).then_some(CopySide::Host(host))
+    }
+
+    /// This host buffer imported into the GPU device, made once; `None` where it cannot be.
+    // The import borrows this buffer's pages for as long as the buffer lives, which only the
+    // field order of `BufferInner` can promise: one unsafe call, here.
+    #[allow(unsafe_code)]
+    fn host_import(&self) -> Option<&HostImport> {
+        if !self.0.storage.whole_pages() {
+            return None;
+        }
+        self.0
+            .gpu_import
+            .get_or_init(|| {
+                // SAFETY: the storage is a page-aligned mapping of whole pages that lives as
+                // long as the buffer, which drops the import first (field order); every copy
+                // through the import is waited for before it returns.
+                unsafe { HostImport::new(self.ptr(), self.len()) }
+            })
+            .as_ref()
+    }
+
+    /// Holds this buffer for device work in `direction`: the aliasing claim, plus for host
+    /// memory what a CPU access opens (the device reads or writes it in place).
+    pub(crate) fn hold_for_device(&self, direction: Direction) -> Result<AccessGuard<'_>> {
+        if self.gpu().is_none() {
+            return self.begin_access(direction);
+        }
+        Ok(AccessGuard {
+            _storage: None,
+            _claim: self.claim(direction)?,
+        })
     }
 
     pub(crate) fn liveness(&self) -> BufferLiveness {

@@ -1,13 +1,19 @@
-//! What only Unix buffers do: wrap an imported fd, lend their fd, and give the Vulkan backend
-//! its host-import slot and weak handles for its import cache.
+//! What only Linux buffers do: wrap an imported fd, lend their fd, and be held weakly by the
+//! cache of GPU imports.
 
+use std::collections::HashMap;
 use std::os::fd::{BorrowedFd, OwnedFd};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use super::{Buffer, BufferInner};
 use crate::backing::Storage;
-use crate::gpu::memory::HostImport;
+use crate::gpu::GpuOrigin;
 use crate::{ImportPolicy, Result};
+
+/// GPU buffers alive in this copy of the library, by origin (weakly: the cache never keeps
+/// memory alive). A GPU buffer handed out and back comes home as itself, and a pooled buffer
+/// sent again reuses its import (once the fd is proven the same file, see `blob`).
+static GPU_BUFFERS: Mutex<Option<HashMap<GpuOrigin, WeakBuffer>>> = Mutex::new(None);
 
 impl Buffer {
     /// A buffer over a foreign shm or DMA-BUF fd of at least `len` bytes; `policy` says
@@ -20,23 +26,25 @@ impl Buffer {
         self.0.storage.fd()
     }
 
-    pub(crate) fn writable(&self) -> bool {
-        self.0.storage.writable()
-    }
-
-    /// The storage under this buffer.
-    pub(crate) fn storage(&self) -> &Storage {
-        &self.0.storage
-    }
-
-    /// Where the GPU backend keeps this host buffer's import into the device, made on first
-    /// use (see `gpu::copy`).
-    pub(crate) fn gpu_import_slot(&self) -> &OnceLock<Option<HostImport>> {
-        &self.0.gpu_import
-    }
-
     pub(crate) fn downgrade(&self) -> WeakBuffer {
         WeakBuffer(Arc::downgrade(&self.0))
+    }
+
+    /// The live GPU buffer `origin` names in this copy, if there is one.
+    pub(crate) fn find_gpu(origin: &GpuOrigin) -> Option<Buffer> {
+        GPU_BUFFERS.lock().ok()?.as_ref()?.get(origin)?.upgrade()
+    }
+
+    /// Remembers this GPU buffer by its origin, forgetting dead ones.
+    pub(crate) fn remember_gpu(&self) {
+        let Some(origin) = self.gpu().map(|g| g.origin()) else {
+            return;
+        };
+        if let Ok(mut buffers) = GPU_BUFFERS.lock() {
+            let buffers = buffers.get_or_insert_with(HashMap::new);
+            buffers.retain(|_, weak| weak.is_alive());
+            buffers.insert(origin, self.downgrade());
+        }
     }
 }
 

@@ -4,9 +4,14 @@
 //! What every platform shares lives here: the device's shape ([`ProcessDevice`]), its
 //! [`Features`] and [`Origin`], the cell that makes it once. The platform is chosen once, here:
 //! Vulkan on Linux (`vulkan/`), D3D11 on Windows (`d3d11/`), each with the same file names for
-//! the same concerns (`adapter`, `create`, `record`, `fence`, `memory`), and both met through
+//! the same concerns (`adapter`, `create`, `record`, `fence`, `memory`, `copy`), and both met through
 //! the one rendezvous state machine (`crate::rendezvous`) and the one set of timeline words
 //! (`crate::timeline`). Their public items appear here under one name, `hwtensor::gpu`.
+//!
+//! The core (`backing/`, `buffer/`, `tensor`, `copy`) reaches GPU memory only through the names
+//! this module gives it: `GpuMemory`, its CPU access, the host import, and the neutral
+//! [`memory`] contract (the texture an image needs, the copy plan a backend runs). No backend
+//! imports the core.
 //!
 //! # Example
 //!
@@ -27,7 +32,18 @@ use std::time::Duration;
 
 use crate::Result;
 
+pub(crate) mod memory;
 pub(crate) mod process_device;
+
+pub(crate) use memory::{
+    CopyPlan, CopySide, GpuOrigin, GpuReference, HostBytes, Placement, TextureRequest,
+};
+pub use process_device::{Features, FenceHandle, GpuCompletion, Origin};
+
+/// How long a CPU map, an export, a copy or a free waits for the GPU work it must follow.
+/// Generous: a 4 GiB copy at PCIe speed takes ~80 ms; a value not reached in seconds means a
+/// lost device or a producer that never submitted.
+pub const GPU_WAIT: Duration = Duration::from_secs(10);
 
 /// Implements [`ProcessDevice`] for a backend's device type by its own methods of the same
 /// names: the trait is the contract, the inherent methods are what users call.

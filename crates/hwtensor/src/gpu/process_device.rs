@@ -1,11 +1,31 @@
 //! What the process GPU device looks like on every platform: how this copy came by it
 //! ([`Origin`]), which optional capabilities it has ([`Features`]), and the once-per-copy cell
-//! that makes it and keeps a failure ([`DeviceCell`]). The Vulkan (`gpu/`) and D3D11
-//! (`d3d11/`) backends add their own feature bits and build on these.
+//! that makes it and keeps a failure ([`DeviceCell`]), and a point on its timeline as it leaves
+//! the process ([`GpuCompletion`]). The Vulkan (`vulkan/`) and D3D11 (`d3d11/`) backends add
+//! their own feature bits and build on these.
 
 use std::sync::OnceLock;
 
 use crate::{Error, Result};
+
+/// The timeline fence as it leaves the process: an fd of the Vulkan timeline semaphore
+/// (OPAQUE_FD) on Linux, the shared NT handle of the D3D11 fence on Windows.
+#[cfg(target_os = "linux")]
+pub type FenceHandle = std::os::fd::OwnedFd;
+/// The timeline fence as it leaves the process: an fd of the Vulkan timeline semaphore
+/// (OPAQUE_FD) on Linux, the shared NT handle of the D3D11 fence on Windows.
+#[cfg(windows)]
+pub type FenceHandle = std::os::windows::io::OwnedHandle;
+
+/// A point on the process timeline: the exported fence (where there is one) and the value a
+/// consumer waits for. A value is never paired with the wrong fence: no fence, no pairing.
+#[derive(Debug)]
+pub struct GpuCompletion {
+    /// The timeline's exported fence, where the device can export it.
+    pub fence: Option<FenceHandle>,
+    /// The timeline value to wait for.
+    pub value: u64,
+}
 
 /// Optional capabilities the device was created with; each backend defines its bits as
 /// associated constants (`Features::FENCE`, `Features::EXTERNAL_MEMORY_FD`, ...).

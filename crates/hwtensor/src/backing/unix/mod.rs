@@ -52,14 +52,6 @@ impl Storage {
         FdMapping::new(fd, size, memory).map(Storage::Fd)
     }
 
-    /// Whether the CPU may write it (a foreign fd may be mapped read-only).
-    pub(crate) fn writable(&self) -> bool {
-        match self {
-            Storage::Fd(m) => m.writable(),
-            Storage::Heap(_) | Storage::Gpu(_) => true,
-        }
-    }
-
     pub(crate) fn fd(&self) -> Option<BorrowedFd<'_>> {
         match self {
             Storage::Heap(_) => None,

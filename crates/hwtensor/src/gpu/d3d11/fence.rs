@@ -28,16 +28,6 @@ pub const WAIT_SPIN: Duration = Duration::from_micros(50);
 /// The sleep between looks at the shared counter when there is no fence to block on.
 const POLL_SLEEP: Duration = Duration::from_micros(200);
 
-/// A point on the process timeline: the exported fence (a shared NT handle, where there is
-/// one) and the value a consumer waits for. No fence, no pairing.
-#[derive(Debug)]
-pub struct GpuCompletion {
-    /// The shared fence as an NT handle, where the device has a fence.
-    pub fence: Option<OwnedHandle>,
-    /// The fence value to wait for.
-    pub value: u64,
-}
-
 /// The words of the rendezvous record, shared by every copy.
 pub(crate) fn words_in_record(r: &'static Record) -> TimelineWords {
     TimelineWords::at(&r.counter, &r.pending, &r.submitted, &r.queue_lock)
@@ -168,7 +158,7 @@ impl Timeline {
         std::thread::Builder::new()
             .name("hwtensor-completion".into())
             .spawn(move || {
-                if poll_until(shared, value, super::memory::GPU_WAIT).is_ok() {
+                if poll_until(shared, value, crate::gpu::GPU_WAIT).is_ok() {
                     let _ = set(&theirs);
                 }
             })

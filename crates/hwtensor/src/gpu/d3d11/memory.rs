@@ -7,20 +7,17 @@
 //! so the host copy is what gives a map its stable pointer.
 
 use std::collections::HashMap;
-use std::os::windows::io::{
-    AsHandle, AsRawHandle, BorrowedHandle, FromRawHandle, OwnedHandle, RawHandle,
-};
+use std::os::windows::io::{AsRawHandle, BorrowedHandle, FromRawHandle, OwnedHandle, RawHandle};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
-use std::time::Duration;
 
 use windows::core::Interface;
 use windows::Win32::Foundation::GENERIC_ALL;
 use windows::Win32::Graphics::Direct3D11::{
-    ID3D11Resource, ID3D11Texture2D, D3D11_BIND_SHADER_RESOURCE, D3D11_BOX, D3D11_CPU_ACCESS_READ,
-    D3D11_CPU_ACCESS_WRITE, D3D11_MAPPED_SUBRESOURCE, D3D11_MAP_READ, D3D11_MAP_READ_WRITE,
-    D3D11_MAP_WRITE, D3D11_RESOURCE_MISC_SHARED, D3D11_RESOURCE_MISC_SHARED_NTHANDLE,
-    D3D11_SUBRESOURCE_DATA, D3D11_TEXTURE2D_DESC, D3D11_USAGE_DEFAULT, D3D11_USAGE_STAGING,
+    ID3D11Texture2D, D3D11_BIND_SHADER_RESOURCE, D3D11_CPU_ACCESS_READ, D3D11_CPU_ACCESS_WRITE,
+    D3D11_MAPPED_SUBRESOURCE, D3D11_MAP_READ, D3D11_MAP_WRITE, D3D11_RESOURCE_MISC_SHARED,
+    D3D11_RESOURCE_MISC_SHARED_NTHANDLE, D3D11_SUBRESOURCE_DATA, D3D11_TEXTURE2D_DESC,
+    D3D11_USAGE_DEFAULT, D3D11_USAGE_STAGING,
 };
 use windows::Win32::Graphics::Dxgi::Common::{
     DXGI_FORMAT, DXGI_FORMAT_B8G8R8A8_UNORM, DXGI_FORMAT_R16G16B16A16_FLOAT,
@@ -31,29 +28,27 @@ use windows::Win32::Graphics::Dxgi::IDXGIResource1;
 
 use super::GpuDevice;
 use crate::backing::HeapBlock;
-use crate::geometry::byte_strides;
-use crate::image::TextureRequest;
-use crate::map::Direction;
-use crate::{DType, Element, Error, PixelFormat, Result, Tensor, TensorMemory};
-
-/// The longest any CPU access waits for GPU work on a buffer.
-pub const GPU_WAIT: Duration = Duration::from_secs(10);
+use crate::gpu::{GpuOrigin, TextureRequest};
+use crate::{DType, Error, PixelFormat, Result, TensorMemory};
 
 /// D3D11's largest 2D texture side at feature level 11.0 and up.
 const MAX_TEXTURE_SIDE: usize = 16384;
 
-/// Who made a GPU buffer, for identities. Windows names the process by pid alone (its kernel
-/// objects die with it), so `start_time` is 0.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) struct GpuOrigin {
-    pub pid: u32,
-    pub start_time: u64,
-    pub serial: u64,
-}
-
-/// Host memory imported into the device: D3D11 has no such import, so there is never one.
+/// Host memory imported into the device: D3D11 has no such import, so there is never one
+/// (the copy path reaches host memory through the staging texture instead).
 #[derive(Debug)]
 pub(crate) enum HostImport {}
+
+impl HostImport {
+    /// Never an import: D3D11 cannot import host memory.
+    ///
+    /// # Safety
+    /// None needed; unsafe to match the Vulkan backend's contract (the pointer must stay valid
+    /// while the import lives).
+    pub(crate) unsafe fn new(_ptr: *mut u8, _len: usize) -> Option<HostImport> {
+        None
+    }
+}
 
 /// The DXGI format that holds `format` of `dtype`, and its bytes per texel.
 fn dxgi_format(format: PixelFormat, dtype: DType) -> Option<(DXGI_FORMAT, usize)> {
@@ -71,12 +66,12 @@ fn dxgi_format(format: PixelFormat, dtype: DType) -> Option<(DXGI_FORMAT, usize)
 
 /// The texture that holds a request: its format and texel grid.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-struct Grid {
-    format: i32,
-    width: u32,
-    height: u32,
+pub(super) struct Grid {
+    pub format: i32,
+    pub width: u32,
+    pub height: u32,
     /// Bytes of pixels in one row (`width` texels).
-    row_bytes: usize,
+    pub row_bytes: usize,
 }
 
 impl Grid {
@@ -185,7 +180,7 @@ fn staging_pitch(dev: &GpuDevice, grid: Grid) -> Result<usize> {
     Ok(pitch)
 }
 
-fn map(
+pub(super) fn map(
     dev: &GpuDevice,
     tex: &ID3D11Texture2D,
     how: windows::Win32::Graphics::Direct3D11::D3D11_MAP,
@@ -212,15 +207,15 @@ fn next_serial() -> u64 {
 
 /// One GPU image buffer.
 pub(crate) struct GpuMemory {
-    device: &'static GpuDevice,
-    texture: ID3D11Texture2D,
-    staging: ID3D11Texture2D,
+    pub(super) device: &'static GpuDevice,
+    pub(super) texture: ID3D11Texture2D,
+    pub(super) staging: ID3D11Texture2D,
     /// The CPU's copy: `pitch * rows` bytes.
     host: HeapBlock,
-    pitch: usize,
-    rows: usize,
+    pub(super) pitch: usize,
+    pub(super) rows: usize,
     /// The texture's format and size: two buffers of one grid can be copied texture to texture.
-    grid: Grid,
+    pub(super) grid: Grid,
     origin: GpuOrigin,
     /// Whether the texture was created shareable by NT handle.
     shareable: bool,
@@ -315,7 +310,10 @@ impl GpuMemory {
 
     /// Opens a texture another API or process shared by NT handle, after checking that it is
     /// the texture `req` describes (format and size); the handle stays the caller's.
-    fn open_shared(handle: BorrowedHandle<'_>, req: &TextureRequest) -> Result<GpuMemory> {
+    pub(crate) fn open_shared(
+        handle: BorrowedHandle<'_>,
+        req: &TextureRequest,
+    ) -> Result<GpuMemory> {
         let device = super::device()?;
         let device1 = device.device1().ok_or_else(|| Error::Unavailable {
             memory: TensorMemory::Gpu,
@@ -352,10 +350,6 @@ impl GpuMemory {
         Self::wrap(device, texture, grid, pitch, host, true)
     }
 
-    /// Called once the buffer around this memory exists. D3D11 images cross processes by NT
-    /// handle, not by identity, so there is nothing to remember.
-    pub(crate) fn allocated_as(&self, _buffer: &crate::buffer::Buffer) {}
-
     pub(crate) fn device(&self) -> &'static GpuDevice {
         self.device
     }
@@ -367,6 +361,10 @@ impl GpuMemory {
     }
     pub(crate) fn origin(&self) -> GpuOrigin {
         self.origin
+    }
+    /// Bytes from one row of the host copy to the next: the image's row stride.
+    pub(crate) fn pitch(&self) -> usize {
+        self.pitch
     }
     /// The texture, for D3D11 and ANGLE work on the process device.
     pub(crate) fn texture(&self) -> &ID3D11Texture2D {
@@ -478,350 +476,4 @@ pub struct GpuShare {
     pub texture: OwnedHandle,
     /// The value of its last GPU write, with the fence to wait on.
     pub completion: super::GpuCompletion,
-}
-
-impl<T: Element> Tensor<T> {
-    /// Shares this GPU image: a new NT handle of its texture plus the completion a consumer
-    /// waits for (no fence where the device has none: the work has then already finished).
-    pub fn share_gpu(&self) -> Result<GpuShare> {
-        let mem = self.buffer.gpu().ok_or_else(|| {
-            Error::InvalidOperation(format!(
-                "only GPU tensors have a texture to share; this one is {}",
-                self.memory()
-            ))
-        })?;
-        let texture = mem.share()?;
-        let value = mem.device().signal()?;
-        Ok(GpuShare {
-            texture,
-            completion: mem.device().completion(value),
-        })
-    }
-
-    /// A `w`x`h` GPU image over a texture another API or process shared (`share_gpu` on the
-    /// other side): opens the NT handle (which stays the caller's), checks the texture is that
-    /// image, and queues a GPU wait for the completion where it carries a fence.
-    pub fn image_from_gpu_share(
-        texture: BorrowedHandle<'_>,
-        completion: &super::GpuCompletion,
-        w: usize,
-        h: usize,
-        format: PixelFormat,
-        access: crate::CpuAccess,
-    ) -> Result<Self> {
-        let req = TextureRequest {
-            format,
-            width: w,
-            height: h,
-            dtype: T::DTYPE,
-            batch: 1,
-        };
-        let mem = GpuMemory::open_shared(texture, &req)?;
-        if let Some(fence) = &completion.fence {
-            mem.device()
-                .wait_on_gpu(fence.as_handle(), completion.value)?;
-        }
-        let stride = mem.pitch;
-        let (shape, strides) =
-            crate::image::image_geometry(None, format, w, h, T::DTYPE.size(), stride)?;
-        let buffer = crate::buffer::Buffer::new(crate::backing::Storage::Gpu(mem))?;
-        let info = crate::ImageInfo {
-            format,
-            width: w,
-            height: h,
-            row_stride: stride,
-        };
-        Ok(Self::over(buffer, shape, strides, Some(info), access))
-    }
-
-    /// The texture under this GPU image, for D3D11 or ANGLE work on the process device.
-    pub fn d3d11_texture(&self) -> Option<ID3D11Resource> {
-        self.buffer.gpu().and_then(|m| m.texture().cast().ok())
-    }
-}
-
-/// `copy_from` with GPU images on D3D11, without the host copy in between:
-/// - GPU to GPU, a rectangle of texels to a rectangle of one format and size (whole images,
-///   crops of packed formats): one `CopySubresourceRegion`, on the GPU;
-/// - host to GPU: the host rows go straight into the staging texture (for a partial view, after
-///   the texture's current contents are copied down into it), then one `CopyResource` up;
-/// - GPU to host, from any view: one `CopyResource` down, then the rows straight out of the
-///   staging texture.
-///
-/// - any other GPU to GPU pair (batches, semi-planar or different formats): down into the
-///   source's staging texture, run by run into the destination's, and up.
-pub(crate) fn copy_on_gpu<T: Element>(dst: &Tensor<T>, src: &Tensor<T>) -> Option<Result<()>> {
-    match (src.buffer.gpu(), dst.buffer.gpu()) {
-        (Some(s), Some(d)) => Some(match gpu_rects(dst, src, s, d) {
-            Some((from, to)) => gpu_to_gpu(dst, src, (s, from), (d, to)),
-            None => between_stagings(dst, src, s, d),
-        }),
-        (None, Some(d)) => Some(through_staging(dst, src, d, Way::Up)),
-        (Some(s), None) => Some(through_staging(dst, src, s, Way::Down)),
-        (None, None) => None,
-    }
-}
-
-/// Whether `t` is all of `m`: offset 0 and every pixel of every row.
-fn whole<T: Element>(t: &Tensor<T>, m: &GpuMemory) -> bool {
-    t.offset == 0 && t.len() * T::DTYPE.size() == m.grid.row_bytes * m.rows
-}
-
-/// A rectangle of texels in a texture.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Rect {
-    x: u32,
-    y: u32,
-    w: u32,
-    h: u32,
-}
-
-/// The texels `t` covers in `m`'s texture, when they form a rectangle: the first dimension
-/// walks the texture's rows (stride = pitch), the rest is one tight run of whole texels.
-fn texel_rect<T: Element>(t: &Tensor<T>, m: &GpuMemory) -> Option<Rect> {
-    let elem = T::DTYPE.size();
-    let (&rows, inner) = t.shape.split_first()?;
-    if t.strides.first() != Some(&m.pitch)
-        || byte_strides(inner, elem, None).ok()? != t.strides[1..]
-        || rows == 0
-    {
-        return None;
-    }
-    let texel = m.grid.row_bytes / m.grid.width as usize;
-    let run = inner.iter().product::<usize>() * elem;
-    let (y, x_bytes) = (t.offset / m.pitch, t.offset % m.pitch);
-    if run == 0 || run % texel != 0 || x_bytes % texel != 0 {
-        return None;
-    }
-    let rect = Rect {
-        x: u32::try_from(x_bytes / texel).ok()?,
-        y: u32::try_from(y).ok()?,
-        w: u32::try_from(run / texel).ok()?,
-        h: u32::try_from(rows).ok()?,
-    };
-    let fits = rect.x + rect.w <= m.grid.width && rect.y + rect.h <= m.grid.height;
-    fits.then_some(rect)
-}
-
-/// The rectangles a GPU-side copy from `src` into `dst` takes, where there are such: all of
-/// two textures of one grid (a whole batch included), or two equal rectangles of one format.
-fn gpu_rects<T: Element>(
-    dst: &Tensor<T>,
-    src: &Tensor<T>,
-    s: &GpuMemory,
-    d: &GpuMemory,
-) -> Option<(Rect, Rect)> {
-    if s.grid == d.grid && src.strides == dst.strides && whole(src, s) && whole(dst, d) {
-        let all = Rect {
-            x: 0,
-            y: 0,
-            w: s.grid.width,
-            h: s.grid.height,
-        };
-        return Some((all, all));
-    }
-    let (from, to) = (texel_rect(src, s)?, texel_rect(dst, d)?);
-    (s.grid.format == d.grid.format && (from.w, from.h) == (to.w, to.h)).then_some((from, to))
-}
-
-/// One `CopySubresourceRegion` from the source rectangle to the destination's, on the GPU.
-fn gpu_to_gpu<T: Element>(
-    dst: &Tensor<T>,
-    src: &Tensor<T>,
-    (s, from): (&GpuMemory, Rect),
-    (d, to): (&GpuMemory, Rect),
-) -> Result<()> {
-    let _read = src.buffer.claim_for(Direction::Read)?;
-    let _write = dst.buffer.claim_for(Direction::Write)?;
-    let area = D3D11_BOX {
-        left: from.x,
-        top: from.y,
-        front: 0,
-        right: from.x + from.w,
-        bottom: from.y + from.h,
-        back: 1,
-    };
-    let dev = d.device;
-    dev.with_queue(|| {
-        // SAFETY: two textures of one format on this device, the box inside the source and
-        // the destination rectangle inside the destination (checked by `texel_rect`), inside
-        // the queue bracket.
-        unsafe {
-            dev.context().CopySubresourceRegion(
-                &d.texture,
-                0,
-                to.x,
-                to.y,
-                0,
-                &s.texture,
-                0,
-                Some(&area),
-            );
-            dev.context().Flush();
-        }
-    });
-    Ok(())
-}
-
-/// A GPU image view into another image's view: both staging textures mapped at once, the runs
-/// copied between them, then one copy up.
-fn between_stagings<T: Element>(
-    dst: &Tensor<T>,
-    src: &Tensor<T>,
-    s: &GpuMemory,
-    d: &GpuMemory,
-) -> Result<()> {
-    let _read = src.buffer.claim_for(Direction::Read)?;
-    let _write = dst.buffer.claim_for(Direction::Write)?;
-    let overwrites_all = whole(dst, d);
-    let dev = d.device;
-    dev.with_queue(|| {
-        // SAFETY: textures of this device paired with their own staging, inside the bracket.
-        unsafe {
-            dev.context().CopyResource(&s.staging, &s.texture);
-            if !overwrites_all {
-                dev.context().CopyResource(&d.staging, &d.texture);
-            }
-        }
-        let from = map(dev, &s.staging, D3D11_MAP_READ)?;
-        let how = if overwrites_all {
-            D3D11_MAP_WRITE
-        } else {
-            D3D11_MAP_READ_WRITE
-        };
-        let to = match map(dev, &d.staging, how) {
-            Ok(m) => m,
-            Err(e) => {
-                // SAFETY: mapped just above.
-                unsafe { dev.context().Unmap(&s.staging, 0) };
-                return Err(e);
-            }
-        };
-        let (from_ptr, to_ptr) = (from.pData.cast::<u8>().cast_const(), to.pData.cast::<u8>());
-        let (from_pitch, to_pitch) = (from.RowPitch as usize, to.RowPitch as usize);
-        // SAFETY: each offset lies in its own staging mapping (the tensors' geometry is checked
-        // against grids of these textures); two textures never overlap.
-        unsafe {
-            copy_runs(
-                dst,
-                src,
-                |off| from_ptr.add(mapped_offset(off, s.pitch, from_pitch)),
-                |off| to_ptr.add(mapped_offset(off, d.pitch, to_pitch)),
-            )
-        };
-        // SAFETY: both mapped above; then a copy between a texture and its own staging.
-        unsafe {
-            dev.context().Unmap(&s.staging, 0);
-            dev.context().Unmap(&d.staging, 0);
-            dev.context().CopyResource(&d.texture, &d.staging);
-            dev.context().Flush();
-        }
-        Ok(())
-    })
-}
-
-/// Copies every run of `src` into `dst` (same shape): from `from(byte offset in src's buffer)`
-/// to `to(byte offset in dst's buffer)`, one `copy_nonoverlapping` per contiguous run.
-///
-/// # Safety
-/// For every run, `from(offset)` must be readable and `to(offset)` writable for the run's
-/// length, and the two must not overlap.
-unsafe fn copy_runs<T: Element>(
-    dst: &Tensor<T>,
-    src: &Tensor<T>,
-    from: impl Fn(usize) -> *const u8,
-    to: impl Fn(usize) -> *mut u8,
-) {
-    crate::geometry::for_each_paired_run(
-        &dst.shape,
-        &src.strides,
-        &dst.strides,
-        T::DTYPE.size(),
-        |s_off, d_off, len| {
-            // SAFETY: the caller's contract.
-            unsafe {
-                std::ptr::copy_nonoverlapping(from(src.offset + s_off), to(dst.offset + d_off), len)
-            }
-        },
-    );
-}
-
-/// Where byte `off` of a GPU image's host-copy layout (rows `pitch` apart) lies in a mapping of
-/// its staging texture (rows `mapped_pitch` apart).
-fn mapped_offset(off: usize, pitch: usize, mapped_pitch: usize) -> usize {
-    (off / pitch) * mapped_pitch + off % pitch
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Way {
-    Up,
-    Down,
-}
-
-/// Copies between a host tensor and a GPU image through the image's staging texture, run by
-/// run (`geometry::for_each_paired_run`), translating the GPU side's offsets from the host
-/// copy's pitch to the mapping's.
-fn through_staging<T: Element>(
-    dst: &Tensor<T>,
-    src: &Tensor<T>,
-    gpu: &GpuMemory,
-    way: Way,
-) -> Result<()> {
-    let (host_dir, gpu_dir) = match way {
-        Way::Up => (Direction::Read, Direction::Write),
-        Way::Down => (Direction::Write, Direction::Read),
-    };
-    let (host_t, gpu_t) = if way == Way::Up {
-        (src, dst)
-    } else {
-        (dst, src)
-    };
-    let _host = host_t.buffer.begin_access(host_dir)?;
-    let _gpu = gpu_t.buffer.claim_for(gpu_dir)?;
-    // Writing all of the texture needs nothing of it; anything else starts from its contents.
-    let overwrites_all = way == Way::Up && whole(gpu_t, gpu);
-    let dev = gpu.device;
-    dev.with_queue(|| {
-        let how = match way {
-            Way::Up if overwrites_all => D3D11_MAP_WRITE,
-            Way::Up => D3D11_MAP_READ_WRITE,
-            Way::Down => D3D11_MAP_READ,
-        };
-        if !overwrites_all {
-            // SAFETY: two textures of one grid on this device, inside the bracket.
-            unsafe { dev.context().CopyResource(&gpu.staging, &gpu.texture) };
-        }
-        let mapped = map(dev, &gpu.staging, how)?;
-        let (mapped_ptr, mapped_pitch) = (mapped.pData.cast::<u8>(), mapped.RowPitch as usize);
-        let at = |off: usize| mapped_offset(off, gpu.pitch, mapped_pitch);
-        let host = host_t.buffer.ptr();
-        // SAFETY: the GPU side's offsets lie in the staging mapping (same grid, rows
-        // `mapped_pitch` apart), the host side's in its buffer, which the access guard holds;
-        // the two never overlap.
-        unsafe {
-            match way {
-                Way::Up => copy_runs(
-                    dst,
-                    src,
-                    |o| host.add(o).cast_const(),
-                    |o| mapped_ptr.add(at(o)),
-                ),
-                Way::Down => copy_runs(
-                    dst,
-                    src,
-                    |o| mapped_ptr.add(at(o)).cast_const(),
-                    |o| host.add(o),
-                ),
-            }
-        };
-        // SAFETY: mapped above; then (up) a copy between two textures of one grid.
-        unsafe {
-            dev.context().Unmap(&gpu.staging, 0);
-            if way == Way::Up {
-                dev.context().CopyResource(&gpu.texture, &gpu.staging);
-                dev.context().Flush();
-            }
-        }
-        Ok(())
-    })
 }

@@ -8,9 +8,10 @@
 
 mod adapter;
 mod choice;
+mod copy;
 mod create;
 mod fence;
-pub(crate) mod memory;
+mod memory;
 mod record;
 
 use std::ffi::c_void;
@@ -28,12 +29,13 @@ use windows::Win32::Graphics::Direct3D11::{
 
 pub use adapter::{AdapterChoice, AdapterInfo, AdapterKind, ADAPTER_ENV};
 pub use create::DEBUG_ENV;
-pub use fence::{GpuCompletion, WAIT_SPIN};
+pub use fence::WAIT_SPIN;
 pub use record::{record_name, RECORD_VERSION_OFFSET};
 pub use windows;
 
+pub(crate) use copy::{reaches_host, run_copy};
 pub use memory::GpuShare;
-pub(crate) use memory::{copy_on_gpu, image_row_pitch};
+pub(crate) use memory::{image_row_pitch, GpuCpuAccess, GpuMemory, HostImport};
 
 use crate::timeline::TimelineWords;
 use fence::{Fence, Timeline};
@@ -42,7 +44,7 @@ use record::{Found, Published, Record};
 use crate::gpu::process_device::DeviceCell;
 use crate::{Error, Result};
 
-pub use crate::gpu::process_device::{Features, Origin};
+use crate::gpu::{Features, GpuCompletion, Origin};
 
 impl Features {
     /// `D3D11_CREATE_DEVICE_BGRA_SUPPORT` took.
@@ -610,10 +612,10 @@ impl GpuDevice {
             if done.as_bool() {
                 return Ok(());
             }
-            if started.elapsed() >= memory::GPU_WAIT {
+            if started.elapsed() >= crate::gpu::GPU_WAIT {
                 return Err(Error::Timeout(format!(
                     "the GPU did not finish its queued work within {:?}",
-                    memory::GPU_WAIT
+                    crate::gpu::GPU_WAIT
                 )));
             }
             std::thread::yield_now();

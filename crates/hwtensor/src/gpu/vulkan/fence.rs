@@ -27,16 +27,6 @@ pub(crate) fn words_in_record(r: &'static super::record::Record) -> TimelineWord
     TimelineWords::at(&r.counter, &r.pending, &r.submitted, &r.queue_lock)
 }
 
-/// A point on the process timeline: the exported fence (where there is one) and the value a
-/// consumer waits for. A value is never paired with the wrong fence: no fence, no pairing.
-#[derive(Debug)]
-pub struct GpuCompletion {
-    /// The timeline's exported fd, where the driver can export it.
-    pub fence: Option<OwnedFd>,
-    /// The timeline value to wait for.
-    pub value: u64,
-}
-
 pub(crate) struct Timeline {
     pub semaphore: vk::Semaphore,
     pub shared: TimelineWords,

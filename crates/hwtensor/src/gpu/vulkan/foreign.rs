@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use ash::vk;
 
-use super::{Features, GpuDevice};
+use super::{format_uuid, Features, GpuDevice};
 use crate::backing::unix::classify::{self, FdKind};
 use crate::backing::unix::shm;
 use crate::{Error, GpuErrorKind, Result, TensorMemory};
@@ -94,6 +94,27 @@ impl GpuDevice {
             )));
         }
         Ok(got)
+    }
+
+    /// Accepts a peer's GPU buffer sent by reference: it must live on this device (same device
+    /// and driver UUIDs), and its fence, when one came, is taken as a timeline to wait on.
+    pub(crate) fn accept_reference(
+        &'static self,
+        device_uuid: [u8; 16],
+        driver_uuid: [u8; 16],
+        fence: Option<OwnedFd>,
+    ) -> Result<Option<Arc<ForeignTimeline>>> {
+        if (self.device_uuid(), self.driver_uuid()) != (device_uuid, driver_uuid) {
+            return Err(Error::Blob(format!(
+                "the tensor lives on GPU {} (driver {}), but this process's device is {} = {} (driver {})",
+                format_uuid(&device_uuid),
+                format_uuid(&driver_uuid),
+                self.adapter_label(),
+                format_uuid(&self.device_uuid()),
+                format_uuid(&self.driver_uuid())
+            )));
+        }
+        fence.map(|f| self.foreign_timeline(f)).transpose()
     }
 
     /// The timeline behind a peer's fence fd: the import this device already holds of that very

@@ -10,22 +10,17 @@
 use std::os::fd::{AsFd, BorrowedFd, IntoRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
-use std::time::Duration;
 
 use ash::vk;
 use ash::vk::Handle;
 
 use super::submit::Queue;
 use super::{Features, GpuDevice};
+use crate::gpu::{GpuOrigin, GpuReference, TextureRequest, GPU_WAIT};
 use crate::{Error, GpuErrorKind, Result, TensorMemory};
 
 /// Forces CPU access through a staging buffer even where memory could be mapped directly.
 pub const STAGING_ENV: &str = "HWTENSOR_GPU_STAGING";
-
-/// How long a CPU map, an export or a free waits for the GPU work it must follow. Generous:
-/// a 4 GiB copy at PCIe speed takes ~80 ms; a value not reached in seconds means a lost device
-/// or a producer that never submitted.
-pub const GPU_WAIT: Duration = Duration::from_secs(10);
 
 const BUFFER_USAGE: vk::BufferUsageFlags = vk::BufferUsageFlags::from_raw(
     vk::BufferUsageFlags::TRANSFER_SRC.as_raw()
@@ -91,14 +86,6 @@ pub(crate) struct GpuMemory {
     staged_at: AtomicU64,
     /// Who allocated the memory: this process, or the exporter an import came from.
     origin: GpuOrigin,
-}
-
-/// The allocating process and the allocation's serial there: the buffer's identity everywhere.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub(crate) struct GpuOrigin {
-    pub pid: u32,
-    pub start_time: u64,
-    pub serial: u64,
 }
 
 /// Serials of this copy's allocations. The memory handle is mixed in, so two copies of the
@@ -329,10 +316,7 @@ enum MemoryExtra {
 impl GpuMemory {
     /// A zeroed buffer of `len` bytes on the process device.
     /// Vulkan GPU memory is a buffer: the texture request (for images) is not needed.
-    pub(crate) fn allocate(
-        len: usize,
-        _texture: Option<&crate::image::TextureRequest>,
-    ) -> Result<GpuMemory> {
+    pub(crate) fn allocate(len: usize, _texture: Option<&TextureRequest>) -> Result<GpuMemory> {
         let device = super::device()?;
         let buffer =
             device.create_buffer(len as u64, BUFFER_USAGE, device.export_handle_types())?;
@@ -476,12 +460,6 @@ impl GpuMemory {
         Ok(())
     }
 
-    /// Called once the buffer around this memory exists: a GPU buffer handed out and back again
-    /// comes home as itself, not as an import.
-    pub(crate) fn allocated_as(&self, buffer: &crate::buffer::Buffer) {
-        self.device.remember_import(self.origin, buffer);
-    }
-
     pub(crate) fn device(&self) -> &'static GpuDevice {
         self.device
     }
@@ -501,7 +479,29 @@ impl GpuMemory {
         self.origin
     }
 
-    /// The CPU pointer: the mapping itself or the staging buffer.
+    /// The blob's GPU section for this memory sent by reference, and the fence fd to send with
+    /// the value of its last GPU write. Where the device cannot export its fence, waits for
+    /// that write first, so the receiver reads finished bytes: a value is never paired with
+    /// the wrong fence.
+    pub(crate) fn describe(&self) -> Result<(GpuReference, Option<(BorrowedFd<'_>, u64)>)> {
+        let device = self.device;
+        let last = self.last_write();
+        let completion = match device.fence_fd() {
+            Some(fence) => Some((fence, last)),
+            None => {
+                device.wait(last, GPU_WAIT)?;
+                None
+            }
+        };
+        let reference = GpuReference {
+            device_uuid: device.device_uuid(),
+            driver_uuid: device.driver_uuid(),
+            allocation_size: self.allocation_size,
+            producer: self.origin,
+        };
+        Ok((reference, completion))
+    }
+
     /// The CPU pointer: the mapping itself or the staging buffer (made by `begin_cpu`, which
     /// every map goes through before it reads this).
     pub(crate) fn ptr(&self) -> *mut u8 {
@@ -717,11 +717,8 @@ impl HostImport {
     /// # Safety
     /// `ptr..ptr + round_up(len, alignment)` must be mapped memory that stays valid and is not
     /// freed until the import is dropped, and every GPU use of it has completed by then.
-    pub(crate) unsafe fn new(
-        device: &'static GpuDevice,
-        ptr: *mut u8,
-        len: usize,
-    ) -> Option<HostImport> {
+    pub(crate) unsafe fn new(ptr: *mut u8, len: usize) -> Option<HostImport> {
+        let device = super::device().ok()?;
         let ext = device.ext.memory_host.as_ref()?;
         if len == 0 {
             return None;
@@ -794,6 +791,6 @@ impl std::fmt::Debug for HostImport {
 
 /// Vulkan images are buffers with the 64-byte pitch every importer accepts: no pitch of the
 /// driver's own.
-pub(crate) fn image_row_pitch(_texture: &crate::image::TextureRequest) -> Result<Option<usize>> {
+pub(crate) fn image_row_pitch(_texture: &TextureRequest) -> Result<Option<usize>> {
     Ok(None)
 }

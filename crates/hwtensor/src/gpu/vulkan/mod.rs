@@ -13,12 +13,12 @@ mod create;
 mod extensions;
 mod fence;
 mod foreign;
-pub(crate) mod memory;
+mod memory;
 mod record;
 mod submit;
 
-pub(crate) use copy::copy_on_gpu;
-pub(crate) use memory::image_row_pitch;
+pub(crate) use copy::{reaches_host, run_copy};
+pub(crate) use memory::{image_row_pitch, GpuCpuAccess, GpuMemory, HostImport};
 pub(crate) use submit::Queue;
 
 use std::os::fd::OwnedFd;
@@ -30,7 +30,7 @@ use ash::vk::Handle;
 
 pub use adapter::{format_uuid, AdapterChoice, AdapterInfo, AdapterKind, ADAPTER_ENV};
 pub use create::{validation_errors, DEBUG_ENV};
-pub use fence::{GpuCompletion, WAIT_SPIN};
+pub use fence::WAIT_SPIN;
 
 use crate::os::own_cloexec;
 use crate::timeline::TimelineWords;
@@ -55,7 +55,7 @@ pub fn record_path(pid: u32) -> String {
     format!("/dev/shm/{}", record::record_name(pid))
 }
 
-pub use crate::gpu::process_device::{Features, Origin};
+use crate::gpu::{Features, GpuCompletion, Origin};
 
 impl Features {
     /// `VK_KHR_external_memory_fd`: memory exported and imported as fds.
@@ -123,8 +123,6 @@ pub struct GpuDevice {
     export_kinds: foreign::ExportKinds,
     /// The validation layer's messenger (`HWTENSOR_GPU_DEBUG=1`) of a device this copy created.
     messenger: Option<(ash::ext::debug_utils::Instance, vk::DebugUtilsMessengerEXT)>,
-    /// GPU buffers this copy imported, by their origin, while any tensor holds them.
-    imports: Mutex<std::collections::HashMap<memory::GpuOrigin, crate::buffer::WeakBuffer>>,
 }
 
 // SAFETY: Vulkan handles are usable from any thread; the one object that needs external
@@ -516,7 +514,6 @@ impl GpuDevice {
             memory_properties,
             fence_fd: OnceLock::new(),
             messenger: None,
-            imports: Mutex::new(std::collections::HashMap::new()),
             timelines: Mutex::new(Vec::new()),
             export_kinds: foreign::ExportKinds::default(),
         })
@@ -676,26 +673,6 @@ impl GpuDevice {
         // SAFETY: the semaphore was created exportable as OPAQUE_FD on this device.
         let raw = unsafe { ext.get_semaphore_fd(&info) }.ok()?;
         own_cloexec(raw)
-    }
-
-    /// This copy's live import of the buffer `origin` names, if it has one.
-    pub(crate) fn cached_import(
-        &self,
-        origin: &memory::GpuOrigin,
-    ) -> Option<crate::buffer::Buffer> {
-        self.imports.lock().ok()?.get(origin)?.upgrade()
-    }
-
-    /// Remembers an import (weakly: the cache never keeps memory alive), forgetting dead ones.
-    pub(crate) fn remember_import(
-        &self,
-        origin: memory::GpuOrigin,
-        buffer: &crate::buffer::Buffer,
-    ) {
-        if let Ok(mut imports) = self.imports.lock() {
-            imports.retain(|_, weak| weak.is_alive());
-            imports.insert(origin, buffer.downgrade());
-        }
     }
 
     /// The timeline's fd for hand-offs, exported once and borrowed from then on.

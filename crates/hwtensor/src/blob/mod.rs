@@ -1,0 +1,510 @@
+//! The blob: a versioned, size-prefixed, little-endian description of a tensor that travels
+//! with its fds (reference mode, Linux) or with its bytes (inline mode, every platform).
+//!
+//! The wire format (`wire.rs`: the header's field table, the checked reader and writer) imports
+//! nothing from a device backend and compiles everywhere: [`export_inline`] and
+//! [`import_inline`] are the inline transport on every platform. Only the fd path
+//! (`reference.rs`: [`export`], [`import`], [`import_with`]) is Linux-only; the GPU section of a
+//! reference blob is written and read by the GPU backend through two hooks (describe a buffer;
+//! accept a peer's description and fence).
+//!
+//! A blob arrives from another process, and that process may be buggy or hostile. Parsing is
+//! therefore total: every length and offset is bounded by the bytes present, every count by a
+//! small maximum, every code by its enum, every fd index by the fd table, and every plane and
+//! the tensor's extent by the real size of the fd. Any violation is an [`Error::Blob`] naming the
+//! field; nothing panics, and every fd handed to [`import`] is either kept by the tensor or
+//! closed before it returns.
+//!
+//! # Format (version 1)
+//!
+//! All integers little-endian. The fixed header:
+//!
+//! | offset | size | field | meaning |
+//! |---:|---:|---|---|
+//! | 0 | 4 | magic | `"HWTB"` |
+//! | 4 | 2 | version | 1; another value is refused |
+//! | 6 | 2 | header_len | bytes of the fixed header; 168 in v1, larger when a later writer appended fields (a v1 reader skips them) |
+//! | 8 | 4 | total_len | bytes of the whole blob, this header included |
+//! | 12 | 4 | required | features the reader must understand (bit 0 image, 1 quantization, 2 completion); unknown bits make a reader refuse instead of misread |
+//! | 16 | 1 | dtype | [`DType`] code |
+//! | 17 | 1 | memory | [`TensorMemory`] code of the exporter's buffer |
+//! | 18 | 1 | mode | 0 reference, 1 inline |
+//! | 19 | 1 | rank | at most 8 |
+//! | 20 | 1 | format | [`PixelFormat`] code, 0 for a plain tensor |
+//! | 21 | 1 | access | [`CpuAccess`] the exporter declared |
+//! | 22 | 1 | plane_count | at most 4 |
+//! | 23 | 1 | fd_count | fds that travel with the blob: 1 in reference mode (2 for GPU memory with its fence), 0 inline |
+//! | 24 | 8 | byte_offset | of the first element in the buffer |
+//! | 32 | 8 | buffer_len | bytes of the buffer (at most the fd's size; the inline data length) |
+//! | 40 | 8 | width | image width in pixels (0 for a plain tensor) |
+//! | 48 | 8 | height | image height in pixels |
+//! | 56 | 8 | row_stride | image row stride in bytes |
+//! | 64 | 4 | quant_scale | f32, with required bit 1 |
+//! | 68 | 4 | quant_zero_point | i32, with required bit 1 |
+//! | 72 | 4 | completion_fd | fd-table index of the completion fence, `u32::MAX` for none |
+//! | 76 | 4 | reserved | 0 |
+//! | 80 | 8 | completion_value | timeline value to wait for, with required bit 2 |
+//! | 88 | 8 | reserved | 0 |
+//! | 96 | 16 | device_uuid | GPU memory by reference: the Vulkan deviceUUID of the exporter (else 0) |
+//! | 112 | 16 | driver_uuid | GPU memory by reference: the driverUUID of the exporter (else 0) |
+//! | 128 | 8 | allocation_size | GPU memory by reference: bytes of the exported allocation (else 0) |
+//! | 136 | 4 | producer_pid | GPU memory by reference: the allocating process (else 0) |
+//! | 140 | 4 | reserved | 0 |
+//! | 144 | 8 | producer_start | GPU memory by reference: that process's start time (else 0) |
+//! | 152 | 8 | producer_serial | GPU memory by reference: the allocation's serial there (else 0) |
+//! | 160 | 8 | producer_semaphore | written 0; early v1 writers put their timeline's handle here, and readers ignore it (a handle value of another process proves nothing: under the validation layer every process has the same ones) |
+//!
+//! The producer fields name the buffer (its [`BufferIdentity`](crate::BufferIdentity) in every
+//! process) and let a receiver find its earlier import of a pooled buffer; the import is
+//! reused only when the fd that came is provably the same file as the one it holds (`kcmp`),
+//! so a blob that claims another buffer's identity gets nothing of that buffer.
+//!
+//! # Trust
+//!
+//! Parsing trusts nothing: hostile bytes get an [`Error::Blob`]. What the fds may be is the
+//! [`ImportPolicy`]'s: shm and DMA-BUF from anyone (a memfd must be sealable, and is sealed
+//! before its size is read); GPU memory by reference only from a peer trusted as this process
+//! is, because the driver trusts the fd's content ([`import`] refuses it, [`import_with`] and
+//! [`handoff::recv`](crate::handoff::recv) accept it from a trusted or same-user peer). A
+//! completion is waited for on the CPU through the fence that came with it, at most
+//! ten seconds, before the tensor is returned.
+//!
+//! GPU memory by reference carries the memory fd at index 0 and, where the exporter's device
+//! can export its timeline, the fence fd at index 1 (`completion_fd` = 1) with the value of the
+//! tensor's last GPU write. Where it cannot (lavapipe), the exporter waited for that write before
+//! writing the blob, and the blob names no fence: a value is never paired with the wrong fence.
+//!
+//! Then, from `header_len`: `rank` u64 dimensions, `rank` u64 byte strides, `plane_count` plane
+//! records of 32 bytes (u32 fd index, u32 reserved, u64 offset in the buffer, u64 row stride,
+//! u64 bytes from the plane's first byte to its last), and in inline mode `buffer_len` bytes of
+//! data. A plane's handle is always an index into the fd table, never an fd number.
+//!
+//! # Example
+//!
+//! ```
+//! use hwtensor::blob::{export_inline, import_inline};
+//! use hwtensor::{Tensor, TensorDyn, TensorMemory};
+//!
+//! let t = Tensor::<u16>::new(&[2, 3], Some(TensorMemory::Mem))?;
+//! t.map_write()?.copy_from_slice(&[1, 2, 3, 4, 5, 6]);
+//! let bytes = export_inline(&TensorDyn::from(t))?;
+//! let back = import_inline(&bytes)?.into_tensor::<u16>().unwrap();
+//! assert_eq!(back.to_vec()?, [1, 2, 3, 4, 5, 6]);
+//! # Ok::<(), hwtensor::Error>(())
+//! ```
+
+#[cfg(target_os = "linux")]
+mod reference;
+mod wire;
+
+#[cfg(target_os = "linux")]
+pub use reference::{export, import, import_with};
+
+use crate::buffer::Buffer;
+use crate::image::ImageInfo;
+use crate::tensor::{CheckedParts, Parts};
+use crate::{
+    CpuAccess, DType, Element, Error, PixelFormat, Quantization, Result, Tensor, TensorDyn,
+    TensorMemory,
+};
+use wire::{Cursor, GpuFields, Header, PlaneRecord, NO_FENCE, PLANE_LEN};
+
+/// First four bytes of every blob.
+pub const MAGIC: [u8; 4] = *b"HWTB";
+/// The version this reader understands and this writer writes.
+pub const VERSION: u16 = 1;
+/// Length of the v1 fixed header.
+pub const HEADER_LEN: usize = wire::V1_HEADER_LEN;
+/// Most dimensions a blob may describe: batched planar images need 4; 8 leaves room.
+pub const MAX_RANK: usize = 8;
+/// Most planes (planar RGBA has 4).
+pub const MAX_PLANES: usize = 4;
+/// Most fds one blob may carry (one per plane).
+pub const MAX_FDS: usize = MAX_PLANES;
+
+/// `required` bit: the blob describes an image.
+pub const REQUIRES_IMAGE: u32 = 1 << 0;
+/// `required` bit: the blob carries quantization parameters.
+pub const REQUIRES_QUANTIZATION: u32 = 1 << 1;
+/// `required` bit: the tensor may be read only after a completion fence signals.
+pub const REQUIRES_COMPLETION: u32 = 1 << 2;
+/// Every `required` bit this reader understands.
+const KNOWN_REQUIREMENTS: u32 = REQUIRES_IMAGE | REQUIRES_QUANTIZATION | REQUIRES_COMPLETION;
+
+/// `mode` of a reference blob.
+const MODE_REFERENCE: u8 = 0;
+/// `mode` of an inline blob.
+const MODE_INLINE: u8 = 1;
+
+/// How the tensor's bytes travel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    /// The buffer's fd travels beside the blob (SCM_RIGHTS, inheritance): zero-copy. Linux.
+    Reference,
+    /// The bytes travel inside the blob: for heap memory, and for crossing machines.
+    Inline,
+}
+
+fn bad(what: impl Into<String>) -> Error {
+    Error::Blob(what.into())
+}
+
+/// Writes an inline blob of `tensor`: its description and its bytes (the view's extent, not
+/// the whole buffer). Every platform.
+pub fn export_inline(tensor: &TensorDyn) -> Result<Vec<u8>> {
+    each_tensor!(tensor, t => {
+        let map = t.map_read()?;
+        let bytes = map.as_bytes();
+        Outgoing::inline(bytes.len()).write(t, Some(bytes))
+    })
+}
+
+/// Turns an inline blob into a heap tensor holding its bytes. Every platform; hostile bytes
+/// get an [`Error::Blob`] naming the field. A reference blob is refused: its fds are not here
+/// (see [`import`] on Linux).
+pub fn import_inline(blob: &[u8]) -> Result<TensorDyn> {
+    let d = Described::read(blob)?;
+    match d.inline {
+        Some(data) => d.tensor(inline_buffer(data)?),
+        None => Err(bad(
+            "a reference blob names fds, and only an import with its fds can take it",
+        )),
+    }
+}
+
+/// What a writer knows besides the tensor: how its bytes travel.
+struct Outgoing {
+    mode: u8,
+    byte_offset: usize,
+    buffer_len: usize,
+    fd_count: usize,
+    gpu: GpuFields,
+    /// The timeline value the reader waits for, through fd 1.
+    completion: Option<u64>,
+}
+
+impl Outgoing {
+    /// An inline blob of `len` bytes of data.
+    fn inline(len: usize) -> Outgoing {
+        Outgoing {
+            mode: MODE_INLINE,
+            byte_offset: 0,
+            buffer_len: len,
+            fd_count: 0,
+            gpu: GpuFields::default(),
+            completion: None,
+        }
+    }
+
+    /// The blob of `t` sent this way, followed by `data` inline.
+    fn write<T: Element>(&self, t: &Tensor<T>, data: Option<&[u8]>) -> Result<Vec<u8>> {
+        let planes = plane_records(t, self.byte_offset)?;
+        let info = t.image_info().copied();
+        let quant = t.quantization();
+        let mut required = 0;
+        for (present, bit) in [
+            (self.completion.is_some(), REQUIRES_COMPLETION),
+            (info.is_some(), REQUIRES_IMAGE),
+            (quant.is_some(), REQUIRES_QUANTIZATION),
+        ] {
+            if present {
+                required |= bit;
+            }
+        }
+        let rank = t.shape().len();
+        let total =
+            HEADER_LEN + 2 * 8 * rank + PLANE_LEN * planes.len() + data.map_or(0, <[u8]>::len);
+        if u32::try_from(total).is_err() {
+            return Err(bad(format!(
+                "a {total}-byte blob is past the 4 GiB format limit"
+            )));
+        }
+        let q = quant.unwrap_or(Quantization {
+            scale: 0.0,
+            zero_point: 0,
+        });
+        let header = Header {
+            header_len: HEADER_LEN,
+            total_len: total,
+            required,
+            dtype: T::DTYPE.code(),
+            memory: t.memory().code(),
+            mode: self.mode,
+            rank,
+            format: info.map_or(0, |i| i.format.code()),
+            access: t.access() as u8,
+            plane_count: planes.len(),
+            fd_count: self.fd_count,
+            byte_offset: self.byte_offset as u64,
+            buffer_len: self.buffer_len as u64,
+            width: info.map_or(0, |i| i.width as u64),
+            height: info.map_or(0, |i| i.height as u64),
+            row_stride: info.map_or(0, |i| i.row_stride as u64),
+            quant_scale: q.scale,
+            quant_zero_point: q.zero_point,
+            completion_fd: self.completion.map_or(NO_FENCE, |_| 1),
+            completion_value: self.completion.unwrap_or(0),
+            gpu: self.gpu,
+        };
+        let mut b = Vec::with_capacity(total);
+        b.extend_from_slice(&header.write());
+        for v in t.shape().iter().chain(t.strides()) {
+            b.extend_from_slice(&(*v as u64).to_le_bytes());
+        }
+        for p in &planes {
+            p.write(&mut b);
+        }
+        if let Some(data) = data {
+            b.extend_from_slice(data);
+        }
+        debug_assert_eq!(b.len(), total);
+        Ok(b)
+    }
+}
+
+/// The plane records of a tensor whose first element sits at `byte_offset` of the buffer: the
+/// image's planes, or one plane spanning a plain tensor.
+fn plane_records<T: Element>(t: &Tensor<T>, byte_offset: usize) -> Result<Vec<PlaneRecord>> {
+    match t.image_info().copied() {
+        Some(info) => plane_records_of(&info, T::DTYPE.size(), byte_offset),
+        None => Ok(vec![PlaneRecord {
+            fd_index: 0,
+            offset: byte_offset as u64,
+            row_stride: 0,
+            size: t.byte_extent() as u64,
+        }]),
+    }
+}
+
+/// The plane records an image implies: what the writer writes and what the reader demands.
+fn plane_records_of(info: &ImageInfo, elem: usize, byte_offset: usize) -> Result<Vec<PlaneRecord>> {
+    let planes = info
+        .format
+        .plane_table(info.width, info.height, info.row_stride)?;
+    let luma_row = info
+        .format
+        .min_row_bytes(info.width, elem)
+        .ok_or_else(|| bad("row size overflows"))?;
+    let overflow = || bad("plane geometry overflows");
+    planes
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            // NV24 chroma rows carry two bytes per pixel; every other plane row is the luma row.
+            let row = if info.format == PixelFormat::Nv24 && i == 1 {
+                luma_row.checked_mul(2).ok_or_else(overflow)?
+            } else {
+                luma_row
+            };
+            let size = match p.rows {
+                0 => 0,
+                rows => (rows - 1)
+                    .checked_mul(p.row_stride)
+                    .and_then(|s| s.checked_add(row))
+                    .ok_or_else(overflow)?,
+            };
+            let offset = p.offset.checked_add(byte_offset).ok_or_else(overflow)?;
+            Ok(PlaneRecord {
+                fd_index: 0,
+                offset: offset as u64,
+                row_stride: p.row_stride as u64,
+                size: size as u64,
+            })
+        })
+        .collect()
+}
+
+/// Reads the length a blob claims from its first bytes, for a reader of a stream: `None` until
+/// the first 12 bytes are there. The claim is checked only when the whole blob is imported.
+pub fn claimed_len(prefix: &[u8]) -> Option<usize> {
+    let f = wire::F_TOTAL_LEN;
+    let bytes: [u8; 4] = prefix.get(f.at..f.at + 4)?.try_into().ok()?;
+    Some(u32::from_le_bytes(bytes) as usize)
+}
+
+/// Reads how a blob's bytes travel from its first bytes, for a reader of a stream: `None`
+/// until the mode byte is there, or when it is not a mode this reader knows.
+pub fn claimed_transport(prefix: &[u8]) -> Option<Transport> {
+    match *prefix.get(wire::F_MODE.at)? {
+        MODE_REFERENCE => Some(Transport::Reference),
+        MODE_INLINE => Some(Transport::Inline),
+        _ => None,
+    }
+}
+
+/// Whether a blob's header says it is GPU memory by reference (what only a trusted peer may
+/// send), for a receiver deciding whom to trust before it imports.
+pub fn claims_gpu_reference(header: &[u8]) -> bool {
+    claimed_transport(header) == Some(Transport::Reference)
+        && header.get(wire::F_MEMORY.at) == Some(&TensorMemory::Gpu.code())
+}
+
+/// Everything a blob says, read and checked before anything is imported or waited for.
+// The header, memory and length are what the fd path (Linux) goes on with.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+struct Described<'a> {
+    header: Header,
+    dtype: DType,
+    memory: TensorMemory,
+    buffer_len: usize,
+    parts: CheckedParts,
+    /// The data of an inline blob; `None` for a reference blob.
+    inline: Option<&'a [u8]>,
+}
+
+impl<'a> Described<'a> {
+    fn read(blob: &'a [u8]) -> Result<Described<'a>> {
+        let h = Header::read(blob)?;
+        let mut c = Cursor { bytes: blob, at: 0 };
+        c.take(h.header_len, "the fixed header")?;
+        let shape = (0..h.rank)
+            .map(|_| c.usize("a dimension"))
+            .collect::<Result<Vec<_>>>()?;
+        let strides = (0..h.rank)
+            .map(|_| c.usize("a stride"))
+            .collect::<Result<Vec<_>>>()?;
+        let planes = (0..h.plane_count)
+            .map(|_| c.plane())
+            .collect::<Result<Vec<_>>>()?;
+        let dtype = DType::from_code(h.dtype)
+            .ok_or_else(|| bad(format!("unknown dtype code {}", h.dtype)))?;
+        let memory = TensorMemory::from_code(h.memory)
+            .ok_or_else(|| bad(format!("unknown memory code {}", h.memory)))?;
+        let access = access_from_code(h.access)?;
+        let byte_offset = wire::to_usize(h.byte_offset, "byte_offset")?;
+        let buffer_len = wire::to_usize(h.buffer_len, "buffer_len")?;
+        let image = h.image_info()?;
+        let quantization = (h.required & REQUIRES_QUANTIZATION != 0).then_some(Quantization {
+            scale: h.quant_scale,
+            zero_point: h.quant_zero_point,
+        });
+        let has_fence = h.required & REQUIRES_COMPLETION != 0;
+        if has_fence
+            && (h.completion_fd != 1 || memory != TensorMemory::Gpu || h.mode != MODE_REFERENCE)
+        {
+            return Err(bad(format!(
+                "a completion fence must be fd 1 of GPU memory sent by reference (fd index {})",
+                h.completion_fd
+            )));
+        }
+        check_planes(
+            &planes,
+            image.as_ref(),
+            dtype,
+            byte_offset,
+            buffer_len,
+            &shape,
+            &strides,
+        )?;
+        let parts = Parts {
+            offset: byte_offset,
+            shape,
+            strides,
+            image,
+            access,
+            quantization,
+        }
+        .check(dtype.size(), buffer_len)?;
+        let inline = match h.mode {
+            MODE_REFERENCE => None,
+            MODE_INLINE => {
+                if h.fd_count != 0 {
+                    return Err(bad(format!("an inline blob names {} fds", h.fd_count)));
+                }
+                Some(c.take(buffer_len, "the inline data")?)
+            }
+            m => return Err(bad(format!("unknown transport mode {m}"))),
+        };
+        if c.at != blob.len() {
+            return Err(bad(format!(
+                "{} bytes follow the last field",
+                blob.len() - c.at
+            )));
+        }
+        Ok(Described {
+            header: h,
+            dtype,
+            memory,
+            buffer_len,
+            parts,
+            inline,
+        })
+    }
+
+    /// The tensor the blob describes, over `buffer`.
+    fn tensor(self, buffer: Buffer) -> Result<TensorDyn> {
+        for_dtype!(self.dtype, from_parts(buffer, self.parts))
+    }
+}
+
+fn access_from_code(code: u8) -> Result<CpuAccess> {
+    [
+        CpuAccess::None,
+        CpuAccess::Read,
+        CpuAccess::Write,
+        CpuAccess::ReadWrite,
+    ]
+    .into_iter()
+    .find(|a| *a as u8 == code)
+    .ok_or_else(|| bad(format!("unknown CPU access code {code}")))
+}
+
+/// The planes must be exactly what the tensor implies, all in the one buffer, inside it.
+fn check_planes(
+    planes: &[PlaneRecord],
+    image: Option<&ImageInfo>,
+    dtype: DType,
+    byte_offset: usize,
+    buffer_len: usize,
+    shape: &[usize],
+    strides: &[usize],
+) -> Result<()> {
+    let expected = match image {
+        Some(info) => plane_records_of(info, dtype.size(), byte_offset)?,
+        None => {
+            let extent = crate::geometry::extent(shape, strides, dtype.size())
+                .map_err(|_| bad("the tensor's extent overflows"))?;
+            vec![PlaneRecord {
+                fd_index: 0,
+                offset: byte_offset as u64,
+                row_stride: 0,
+                size: extent as u64,
+            }]
+        }
+    };
+    if planes.iter().any(|p| p.fd_index != 0) {
+        return Err(bad(
+            "a plane names an fd other than the first; multi-buffer tensors are not supported",
+        ));
+    }
+    if planes != expected.as_slice() {
+        return Err(bad(format!(
+            "the plane table {planes:?} disagrees with the tensor, which implies {expected:?}"
+        )));
+    }
+    for p in planes {
+        if p.offset
+            .checked_add(p.size)
+            .is_none_or(|end| end > buffer_len as u64)
+        {
+            return Err(bad(format!(
+                "a plane at {} of {} bytes runs past the {buffer_len}-byte buffer",
+                p.offset, p.size
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn inline_buffer(data: &[u8]) -> Result<Buffer> {
+    let buffer = Buffer::allocate(TensorMemory::Mem, data.len(), None)?;
+    let bytes = Tensor::<u8>::over(
+        buffer.clone(),
+        vec![data.len()],
+        vec![1],
+        None,
+        CpuAccess::ReadWrite,
+    );
+    bytes.map_write()?.copy_from_slice(data);
+    Ok(buffer)
+}

@@ -1,0 +1,154 @@
+//! The fd path of the blob (Linux): a tensor's buffer travels as its fd beside the blob, and
+//! GPU memory with its fence. The GPU section is the backend's to fill and to accept
+//! (`GpuMemory::describe`, `GpuDevice::accept_reference`); this file only carries it.
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+use super::wire::GpuFields;
+use super::{
+    bad, inline_buffer, Described, Outgoing, Transport, MODE_REFERENCE, REQUIRES_COMPLETION,
+};
+use crate::backing::Storage;
+use crate::buffer::Buffer;
+use crate::gpu::{GpuMemory, GPU_WAIT};
+use crate::os::same_file;
+use crate::{Element, Error, ImportPolicy, Result, Tensor, TensorDyn, TensorMemory};
+
+/// Writes the blob that describes `tensor`, and the fds that must travel with it (borrowed from
+/// the tensor: send them before it is dropped).
+pub fn export(tensor: &TensorDyn, mode: Transport) -> Result<(Vec<u8>, Vec<BorrowedFd<'_>>)> {
+    match mode {
+        Transport::Inline => Ok((super::export_inline(tensor)?, vec![])),
+        Transport::Reference => each_tensor!(tensor, t => export_reference(t)),
+    }
+}
+
+fn export_reference<T: Element>(t: &Tensor<T>) -> Result<(Vec<u8>, Vec<BorrowedFd<'_>>)> {
+    let fd = t.as_fd().ok_or_else(|| Error::Unavailable {
+        memory: t.memory(),
+        reason:
+            "this memory has no fd to send by reference; export it inline, or allocate it on shm"
+                .into(),
+    })?;
+    let mut fds = vec![fd];
+    let mut out = Outgoing {
+        mode: MODE_REFERENCE,
+        byte_offset: t.byte_offset(),
+        buffer_len: t.buffer_len(),
+        fd_count: 1,
+        gpu: GpuFields::default(),
+        completion: None,
+    };
+    if let Some(mem) = t.buffer.gpu() {
+        let (reference, completion) = mem.describe()?;
+        out.gpu = reference;
+        if let Some((fence, value)) = completion {
+            fds.push(fence);
+            out.completion = Some(value);
+        }
+    }
+    out.fd_count = fds.len();
+    Ok((out.write(t, None)?, fds))
+}
+
+/// Turns a blob and the fds that came with it into a tensor, under the strict
+/// [`ImportPolicy`]: GPU memory by reference is refused, since nothing here says where the fds
+/// came from (see [`import_with`] and the trust model in [`ImportPolicy`]'s module).
+///
+/// Takes every fd: the ones the tensor keeps live as long as it does, the others (and all of
+/// them on an error) are closed before this returns.
+pub fn import(blob: &[u8], fds: Vec<OwnedFd>) -> Result<TensorDyn> {
+    import_with(blob, fds, &ImportPolicy::STRICT)
+}
+
+/// [`import`] under `policy`: what the caller knows of the fds' sender. Everything the blob
+/// says is validated before anything is imported; a completion the sender claims is waited
+/// for through the fence it sent (at most ten seconds), never taken on its word.
+pub fn import_with(blob: &[u8], fds: Vec<OwnedFd>, policy: &ImportPolicy) -> Result<TensorDyn> {
+    let d = Described::read(blob)?;
+    let buffer = match d.inline {
+        Some(data) => {
+            if !fds.is_empty() {
+                return Err(bad(format!("an inline blob came with {} fds", fds.len())));
+            }
+            inline_buffer(data)?
+        }
+        None => reference_buffer(&d, fds, policy)?,
+    };
+    d.tensor(buffer)
+}
+
+fn reference_buffer(
+    d: &Described<'_>,
+    mut fds: Vec<OwnedFd>,
+    policy: &ImportPolicy,
+) -> Result<Buffer> {
+    let (h, memory) = (&d.header, d.memory);
+    if memory == TensorMemory::Gpu && !policy.gpu_memory {
+        return Err(bad(
+            "GPU memory by reference is accepted only from a trusted peer (the driver trusts \
+             the fd's content): handoff::recv accepts it from processes of this user; with \
+             blob::import_with, say ImportPolicy::TRUSTED_PEER when you know the sender",
+        ));
+    }
+    let needed = 1 + (h.required & REQUIRES_COMPLETION != 0) as usize;
+    if h.fd_count != needed || fds.len() != needed {
+        return Err(bad(format!(
+            "a reference blob of this kind needs exactly {needed} fd(s): it names {}, {} arrived",
+            h.fd_count,
+            fds.len()
+        )));
+    }
+    let fence = (needed == 2).then(|| fds.pop()).flatten();
+    let Some(fd) = fds.pop() else {
+        return Err(bad("the memory fd is missing"));
+    };
+    if memory == TensorMemory::Gpu {
+        return gpu_buffer(d, fd, fence);
+    }
+    if !matches!(memory, TensorMemory::Shm | TensorMemory::DmaBuf) {
+        return Err(bad(format!(
+            "a reference blob of {memory} memory cannot be imported by fd"
+        )));
+    }
+    let buffer = Buffer::import(fd, d.buffer_len, policy)?;
+    if buffer.memory() != memory {
+        return Err(bad(format!(
+            "the blob says {memory} but the fd is {}",
+            buffer.memory()
+        )));
+    }
+    Ok(buffer)
+}
+
+/// Imports GPU memory on this process's device, once the sender's last write has completed.
+///
+/// The device accepts the GPU section first (its device, a fence of the kind it exports),
+/// and the completion is waited for on the CPU through that fence, bounded: a value the
+/// sender chose never lands on this process's timeline. A pooled buffer seen before reuses its
+/// import only when the fd sent is provably the same file as the one the import holds; the
+/// identity the blob claims alone proves nothing.
+fn gpu_buffer(d: &Described<'_>, fd: OwnedFd, fence: Option<OwnedFd>) -> Result<Buffer> {
+    let g = &d.header.gpu;
+    let completion = crate::gpu::device()?.accept_reference(g.device_uuid, g.driver_uuid, fence)?;
+    let cached = Buffer::find_gpu(&g.producer).filter(|b| {
+        b.len() == d.buffer_len
+            && b.gpu().is_some_and(|m| {
+                m.allocation_size() == g.allocation_size
+                    && m.fd().is_some_and(|ours| same_file(ours, fd.as_fd()))
+            })
+    });
+    let buffer = match cached {
+        Some(b) => b, // `fd` is dropped: it is the very file our import holds
+        None => {
+            let mem = GpuMemory::import(fd, g.allocation_size, d.buffer_len, g.producer)?;
+            let b = Buffer::new(Storage::Gpu(mem))?;
+            b.remember_gpu();
+            b
+        }
+    };
+    if let Some(timeline) = completion {
+        timeline.wait(d.header.completion_value, GPU_WAIT)?;
+    }
+    Ok(buffer)
+}

@@ -1,0 +1,495 @@
+//! The bytes of a blob: the fixed header's field table, and the checked reader and writer of
+//! everything the blob says. Nothing here touches an fd or a device, so it compiles, and is
+//! fuzzed, on every platform.
+
+use super::{
+    bad, KNOWN_REQUIREMENTS, MAGIC, MAX_FDS, MAX_PLANES, MAX_RANK, REQUIRES_COMPLETION,
+    REQUIRES_IMAGE, REQUIRES_QUANTIZATION, VERSION,
+};
+use crate::gpu::{GpuOrigin, GpuReference};
+use crate::image::ImageInfo;
+use crate::{PixelFormat, Result, TensorMemory};
+
+/// A field of the fixed header: its name and offset, its width in the type. The writer can
+/// only put `N` bytes there and the reader only gets `N` back, so the two cannot disagree on a
+/// width; their offsets and the doc table are checked against [`FIELDS`] by the tests below.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Field<const N: usize> {
+    pub name: &'static str,
+    pub at: usize,
+}
+
+/// Declares each header field once, and [`FIELDS`], the table in order.
+macro_rules! header_fields {
+    ($($id:ident: $n:literal @ $at:literal = $name:literal;)*) => {
+        $(pub(super) const $id: Field<$n> = Field { name: $name, at: $at };)*
+        /// Every header field in order, as `(name, offset, size)`: the one source the writer,
+        /// the reader and the format table in the module docs are checked against.
+        #[cfg(test)]
+        pub(super) const FIELDS: &[(&str, usize, usize)] = &[$(($name, $at, $n)),*];
+    };
+}
+
+header_fields! {
+    F_MAGIC: 4 @ 0 = "magic";
+    F_VERSION: 2 @ 4 = "version";
+    F_HEADER_LEN: 2 @ 6 = "header_len";
+    F_TOTAL_LEN: 4 @ 8 = "total_len";
+    F_REQUIRED: 4 @ 12 = "required";
+    F_DTYPE: 1 @ 16 = "dtype";
+    F_MEMORY: 1 @ 17 = "memory";
+    F_MODE: 1 @ 18 = "mode";
+    F_RANK: 1 @ 19 = "rank";
+    F_FORMAT: 1 @ 20 = "format";
+    F_ACCESS: 1 @ 21 = "access";
+    F_PLANE_COUNT: 1 @ 22 = "plane_count";
+    F_FD_COUNT: 1 @ 23 = "fd_count";
+    F_BYTE_OFFSET: 8 @ 24 = "byte_offset";
+    F_BUFFER_LEN: 8 @ 32 = "buffer_len";
+    F_WIDTH: 8 @ 40 = "width";
+    F_HEIGHT: 8 @ 48 = "height";
+    F_ROW_STRIDE: 8 @ 56 = "row_stride";
+    F_QUANT_SCALE: 4 @ 64 = "quant_scale";
+    F_QUANT_ZERO_POINT: 4 @ 68 = "quant_zero_point";
+    F_COMPLETION_FD: 4 @ 72 = "completion_fd";
+    F_RESERVED_76: 4 @ 76 = "reserved";
+    F_COMPLETION_VALUE: 8 @ 80 = "completion_value";
+    F_RESERVED_88: 8 @ 88 = "reserved";
+    F_DEVICE_UUID: 16 @ 96 = "device_uuid";
+    F_DRIVER_UUID: 16 @ 112 = "driver_uuid";
+    F_ALLOCATION_SIZE: 8 @ 128 = "allocation_size";
+    F_PRODUCER_PID: 4 @ 136 = "producer_pid";
+    F_RESERVED_140: 4 @ 140 = "reserved";
+    F_PRODUCER_START: 8 @ 144 = "producer_start";
+    F_PRODUCER_SERIAL: 8 @ 152 = "producer_serial";
+    F_PRODUCER_SEMAPHORE: 8 @ 160 = "producer_semaphore";
+}
+
+/// Length of the v1 fixed header: where the table ends.
+pub(super) const V1_HEADER_LEN: usize = 168;
+/// Bytes of one plane record.
+pub(super) const PLANE_LEN: usize = 32;
+/// Fence index of "no completion fence".
+pub(super) const NO_FENCE: u32 = u32::MAX;
+
+/// What a GPU buffer sent by reference says of itself (all zero otherwise).
+pub(super) type GpuFields = GpuReference;
+
+/// The fixed header, as written or read.
+#[derive(Debug, Default)]
+pub(super) struct Header {
+    pub header_len: usize,
+    pub total_len: usize,
+    pub required: u32,
+    pub dtype: u8,
+    pub memory: u8,
+    pub mode: u8,
+    pub rank: usize,
+    pub format: u8,
+    pub access: u8,
+    pub plane_count: usize,
+    pub fd_count: usize,
+    pub byte_offset: u64,
+    pub buffer_len: u64,
+    pub width: u64,
+    pub height: u64,
+    pub row_stride: u64,
+    pub quant_scale: f32,
+    pub quant_zero_point: i32,
+    pub completion_fd: u32,
+    pub completion_value: u64,
+    pub gpu: GpuFields,
+}
+
+/// One plane record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct PlaneRecord {
+    pub fd_index: u32,
+    pub offset: u64,
+    pub row_stride: u64,
+    pub size: u64,
+}
+
+/// Puts `value` at field `f` of a header.
+fn put<const N: usize>(h: &mut [u8; V1_HEADER_LEN], f: Field<N>, value: [u8; N]) {
+    h[f.at..f.at + N].copy_from_slice(&value);
+}
+
+impl Header {
+    /// The header's bytes (v1: `header_len` is always [`V1_HEADER_LEN`] when written).
+    pub(super) fn write(&self) -> [u8; V1_HEADER_LEN] {
+        let mut h = [0u8; V1_HEADER_LEN];
+        put(&mut h, F_MAGIC, MAGIC);
+        put(&mut h, F_VERSION, VERSION.to_le_bytes());
+        put(&mut h, F_HEADER_LEN, (V1_HEADER_LEN as u16).to_le_bytes());
+        put(&mut h, F_TOTAL_LEN, (self.total_len as u32).to_le_bytes());
+        put(&mut h, F_REQUIRED, self.required.to_le_bytes());
+        put(&mut h, F_DTYPE, [self.dtype]);
+        put(&mut h, F_MEMORY, [self.memory]);
+        put(&mut h, F_MODE, [self.mode]);
+        put(&mut h, F_RANK, [self.rank as u8]);
+        put(&mut h, F_FORMAT, [self.format]);
+        put(&mut h, F_ACCESS, [self.access]);
+        put(&mut h, F_PLANE_COUNT, [self.plane_count as u8]);
+        put(&mut h, F_FD_COUNT, [self.fd_count as u8]);
+        put(&mut h, F_BYTE_OFFSET, self.byte_offset.to_le_bytes());
+        put(&mut h, F_BUFFER_LEN, self.buffer_len.to_le_bytes());
+        put(&mut h, F_WIDTH, self.width.to_le_bytes());
+        put(&mut h, F_HEIGHT, self.height.to_le_bytes());
+        put(&mut h, F_ROW_STRIDE, self.row_stride.to_le_bytes());
+        put(&mut h, F_QUANT_SCALE, self.quant_scale.to_le_bytes());
+        put(
+            &mut h,
+            F_QUANT_ZERO_POINT,
+            self.quant_zero_point.to_le_bytes(),
+        );
+        put(&mut h, F_COMPLETION_FD, self.completion_fd.to_le_bytes());
+        put(
+            &mut h,
+            F_COMPLETION_VALUE,
+            self.completion_value.to_le_bytes(),
+        );
+        put(&mut h, F_DEVICE_UUID, self.gpu.device_uuid);
+        put(&mut h, F_DRIVER_UUID, self.gpu.driver_uuid);
+        put(
+            &mut h,
+            F_ALLOCATION_SIZE,
+            self.gpu.allocation_size.to_le_bytes(),
+        );
+        put(&mut h, F_PRODUCER_PID, self.gpu.producer.pid.to_le_bytes());
+        put(
+            &mut h,
+            F_PRODUCER_START,
+            self.gpu.producer.start_time.to_le_bytes(),
+        );
+        put(
+            &mut h,
+            F_PRODUCER_SERIAL,
+            self.gpu.producer.serial.to_le_bytes(),
+        );
+        // The reserved fields and producer_semaphore stay 0 (see the format table).
+        h
+    }
+
+    /// Reads the fixed header and checks everything it can say on its own.
+    pub(super) fn read(bytes: &[u8]) -> Result<Header> {
+        let r = Reader(bytes);
+        if r.get(F_MAGIC)? != MAGIC {
+            return Err(bad("not an hwtensor blob (bad magic)"));
+        }
+        let version = u16::from_le_bytes(r.get(F_VERSION)?);
+        if version != VERSION {
+            return Err(bad(format!(
+                "version {version} is not the version {VERSION} this reader understands"
+            )));
+        }
+        let header_len = u16::from_le_bytes(r.get(F_HEADER_LEN)?) as usize;
+        let total_len = u32::from_le_bytes(r.get(F_TOTAL_LEN)?) as usize;
+        if header_len < V1_HEADER_LEN {
+            return Err(bad(format!(
+                "header_len {header_len} is below the {V1_HEADER_LEN}-byte v1 header"
+            )));
+        }
+        if total_len != bytes.len() {
+            return Err(bad(format!(
+                "total_len says {total_len} bytes, {} arrived",
+                bytes.len()
+            )));
+        }
+        let h = Header {
+            header_len,
+            total_len,
+            required: r.u32(F_REQUIRED)?,
+            dtype: r.u8(F_DTYPE)?,
+            memory: r.u8(F_MEMORY)?,
+            mode: r.u8(F_MODE)?,
+            rank: r.u8(F_RANK)? as usize,
+            format: r.u8(F_FORMAT)?,
+            access: r.u8(F_ACCESS)?,
+            plane_count: r.u8(F_PLANE_COUNT)? as usize,
+            fd_count: r.u8(F_FD_COUNT)? as usize,
+            byte_offset: r.u64(F_BYTE_OFFSET)?,
+            buffer_len: r.u64(F_BUFFER_LEN)?,
+            width: r.u64(F_WIDTH)?,
+            height: r.u64(F_HEIGHT)?,
+            row_stride: r.u64(F_ROW_STRIDE)?,
+            quant_scale: f32::from_le_bytes(r.get(F_QUANT_SCALE)?),
+            quant_zero_point: i32::from_le_bytes(r.get(F_QUANT_ZERO_POINT)?),
+            completion_fd: r.u32(F_COMPLETION_FD)?,
+            completion_value: r.u64(F_COMPLETION_VALUE)?,
+            gpu: GpuFields {
+                device_uuid: r.get(F_DEVICE_UUID)?,
+                driver_uuid: r.get(F_DRIVER_UUID)?,
+                allocation_size: r.u64(F_ALLOCATION_SIZE)?,
+                producer: GpuOrigin {
+                    pid: r.u32(F_PRODUCER_PID)?,
+                    start_time: r.u64(F_PRODUCER_START)?,
+                    serial: r.u64(F_PRODUCER_SERIAL)?,
+                },
+            },
+        };
+        // Reserved fields must be zero: a writer that fills them is one this reader does not
+        // understand, and silently ignoring what it meant is how misreads happen. The
+        // semaphore word of early v1 writers is ignored (see the format table).
+        let reserved = [
+            r.u32(F_RESERVED_76)? as u64,
+            r.u64(F_RESERVED_88)?,
+            r.u32(F_RESERVED_140)? as u64,
+        ];
+        if reserved != [0; 3] {
+            return Err(bad("reserved header fields are not zero"));
+        }
+        let producer_semaphore = r.u64(F_PRODUCER_SEMAPHORE)?;
+        h.check(producer_semaphore)?;
+        Ok(h)
+    }
+
+    /// The checks that tie header fields to each other and to the limits.
+    fn check(&self, producer_semaphore: u64) -> Result<()> {
+        let gpu_reference = self.memory == TensorMemory::Gpu.code() && self.mode == 0;
+        if !gpu_reference && (self.gpu != GpuFields::default() || producer_semaphore != 0) {
+            return Err(bad(
+                "GPU fields are set on a blob that is not GPU memory by reference",
+            ));
+        }
+        if self.required & !KNOWN_REQUIREMENTS != 0 {
+            return Err(bad(format!(
+                "written by a newer hwtensor: it requires features {:#x} this reader does not know",
+                self.required & !KNOWN_REQUIREMENTS
+            )));
+        }
+        if self.required & REQUIRES_QUANTIZATION == 0
+            && (self.quant_scale.to_bits() != 0 || self.quant_zero_point != 0)
+        {
+            return Err(bad(
+                "quantization fields are set without the quantization bit",
+            ));
+        }
+        if self.required & REQUIRES_COMPLETION == 0
+            && (self.completion_fd != NO_FENCE || self.completion_value != 0)
+        {
+            return Err(bad("completion fields are set without the completion bit"));
+        }
+        if self.required & REQUIRES_IMAGE == 0
+            && (self.width, self.height, self.row_stride) != (0, 0, 0)
+        {
+            return Err(bad("image fields are set without the image bit"));
+        }
+        if self.rank > MAX_RANK {
+            return Err(bad(format!(
+                "rank {} is past the maximum of {MAX_RANK}",
+                self.rank
+            )));
+        }
+        if self.plane_count == 0 || self.plane_count > MAX_PLANES {
+            return Err(bad(format!(
+                "{} planes (1 to {MAX_PLANES} allowed)",
+                self.plane_count
+            )));
+        }
+        if self.fd_count > MAX_FDS {
+            return Err(bad(format!(
+                "{} fds (at most {MAX_FDS} allowed)",
+                self.fd_count
+            )));
+        }
+        Ok(())
+    }
+
+    /// The image the header describes, if it is one.
+    pub(super) fn image_info(&self) -> Result<Option<ImageInfo>> {
+        let is_image = self.required & REQUIRES_IMAGE != 0;
+        if is_image != (self.format != 0) {
+            return Err(bad("the image bit and the pixel format disagree"));
+        }
+        if !is_image {
+            return Ok(None);
+        }
+        let format = PixelFormat::from_code(self.format)
+            .ok_or_else(|| bad(format!("unknown pixel format code {}", self.format)))?;
+        Ok(Some(ImageInfo {
+            format,
+            width: to_usize(self.width, "width")?,
+            height: to_usize(self.height, "height")?,
+            row_stride: to_usize(self.row_stride, "row_stride")?,
+        }))
+    }
+}
+
+/// Header fields read by the table, bounds-checked.
+struct Reader<'a>(&'a [u8]);
+
+impl Reader<'_> {
+    fn get<const N: usize>(&self, f: Field<N>) -> Result<[u8; N]> {
+        self.0
+            .get(f.at..f.at + N)
+            .and_then(|s| s.try_into().ok())
+            .ok_or_else(|| {
+                bad(format!(
+                    "truncated: {} needs {N} bytes at offset {}, the blob has {}",
+                    f.name,
+                    f.at,
+                    self.0.len()
+                ))
+            })
+    }
+    fn u8(&self, f: Field<1>) -> Result<u8> {
+        self.get(f).map(|[b]| b)
+    }
+    fn u32(&self, f: Field<4>) -> Result<u32> {
+        self.get(f).map(u32::from_le_bytes)
+    }
+    fn u64(&self, f: Field<8>) -> Result<u64> {
+        self.get(f).map(u64::from_le_bytes)
+    }
+}
+
+/// A bounds-checked little-endian reader of what follows the header.
+pub(super) struct Cursor<'a> {
+    pub bytes: &'a [u8],
+    pub at: usize,
+}
+
+impl<'a> Cursor<'a> {
+    pub(super) fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8]> {
+        let end = self.at.checked_add(n).filter(|&e| e <= self.bytes.len());
+        let end = end.ok_or_else(|| {
+            bad(format!(
+                "truncated: {what} needs {n} bytes at offset {}, the blob has {}",
+                self.at,
+                self.bytes.len()
+            ))
+        })?;
+        let s = &self.bytes[self.at..end];
+        self.at = end;
+        Ok(s)
+    }
+    fn u32(&mut self, what: &str) -> Result<u32> {
+        let b = self.take(4, what)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+    fn u64(&mut self, what: &str) -> Result<u64> {
+        let mut v = [0u8; 8];
+        v.copy_from_slice(self.take(8, what)?);
+        Ok(u64::from_le_bytes(v))
+    }
+    pub(super) fn usize(&mut self, what: &str) -> Result<usize> {
+        let v = self.u64(what)?;
+        to_usize(v, what)
+    }
+    pub(super) fn plane(&mut self) -> Result<PlaneRecord> {
+        let fd_index = self.u32("a plane's fd index")?;
+        if self.u32("a plane's reserved word")? != 0 {
+            return Err(bad("a plane's reserved word is not zero"));
+        }
+        Ok(PlaneRecord {
+            fd_index,
+            offset: self.u64("a plane offset")?,
+            row_stride: self.u64("a plane row stride")?,
+            size: self.u64("a plane size")?,
+        })
+    }
+}
+
+impl PlaneRecord {
+    /// The record's 32 bytes.
+    pub(super) fn write(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.fd_index.to_le_bytes());
+        out.extend_from_slice(&0u32.to_le_bytes());
+        for v in [self.offset, self.row_stride, self.size] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+}
+
+pub(super) fn to_usize(v: u64, what: &str) -> Result<usize> {
+    usize::try_from(v).map_err(|_| bad(format!("{what} {v} does not fit this machine")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_header_fields_tile_the_v1_header_without_gap_or_overlap() {
+        let mut next = 0;
+        for &(name, at, size) in FIELDS {
+            assert_eq!(
+                at, next,
+                "{name} starts at {at}, the field before ends at {next}"
+            );
+            next = at + size;
+        }
+        assert_eq!(next, V1_HEADER_LEN);
+    }
+
+    #[test]
+    fn the_format_table_in_the_docs_is_the_field_table() {
+        let docs = include_str!("mod.rs");
+        let rows: Vec<(String, usize, usize)> = docs
+            .lines()
+            .filter_map(|l| l.strip_prefix("//! | "))
+            .filter_map(|row| {
+                let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+                let at = cells.first()?.parse().ok()?;
+                let size = cells.get(1)?.parse().ok()?;
+                Some((cells.get(2)?.to_string(), at, size))
+            })
+            .collect();
+        let table: Vec<(String, usize, usize)> = FIELDS
+            .iter()
+            .map(|&(n, a, s)| (n.to_string(), a, s))
+            .collect();
+        assert_eq!(rows, table);
+    }
+
+    #[test]
+    fn a_written_header_reads_back_field_for_field() {
+        let h = Header {
+            total_len: V1_HEADER_LEN,
+            required: REQUIRES_IMAGE | REQUIRES_QUANTIZATION,
+            dtype: 1,
+            memory: TensorMemory::Mem.code(),
+            mode: 1,
+            rank: 3,
+            format: PixelFormat::Rgba.code(),
+            access: 3,
+            plane_count: 1,
+            byte_offset: 5,
+            buffer_len: 6,
+            width: 7,
+            height: 8,
+            row_stride: 9,
+            quant_scale: 0.5,
+            quant_zero_point: -3,
+            completion_fd: NO_FENCE,
+            ..Header::default()
+        };
+        let back = Header::read(&h.write()).unwrap();
+        assert_eq!(
+            format!("{back:?}"),
+            format!(
+                "{:?}",
+                Header {
+                    header_len: V1_HEADER_LEN,
+                    ..h
+                }
+            )
+        );
+    }
+
+    #[test]
+    fn every_truncation_of_a_header_is_refused_with_a_reason() {
+        let h = Header {
+            total_len: V1_HEADER_LEN,
+            plane_count: 1,
+            completion_fd: NO_FENCE,
+            ..Header::default()
+        }
+        .write();
+        for len in 0..V1_HEADER_LEN {
+            let err = Header::read(&h[..len]).unwrap_err();
+            assert!(matches!(err, crate::Error::Blob(_)), "{len}: {err}");
+        }
+    }
+}

@@ -1,0 +1,73 @@
+//! What a Windows tensor does with NT handles, the counterpart of `fd.rs` on Linux: a GPU image
+//! shared with another API or process as its texture's handle plus its completion, and an image
+//! made over such a handle.
+
+use std::os::windows::io::{AsHandle, BorrowedHandle};
+
+use windows::core::Interface;
+use windows::Win32::Graphics::Direct3D11::ID3D11Resource;
+
+use crate::backing::Storage;
+use crate::buffer::Buffer;
+use crate::gpu::{GpuCompletion, GpuMemory, GpuShare, TextureRequest};
+use crate::image::image_geometry;
+use crate::{CpuAccess, Element, Error, ImageInfo, PixelFormat, Result, Tensor};
+
+impl<T: Element> Tensor<T> {
+    /// Shares this GPU image: a new NT handle of its texture plus the completion a consumer
+    /// waits for (no fence where the device has none: the work has then already finished).
+    pub fn share_gpu(&self) -> Result<GpuShare> {
+        let mem = self.buffer.gpu().ok_or_else(|| {
+            Error::InvalidOperation(format!(
+                "only GPU tensors have a texture to share; this one is {}",
+                self.memory()
+            ))
+        })?;
+        let texture = mem.share()?;
+        let value = mem.device().signal()?;
+        Ok(GpuShare {
+            texture,
+            completion: mem.device().completion(value),
+        })
+    }
+
+    /// A `w`x`h` GPU image over a texture another API or process shared (`share_gpu` on the
+    /// other side): opens the NT handle (which stays the caller's), checks the texture is that
+    /// image, and queues a GPU wait for the completion where it carries a fence.
+    pub fn image_from_gpu_share(
+        texture: BorrowedHandle<'_>,
+        completion: &GpuCompletion,
+        w: usize,
+        h: usize,
+        format: PixelFormat,
+        access: CpuAccess,
+    ) -> Result<Self> {
+        let req = TextureRequest {
+            format,
+            width: w,
+            height: h,
+            dtype: T::DTYPE,
+            batch: 1,
+        };
+        let mem = GpuMemory::open_shared(texture, &req)?;
+        if let Some(fence) = &completion.fence {
+            mem.device()
+                .wait_on_gpu(fence.as_handle(), completion.value)?;
+        }
+        let stride = mem.pitch();
+        let (shape, strides) = image_geometry(None, format, w, h, T::DTYPE.size(), stride)?;
+        let buffer = Buffer::new(Storage::Gpu(mem))?;
+        let info = ImageInfo {
+            format,
+            width: w,
+            height: h,
+            row_stride: stride,
+        };
+        Ok(Self::over(buffer, shape, strides, Some(info), access))
+    }
+
+    /// The texture under this GPU image, for D3D11 or ANGLE work on the process device.
+    pub fn d3d11_texture(&self) -> Option<ID3D11Resource> {
+        self.buffer.gpu().and_then(|m| m.texture().cast().ok())
+    }
+}
