@@ -6,7 +6,7 @@
 //! through CPU maps.
 
 use crate::gpu::{self, CopyPlan, Placement};
-use crate::map::Direction;
+use crate::Direction;
 use crate::{Element, Error, Result, Tensor};
 
 impl<T: Element> Tensor<T> {

@@ -8,7 +8,6 @@
 
 #[cfg(target_os = "linux")]
 use std::os::fd::BorrowedFd;
-use std::sync::Weak;
 
 #[cfg(target_os = "linux")]
 use crate::{Error, Result};
@@ -24,7 +23,7 @@ pub enum BufferIdentity {
         ino: u64,
     },
     /// A heap buffer of this process: its base address. Addresses are reused after a free, so
-    /// pair a heap identity with a [`BufferLiveness`] before trusting a cache hit.
+    /// pair a heap identity with a [`BufferLiveness`](crate::BufferLiveness) before trusting a cache hit.
     Heap {
         /// The buffer's base address.
         addr: usize,
@@ -56,18 +55,5 @@ impl BufferIdentity {
 
     pub(crate) fn heap(addr: usize) -> Self {
         BufferIdentity::Heap { addr }
-    }
-}
-
-/// A weak handle that tells whether a buffer is still alive, without keeping it alive.
-///
-/// A cache stores one next to each entry and drops the entry once the buffer is gone.
-#[derive(Clone, Debug)]
-pub struct BufferLiveness(pub(crate) Weak<crate::buffer::BufferInner>);
-
-impl BufferLiveness {
-    /// Whether any tensor over the buffer still exists.
-    pub fn is_alive(&self) -> bool {
-        self.0.strong_count() > 0
     }
 }

@@ -1,10 +1,10 @@
 //! Images: tensors that also know their pixel format, size and row stride.
 
+use crate::buffer::allocate_choosing;
 use crate::format::Plane;
 use crate::geometry::{byte_strides, element_count, extent};
 use crate::gpu::TextureRequest;
 use crate::memory::Purpose;
-use crate::tensor::allocate;
 use crate::{CpuAccess, Element, Error, PixelFormat, Result, Tensor, TensorMemory};
 
 /// Row pitch alignment of images on memory a device imports (DMA-BUF, GPU).
@@ -119,7 +119,7 @@ impl<T: Element> Tensor<T> {
         };
         let bytes =
             |m| geometry(m).and_then(|((shape, strides), _)| extent(&shape, &strides, elem));
-        let (buffer, chosen) = allocate(Purpose::Image, memory, bytes, Some(&texture))?;
+        let (buffer, chosen) = allocate_choosing(Purpose::Image, memory, bytes, Some(&texture))?;
         let ((shape, strides), row_stride) = geometry(chosen)?;
         let info = ImageInfo {
             format,

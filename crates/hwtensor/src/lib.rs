@@ -17,6 +17,7 @@
 #[macro_use]
 mod macros;
 
+mod access;
 mod backing;
 pub mod blob;
 mod buffer;
@@ -50,14 +51,16 @@ mod tensor;
 mod tensor_dyn;
 mod timeline;
 
+pub use access::{CpuAccess, Direction};
+pub use buffer::BufferLiveness;
 pub use dtype::{DType, Element};
 pub use error::{Error, GpuErrorKind, Result};
 pub use format::{Layout, PixelFormat, Plane};
-pub use identity::{BufferIdentity, BufferLiveness};
+pub use identity::BufferIdentity;
 pub use image::{ImageInfo, IMAGE_PITCH_ALIGN};
 pub use map::{
-    CpuAccess, Direction, MapDirection, MapRead, MapReadWrite, MapWrite, ReadOnly, ReadWrite,
-    TensorMap, Writable, WriteOnly,
+    MapDirection, MapRead, MapReadWrite, MapWrite, ReadOnly, ReadWrite, TensorMap, Writable,
+    WriteOnly,
 };
 pub use memory::{TensorMemory, FORCE_MEM_ENV};
 #[cfg(target_os = "linux")]

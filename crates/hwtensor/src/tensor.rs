@@ -2,12 +2,12 @@
 
 use std::marker::PhantomData;
 
-use crate::buffer::Buffer;
+use crate::buffer::{allocate_choosing, Buffer};
 use crate::geometry::{byte_strides, element_count, extent};
-use crate::gpu::TextureRequest;
-use crate::identity::{BufferIdentity, BufferLiveness};
+use crate::identity::BufferIdentity;
 use crate::image::ImageInfo;
-use crate::memory::{auto_candidates, force_mem_requested, Purpose};
+use crate::memory::Purpose;
+use crate::BufferLiveness;
 use crate::{CpuAccess, Element, Error, Result, TensorMemory};
 
 /// A tensor of `T` over heap, shared or DMA memory.
@@ -50,7 +50,7 @@ impl<T: Element> Tensor<T> {
             .ok_or_else(|| {
                 Error::Shape(format!("{shape:?} of {} overflows usize bytes", T::DTYPE))
             })?;
-        let buffer = allocate(Purpose::Plain, memory, |_| Ok(bytes), None)?.0;
+        let buffer = allocate_choosing(Purpose::Plain, memory, |_| Ok(bytes), None)?.0;
         Ok(Self::over(
             buffer,
             shape.to_vec(),
@@ -311,37 +311,4 @@ pub(crate) fn import_access(buffer: &Buffer) -> CpuAccess {
     } else {
         CpuAccess::Read
     }
-}
-
-/// Allocates a buffer of `bytes(memory)` on `memory`, or on the first automatic candidate that
-/// is available and succeeds.
-///
-/// Automatic selection falls through on allocation failure as well as on absence: a board whose
-/// CMA pool is exhausted still gets a tensor, on the next backing.
-pub(crate) fn allocate(
-    purpose: Purpose,
-    memory: Option<TensorMemory>,
-    bytes: impl Fn(TensorMemory) -> Result<usize>,
-    texture: Option<&TextureRequest>,
-) -> Result<(Buffer, TensorMemory)> {
-    if let Some(m) = memory {
-        return Ok((Buffer::allocate(m, bytes(m)?, texture)?, m));
-    }
-    let mut last = None;
-    for &m in auto_candidates(purpose, force_mem_requested()) {
-        if !m.is_available() {
-            continue;
-        }
-        match Buffer::allocate(m, bytes(m)?, texture) {
-            Ok(b) => return Ok((b, m)),
-            Err(e) => {
-                log::debug!("automatic selection: {m} failed ({e}), trying the next backing");
-                last = Some(e);
-            }
-        }
-    }
-    Err(last.unwrap_or_else(|| Error::Unavailable {
-        memory: TensorMemory::Mem,
-        reason: "no backing could be allocated".into(),
-    }))
 }

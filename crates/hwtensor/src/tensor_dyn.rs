@@ -2,8 +2,9 @@
 
 use half::f16;
 
-use crate::identity::{BufferIdentity, BufferLiveness};
+use crate::identity::BufferIdentity;
 use crate::image::ImageInfo;
+use crate::BufferLiveness;
 use crate::{CpuAccess, DType, Element, Error, PixelFormat, Region, Result, Tensor, TensorMemory};
 
 /// A tensor of any [`DType`].

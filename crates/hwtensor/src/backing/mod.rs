@@ -19,7 +19,7 @@ pub(crate) use unix::{dmabuf, FdMapping};
 
 use crate::gpu::{self, GpuCpuAccess, GpuMemory, TextureRequest};
 use crate::identity::BufferIdentity;
-use crate::map::Direction;
+use crate::Direction;
 use crate::{Error, Result, TensorMemory};
 
 pub(crate) use mem::HeapBlock;

@@ -1,12 +1,13 @@
 //! [`Buffer`]: one backing allocation shared by a tensor and all its views and batches.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, Weak};
 
 use crate::backing::{CpuAccessGuard, Storage};
 use crate::gpu::{CopySide, GpuMemory, HostBytes, HostImport, TextureRequest};
-use crate::identity::{BufferIdentity, BufferLiveness};
-use crate::map::Direction;
+use crate::identity::BufferIdentity;
+use crate::memory::{auto_candidates, force_mem_requested, Purpose};
+use crate::Direction;
 use crate::{Error, Result, TensorMemory};
 
 // What only Unix buffers do: fds, the Vulkan host import, weak handles for the import cache.
@@ -201,4 +202,50 @@ impl Drop for Claim<'_> {
             self.maps.fetch_sub(1, Ordering::Release);
         }
     }
+}
+
+/// A weak handle that tells whether a buffer is still alive, without keeping it alive.
+///
+/// A cache stores one next to each entry and drops the entry once the buffer is gone.
+#[derive(Clone, Debug)]
+pub struct BufferLiveness(pub(crate) Weak<BufferInner>);
+
+impl BufferLiveness {
+    /// Whether any tensor over the buffer still exists.
+    pub fn is_alive(&self) -> bool {
+        self.0.strong_count() > 0
+    }
+}
+
+/// Allocates a buffer of `bytes(memory)` on `memory`, or on the first automatic candidate that
+/// is available and succeeds.
+///
+/// Automatic selection falls through on allocation failure as well as on absence: a board whose
+/// CMA pool is exhausted still gets a tensor, on the next backing.
+pub(crate) fn allocate_choosing(
+    purpose: Purpose,
+    memory: Option<TensorMemory>,
+    bytes: impl Fn(TensorMemory) -> Result<usize>,
+    texture: Option<&TextureRequest>,
+) -> Result<(Buffer, TensorMemory)> {
+    if let Some(m) = memory {
+        return Ok((Buffer::allocate(m, bytes(m)?, texture)?, m));
+    }
+    let mut last = None;
+    for &m in auto_candidates(purpose, force_mem_requested()) {
+        if !m.is_available() {
+            continue;
+        }
+        match Buffer::allocate(m, bytes(m)?, texture) {
+            Ok(b) => return Ok((b, m)),
+            Err(e) => {
+                log::debug!("automatic selection: {m} failed ({e}), trying the next backing");
+                last = Some(e);
+            }
+        }
+    }
+    Err(last.unwrap_or_else(|| Error::Unavailable {
+        memory: TensorMemory::Mem,
+        reason: "no backing could be allocated".into(),
+    }))
 }

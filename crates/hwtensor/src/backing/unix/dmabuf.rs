@@ -15,7 +15,7 @@ use std::sync::OnceLock;
 use rustix::fs::{Mode, OFlags};
 use rustix::ioctl::{opcode, Opcode, Setter, Updater};
 
-use crate::map::Direction;
+use crate::Direction;
 use crate::{Error, Result, TensorMemory};
 
 /// Where the kernel exposes its dma-heaps.
