@@ -3,11 +3,11 @@
 //!
 //! Input layout: a control byte (bit 0: a memfd comes with the blob, its size in 64-byte units
 //! in the next two bytes; bit 1: that memfd allows sealing, as a peer's should), then the blob.
-//! The blob's last bytes double as knobs for the views and batch items tried.
+//! The blob's last bytes double as knobs for the views and batch items tried. Off Linux there
+//! are no fds: the memfd is left out and the blob goes through the inline import, so the same
+//! corpus exercises the wire format on every platform.
 
-use std::os::fd::OwnedFd;
-
-use hwtensor::blob::{export, import, Transport};
+use hwtensor::blob::{export_inline, import_inline};
 use hwtensor::{f16, DType, Element, Region, Tensor, TensorDyn, TensorMemory};
 
 /// Imports `data` as described above and, when that succeeds, uses the tensor.
@@ -15,16 +15,9 @@ pub fn receive(data: &[u8]) {
     let Some((&control, rest)) = data.split_first() else {
         return;
     };
-    let mut fds = Vec::new();
-    let mut blob = rest;
-    if control & 1 == 1 && rest.len() >= 2 {
-        fds.push(memfd(
-            u16::from_le_bytes([rest[0], rest[1]]),
-            control & 2 == 2,
-        ));
-        blob = &rest[2..];
-    }
-    let Ok(t) = import(blob, fds) else {
+    let with_fd = control & 1 == 1 && rest.len() >= 2;
+    let blob = if with_fd { &rest[2..] } else { rest };
+    let Ok(t) = import(blob, with_fd.then_some((rest, control & 2 == 2))) else {
         return;
     };
     let knobs = &blob[blob.len().saturating_sub(8)..];
@@ -43,7 +36,24 @@ pub fn receive(data: &[u8]) {
     }
 }
 
-fn memfd(units: u16, sealable: bool) -> OwnedFd {
+/// Imports `blob` with the memfd `fd` describes (its size in the first two bytes, whether it is
+/// sealable), where this platform has fds.
+#[cfg(target_os = "linux")]
+fn import(blob: &[u8], fd: Option<(&[u8], bool)>) -> hwtensor::Result<TensorDyn> {
+    let fds = fd
+        .map(|(size, sealable)| memfd(u16::from_le_bytes([size[0], size[1]]), sealable))
+        .into_iter()
+        .collect();
+    hwtensor::blob::import(blob, fds)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn import(blob: &[u8], _fd: Option<(&[u8], bool)>) -> hwtensor::Result<TensorDyn> {
+    import_inline(blob)
+}
+
+#[cfg(target_os = "linux")]
+fn memfd(units: u16, sealable: bool) -> std::os::fd::OwnedFd {
     let mut flags = rustix::fs::MemfdFlags::CLOEXEC;
     if sealable {
         flags |= rustix::fs::MemfdFlags::ALLOW_SEALING;
@@ -88,8 +98,13 @@ fn use_as<T: Element>(t: &TensorDyn, knobs: &[u8]) {
         let _ = t.copy_from(&copy);
     }
     let t: TensorDyn = t.clone().into();
-    for mode in [Transport::Inline, Transport::Reference] {
-        if let Ok((bytes, fds)) = export(&t, mode) {
+    if let Ok(bytes) = export_inline(&t) {
+        let _ = import_inline(&bytes);
+    }
+    #[cfg(target_os = "linux")]
+    {
+        use hwtensor::blob::{export, import, Transport};
+        if let Ok((bytes, fds)) = export(&t, Transport::Reference) {
             let fds = fds
                 .iter()
                 .filter_map(|f| f.try_clone_to_owned().ok())

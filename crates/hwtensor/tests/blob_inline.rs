@@ -1,0 +1,139 @@
+//! The blob's wire format on every platform (this file runs under Wine too): inline round
+//! trips, and hostile or truncated inline blobs refused without a panic.
+
+#[path = "../fuzz/src/receiver.rs"]
+mod receiver;
+
+use hwtensor::blob::{self, HEADER_LEN};
+use hwtensor::{
+    CpuAccess, DType, PixelFormat, Quantization, Region, Tensor, TensorDyn, TensorMemory,
+};
+
+fn numbered_image() -> Tensor<u8> {
+    let t = Tensor::<u8>::image(
+        16,
+        8,
+        PixelFormat::Rgba,
+        Some(TensorMemory::Mem),
+        CpuAccess::ReadWrite,
+    )
+    .unwrap();
+    for (i, b) in t.map_write().unwrap().iter_mut().enumerate() {
+        *b = (i % 251) as u8;
+    }
+    t
+}
+
+#[test]
+fn a_heap_tensor_travels_inline_with_its_bytes_only() {
+    let t = numbered_image();
+    let view = t.view(Region::new(8, 4, 8, 4)).unwrap();
+    let d: TensorDyn = view.clone().into();
+    let bytes = blob::export_inline(&d).unwrap();
+    assert!(
+        bytes.len() < HEADER_LEN + 512,
+        "only the view's extent travels, not the whole image"
+    );
+    let got = blob::import_inline(&bytes).unwrap();
+    assert_eq!(got.memory(), TensorMemory::Mem);
+    assert_eq!(got.byte_offset(), 0);
+    assert_eq!(
+        got.as_tensor::<u8>().unwrap().to_vec().unwrap(),
+        view.to_vec().unwrap()
+    );
+}
+
+#[test]
+fn every_format_round_trips_inline() {
+    for format in PixelFormat::ALL {
+        let t = TensorDyn::image(
+            8,
+            5,
+            format,
+            DType::U8,
+            Some(TensorMemory::Mem),
+            CpuAccess::ReadWrite,
+        )
+        .unwrap();
+        let got = blob::import_inline(&blob::export_inline(&t).unwrap()).unwrap();
+        assert_eq!(got.shape(), t.shape(), "{format}");
+    }
+}
+
+#[test]
+fn dtype_access_and_quantization_survive_an_inline_trip() {
+    let mut t = Tensor::<i8>::new(&[3, 4, 5, 2], Some(TensorMemory::Mem)).unwrap();
+    t.set_quantization(Some(Quantization {
+        scale: 0.25,
+        zero_point: -3,
+    }));
+    let batch: TensorDyn = t.batch(2).unwrap().into();
+    let got = blob::import_inline(&blob::export_inline(&batch).unwrap()).unwrap();
+    assert_eq!((got.dtype(), got.shape()), (DType::I8, &[4usize, 5, 2][..]));
+    assert_eq!(got.quantization(), batch.quantization());
+    let f = TensorDyn::image(
+        6,
+        4,
+        PixelFormat::PlanarRgb,
+        DType::F32,
+        Some(TensorMemory::Mem),
+        CpuAccess::Read,
+    )
+    .unwrap();
+    let got = blob::import_inline(&blob::export_inline(&f).unwrap()).unwrap();
+    assert_eq!((got.dtype(), got.access()), (DType::F32, CpuAccess::Read));
+    assert_eq!(got.image_info(), f.image_info());
+}
+
+#[test]
+fn an_inline_blob_cut_short_at_any_byte_is_refused() {
+    let bytes = blob::export_inline(&numbered_image().into()).unwrap();
+    for len in 0..bytes.len() {
+        assert!(
+            blob::import_inline(&bytes[..len]).is_err(),
+            "accepted {len} bytes"
+        );
+    }
+}
+
+#[test]
+fn every_hostile_value_in_every_header_and_array_word_of_an_inline_blob_is_refused() {
+    let bytes = blob::export_inline(&numbered_image().into()).unwrap();
+    // The header, then shape, strides and the one plane record; the data after them is free.
+    let described = HEADER_LEN + 2 * 8 * 3 + 32;
+    let hostile = [1u32, 2, 0x7fff_ffff, 0x8000_0000, 0xffff_fffe, u32::MAX];
+    let mut tried = 0;
+    for at in (0..described).step_by(4) {
+        for v in hostile {
+            let mut b = bytes.clone();
+            b[at..at + 4].copy_from_slice(&v.to_le_bytes());
+            if b == bytes {
+                continue;
+            }
+            tried += 1;
+            let result = blob::import_inline(&b);
+            assert!(result.is_err(), "word at {at} set to {v:#x} was accepted");
+        }
+    }
+    assert!(tried > 150, "{tried} mutations");
+}
+
+#[test]
+fn a_reference_blob_is_refused_by_the_inline_import_by_name() {
+    let mut bytes = blob::export_inline(&numbered_image().into()).unwrap();
+    bytes[18] = 0; // the mode byte: reference
+    let err = blob::import_inline(&bytes).unwrap_err();
+    assert!(matches!(err, hwtensor::Error::Blob(_)), "{err}");
+}
+
+/// Inputs the fuzzer once crashed on, replayed the way the fuzz target reads and uses them.
+#[test]
+fn inputs_the_fuzzer_found_are_refused_without_a_panic_on_every_platform() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz-regressions");
+    let mut replayed = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        receiver::receive(&std::fs::read(entry.unwrap().path()).unwrap());
+        replayed += 1;
+    }
+    assert!(replayed > 0, "the regression corpus is empty");
+}
