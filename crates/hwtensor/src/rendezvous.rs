@@ -10,6 +10,8 @@
 
 use std::fmt::Debug;
 
+use crate::Result;
+
 /// What a reader found in a record.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Found<P> {
@@ -49,7 +51,7 @@ pub(crate) trait DeviceMaker {
     type Device;
     /// Makes a device of this copy (or takes the host's), sharing the record's counter and lock
     /// when there is a record.
-    fn own(record: Option<&'static Self::Record>) -> Result<Self::Device, String>;
+    fn own(record: Option<&'static Self::Record>) -> Result<Self::Device>;
     /// Adopts the device another copy of this process published. The state machine passes
     /// only what the backend's own [`RecordLayout::read`] returned as [`Found::Ours`]: a record
     /// it proved names this very process, so the handles are live here (a dead process's would
@@ -57,7 +59,7 @@ pub(crate) trait DeviceMaker {
     fn adopt(
         record: &'static Self::Record,
         p: &<Self::Record as RecordLayout>::Published,
-    ) -> Result<Self::Device, String>;
+    ) -> Result<Self::Device>;
     /// What to publish for `device`.
     fn published(device: &Self::Device) -> <Self::Record as RecordLayout>::Published;
     /// Destroys a device this copy built and never published.
@@ -66,9 +68,7 @@ pub(crate) trait DeviceMaker {
 
 /// The process device, met through `record`: adopted, published, or (when the record cannot
 /// be trusted) our own.
-pub(crate) fn adopt_or_publish<M: DeviceMaker>(
-    record: &'static M::Record,
-) -> Result<M::Device, String> {
+pub(crate) fn adopt_or_publish<M: DeviceMaker>(record: &'static M::Record) -> Result<M::Device> {
     match record.read() {
         Found::Ours(p) => M::adopt(record, &p),
         Found::Empty => publish_or_adopt::<M>(record, M::Record::EMPTY_STATE),
@@ -94,7 +94,7 @@ pub(crate) fn adopt_or_publish<M: DeviceMaker>(
 fn publish_or_adopt<M: DeviceMaker>(
     record: &'static M::Record,
     expected: u64,
-) -> Result<M::Device, String> {
+) -> Result<M::Device> {
     let device = M::own(Some(record))?;
     if record.publish(expected, &M::published(&device)) {
         record.on_published();
@@ -163,10 +163,10 @@ mod tests {
     impl DeviceMaker for Fake {
         type Record = FakeRecord;
         type Device = (u64, &'static str);
-        fn own(_: Option<&'static FakeRecord>) -> Result<(u64, &'static str), String> {
+        fn own(_: Option<&'static FakeRecord>) -> Result<(u64, &'static str)> {
             Ok((MADE.fetch_add(1, Ordering::SeqCst) as u64 + 100, "own"))
         }
-        fn adopt(_: &'static FakeRecord, p: &u64) -> Result<(u64, &'static str), String> {
+        fn adopt(_: &'static FakeRecord, p: &u64) -> Result<(u64, &'static str)> {
             Ok((*p, "adopted"))
         }
         fn published(d: &(u64, &'static str)) -> u64 {

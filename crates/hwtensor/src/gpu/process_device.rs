@@ -74,25 +74,50 @@ pub enum Origin {
 }
 
 /// This copy's process device: made on first use, kept (and leaked: it lives as long as the
-/// process) or, on failure, the failure's text kept, so later calls answer at once.
-pub(crate) struct DeviceCell<T: 'static>(OnceLock<std::result::Result<&'static T, String>>);
+/// process) or, on failure, the failure's kind and text kept, so later calls answer at once
+/// with the same error.
+pub(crate) struct DeviceCell<T: 'static>(OnceLock<std::result::Result<&'static T, Failure>>);
+
+/// A failed device creation, kept: its kind and its words.
+#[derive(Debug)]
+struct Failure {
+    kind: crate::GpuErrorKind,
+    message: String,
+}
+
+impl Failure {
+    fn of(e: Error) -> Failure {
+        match e {
+            Error::Gpu { kind, message } => Failure { kind, message },
+            other => Failure {
+                kind: crate::GpuErrorKind::Unsupported,
+                message: other.to_string(),
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
 
 impl<T> DeviceCell<T> {
     pub(crate) const fn new() -> Self {
         DeviceCell(OnceLock::new())
     }
 
-    /// The device, made by `init` on the first call; a failure is the same text every time.
-    pub(crate) fn get_or_init(
-        &self,
-        init: impl FnOnce() -> std::result::Result<T, String>,
-    ) -> Result<&'static T> {
-        match self
-            .0
-            .get_or_init(|| init().map(|d| &*Box::leak(Box::new(d))))
-        {
+    /// The device, made by `init` on the first call; a failure is the same error every time.
+    pub(crate) fn get_or_init(&self, init: impl FnOnce() -> Result<T>) -> Result<&'static T> {
+        let made = self.0.get_or_init(|| {
+            init()
+                .map(|d| &*Box::leak(Box::new(d)))
+                .map_err(Failure::of)
+        });
+        match made {
             Ok(d) => Ok(d),
-            Err(e) => Err(Error::gpu(crate::GpuErrorKind::Unsupported, e.clone())),
+            Err(f) => Err(Error::gpu(f.kind, f.message.clone())),
         }
     }
 

@@ -129,7 +129,7 @@ fn link_name(fd: BorrowedFd<'_>) -> Option<String> {
 }
 
 /// The backing an fd on filesystem `magic` with file type `kind` can be, or why none.
-pub(crate) fn classify(magic: u32, kind: FileType) -> std::result::Result<TensorMemory, String> {
+fn classify(magic: u32, kind: FileType) -> std::result::Result<TensorMemory, String> {
     match magic {
         DMA_BUF_MAGIC => Ok(TensorMemory::DmaBuf),
         TMPFS_MAGIC | HUGETLBFS_MAGIC if kind == FileType::RegularFile => Ok(TensorMemory::Shm),

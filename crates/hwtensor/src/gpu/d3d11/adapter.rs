@@ -85,9 +85,14 @@ impl AdapterInfo {
     }
 }
 
-pub(crate) fn factory() -> Result<IDXGIFactory1, String> {
+pub(crate) fn factory() -> crate::Result<IDXGIFactory1> {
     // SAFETY: a plain factory creation.
-    unsafe { CreateDXGIFactory1() }.map_err(|e| format!("CreateDXGIFactory1 failed: {e}"))
+    unsafe { CreateDXGIFactory1() }.map_err(|e| {
+        crate::Error::gpu(
+            crate::GpuErrorKind::Unsupported,
+            format!("CreateDXGIFactory1 failed: {e}"),
+        )
+    })
 }
 
 /// Every adapter DXGI lists, in its order (the first is the default).

@@ -14,6 +14,8 @@ use windows::Win32::Graphics::Direct3D11::{
 use windows::Win32::Graphics::Dxgi::IDXGIAdapter;
 
 use super::adapter::{self, AdapterChoice, AdapterInfo, ADAPTER_ENV};
+use super::hr_kind;
+use crate::{Error, GpuErrorKind, Result};
 
 /// The environment variable that turns on the D3D11 debug layer.
 pub const DEBUG_ENV: &str = "HWTENSOR_GPU_DEBUG";
@@ -54,7 +56,7 @@ pub(crate) fn debug_requested() -> bool {
 
 /// Selects the adapter `HWTENSOR_GPU_ADAPTER` names and climbs down the ladder until a device
 /// is made.
-pub(crate) fn create() -> Result<Created, String> {
+pub(crate) fn create() -> Result<Created> {
     let choice = AdapterChoice::parse(std::env::var(ADAPTER_ENV).ok().as_deref());
     let factory = adapter::factory()?;
     let list = adapter::enumerate(&factory);
@@ -65,7 +67,10 @@ pub(crate) fn create() -> Result<Created, String> {
         (None, _) => (None, D3D_DRIVER_TYPE_HARDWARE),
     };
     let debug = debug_requested();
-    let mut last = String::from("no rung of the creation ladder was tried");
+    let mut last = Error::gpu(
+        GpuErrorKind::Unsupported,
+        "no rung of the creation ladder was tried",
+    );
     for (tier, flags) in LADDER.iter().enumerate() {
         let attempt = try_create(adapter.as_ref(), driver, *flags, debug).or_else(|e| {
             if !debug {
@@ -90,8 +95,9 @@ pub(crate) fn create() -> Result<Created, String> {
             Err(e) => last = e,
         }
     }
-    Err(format!(
-        "D3D11CreateDevice failed on every rung of the ladder; last: {last}"
+    Err(Error::gpu(
+        last.gpu_kind().unwrap_or(GpuErrorKind::Unsupported),
+        format!("D3D11CreateDevice failed on every rung of the ladder; last: {last}"),
     ))
 }
 
@@ -100,7 +106,7 @@ fn try_create(
     driver: D3D_DRIVER_TYPE,
     flags: D3D11_CREATE_DEVICE_FLAG,
     debug: bool,
-) -> Result<(ID3D11Device, D3D_FEATURE_LEVEL), String> {
+) -> Result<(ID3D11Device, D3D_FEATURE_LEVEL)> {
     let flags = if debug {
         flags | D3D11_CREATE_DEVICE_DEBUG
     } else {
@@ -121,10 +127,13 @@ fn try_create(
             None,
         )
     }
-    .map_err(|e| format!("flags {:#x}: {e}", flags.0))?;
-    device
-        .map(|d| (d, level))
-        .ok_or_else(|| "D3D11CreateDevice succeeded without a device".into())
+    .map_err(|e| Error::gpu(hr_kind(&e), format!("flags {:#x}: {e}", flags.0)))?;
+    device.map(|d| (d, level)).ok_or_else(|| {
+        Error::gpu(
+            GpuErrorKind::Driver,
+            "D3D11CreateDevice succeeded without a device",
+        )
+    })
 }
 
 fn fallback_info(driver: D3D_DRIVER_TYPE) -> AdapterInfo {

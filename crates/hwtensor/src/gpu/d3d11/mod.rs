@@ -89,10 +89,14 @@ struct Interfaces {
 }
 
 impl Interfaces {
-    fn query(device: ID3D11Device) -> std::result::Result<Interfaces, String> {
+    fn query(device: ID3D11Device) -> Result<Interfaces> {
         // SAFETY: a query of a live device.
-        let context = unsafe { device.GetImmediateContext() }
-            .map_err(|e| format!("the device has no immediate context: {e}"))?;
+        let context = unsafe { device.GetImmediateContext() }.map_err(|e| {
+            Error::gpu(
+                hr_kind(&e),
+                format!("the device has no immediate context: {e}"),
+            )
+        })?;
         let warn = |what: &str, loses: &str| {
             log::warn!("hwtensor: the D3D11 device has no {what}; {loses}");
         };
@@ -229,8 +233,7 @@ pub fn device() -> Result<&'static GpuDevice> {
 
 /// Every adapter DXGI lists.
 pub fn adapters() -> Result<Vec<AdapterInfo>> {
-    let factory =
-        adapter::factory().map_err(|e| Error::gpu(crate::GpuErrorKind::Unsupported, e))?;
+    let factory = adapter::factory()?;
     Ok(adapter::enumerate(&factory)
         .into_iter()
         .map(|(_, i)| i)
@@ -270,7 +273,7 @@ pub unsafe fn use_external_device(ext: ExternalDevice) -> Result<()> {
     Ok(())
 }
 
-fn init() -> std::result::Result<GpuDevice, String> {
+fn init() -> Result<GpuDevice> {
     let pid = std::process::id();
     let record = match record::open_record(pid) {
         Ok(r) => r,
@@ -289,11 +292,11 @@ impl crate::rendezvous::DeviceMaker for D3d11 {
     type Record = Record;
     type Device = GpuDevice;
 
-    fn own(record: Option<&'static Record>) -> std::result::Result<GpuDevice, String> {
+    fn own(record: Option<&'static Record>) -> Result<GpuDevice> {
         own_device(record)
     }
 
-    fn adopt(record: &'static Record, p: &Published) -> std::result::Result<GpuDevice, String> {
+    fn adopt(record: &'static Record, p: &Published) -> Result<GpuDevice> {
         adopt(record, p)
     }
 
@@ -308,7 +311,7 @@ impl crate::rendezvous::DeviceMaker for D3d11 {
 
 /// A device of this copy: the host's, if installed, else a new one. Its counter is the
 /// record's when there is a record to share.
-fn own_device(record: Option<&'static Record>) -> std::result::Result<GpuDevice, String> {
+fn own_device(record: Option<&'static Record>) -> Result<GpuDevice> {
     let shared = record.map_or_else(TimelineWords::private, fence::words_in_record);
     let external = EXTERNAL.lock().ok().and_then(|mut e| e.take());
     let (ifaces, info, flags, tier, level, origin) = match external {
@@ -374,15 +377,20 @@ fn unknown_adapter() -> AdapterInfo {
 }
 
 /// A shared fence starting at `initial` with its NT handle, where the device can make one.
-fn make_fence(ifaces: &Interfaces, initial: u64) -> std::result::Result<Option<Fence>, String> {
+fn make_fence(ifaces: &Interfaces, initial: u64) -> Result<Option<Fence>> {
     let (Some(device5), Some(context)) = (&ifaces.device5, &ifaces.context4) else {
         return Ok(None);
     };
     let mut fence: Option<ID3D11Fence> = None;
     // SAFETY: an out-pointer to a local.
     unsafe { device5.CreateFence(initial, D3D11_FENCE_FLAG_SHARED, &mut fence) }
-        .map_err(|e| format!("CreateFence failed: {e}"))?;
-    let fence = fence.ok_or("CreateFence succeeded without a fence")?;
+        .map_err(|e| Error::gpu(hr_kind(&e), format!("CreateFence failed: {e}")))?;
+    let fence = fence.ok_or_else(|| {
+        Error::gpu(
+            crate::GpuErrorKind::Driver,
+            "CreateFence succeeded without a fence",
+        )
+    })?;
     // SAFETY: a shareable fence; the handle is kept for the life of the process.
     let shared_handle = unsafe { fence.CreateSharedHandle(None, GENERIC_ALL.0, None) }
         .map_err(|e| {
@@ -397,16 +405,24 @@ fn make_fence(ifaces: &Interfaces, initial: u64) -> std::result::Result<Option<F
 }
 
 /// Adopts the device another copy published, after `QueryInterface` says it is one.
-fn adopt(record: &'static Record, p: &Published) -> std::result::Result<GpuDevice, String> {
+fn adopt(record: &'static Record, p: &Published) -> Result<GpuDevice> {
     let raw = p.device as usize as *mut c_void;
     if raw.is_null() {
-        return Err("the published GPU device record is incomplete".into());
+        return Err(Error::gpu(
+            crate::GpuErrorKind::Driver,
+            "the published GPU device record is incomplete",
+        ));
     }
     // SAFETY: a pointer published by a copy in this very process (the record is named after
     // it and dies with it), which holds its reference for the life of the process.
     let device = unsafe { ID3D11Device::from_raw_borrowed(&raw) }
         .and_then(|d| d.cast::<ID3D11Device>().ok())
-        .ok_or("the published device does not answer QueryInterface for ID3D11Device")?;
+        .ok_or_else(|| {
+            Error::gpu(
+                crate::GpuErrorKind::Driver,
+                "the published device does not answer QueryInterface for ID3D11Device",
+            )
+        })?;
     let ifaces = Interfaces::query(device)?;
     let info = adapter::of_device(&ifaces.device).unwrap_or_else(unknown_adapter);
     // SAFETY: a query of a live device.
@@ -424,11 +440,7 @@ fn adopt(record: &'static Record, p: &Published) -> std::result::Result<GpuDevic
 
 /// The published fence, opened from its NT handle; a copy that cannot open it signals a
 /// private fence and exports nothing, so a value is never paired with the wrong fence.
-fn adopt_fence(
-    ifaces: &Interfaces,
-    record: &'static Record,
-    handle: u64,
-) -> std::result::Result<Timeline, String> {
+fn adopt_fence(ifaces: &Interfaces, record: &'static Record, handle: u64) -> Result<Timeline> {
     let shared = fence::words_in_record(record);
     let (Some(device5), Some(context)) = (&ifaces.device5, &ifaces.context4) else {
         return Ok(Timeline {
@@ -459,8 +471,9 @@ fn adopt_fence(
             log::warn!("hwtensor: cannot open the published fence; this copy signals a private one and exports none");
             let mut fence: Option<ID3D11Fence> = None;
             // SAFETY: an out-pointer to a local.
-            unsafe { device5.CreateFence(0, D3D11_FENCE_FLAG_NONE, &mut fence) }
-                .map_err(|e| format!("creating a private fence failed: {e}"))?;
+            unsafe { device5.CreateFence(0, D3D11_FENCE_FLAG_NONE, &mut fence) }.map_err(|e| {
+                Error::gpu(hr_kind(&e), format!("creating a private fence failed: {e}"))
+            })?;
             Ok(Timeline {
                 fence: fence.map(|fence| Fence {
                     fence,

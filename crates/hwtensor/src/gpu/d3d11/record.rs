@@ -16,6 +16,7 @@ use windows::Win32::System::Memory::{
 };
 
 use crate::claim::{CLAIMING, EMPTY};
+use crate::{Error, Result};
 
 /// The layout version this copy writes and trusts ("HW", D3D11 record 1).
 pub(crate) const LAYOUT_V1: u32 = 0x4857_D301;
@@ -123,7 +124,7 @@ pub fn record_name(pid: u32) -> String {
 
 /// Opens (creating if needed) and maps this process's record. `Err` is a reason to warn about:
 /// the device still works, other copies just will not find it.
-pub(crate) fn open_record(pid: u32) -> Result<&'static Record, String> {
+pub(crate) fn open_record(pid: u32) -> Result<&'static Record> {
     let name = record_name(pid);
     // SAFETY: a pagefile-backed mapping with a valid, NUL-terminated name; the handle is
     // deliberately never closed, so the record lives exactly as long as this process.
@@ -137,14 +138,14 @@ pub(crate) fn open_record(pid: u32) -> Result<&'static Record, String> {
             &HSTRING::from(name.as_str()),
         )
     }
-    .map_err(|e| format!("cannot create {name}: {e}"))?;
+    .map_err(|e| Error::InvalidOperation(format!("cannot create {name}: {e}")))?;
     // SAFETY: a live mapping handle of at least RECORD_BYTES; the view is never unmapped.
     let view = unsafe { MapViewOfFile(mapping, FILE_MAP_ALL_ACCESS, 0, 0, RECORD_BYTES as usize) };
     if view.Value.is_null() {
-        return Err(format!(
+        return Err(Error::InvalidOperation(format!(
             "cannot map {name}: {}",
             windows::core::Error::from_thread()
-        ));
+        )));
     }
     // SAFETY: the view is page aligned, RECORD_BYTES long (>= size_of::<Record>()), shared by
     // every copy, zero-filled when new (all-zero is a valid Record of atomics), never unmapped.

@@ -7,7 +7,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use ash::vk;
 
 use super::adapter::{select, AdapterChoice, AdapterInfo};
-use super::Features;
+use super::{vk_kind, Features};
+use crate::{Error, GpuErrorKind, Result};
 
 /// The environment variable that turns on the Khronos validation layer.
 pub const DEBUG_ENV: &str = "HWTENSOR_GPU_DEBUG";
@@ -58,12 +59,13 @@ pub(crate) fn debug_requested() -> bool {
 }
 
 /// Loads libvulkan at run time: a machine without it gets an error, not a failed link.
-pub(crate) fn load_entry() -> Result<ash::Entry, String> {
+pub(crate) fn load_entry() -> Result<ash::Entry> {
     // SAFETY: loading the system Vulkan loader runs its initialisers, which is what it is for.
-    unsafe { ash::Entry::load() }.map_err(|e| format!("no Vulkan loader (libvulkan.so.1): {e}"))
+    unsafe { ash::Entry::load() }
+        .map_err(|e| unsupported(format!("no Vulkan loader (libvulkan.so.1): {e}")))
 }
 
-pub(crate) fn create_instance(entry: &ash::Entry, debug: bool) -> Result<ash::Instance, String> {
+pub(crate) fn create_instance(entry: &ash::Entry, debug: bool) -> Result<ash::Instance> {
     // SAFETY: plain queries on a loaded entry.
     let layers = unsafe { entry.enumerate_instance_layer_properties() }.unwrap_or_default();
     let has_validation = layers
@@ -91,7 +93,7 @@ pub(crate) fn create_instance(entry: &ash::Entry, debug: bool) -> Result<ash::In
         .enabled_extension_names(&ext_names);
     // SAFETY: every pointer in `info` refers to locals that outlive the call.
     unsafe { entry.create_instance(&info, None) }
-        .map_err(|e| format!("vkCreateInstance failed: {e}"))
+        .map_err(|e| Error::gpu(vk_kind(e), format!("vkCreateInstance failed: {e}")))
 }
 
 unsafe extern "system" fn on_validation_message(
@@ -140,10 +142,14 @@ fn create_messenger(
 /// Every adapter this instance sees.
 pub(crate) fn enumerate(
     instance: &ash::Instance,
-) -> Result<Vec<(vk::PhysicalDevice, AdapterInfo)>, String> {
+) -> Result<Vec<(vk::PhysicalDevice, AdapterInfo)>> {
     // SAFETY: a plain query on a live instance.
-    let physicals = unsafe { instance.enumerate_physical_devices() }
-        .map_err(|e| format!("vkEnumeratePhysicalDevices failed: {e}"))?;
+    let physicals = unsafe { instance.enumerate_physical_devices() }.map_err(|e| {
+        Error::gpu(
+            vk_kind(e),
+            format!("vkEnumeratePhysicalDevices failed: {e}"),
+        )
+    })?;
     Ok(physicals
         .into_iter()
         .map(|p| (p, AdapterInfo::query(instance, p)))
@@ -151,7 +157,7 @@ pub(crate) fn enumerate(
 }
 
 /// Creates the process device on the adapter `HWTENSOR_GPU_ADAPTER` selects.
-pub(crate) fn create() -> Result<Created, String> {
+pub(crate) fn create() -> Result<Created> {
     let entry = load_entry()?;
     let debug = debug_requested();
     let instance = create_instance(&entry, debug)?;
@@ -192,27 +198,27 @@ type Built = (
     Features,
 );
 
-fn build_device(instance: &ash::Instance) -> Result<Built, String> {
+fn build_device(instance: &ash::Instance) -> Result<Built> {
     let adapters = enumerate(instance)?;
     let infos: Vec<AdapterInfo> = adapters.iter().map(|(_, i)| i.clone()).collect();
-    let index =
-        select(&AdapterChoice::from_env(), &infos).ok_or("no Vulkan adapter on this machine")?;
+    let index = select(&AdapterChoice::from_env(), &infos)
+        .ok_or_else(|| unsupported("no Vulkan adapter on this machine"))?;
     let (physical, info) = adapters[index].clone();
     if info.api_version < MINIMUM_API || !has_timeline_semaphores(instance, physical) {
-        return Err(format!(
+        return Err(unsupported(format!(
             "{} has no timeline semaphores (Vulkan 1.2), which hwtensor needs",
             info.label()
-        ));
+        )));
     }
     let queue_family = main_queue_family(instance, physical)
-        .ok_or_else(|| format!("{} has no compute queue", info.label()))?;
+        .ok_or_else(|| unsupported(format!("{} has no compute queue", info.label())))?;
     let families = QueueFamilies {
         main: queue_family,
         transfer: transfer_queue_family(instance, physical),
     };
     let supported = supported_optional(instance, physical);
     let sync2 = info.api_version >= vk::API_VERSION_1_3 && has_synchronization2(instance, physical);
-    let mut last_error = String::new();
+    let mut last_error = vk::Result::ERROR_INITIALIZATION_FAILED;
     for tier in 0..=supported.len() {
         let enabled = &supported[..supported.len() - tier];
         match create_logical(instance, physical, families, enabled, sync2) {
@@ -232,14 +238,22 @@ fn build_device(instance: &ash::Instance) -> Result<Built, String> {
                 log::warn!(
                     "device creation at tier {tier} failed ({e}); dropping an optional extension"
                 );
-                last_error = e.to_string();
+                last_error = e;
             }
         }
     }
-    Err(format!(
-        "vkCreateDevice failed on {} even with no optional extensions: {last_error}",
-        info.label()
+    Err(Error::gpu(
+        vk_kind(last_error),
+        format!(
+            "vkCreateDevice failed on {} even with no optional extensions: {last_error}",
+            info.label()
+        ),
     ))
+}
+
+/// A device this machine cannot give us: no loader, no adapter, a missing capability.
+fn unsupported(message: impl Into<String>) -> Error {
+    Error::gpu(GpuErrorKind::Unsupported, message)
 }
 
 fn has_timeline_semaphores(instance: &ash::Instance, physical: vk::PhysicalDevice) -> bool {

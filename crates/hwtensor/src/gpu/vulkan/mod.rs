@@ -142,13 +142,12 @@ pub fn device() -> Result<&'static GpuDevice> {
 
 /// Every adapter this machine's Vulkan sees.
 pub fn adapters() -> Result<Vec<AdapterInfo>> {
-    let unsupported = |e| Error::gpu(crate::GpuErrorKind::Unsupported, e);
-    let entry = create::load_entry().map_err(unsupported)?;
-    let instance = create::create_instance(&entry, false).map_err(unsupported)?;
+    let entry = create::load_entry()?;
+    let instance = create::create_instance(&entry, false)?;
     let list = create::enumerate(&instance).map(|v| v.into_iter().map(|(_, i)| i).collect());
     // SAFETY: the instance has no children and nothing else holds it.
     unsafe { instance.destroy_instance(None) };
-    list.map_err(|e| Error::gpu(crate::GpuErrorKind::Driver, e))
+    list
 }
 
 /// Installs the host's device as the process device. Call it before anything calls
@@ -224,7 +223,7 @@ fn check_device_answers(instance: &ash::Instance, device: vk::Device) -> Result<
     Ok(())
 }
 
-fn init() -> std::result::Result<GpuDevice, String> {
+fn init() -> Result<GpuDevice> {
     record::sweep_dead_records();
     let key = ProcessKey::current();
     let record = match key.map(|k| record::open_record(k.pid)) {
@@ -251,11 +250,11 @@ impl crate::rendezvous::DeviceMaker for Vulkan {
     type Record = Record;
     type Device = GpuDevice;
 
-    fn own(record: Option<&'static Record>) -> std::result::Result<GpuDevice, String> {
+    fn own(record: Option<&'static Record>) -> Result<GpuDevice> {
         own_device(record)
     }
 
-    fn adopt(record: &'static Record, p: &Published) -> std::result::Result<GpuDevice, String> {
+    fn adopt(record: &'static Record, p: &Published) -> Result<GpuDevice> {
         // SAFETY: the state machine passes only what `Record::read_as` returned as `Ours`, after
         // checking the record names this process by pid and start time.
         unsafe { adopt(record, p) }
@@ -272,7 +271,7 @@ impl crate::rendezvous::DeviceMaker for Vulkan {
 
 /// A device of this copy: the host's, if installed, else a new one. Its timeline uses the
 /// record's counter and lock when there is a record to share.
-fn own_device(record: Option<&'static Record>) -> std::result::Result<GpuDevice, String> {
+fn own_device(record: Option<&'static Record>) -> Result<GpuDevice> {
     let shared = record.map_or_else(TimelineWords::private, words_in_record);
     let external = EXTERNAL.lock().ok().and_then(|mut e| e.take());
     let (
@@ -338,9 +337,12 @@ fn own_device(record: Option<&'static Record>) -> std::result::Result<GpuDevice,
     let exportable =
         features.has(Features::EXTERNAL_SEMAPHORE_FD) && timeline_exportable(&instance, physical);
     let semaphore = create_semaphore(&device, shared.last(), exportable).map_err(|e| {
-        format!(
-            "creating the timeline semaphore on {} failed: {e}",
-            info.label()
+        Error::gpu(
+            vk_kind(e),
+            format!(
+                "creating the timeline semaphore on {} failed: {e}",
+                info.label()
+            ),
         )
     })?;
     let mut dev = GpuDevice::assemble(
@@ -364,9 +366,12 @@ fn own_device(record: Option<&'static Record>) -> std::result::Result<GpuDevice,
 ///
 /// # Safety
 /// `p` must come from a record that names this process.
-unsafe fn adopt(record: &'static Record, p: &Published) -> std::result::Result<GpuDevice, String> {
+unsafe fn adopt(record: &'static Record, p: &Published) -> Result<GpuDevice> {
     if p.get_instance_proc_addr == 0 || p.device == 0 {
-        return Err("the published GPU device record is incomplete".into());
+        return Err(Error::gpu(
+            crate::GpuErrorKind::Driver,
+            "the published GPU device record is incomplete",
+        ));
     }
     // SAFETY: a non-zero function pointer published by a copy in this process.
     let gipa: vk::PFN_vkGetInstanceProcAddr = unsafe {
@@ -395,8 +400,12 @@ unsafe fn adopt(record: &'static Record, p: &Published) -> std::result::Result<G
         )
     } else {
         // No shared semaphore to open: signal a private one, and never export it.
-        let s = create_semaphore(&device, 0, false)
-            .map_err(|e| format!("creating a private timeline failed: {e}"))?;
+        let s = create_semaphore(&device, 0, false).map_err(|e| {
+            Error::gpu(
+                vk_kind(e),
+                format!("creating a private timeline failed: {e}"),
+            )
+        })?;
         Timeline::new(s, TimelineWords::private(), false)
     };
     let queue = (vk::Queue::from_raw(p.queue), p.queue_family);
@@ -482,8 +491,8 @@ impl GpuDevice {
         features: Features,
         origin: Origin,
         mut timeline: Timeline,
-    ) -> std::result::Result<GpuDevice, String> {
-        let pool_err = |e| format!("creating a command pool failed: {e}");
+    ) -> Result<GpuDevice> {
+        let pool_err = |e| Error::gpu(vk_kind(e), format!("creating a command pool failed: {e}"));
         let work = submit::Work::new(&device, queue_family).map_err(pool_err)?;
         let transfer = match transfer {
             Some((q, family)) => Some(submit::Lane {

@@ -26,6 +26,7 @@ use crate::claim::claim_word;
 pub(crate) use crate::claim::{CLAIMING, EMPTY};
 use crate::os::pid_namespace;
 pub(crate) use crate::os::ProcessKey;
+use crate::{Error, Result};
 
 /// The layout version this copy writes and trusts (2: the claim word carries the claimer).
 pub(crate) const LAYOUT_V2: u32 = 0x4857_0002;
@@ -201,12 +202,15 @@ pub(crate) fn record_name(pid: u32) -> String {
 
 /// Opens (creating if needed) and maps this process's record. `Err` is a reason to warn about:
 /// the device still works, other copies just will not find it.
-pub(crate) fn open_record(pid: u32) -> Result<&'static Record, String> {
+pub(crate) fn open_record(pid: u32) -> Result<&'static Record> {
     let fd = open_checked(&record_name(pid))?;
     let map = memmap2::MmapOptions::new()
         .len(RECORD_BYTES)
         .map_raw(&fd)
-        .map_err(|e| format!("cannot map the GPU rendezvous: {e}"))?;
+        .map_err(|e| Error::Os {
+            op: "mmap of the GPU rendezvous",
+            source: e,
+        })?;
     let ptr = map.as_mut_ptr().cast::<Record>();
     // The mapping lives as long as the process: every `&'static` below depends on it.
     std::mem::forget(map);
@@ -218,7 +222,7 @@ pub(crate) fn open_record(pid: u32) -> Result<&'static Record, String> {
 /// Opens `name` under [`SHM_DIR`] without following links, creating it exclusively when it is
 /// not there, and checks that it is a record we made: a regular file of our uid, mode 0600,
 /// one link, at most a page. Sized to a page (the same size, so never truncating a live one).
-fn open_checked(name: &str) -> Result<std::os::fd::OwnedFd, String> {
+fn open_checked(name: &str) -> Result<std::os::fd::OwnedFd> {
     use rustix::fs::{Mode, OFlags};
     let path = format!("{SHM_DIR}/{name}");
     let base = OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC;
@@ -227,25 +231,29 @@ fn open_checked(name: &str) -> Result<std::os::fd::OwnedFd, String> {
         Err(rustix::io::Errno::EXIST) => rustix::fs::open(&path, base, mode),
         other => other,
     }
-    .map_err(|e| format!("cannot open {path} (a symlink there is refused): {e}"))?;
-    let st = rustix::fs::fstat(&fd).map_err(|e| format!("cannot stat {path}: {e}"))?;
+    .map_err(|e| {
+        Error::Fd(format!(
+            "cannot open {path} (a symlink there is refused): {e}"
+        ))
+    })?;
+    let st = rustix::fs::fstat(&fd).map_err(|e| Error::Fd(format!("cannot stat {path}: {e}")))?;
     let me = rustix::process::geteuid().as_raw();
     let regular = rustix::fs::FileType::from_raw_mode(st.st_mode).is_file();
     if !regular || st.st_uid != me || st.st_mode & 0o077 != 0 || st.st_nlink != 1 {
-        return Err(format!(
+        return Err(Error::Fd(format!(
             "{path} is not an owner-only record of uid {me} (uid {}, mode {:o}, {} links); not trusted",
             st.st_uid, st.st_mode, st.st_nlink
-        ));
+        )));
     }
     if st.st_size as u64 > RECORD_BYTES as u64 {
-        return Err(format!(
+        return Err(Error::Fd(format!(
             "{path} holds {} bytes, more than a record; not ours",
             st.st_size
-        ));
+        )));
     }
     if (st.st_size as usize) < RECORD_BYTES {
         rustix::fs::ftruncate(&fd, RECORD_BYTES as u64)
-            .map_err(|e| format!("cannot size {path}: {e}"))?;
+            .map_err(|e| Error::Fd(format!("cannot size {path}: {e}")))?;
     }
     Ok(fd)
 }
@@ -470,7 +478,7 @@ mod tests {
         let link = TestName::new("link");
         std::os::unix::fs::symlink(target.path(), link.path()).unwrap();
         let err = open_checked(&link.0).unwrap_err();
-        assert!(err.contains("symlink"), "{err}");
+        assert!(err.to_string().contains("symlink"), "{err}");
         assert_eq!(std::fs::read(target.path()).unwrap(), b"precious");
     }
 
@@ -480,12 +488,16 @@ mod tests {
         let open = TestName::new("open");
         std::fs::write(open.path(), b"").unwrap();
         std::fs::set_permissions(open.path(), std::fs::Permissions::from_mode(0o644)).unwrap();
-        assert!(open_checked(&open.0).unwrap_err().contains("owner-only"));
+        assert!(open_checked(&open.0)
+            .unwrap_err()
+            .to_string()
+            .contains("owner-only"));
         let big = TestName::new("big");
         std::fs::write(big.path(), vec![0u8; RECORD_BYTES + 1]).unwrap();
         std::fs::set_permissions(big.path(), std::fs::Permissions::from_mode(0o600)).unwrap();
         assert!(open_checked(&big.0)
             .unwrap_err()
+            .to_string()
             .contains("more than a record"));
         let fresh = TestName::new("fresh");
         open_checked(&fresh.0).unwrap();
