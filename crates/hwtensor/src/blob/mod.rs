@@ -4,7 +4,7 @@
 //! The wire format (`wire.rs`: the header's field table, the checked reader and writer) imports
 //! nothing from a device backend and compiles everywhere: [`export_inline`] and
 //! [`import_inline`] are the inline transport on every platform. Only the fd path
-//! (`reference.rs`: [`export`], [`import`], [`import_with`]) is Linux-only; the GPU section of a
+//! (`reference.rs`: `export`, `import`, `import_with`) is Linux-only; the GPU section of a
 //! reference blob is written and read by the GPU backend through two hooks (describe a buffer;
 //! accept a peer's description and fence).
 //!
@@ -12,7 +12,7 @@
 //! therefore total: every length and offset is bounded by the bytes present, every count by a
 //! small maximum, every code by its enum, every fd index by the fd table, and every plane and
 //! the tensor's extent by the real size of the fd. Any violation is an [`Error::Blob`] naming the
-//! field; nothing panics, and every fd handed to [`import`] is either kept by the tensor or
+//! field; nothing panics, and every fd handed to `import` is either kept by the tensor or
 //! closed before it returns.
 //!
 //! # Format (version 1)
@@ -62,10 +62,10 @@
 //! # Trust
 //!
 //! Parsing trusts nothing: hostile bytes get an [`Error::Blob`]. What the fds may be is the
-//! [`ImportPolicy`]'s: shm and DMA-BUF from anyone (a memfd must be sealable, and is sealed
+//! `ImportPolicy`'s: shm and DMA-BUF from anyone (a memfd must be sealable, and is sealed
 //! before its size is read); GPU memory by reference only from a peer trusted as this process
-//! is, because the driver trusts the fd's content ([`import`] refuses it, [`import_with`] and
-//! [`handoff::recv`](crate::handoff::recv) accept it from a trusted or same-user peer). A
+//! is, because the driver trusts the fd's content (`import` refuses it, `import_with` and
+//! `handoff::recv` accept it from a trusted or same-user peer). A
 //! completion is waited for on the CPU through the fence that came with it, at most
 //! ten seconds, before the tensor is returned.
 //!
@@ -161,7 +161,7 @@ pub fn export_inline(tensor: &TensorDyn) -> Result<Vec<u8>> {
 
 /// Turns an inline blob into a heap tensor holding its bytes. Every platform; hostile bytes
 /// get an [`Error::Blob`] naming the field. A reference blob is refused: its fds are not here
-/// (see [`import`] on Linux).
+/// (see `import` on Linux).
 pub fn import_inline(blob: &[u8]) -> Result<TensorDyn> {
     let d = Described::read(blob)?;
     match d.inline {

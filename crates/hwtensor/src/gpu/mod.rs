@@ -10,7 +10,7 @@
 //!
 //! The core (`backing/`, `buffer/`, `tensor`, `copy`) reaches GPU memory only through the names
 //! this module gives it: `GpuMemory`, its CPU access, the host import, and the neutral
-//! [`memory`] contract (the texture an image needs, the copy plan a backend runs). No backend
+//! `memory` contract (the texture an image needs, the copy plan a backend runs). No backend
 //! imports the core.
 //!
 //! # Example
