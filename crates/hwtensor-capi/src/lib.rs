@@ -67,6 +67,7 @@ pub(crate) fn from_error(e: Error) -> HwtStatus {
             GpuErrorKind::Timeout => HwtStatus::Timeout,
             _ => HwtStatus::DriverError,
         },
+        Error::Cuda { .. } => HwtStatus::DriverError,
         Error::Alloc { .. } => HwtStatus::OutOfMemory,
         Error::Unavailable { .. } => HwtStatus::Unavailable,
         Error::Timeout(_) => HwtStatus::Timeout,

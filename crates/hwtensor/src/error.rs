@@ -100,6 +100,16 @@ pub enum Error {
         message: String,
     },
 
+    /// A CUDA driver call failed: the call and CUDA's name for the error
+    /// (`CUDA_ERROR_INVALID_VALUE`, ...).
+    #[error("CUDA: {call} failed: {name}")]
+    Cuda {
+        /// The driver call that failed.
+        call: &'static str,
+        /// CUDA's name for the error.
+        name: String,
+    },
+
     /// A call at the wrong time (for example installing a host device after first use).
     #[error("invalid operation: {0}")]
     InvalidOperation(String),

@@ -23,6 +23,9 @@ pub mod blob;
 mod buffer;
 mod claim;
 mod copy;
+#[cfg(target_os = "linux")]
+#[allow(unsafe_code)] // the CUDA driver is called through raw handles
+pub mod cuda;
 /// The Windows adapter choice is pure text handling: tested on every platform.
 #[cfg(all(test, not(windows)))]
 #[path = "gpu/d3d11/choice.rs"]

@@ -36,7 +36,14 @@ pub fn probe_json() -> serde_json::Value {
         }),
         Err(e) => serde_json::json!({ "error": e.to_string() }),
     };
-    serde_json::json!({ "adapters": adapters, "process_device": device })
+    let cuda = match hwtensor::cuda::device() {
+        Ok(c) => serde_json::json!({
+            "name": c.name(), "ordinal": c.ordinal(), "uuid": format_uuid(&c.uuid()),
+            "driver_version": c.driver_version(),
+        }),
+        Err(e) => serde_json::json!({ "error": e.to_string() }),
+    };
+    serde_json::json!({ "adapters": adapters, "process_device": device, "cuda": cuda })
 }
 
 /// The adapters and the process device, as text.
@@ -96,6 +103,18 @@ pub fn probe_text(out: &mut impl std::io::Write) -> std::io::Result<()> {
             )?;
         }
         Err(e) => writeln!(out, "process device: none: {e}")?,
+    }
+    match hwtensor::cuda::device() {
+        Ok(c) => writeln!(
+            out,
+            "CUDA device: {} (ordinal {}, UUID {}, driver CUDA {}.{}), primary context",
+            c.name(),
+            c.ordinal(),
+            format_uuid(&c.uuid()),
+            c.driver_version() / 1000,
+            c.driver_version() % 1000 / 10
+        )?,
+        Err(e) => writeln!(out, "CUDA device: none: {e}")?,
     }
     Ok(())
 }

@@ -55,7 +55,7 @@ impl TensorMemory {
             TensorMemory::Mem => None,
             TensorMemory::Shm | TensorMemory::DmaBuf => fd_backed_unavailable_reason(self),
             TensorMemory::Gpu => gpu::device().err().map(|e| e.to_string()),
-            TensorMemory::Cuda => Some("this build has no CUDA backing".into()),
+            TensorMemory::Cuda => Some(cuda_backing_unavailable()),
         }
     }
 
@@ -69,6 +69,18 @@ impl TensorMemory {
             }),
         }
     }
+}
+
+/// Why CUDA memory cannot be allocated: the backing itself (CUDA VMM allocations) is not built
+/// yet; CUDA maps of GPU, heap and shm tensors are (`hwtensor::cuda`), where CUDA is present.
+fn cuda_backing_unavailable() -> String {
+    #[cfg(target_os = "linux")]
+    if let Some(why) = crate::cuda::unavailable_reason() {
+        return why;
+    }
+    "the CUDA memory backing is not built yet; map GPU, mem or shm tensors into CUDA instead \
+     (Tensor::cuda_map_read / cuda_map_write)"
+        .into()
 }
 
 /// Why `memory` (an fd-backed kind) cannot be allocated here, or `None` when it can.

@@ -23,6 +23,10 @@ pub(crate) struct BufferInner {
     /// memory and kept: importing pins pages, which costs more than a large copy. Declared
     /// before `storage` so it is released before the memory is unmapped.
     gpu_import: OnceLock<Option<HostImport>>,
+    /// This buffer as CUDA reaches it, made on the first CUDA map and kept (Linux). Declared
+    /// before `storage`: it waits for CUDA's last use and is undone before the memory goes.
+    #[cfg(target_os = "linux")]
+    cuda: OnceLock<crate::cuda::BufferImport>,
     storage: Storage,
     identity: BufferIdentity,
     /// Live maps of this buffer: `WRITER`, or the number of read maps. Keeps Rust's aliasing
@@ -40,6 +44,8 @@ impl Buffer {
         let identity = storage.identity()?;
         Ok(Buffer(Arc::new(BufferInner {
             gpu_import: OnceLock::new(),
+            #[cfg(target_os = "linux")]
+            cuda: OnceLock::new(),
             storage,
             identity,
             maps: AtomicUsize::new(0),
@@ -149,6 +155,11 @@ impl Buffer {
     #[inline]
     pub(crate) fn begin_access(&self, direction: Direction) -> Result<AccessGuard<'_>> {
         let claim = self.claim(direction)?;
+        // Host memory CUDA may still be using: its GPU memory counterpart waits in `begin_cpu`.
+        #[cfg(target_os = "linux")]
+        if let Some(cuda) = self.0.cuda.get() {
+            cuda.wait_idle()?;
+        }
         let storage = self.0.storage.begin_cpu(direction)?;
         Ok(AccessGuard {
             _storage: storage,

@@ -30,6 +30,57 @@ impl Buffer {
         WeakBuffer(Arc::downgrade(&self.0))
     }
 
+    /// Holds this buffer for CUDA work in `direction`: the aliasing claim alone (CUDA's work is
+    /// ordered on its stream by the timeline, not by a CPU wait).
+    pub(crate) fn hold_for_cuda(
+        &self,
+        direction: crate::Direction,
+    ) -> Result<super::AccessGuard<'_>> {
+        Ok(super::AccessGuard {
+            _storage: None,
+            _claim: self.claim(direction)?,
+        })
+    }
+
+    /// This buffer as CUDA reaches it, made on the first call and kept: GPU memory imported
+    /// from its exported fd, host memory of whole pages registered. Says why where it cannot.
+    // The registration borrows this buffer's pages for as long as it lives, which only the
+    // field order of `BufferInner` can promise: one unsafe call, here.
+    #[allow(unsafe_code)]
+    pub(crate) fn cuda_import(&self) -> Result<&crate::cuda::BufferImport> {
+        if let Some(import) = self.0.cuda.get() {
+            return Ok(import);
+        }
+        let made = match &self.0.storage {
+            Storage::Gpu(g) => {
+                let fd = g.fd().ok_or_else(|| crate::Error::Unavailable {
+                    memory: crate::TensorMemory::Cuda,
+                    reason: "this GPU memory has no exported fd for CUDA to import".into(),
+                })?;
+                crate::cuda::BufferImport::of_gpu(fd, g.allocation_size(), g.len())?
+            }
+            storage if storage.whole_pages() => {
+                // SAFETY: whole pages mapped for as long as the buffer lives; the import is
+                // dropped first (field order of BufferInner).
+                unsafe {
+                    crate::cuda::BufferImport::of_host(self.ptr(), self.len(), self.writable())?
+                }
+            }
+            other => {
+                return Err(crate::Error::Unavailable {
+                    memory: crate::TensorMemory::Cuda,
+                    reason: format!(
+                        "CUDA cannot reach this {} buffer of {} bytes: only GPU memory and heap \
+                         or shm buffers of whole pages (4096 bytes and up) can be mapped",
+                        other.memory(),
+                        self.len()
+                    ),
+                })
+            }
+        };
+        Ok(self.0.cuda.get_or_init(|| made))
+    }
+
     /// The live GPU buffer `origin` names in this copy, if there is one.
     pub(crate) fn find_gpu(origin: &GpuOrigin) -> Option<Buffer> {
         GPU_BUFFERS.lock().ok()?.as_ref()?.get(origin)?.upgrade()

@@ -32,10 +32,11 @@ pub(crate) struct Timeline {
     pub shared: TimelineWords,
     /// Whether the semaphore is the process one (false: a private fallback, never exported).
     pub exportable: bool,
-    /// Whether submissions go to more than one queue: then each one also waits for the last
-    /// submitted value, because signals from two queues could otherwise execute out of order
-    /// and drive the timeline backwards.
-    pub chained: bool,
+    /// Whether the timeline has more than one signaller (two queues, or CUDA): then each
+    /// submission also waits for the last submitted value, because signals from two queues
+    /// could otherwise execute out of order and drive the timeline backwards. Set once and
+    /// never cleared.
+    pub chained: AtomicBool,
     waiter: OnceLock<Mutex<mpsc::Sender<(u64, OwnedFd)>>>,
 }
 
@@ -49,7 +50,7 @@ impl Timeline {
             semaphore,
             shared,
             exportable,
-            chained: false,
+            chained: AtomicBool::new(false),
             waiter: OnceLock::new(),
         }
     }
@@ -128,7 +129,7 @@ impl Timeline {
     ) -> std::result::Result<(), vk::Result> {
         let mut waits = waits.to_vec();
         let previous = self.shared.submitted();
-        if self.chained && previous > 0 {
+        if self.chained.load(Ordering::Relaxed) && previous > 0 {
             waits.push((self.semaphore, previous));
         }
         let (wait_semaphores, wait_values): (Vec<_>, Vec<_>) = waits.iter().copied().unzip();
@@ -151,6 +152,48 @@ impl Timeline {
         unsafe { device.queue_submit(queue, &[submit], vk::Fence::null()) }?;
         self.shared.mark_submitted(value, held);
         Ok(())
+    }
+
+    /// Allocates the next value and has another signaller (CUDA) signal it: `enqueue(after,
+    /// value)` must queue, on its own stream, a wait for `after` (every value before this one,
+    /// so the timeline never goes backwards) and then the signal of `value`. All under the queue
+    /// lock, after every deferred value is submitted, so no later submission can signal past
+    /// `value` before it lands: from here on every submission waits for the one before.
+    /// Should `enqueue` fail, the value is signalled here instead, so nothing waits for ever.
+    pub(crate) fn signal_by(
+        &self,
+        device: &ash::Device,
+        queue: vk::Queue,
+        enqueue: impl FnOnce(u64, u64) -> Result<()>,
+    ) -> Result<u64> {
+        self.chained.store(true, Ordering::Relaxed);
+        let lock = self.shared.lock()?;
+        let held = QueueHeld::by(&lock);
+        let vk_err = |value: u64| {
+            move |e: vk::Result| {
+                Error::gpu(
+                    super::vk_kind(e),
+                    format!("submitting timeline signal {value} failed: {e}"),
+                )
+            }
+        };
+        if let Some(pending) = self.shared.take_pending(&held) {
+            self.submit(device, queue, pending, None, &[], &held)
+                .map_err(vk_err(pending))?;
+        }
+        let after = self.shared.submitted();
+        let value = self.shared.allocate(&held);
+        match enqueue(after, value) {
+            Ok(()) => {
+                self.shared.mark_submitted(value, &held);
+                Ok(value)
+            }
+            Err(e) => {
+                self.submit(device, queue, value, None, &[], &held)
+                    .map_err(vk_err(value))?;
+                Err(e)
+            }
+        }
     }
 
     pub(crate) fn last_signalled(&self) -> u64 {

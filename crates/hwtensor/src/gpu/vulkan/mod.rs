@@ -502,7 +502,7 @@ impl GpuDevice {
             }),
             None => None,
         };
-        timeline.chained = transfer.is_some();
+        *timeline.chained.get_mut() = transfer.is_some();
         // SAFETY: a query on the device's own physical device.
         let memory_properties = unsafe { instance.get_physical_device_memory_properties(physical) };
         let ext = extensions::Extensions::load(&instance, physical, &device, features);
@@ -682,6 +682,12 @@ impl GpuDevice {
         // SAFETY: the semaphore was created exportable as OPAQUE_FD on this device.
         let raw = unsafe { ext.get_semaphore_fd(&info) }.ok()?;
         own_cloexec(raw)
+    }
+
+    /// Allocates the next timeline value and has another signaller queue its signal (see
+    /// `Timeline::signal_by`): how CUDA work joins the process timeline.
+    pub(crate) fn signal_by(&self, enqueue: impl FnOnce(u64, u64) -> Result<()>) -> Result<u64> {
+        self.timeline.signal_by(&self.device, self.queue, enqueue)
     }
 
     /// The timeline's fd for hand-offs, exported once and borrowed from then on.

@@ -1,0 +1,190 @@
+//! A buffer as CUDA sees it, made once per buffer and kept with it: GPU memory imported from
+//! its exported Vulkan fd (`cuImportExternalMemory`), or host memory registered with CUDA
+//! (pinned and device-mapped, so kernels and copies reach it at PCIe speed without staging).
+
+use std::os::fd::{BorrowedFd, FromRawFd, IntoRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::device::{device, CudaDevice};
+use super::driver::{check, sys};
+use crate::gpu::GPU_WAIT;
+use crate::Result;
+
+/// `CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP`: pinned for every context,
+/// and mapped into the device's address space.
+const REGISTER_FLAGS: u32 = 0x01 | 0x02;
+/// `CU_MEMHOSTREGISTER_READ_ONLY`: for a foreign buffer mapped read-only.
+const REGISTER_READ_ONLY: u32 = 0x08;
+
+/// How CUDA reaches one buffer.
+enum Reach {
+    /// Vulkan memory imported as external memory, mapped as one device buffer.
+    External(sys::CUexternalMemory),
+    /// Host memory registered with CUDA, at this host address.
+    Registered(*mut u8),
+}
+
+/// One buffer's CUDA import, and the newest timeline value CUDA work on it signals.
+pub(crate) struct BufferImport {
+    device: &'static CudaDevice,
+    reach: Reach,
+    /// The device address of the buffer's first byte.
+    ptr: sys::CUdeviceptr,
+    /// Whether CUDA may write it (a read-only registration may not).
+    writable: bool,
+    last_use: AtomicU64,
+}
+
+// SAFETY: CUDA handles and device addresses are usable from any thread; the host address is
+// only passed back to CUDA.
+unsafe impl Send for BufferImport {}
+// SAFETY: as above.
+unsafe impl Sync for BufferImport {}
+
+impl std::fmt::Debug for BufferImport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BufferImport")
+            .field("external", &matches!(self.reach, Reach::External(_)))
+            .field("ptr", &self.ptr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl BufferImport {
+    /// Imports exported Vulkan memory (`fd`, an OPAQUE_FD of `allocation_size` bytes) holding a
+    /// `len`-byte buffer. The fd stays the caller's: CUDA gets a duplicate.
+    pub(crate) fn of_gpu(fd: BorrowedFd<'_>, allocation_size: u64, len: usize) -> Result<Self> {
+        let device = device()?;
+        let _current = device.enter()?;
+        let dup = fd.try_clone_to_owned().map_err(|e| crate::Error::Os {
+            op: "dup of a GPU memory fd for CUDA",
+            source: e,
+        })?;
+        // SAFETY: plain-old-data; all-zero is the default of every field.
+        let mut desc: sys::CUDA_EXTERNAL_MEMORY_HANDLE_DESC = unsafe { std::mem::zeroed() };
+        desc.type_ = sys::CUexternalMemoryHandleType::CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD;
+        let raw = dup.into_raw_fd();
+        desc.handle.fd = raw;
+        desc.size = allocation_size;
+        let mut memory = std::ptr::null_mut();
+        // SAFETY: an OPAQUE_FD of Vulkan memory of this GPU and its allocation size; an
+        // out-pointer to a local.
+        let r = unsafe { sys::cuImportExternalMemory(&mut memory, &desc) };
+        if r != sys::CUresult::CUDA_SUCCESS {
+            // CUDA takes the fd only on success.
+            // SAFETY: the duplicate is ours and CUDA did not take it.
+            drop(unsafe { OwnedFd::from_raw_fd(raw) });
+        }
+        check(r, "cuImportExternalMemory")?;
+        // SAFETY: plain-old-data; all-zero is the default of every field.
+        let mut buffer: sys::CUDA_EXTERNAL_MEMORY_BUFFER_DESC = unsafe { std::mem::zeroed() };
+        buffer.size = len as u64;
+        let mut ptr: sys::CUdeviceptr = 0;
+        // SAFETY: the memory imported above; the range is inside its allocation.
+        let r = unsafe { sys::cuExternalMemoryGetMappedBuffer(&mut ptr, memory, &buffer) };
+        if let Err(e) = check(r, "cuExternalMemoryGetMappedBuffer") {
+            // SAFETY: imported above, nothing mapped from it.
+            unsafe { sys::cuDestroyExternalMemory(memory) };
+            return Err(e);
+        }
+        Ok(BufferImport {
+            device,
+            reach: Reach::External(memory),
+            ptr,
+            writable: true,
+            last_use: AtomicU64::new(0),
+        })
+    }
+
+    /// Registers `len` bytes of host memory at `host` with CUDA.
+    ///
+    /// # Safety
+    /// `host..host + len` must be mapped memory of whole pages that stays mapped until the
+    /// import is dropped, and (when `writable`) writable.
+    pub(crate) unsafe fn of_host(host: *mut u8, len: usize, writable: bool) -> Result<Self> {
+        let device = device()?;
+        let _current = device.enter()?;
+        let flags = REGISTER_FLAGS | if writable { 0 } else { REGISTER_READ_ONLY };
+        // SAFETY: the caller's contract; the registration is undone before the memory goes.
+        let r = unsafe { sys::cuMemHostRegister_v2(host.cast(), len, flags) };
+        check(r, "cuMemHostRegister")?;
+        let mut ptr: sys::CUdeviceptr = 0;
+        // SAFETY: registered just above with DEVICEMAP; an out-pointer to a local.
+        let r = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut ptr, host.cast(), 0) };
+        if let Err(e) = check(r, "cuMemHostGetDevicePointer") {
+            // SAFETY: registered above.
+            unsafe { sys::cuMemHostUnregister(host.cast()) };
+            return Err(e);
+        }
+        Ok(BufferImport {
+            device,
+            reach: Reach::Registered(host),
+            ptr,
+            writable,
+            last_use: AtomicU64::new(0),
+        })
+    }
+
+    /// The device address of the buffer's first byte.
+    pub(crate) fn device_ptr(&self) -> sys::CUdeviceptr {
+        self.ptr
+    }
+
+    /// Whether CUDA may write through this import.
+    pub(crate) fn writable(&self) -> bool {
+        self.writable
+    }
+
+    /// The newest timeline value CUDA work on this buffer signals.
+    pub(crate) fn last_use(&self) -> u64 {
+        self.last_use.load(Ordering::Acquire)
+    }
+
+    /// Records that CUDA work on this buffer completes at timeline `value`.
+    pub(crate) fn used_until(&self, value: u64) {
+        self.last_use.fetch_max(value, Ordering::AcqRel);
+    }
+
+    /// Waits (CPU) until CUDA work on this buffer has finished: before the CPU touches host
+    /// memory CUDA may still be using.
+    pub(crate) fn wait_idle(&self) -> Result<()> {
+        match self.last_use() {
+            0 => Ok(()),
+            v => self.device.gpu().wait(v, GPU_WAIT),
+        }
+    }
+}
+
+impl Drop for BufferImport {
+    fn drop(&mut self) {
+        // CUDA may still be using the buffer: wait for its last use, bounded, before undoing
+        // the import under it.
+        if let Err(e) = self.wait_idle() {
+            log::error!("hwtensor: CUDA work on a buffer did not finish before it was freed: {e}");
+        }
+        let Ok(_current) = self.device.enter() else {
+            return;
+        };
+        // SAFETY: made by this import, used by no work any more (waited above), undone once.
+        let (call, r) = unsafe {
+            match self.reach {
+                Reach::External(memory) => {
+                    let freed = sys::cuMemFree_v2(self.ptr);
+                    let destroyed = sys::cuDestroyExternalMemory(memory);
+                    let r = if freed == sys::CUresult::CUDA_SUCCESS {
+                        destroyed
+                    } else {
+                        freed
+                    };
+                    ("cuDestroyExternalMemory", r)
+                }
+                Reach::Registered(host) => {
+                    ("cuMemHostUnregister", sys::cuMemHostUnregister(host.cast()))
+                }
+            }
+        };
+        if let Err(e) = check(r, call) {
+            log::error!("hwtensor: {e}");
+        }
+    }
+}

@@ -1,0 +1,134 @@
+//! CUDA maps: a tensor's bytes as a CUDA device address, direction-typed like CPU maps, ordered
+//! on a caller's stream by the process timeline.
+//!
+//! A map queues on the stream a wait for the GPU work it must follow (the tensor's last write;
+//! for a write map its last read too) and, when it ends, the signal of a new timeline value,
+//! which the buffer records: Vulkan work, CPU maps and other processes then order behind what
+//! CUDA queued meanwhile. Nothing waits on the CPU.
+
+use std::marker::PhantomData;
+
+use super::device::device;
+use super::driver::sys;
+use super::import::BufferImport;
+use super::CudaStream;
+use crate::buffer::AccessGuard;
+use crate::map::{MapDirection, ReadOnly, ReadWrite, WriteOnly};
+use crate::{Direction, Element, Error, Result, Tensor};
+
+/// A tensor mapped for CUDA on one stream: the device address of its first element, its shape
+/// and byte strides. Ends (and signals) when dropped, or with [`CudaMap::finish`], which
+/// returns the timeline value.
+pub struct CudaMap<'a, T: Element, D: MapDirection> {
+    tensor: &'a Tensor<T>,
+    import: &'a BufferImport,
+    stream: sys::CUstream,
+    ptr: u64,
+    finished: bool,
+    _hold: AccessGuard<'a>,
+    _direction: PhantomData<D>,
+}
+
+impl<T: Element, D: MapDirection> std::fmt::Debug for CudaMap<'_, T, D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaMap")
+            .field("ptr", &self.ptr)
+            .field("shape", &self.tensor.shape())
+            .field("direction", &D::DIRECTION)
+            .finish()
+    }
+}
+
+impl<T: Element, D: MapDirection> CudaMap<'_, T, D> {
+    /// The device address (`CUdeviceptr`) of the tensor's first element.
+    pub fn device_ptr(&self) -> u64 {
+        self.ptr
+    }
+    /// The tensor's shape.
+    pub fn shape(&self) -> &[usize] {
+        self.tensor.shape()
+    }
+    /// The tensor's strides in bytes.
+    pub fn strides(&self) -> &[usize] {
+        self.tensor.strides()
+    }
+    /// The stream the map's work is ordered on.
+    pub fn stream(&self) -> CudaStream {
+        self.stream.cast()
+    }
+
+    /// Ends the map: queues on the stream the signal of a new timeline value, which the tensor
+    /// records as its last write (or read), and returns that value.
+    pub fn finish(mut self) -> Result<u64> {
+        self.end()
+    }
+
+    fn end(&mut self) -> Result<u64> {
+        self.finished = true;
+        let device = device()?;
+        let _current = device.enter()?;
+        let value = device.signal_from_stream(self.stream)?;
+        self.import.used_until(value);
+        if let Some(mem) = self.tensor.buffer.gpu() {
+            mem.record(value, D::DIRECTION != Direction::Read);
+        }
+        Ok(value)
+    }
+}
+
+impl<T: Element, D: MapDirection> Drop for CudaMap<'_, T, D> {
+    fn drop(&mut self) {
+        if !self.finished {
+            if let Err(e) = self.end() {
+                log::error!("hwtensor: ending a CUDA map failed: {e}");
+            }
+        }
+    }
+}
+
+impl<T: Element> Tensor<T> {
+    /// Maps the tensor for CUDA kernels that read it, on `stream` (a raw `CUstream`; null for
+    /// the default stream). GPU, heap (a page or more) and shm tensors can be mapped; the
+    /// first map of a buffer imports it into CUDA, later ones reuse that.
+    pub fn cuda_map_read(&self, stream: CudaStream) -> Result<CudaMap<'_, T, ReadOnly>> {
+        self.cuda_map(stream)
+    }
+
+    /// Maps the tensor for CUDA kernels that write it, on `stream` (see [`Self::cuda_map_read`]).
+    pub fn cuda_map_write(&self, stream: CudaStream) -> Result<CudaMap<'_, T, WriteOnly>> {
+        self.cuda_map(stream)
+    }
+
+    /// Maps the tensor for CUDA kernels that read and write it, on `stream`.
+    pub fn cuda_map_read_write(&self, stream: CudaStream) -> Result<CudaMap<'_, T, ReadWrite>> {
+        self.cuda_map(stream)
+    }
+
+    fn cuda_map<D: MapDirection>(&self, stream: CudaStream) -> Result<CudaMap<'_, T, D>> {
+        let write = D::DIRECTION != Direction::Read;
+        let device = device()?;
+        let _current = device.enter()?;
+        let hold = self.buffer.hold_for_cuda(D::DIRECTION)?;
+        let import = self.buffer.cuda_import()?;
+        if write && !import.writable() {
+            return Err(Error::InvalidOperation(
+                "this buffer is mapped read-only (a foreign fd), so CUDA cannot write it".into(),
+            ));
+        }
+        let stream: sys::CUstream = stream.cast();
+        let after = match self.buffer.gpu() {
+            Some(mem) => mem.after(write).max(import.last_use()),
+            None => import.last_use(),
+        };
+        device.wait_on_stream(stream, after)?;
+        Ok(CudaMap {
+            tensor: self,
+            import,
+            stream,
+            ptr: import.device_ptr() + self.offset as u64,
+            finished: false,
+            _hold: hold,
+            _direction: PhantomData,
+        })
+    }
+}

@@ -1,0 +1,51 @@
+//! CUDA: tensors mapped into CUDA without a copy, ordered by the process timeline (Linux).
+//!
+//! The CUDA driver is loaded at run time (`cudarc`, API 11.4): nothing about CUDA is needed to
+//! build hwtensor or to run it without CUDA, and [`unavailable_reason`] says why CUDA is not
+//! usable here. The CUDA device is the one whose UUID equals the process GPU device's, and all
+//! work runs in its primary context, so device addresses hwtensor hands out are valid in
+//! PyTorch's and CuPy's.
+//!
+//! [`Tensor::cuda_map_read`](crate::Tensor::cuda_map_read) and its write and read-write
+//! siblings map GPU tensors (their Vulkan memory imported once per buffer) and heap or shm
+//! tensors (registered once per buffer, pinned and device-mapped) for kernels on a caller's
+//! stream; the map waits on the stream for the tensor's last GPU write and signals the process
+//! timeline when it ends. No CPU wait anywhere on that path.
+//!
+//! # Example
+//!
+//! ```
+//! use hwtensor::{Tensor, TensorMemory};
+//!
+//! match hwtensor::cuda::device() {
+//!     Ok(cuda) => {
+//!         let t = Tensor::<u8>::new(&[1080, 1920, 4], Some(TensorMemory::Gpu))?;
+//!         let map = t.cuda_map_read(std::ptr::null_mut())?; // the default stream
+//!         assert_ne!(map.device_ptr(), 0);
+//!         let done = map.finish()?; // a timeline value: CPU maps and Vulkan work wait for it
+//!         cuda.gpu_wait(done)?;
+//!     }
+//!     Err(e) => eprintln!("no CUDA here: {e}"),
+//! }
+//! # Ok::<(), hwtensor::Error>(())
+//! ```
+
+mod device;
+mod driver;
+mod import;
+mod map;
+
+pub use device::{device, unavailable_reason, CudaDevice};
+pub(crate) use import::BufferImport;
+pub use map::CudaMap;
+
+/// A raw CUDA stream (`CUstream`); null is the default (legacy) stream.
+pub type CudaStream = *mut std::ffi::c_void;
+
+impl CudaDevice {
+    /// Waits (CPU) until the process timeline reaches `value`, such as a value
+    /// [`CudaMap::finish`] returned, at most [`GPU_WAIT`](crate::gpu::GPU_WAIT).
+    pub fn gpu_wait(&self, value: u64) -> crate::Result<()> {
+        self.gpu().wait(value, crate::gpu::GPU_WAIT)
+    }
+}

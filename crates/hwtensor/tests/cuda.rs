@@ -1,0 +1,344 @@
+//! CUDA interop: the device matched by UUID, maps of GPU and host tensors, and a CUDA kernel
+//! that reads what Vulkan wrote and writes what Vulkan then reads. Where CUDA is absent these
+//! print `SKIPPED` (a failure under `HWTENSOR_TEST_REQUIRE_CUDA=1`), except the test that pins
+//! what happens without CUDA.
+
+#![cfg(target_os = "linux")]
+// The test launches its own kernel through the raw driver API.
+#![allow(unsafe_code)]
+
+mod common;
+
+use std::ffi::{c_void, CString};
+
+use cudarc::driver::sys;
+use hwtensor::cuda::{self, CudaDevice};
+use hwtensor::{CpuAccess, PixelFormat, Region, Tensor, TensorMemory};
+
+fn cuda_required() -> bool {
+    std::env::var("HWTENSOR_TEST_REQUIRE_CUDA").is_ok_and(|v| v == "1")
+}
+
+/// The CUDA device, or a printed skip (a failure when CUDA is required).
+fn cuda_or_skip(test: &str) -> Option<&'static CudaDevice> {
+    match cuda::device() {
+        Ok(d) => Some(d),
+        Err(e) if cuda_required() => {
+            panic!("{test}: HWTENSOR_TEST_REQUIRE_CUDA=1 but there is no CUDA device: {e}")
+        }
+        Err(e) => {
+            eprintln!("SKIPPED: {test} - {e}");
+            None
+        }
+    }
+}
+
+fn ok(r: sys::CUresult, what: &str) {
+    assert_eq!(r, sys::CUresult::CUDA_SUCCESS, "{what}");
+}
+
+/// `out[i] = in[i] + 1` for `i < n`, over bytes: a kernel of our own, in PTX the driver
+/// compiles for whatever GPU this is.
+const ADD_ONE_PTX: &str = r#"
+.version 7.0
+.target sm_52
+.address_size 64
+
+.visible .entry add_one(
+    .param .u64 in_ptr,
+    .param .u64 out_ptr,
+    .param .u64 n
+)
+{
+    .reg .pred %p<2>;
+    .reg .b32 %r<5>;
+    .reg .b64 %rd<9>;
+    .reg .b16 %rs<3>;
+
+    ld.param.u64 %rd1, [in_ptr];
+    ld.param.u64 %rd2, [out_ptr];
+    ld.param.u64 %rd3, [n];
+    mov.u32 %r1, %ctaid.x;
+    mov.u32 %r2, %ntid.x;
+    mov.u32 %r3, %tid.x;
+    mad.lo.u32 %r4, %r1, %r2, %r3;
+    cvt.u64.u32 %rd4, %r4;
+    setp.ge.u64 %p1, %rd4, %rd3;
+    @%p1 bra DONE;
+    cvta.to.global.u64 %rd5, %rd1;
+    cvta.to.global.u64 %rd6, %rd2;
+    add.s64 %rd7, %rd5, %rd4;
+    ld.global.u8 %rs1, [%rd7];
+    add.s16 %rs2, %rs1, 1;
+    add.s64 %rd8, %rd6, %rd4;
+    st.global.u8 [%rd8], %rs2;
+DONE:
+    ret;
+}
+"#;
+
+/// A stream and the loaded kernel, in the primary context.
+struct Kernel {
+    context: sys::CUcontext,
+    module: sys::CUmodule,
+    function: sys::CUfunction,
+    stream: sys::CUstream,
+}
+
+/// Threads per block of the test kernel.
+const BLOCK: u32 = 256;
+
+impl Kernel {
+    fn load(cuda: &CudaDevice) -> Kernel {
+        let context: sys::CUcontext = cuda.context().cast();
+        let ptx = CString::new(ADD_ONE_PTX).unwrap();
+        let mut module = std::ptr::null_mut();
+        let mut function = std::ptr::null_mut();
+        let mut stream = std::ptr::null_mut();
+        // SAFETY: the primary context hwtensor retained; out-pointers to locals; a
+        // NUL-terminated PTX image.
+        unsafe {
+            ok(sys::cuCtxPushCurrent_v2(context), "push");
+            ok(
+                sys::cuModuleLoadData(&mut module, ptx.as_ptr().cast()),
+                "load PTX",
+            );
+            ok(
+                sys::cuModuleGetFunction(&mut function, module, c"add_one".as_ptr()),
+                "get add_one",
+            );
+            ok(sys::cuStreamCreate(&mut stream, 1), "stream");
+        }
+        Kernel {
+            context,
+            module,
+            function,
+            stream,
+        }
+    }
+
+    fn stream(&self) -> cuda::CudaStream {
+        self.stream.cast()
+    }
+
+    /// Queues `out[i] = in[i] + 1` for `n` bytes on the stream.
+    fn add_one(&self, input: u64, output: u64, n: usize) {
+        let (mut i, mut o, mut n64) = (input, output, n as u64);
+        let mut params = [
+            (&mut i as *mut u64).cast::<c_void>(),
+            (&mut o as *mut u64).cast::<c_void>(),
+            (&mut n64 as *mut u64).cast::<c_void>(),
+        ];
+        let grid = (n as u32).div_ceil(BLOCK);
+        // SAFETY: the kernel's three u64 parameters, each pointed to by `params`; the
+        // addresses are of maps that live across the launch.
+        let r = unsafe {
+            sys::cuLaunchKernel(
+                self.function,
+                grid,
+                1,
+                1,
+                BLOCK,
+                1,
+                1,
+                0,
+                self.stream,
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        };
+        ok(r, "launch add_one");
+    }
+}
+
+impl Drop for Kernel {
+    fn drop(&mut self) {
+        // SAFETY: the stream and module made in `load`, in the context it pushed.
+        unsafe {
+            sys::cuStreamSynchronize(self.stream);
+            sys::cuStreamDestroy_v2(self.stream);
+            sys::cuModuleUnload(self.module);
+            let mut popped = std::ptr::null_mut();
+            sys::cuCtxPopCurrent_v2(&mut popped);
+            assert_eq!(popped, self.context);
+        }
+    }
+}
+
+fn numbered(n: usize) -> Vec<u8> {
+    (0..n).map(|i| (i * 7 % 251) as u8).collect()
+}
+
+/// A GPU tensor Vulkan filled (a transfer from a host tensor).
+fn vulkan_written(data: &[u8]) -> Tensor<u8> {
+    let host = Tensor::<u8>::new(&[data.len()], Some(TensorMemory::Mem)).unwrap();
+    host.map_write().unwrap().copy_from_slice(data);
+    let gpu = Tensor::<u8>::new(&[data.len()], Some(TensorMemory::Gpu)).unwrap();
+    gpu.copy_from(&host).unwrap();
+    gpu
+}
+
+#[test]
+fn cuda_is_the_device_with_the_process_gpus_uuid_in_its_primary_context() {
+    let Some(cuda) = cuda_or_skip("cuda_is_the_device_with_the_process_gpus_uuid") else {
+        return;
+    };
+    let gpu = hwtensor::gpu::device().unwrap();
+    assert_eq!(cuda.uuid(), gpu.device_uuid());
+    let mut primary = std::ptr::null_mut();
+    // SAFETY: an out-pointer to a local; the device hwtensor found. Released below.
+    unsafe {
+        ok(
+            sys::cuDevicePrimaryCtxRetain(&mut primary, cuda.raw_device()),
+            "retain",
+        );
+        assert_eq!(primary.cast(), cuda.context());
+        ok(
+            sys::cuDevicePrimaryCtxRelease_v2(cuda.raw_device()),
+            "release",
+        );
+    }
+    assert!(TensorMemory::Cuda.unavailable_reason().is_some());
+}
+
+#[test]
+fn without_cuda_every_cuda_call_is_an_error_that_says_why() {
+    if cuda::device().is_ok() {
+        eprintln!("SKIPPED: without_cuda_every_cuda_call_is_an_error_that_says_why - CUDA is here");
+        return;
+    }
+    let why = cuda::unavailable_reason().expect("a reason");
+    assert!(!why.is_empty());
+    let t = Tensor::<u8>::new(&[1 << 16], Some(TensorMemory::Mem)).unwrap();
+    let err = t.cuda_map_read(std::ptr::null_mut()).unwrap_err();
+    assert!(err.to_string().contains(&why), "{err} / {why}");
+    let reason = TensorMemory::Cuda.unavailable_reason().unwrap();
+    assert!(reason.contains(&why), "{reason}");
+}
+
+#[test]
+fn a_cuda_kernel_reads_a_vulkan_written_frame_and_vulkan_reads_its_answer() {
+    let Some(cuda) = cuda_or_skip("a_cuda_kernel_reads_a_vulkan_written_frame") else {
+        return;
+    };
+    let n = 1920 * 1080 * 4;
+    let data = numbered(n);
+    let frame = vulkan_written(&data);
+    let answer = Tensor::<u8>::new(&[n], Some(TensorMemory::Gpu)).unwrap();
+    let kernel = Kernel::load(cuda);
+    {
+        let input = frame.cuda_map_read(kernel.stream()).unwrap();
+        let output = answer.cuda_map_write(kernel.stream()).unwrap();
+        kernel.add_one(input.device_ptr(), output.device_ptr(), n);
+    } // both maps signal the timeline; no CPU wait so far
+      // Vulkan reads the answer: a GPU-side copy ordered after CUDA's signal, then the CPU.
+    let copy = Tensor::<u8>::new(&[n], Some(TensorMemory::Gpu)).unwrap();
+    copy.copy_from(&answer).unwrap();
+    let got = copy.to_vec().unwrap();
+    let bad = (0..n).find(|&i| got[i] != data[i].wrapping_add(1));
+    assert_eq!(bad, None, "first wrong byte");
+}
+
+#[test]
+fn a_kernel_reads_and_writes_host_tensors_registered_once() {
+    let Some(cuda) = cuda_or_skip("a_kernel_reads_and_writes_host_tensors_registered_once") else {
+        return;
+    };
+    let n = 1 << 20;
+    let data = numbered(n);
+    let kernel = Kernel::load(cuda);
+    for memory in [TensorMemory::Mem, TensorMemory::Shm] {
+        let input = Tensor::<u8>::new(&[n], Some(memory)).unwrap();
+        input.map_write().unwrap().copy_from_slice(&data);
+        let output = Tensor::<u8>::new(&[n], Some(memory)).unwrap();
+        let first = {
+            let i = input.cuda_map_read(kernel.stream()).unwrap();
+            let o = output.cuda_map_write(kernel.stream()).unwrap();
+            kernel.add_one(i.device_ptr(), o.device_ptr(), n);
+            i.device_ptr()
+        };
+        // The CPU map waits for the kernel (through the timeline value the map signalled).
+        let got = output.to_vec().unwrap();
+        assert!(
+            (0..n).all(|i| got[i] == data[i].wrapping_add(1)),
+            "{memory}: the kernel's answer"
+        );
+        let again = input.cuda_map_read(kernel.stream()).unwrap();
+        assert_eq!(again.device_ptr(), first, "{memory}: registered once");
+    }
+}
+
+#[test]
+fn a_map_of_a_view_points_at_its_first_element_with_byte_strides() {
+    let Some(cuda) = cuda_or_skip("a_map_of_a_view_points_at_its_first_element") else {
+        return;
+    };
+    let kernel = Kernel::load(cuda);
+    let image = Tensor::<u8>::image(
+        64,
+        32,
+        PixelFormat::Rgba,
+        Some(TensorMemory::Gpu),
+        CpuAccess::ReadWrite,
+    )
+    .unwrap();
+    let view = image.view(Region::new(8, 4, 16, 8)).unwrap();
+    let whole = image.cuda_map_read(kernel.stream()).unwrap().device_ptr();
+    let map = view.cuda_map_read(kernel.stream()).unwrap();
+    assert_eq!(map.device_ptr() - whole, view.byte_offset() as u64);
+    assert_eq!(map.strides(), view.strides());
+    assert_eq!(map.shape(), &[8, 16, 4]);
+}
+
+#[test]
+fn a_host_buffer_below_a_page_is_refused_with_the_reason() {
+    let Some(_) = cuda_or_skip("a_host_buffer_below_a_page_is_refused_with_the_reason") else {
+        return;
+    };
+    let small = Tensor::<u8>::new(&[100], Some(TensorMemory::Mem)).unwrap();
+    let err = small.cuda_map_read(std::ptr::null_mut()).unwrap_err();
+    assert!(err.to_string().contains("whole pages"), "{err}");
+}
+
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").unwrap().count()
+}
+
+#[test]
+fn a_thousand_maps_of_short_lived_tensors_leak_no_import_or_fd() {
+    let Some(cuda) = cuda_or_skip("a_thousand_maps_of_short_lived_tensors_leak_nothing") else {
+        return;
+    };
+    let kernel = Kernel::load(cuda);
+    let mut free_before = 0usize;
+    let mut total = 0usize;
+    let warm = Tensor::<u8>::new(&[1 << 20], Some(TensorMemory::Gpu)).unwrap();
+    drop(warm.cuda_map_read(kernel.stream()).unwrap());
+    drop(warm);
+    let fds_before = open_fds();
+    // SAFETY: out-pointers to locals, in the context the kernel pushed.
+    ok(
+        unsafe { sys::cuMemGetInfo_v2(&mut free_before, &mut total) },
+        "mem info",
+    );
+    for i in 0..1000 {
+        let t = Tensor::<u8>::new(&[1 << 20], Some(TensorMemory::Gpu)).unwrap();
+        let m = t.cuda_map_write(kernel.stream()).unwrap();
+        assert_ne!(m.device_ptr(), 0, "map {i}");
+        drop(m);
+        drop(t);
+    }
+    let mut free_after = 0usize;
+    // SAFETY: as above.
+    ok(
+        unsafe { sys::cuMemGetInfo_v2(&mut free_after, &mut total) },
+        "mem info",
+    );
+    assert_eq!(open_fds(), fds_before, "fds");
+    // 1000 leaked 1 MiB imports would be ~1 GiB; allow the driver's own slack.
+    let lost = free_before.saturating_sub(free_after);
+    assert!(
+        lost < 64 << 20,
+        "{lost} bytes of device memory lost over 1000 maps"
+    );
+}
