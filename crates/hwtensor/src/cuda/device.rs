@@ -232,12 +232,13 @@ fn import_timeline(gpu: &GpuDevice) -> Result<sys::CUexternalSemaphore> {
             gpu.adapter_label()
         ),
     })?;
-    // SAFETY: plain-old-data; all-zero is the default of every field.
-    let mut desc: sys::CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC = unsafe { std::mem::zeroed() };
-    desc.type_ =
-        sys::CUexternalSemaphoreHandleType::CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_TIMELINE_SEMAPHORE_FD;
     let raw = fd.into_raw_fd();
-    desc.handle.fd = raw;
+    let desc = sys::CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC {
+        type_: sys::CUexternalSemaphoreHandleType::CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_TIMELINE_SEMAPHORE_FD,
+        handle: sys::CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC_st__bindgen_ty_1 { fd: raw },
+        flags: 0,
+        reserved: [0; 16],
+    };
     let mut semaphore = std::ptr::null_mut();
     // SAFETY: a description of a timeline semaphore fd of this GPU; an out-pointer to a local.
     let r = unsafe { sys::cuImportExternalSemaphore(&mut semaphore, &desc) };

@@ -60,12 +60,14 @@ impl BufferImport {
             op: "dup of a GPU memory fd for CUDA",
             source: e,
         })?;
-        // SAFETY: plain-old-data; all-zero is the default of every field.
-        let mut desc: sys::CUDA_EXTERNAL_MEMORY_HANDLE_DESC = unsafe { std::mem::zeroed() };
-        desc.type_ = sys::CUexternalMemoryHandleType::CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD;
         let raw = dup.into_raw_fd();
-        desc.handle.fd = raw;
-        desc.size = allocation_size;
+        let desc = sys::CUDA_EXTERNAL_MEMORY_HANDLE_DESC {
+            type_: sys::CUexternalMemoryHandleType::CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD,
+            handle: sys::CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st__bindgen_ty_1 { fd: raw },
+            size: allocation_size,
+            flags: 0,
+            reserved: [0; 16],
+        };
         let mut memory = std::ptr::null_mut();
         // SAFETY: an OPAQUE_FD of Vulkan memory of this GPU and its allocation size; an
         // out-pointer to a local.
@@ -76,9 +78,12 @@ impl BufferImport {
             drop(unsafe { OwnedFd::from_raw_fd(raw) });
         }
         check(r, "cuImportExternalMemory")?;
-        // SAFETY: plain-old-data; all-zero is the default of every field.
-        let mut buffer: sys::CUDA_EXTERNAL_MEMORY_BUFFER_DESC = unsafe { std::mem::zeroed() };
-        buffer.size = len as u64;
+        let buffer = sys::CUDA_EXTERNAL_MEMORY_BUFFER_DESC {
+            offset: 0,
+            size: len as u64,
+            flags: 0,
+            reserved: [0; 16],
+        };
         let mut ptr: sys::CUdeviceptr = 0;
         // SAFETY: the memory imported above; the range is inside its allocation.
         let r = unsafe { sys::cuExternalMemoryGetMappedBuffer(&mut ptr, memory, &buffer) };
