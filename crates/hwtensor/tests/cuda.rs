@@ -11,9 +11,16 @@ mod common;
 
 use std::ffi::{c_void, CString};
 
+use std::io::{Read, Write};
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
+use std::process::Command;
+
 use cudarc::driver::sys;
+use hwtensor::blob::Transport;
 use hwtensor::cuda::{self, CudaDevice};
-use hwtensor::{CpuAccess, PixelFormat, Region, Tensor, TensorMemory};
+use hwtensor::handoff::{recv, send_as};
+use hwtensor::{CpuAccess, PixelFormat, Region, Tensor, TensorDyn, TensorMemory};
 
 fn cuda_required() -> bool {
     std::env::var("HWTENSOR_TEST_REQUIRE_CUDA").is_ok_and(|v| v == "1")
@@ -341,4 +348,73 @@ fn a_thousand_maps_of_short_lived_tensors_leak_no_import_or_fd() {
         lost < 64 << 20,
         "{lost} bytes of device memory lost over 1000 maps"
     );
+}
+
+/// The environment variable that makes this binary the peer process of the cross-process test.
+const PEER: &str = "HWTENSOR_TEST_CUDA_PEER";
+const ACROSS: &str = "a_cuda_kernel_in_another_process_reads_our_frame_and_we_read_its_answer";
+
+/// The peer: receives a frame and an answer buffer, runs the kernel on them in CUDA, sends the
+/// answer back (its completion is the value CUDA signals), and waits for the word to exit (so
+/// its fence lives until the other side has waited on it).
+fn cuda_peer(socket: &str) {
+    let stream =
+        UnixStream::connect_addr(&SocketAddr::from_abstract_name(socket).unwrap()).unwrap();
+    let cuda = cuda::device().unwrap();
+    let kernel = Kernel::load(cuda);
+    let frame = recv(&stream).unwrap().into_tensor::<u8>().unwrap();
+    let answer = recv(&stream).unwrap().into_tensor::<u8>().unwrap();
+    {
+        let input = frame.cuda_map_read(kernel.stream()).unwrap();
+        let output = answer.cuda_map_write(kernel.stream()).unwrap();
+        kernel.add_one(input.device_ptr(), output.device_ptr(), frame.len());
+    }
+    send_as(&stream, &TensorDyn::from(answer), Transport::Reference).unwrap();
+    let mut done = [0u8];
+    (&stream).read_exact(&mut done).unwrap();
+}
+
+#[test]
+fn a_cuda_kernel_in_another_process_reads_our_frame_and_we_read_its_answer() {
+    if let Ok(socket) = std::env::var(PEER) {
+        return cuda_peer(&socket);
+    }
+    if cuda_or_skip(ACROSS).is_none() {
+        return;
+    }
+    let name = format!("hwtensor-cuda-peer-{}", std::process::id());
+    let listener =
+        UnixListener::bind_addr(&SocketAddr::from_abstract_name(&name).unwrap()).unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([ACROSS, "--exact", "--nocapture", "--test-threads=1"])
+        .env(PEER, &name)
+        .spawn()
+        .unwrap();
+    let (stream, _) = listener.accept().unwrap();
+    let n = 1920 * 1080 * 4;
+    let data = numbered(n);
+    let frame = vulkan_written(&data);
+    let answer = Tensor::<u8>::new(&[n], Some(TensorMemory::Gpu)).unwrap();
+    send_as(
+        &stream,
+        &TensorDyn::from(frame.clone()),
+        Transport::Reference,
+    )
+    .unwrap();
+    send_as(
+        &stream,
+        &TensorDyn::from(answer.clone()),
+        Transport::Reference,
+    )
+    .unwrap();
+    // Our own buffer comes home, once the peer's CUDA signal is reached (through its fence).
+    let back = recv(&stream).unwrap().into_tensor::<u8>().unwrap();
+    assert_eq!(back.identity(), answer.identity());
+    let copy = Tensor::<u8>::new(&[n], Some(TensorMemory::Gpu)).unwrap();
+    copy.copy_from(&back).unwrap();
+    let got = copy.to_vec().unwrap();
+    (&stream).write_all(&[1]).unwrap();
+    assert!(child.wait().unwrap().success(), "the CUDA peer failed");
+    let bad = (0..n).find(|&i| got[i] != data[i].wrapping_add(1));
+    assert_eq!(bad, None, "first wrong byte of the peer's answer");
 }

@@ -119,32 +119,29 @@ pub fn probe_text(out: &mut impl std::io::Write) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Host <-> GPU copies from tensors must reach this fraction of pinned `cuMemcpy` (issue #13).
+const BANDWIDTH_TARGET_RATIO: f64 = 0.8;
+
 /// Sizes for the bandwidth figures: two frames and the 256 MiB buffer the CUDA figure uses.
-const BANDWIDTH_SIZES: [(&str, usize); 3] = [
+pub const BANDWIDTH_SIZES: [(&str, usize); 3] = [
     ("1080p", 1920 * 1080 * 4),
     ("4k", 3840 * 2160 * 4),
     ("256MiB", 256 << 20),
 ];
 
-/// Reference figures measured outside this program in the same run (GB/s), e.g. a pinned
-/// `cudaMemcpy` on the GPU machine: `HWTENSOR_BENCH_CUDA_H2D_GBPS`, `..._D2H_GBPS`.
-fn reference(var: &str) -> Option<f64> {
-    std::env::var(var).ok()?.trim().parse().ok()
-}
-
-/// Host <-> GPU bandwidth from heap tensors, with the ratio to the CUDA reference when given.
-pub fn bandwidth(rounds: usize) -> crate::Result {
+/// Host <-> GPU bandwidth from heap tensors, with the ratio to pinned `cuMemcpy` of the same
+/// bytes measured in this run (`references`, GB/s per size: host->device, device->host).
+pub fn bandwidth(rounds: usize, references: &super::cuda::References) -> crate::Result {
     if gpu::device().is_err() {
         return Ok(());
     }
-    let h2d_ref = reference("HWTENSOR_BENCH_CUDA_H2D_GBPS");
-    let d2h_ref = reference("HWTENSOR_BENCH_CUDA_D2H_GBPS");
     println!("\n== host <-> GPU bandwidth from mem tensors (medians, GB/s) ==");
     println!(
         "{:<8} {:>10} {:>10} {:>12} {:>12}",
         "size", "host->gpu", "gpu->host", "vs CUDA h2d", "vs CUDA d2h"
     );
     for (name, bytes) in BANDWIDTH_SIZES {
+        let (h2d_ref, d2h_ref) = references.get(bytes).unzip();
         let host = hwtensor::Tensor::<u8>::new(&[bytes], Some(hwtensor::TensorMemory::Mem))?;
         host.map_write()?.fill(1);
         let dev = hwtensor::Tensor::<u8>::new(&[bytes], Some(hwtensor::TensorMemory::Gpu))?;
@@ -155,14 +152,17 @@ pub fn bandwidth(rounds: usize) -> crate::Result {
         let (u, d) = (rate(up), rate(down));
         let ratio =
             |x: f64, r: Option<f64>| r.map_or("-".to_string(), |r| format!("{:.2}x", x / r));
+        let target = match (h2d_ref, d2h_ref) {
+            (Some(h), Some(r)) => crate::bench::verdict(
+                u / h >= BANDWIDTH_TARGET_RATIO && d / r >= BANDWIDTH_TARGET_RATIO,
+            ),
+            _ => "",
+        };
         println!(
-            "{name:<8} {u:>10.1} {d:>10.1} {:>12} {:>12}",
+            "{name:<8} {u:>10.1} {d:>10.1} {:>12} {:>12}  {target}",
             ratio(u, h2d_ref),
             ratio(d, d2h_ref)
         );
-    }
-    if let (Some(h), Some(d)) = (h2d_ref, d2h_ref) {
-        println!("CUDA pinned cudaMemcpy reference (same run): {h:.1} / {d:.1} GB/s");
     }
     Ok(())
 }

@@ -28,7 +28,8 @@ pub fn run(s: &Samples) -> crate::Result {
     println!("\n== hand-off: send + receive + import + first map, across a thread (medians) ==");
     handoff(s)?;
     super::gpu::bench(s.rounds)?;
-    super::gpu::bandwidth(s.rounds)?;
+    let references = super::cuda::bench(s.rounds)?;
+    super::gpu::bandwidth(s.rounds, &references)?;
     println!("\n== GPU hand-off: send + receive + import, across a thread of the same process (medians) ==");
     gpu_handoff(s)?;
     println!("\n== hand-off across processes (`hwtensor demo`, 1080p RGBA, pool of 3, medians) ==");

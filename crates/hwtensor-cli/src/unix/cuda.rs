@@ -1,0 +1,231 @@
+//! `hwtensor bench`: the CUDA interop figures, and pinned `cuMemcpy` references measured in the
+//! same run for the bandwidth ratios. Skipped, saying why, where there is no CUDA.
+
+// The reference copies and the stream are made through the raw driver API.
+#![allow(unsafe_code)]
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use cudarc::driver::sys;
+use hwtensor::cuda::{self, CudaDevice};
+use hwtensor::{Tensor, TensorMemory};
+
+use crate::bench::verdict;
+use crate::timing::{fmt, median, median_per_call};
+
+/// Targets from issue #13 (H200 medians).
+const FIRST_MAP_TARGET: Duration = Duration::from_micros(500);
+const LATER_MAP_TARGET: Duration = Duration::from_micros(2);
+const VULKAN_TO_CUDA_TARGET: Duration = Duration::from_micros(30);
+const CPU_SEES_CUDA_TARGET: Duration = Duration::from_micros(20);
+
+/// Pinned `cuMemcpy` bandwidth per size in bytes: (host->device, device->host) GB/s.
+#[derive(Default)]
+pub struct References(HashMap<usize, (f64, f64)>);
+
+impl References {
+    pub fn get(&self, bytes: usize) -> Option<(f64, f64)> {
+        self.0.get(&bytes).copied()
+    }
+}
+
+/// Driver calls the bench makes beyond hwtensor's own (which hwtensor checked when it loaded
+/// the driver): checked here before the first call, so a driver without one is a skip.
+const BENCH_SYMBOLS: &[&str] = &[
+    "cuStreamCreate",
+    "cuStreamSynchronize",
+    "cuStreamDestroy_v2",
+    "cuMemAlloc_v2",
+    "cuMemAllocHost_v2",
+    "cuMemFreeHost",
+    "cuMemcpyHtoD_v2",
+    "cuMemcpyDtoH_v2",
+    "cuCtxPushCurrent_v2",
+    "cuCtxPopCurrent_v2",
+];
+
+fn ok(r: sys::CUresult, what: &str) -> crate::Result<()> {
+    if r == sys::CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(format!("{what} failed: {r:?}").into())
+    }
+}
+
+/// The CUDA figures; returns the pinned-copy references for the bandwidth table.
+pub fn bench(rounds: usize) -> crate::Result<References> {
+    println!("\n== CUDA interop (medians) ==");
+    let cuda = match cuda::device() {
+        Ok(c) => c,
+        Err(e) => {
+            println!("skipped: {e}");
+            return Ok(References::default());
+        }
+    };
+    // SAFETY: hwtensor found the library, so culib() does not panic; lookups only.
+    let lib = unsafe { sys::culib() };
+    let present = |s: &&&str| {
+        // SAFETY: a symbol lookup; nothing is called here.
+        unsafe { lib.get::<*const std::ffi::c_void>(s.as_bytes()) }.is_ok()
+    };
+    if let Some(missing) = BENCH_SYMBOLS.iter().find(|s| !present(s)) {
+        println!("skipped: the driver has no {missing}");
+        return Ok(References::default());
+    }
+    println!("device: {} (CUDA {})", cuda.name(), cuda.driver_version());
+    let session = Session::open(cuda)?;
+    maps(&session, rounds)?;
+    ordering(&session, cuda, rounds)?;
+    session.references(rounds)
+}
+
+/// The primary context pushed on this thread and a stream of its own, for the bench's length.
+struct Session {
+    stream: sys::CUstream,
+}
+
+impl Session {
+    fn open(cuda: &CudaDevice) -> crate::Result<Session> {
+        let mut stream = std::ptr::null_mut();
+        // SAFETY: the primary context hwtensor retained; an out-pointer to a local.
+        unsafe {
+            ok(
+                sys::cuCtxPushCurrent_v2(cuda.context().cast()),
+                "cuCtxPushCurrent",
+            )?;
+            ok(sys::cuStreamCreate(&mut stream, 1), "cuStreamCreate")?;
+        }
+        Ok(Session { stream })
+    }
+
+    fn stream(&self) -> cuda::CudaStream {
+        self.stream.cast()
+    }
+
+    fn sync(&self) -> crate::Result<()> {
+        // SAFETY: the session's own stream.
+        ok(
+            unsafe { sys::cuStreamSynchronize(self.stream) },
+            "cuStreamSynchronize",
+        )
+    }
+
+    /// Pinned `cuMemcpy` both ways for each bandwidth size.
+    fn references(&self, rounds: usize) -> crate::Result<References> {
+        let mut out = References::default();
+        for (name, bytes) in super::gpu::BANDWIDTH_SIZES {
+            let (mut host, mut dev) = (std::ptr::null_mut(), 0);
+            // SAFETY: out-pointers to locals; freed below.
+            unsafe {
+                ok(sys::cuMemAllocHost_v2(&mut host, bytes), "cuMemAllocHost")?;
+                ok(sys::cuMemAlloc_v2(&mut dev, bytes), "cuMemAlloc")?;
+            }
+            let rate = |d: Duration| bytes as f64 / d.as_secs_f64() / 1e9;
+            let n = rounds.min(31);
+            // SAFETY: both allocations are `bytes` long and live across the copies.
+            let h2d = median_per_call(n, 1, || unsafe {
+                sys::cuMemcpyHtoD_v2(dev, host, bytes);
+            });
+            // SAFETY: as above.
+            let d2h = median_per_call(n, 1, || unsafe {
+                sys::cuMemcpyDtoH_v2(host, dev, bytes);
+            });
+            // SAFETY: allocated above, no copy in flight (the copies are synchronous).
+            unsafe {
+                sys::cuMemFree_v2(dev);
+                sys::cuMemFreeHost(host);
+            }
+            println!(
+                "pinned cuMemcpy {name:<7} h2d {:>6.1} GB/s  d2h {:>6.1} GB/s",
+                rate(h2d),
+                rate(d2h)
+            );
+            out.0.insert(bytes, (rate(h2d), rate(d2h)));
+        }
+        Ok(out)
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let mut popped = std::ptr::null_mut();
+        // SAFETY: the stream made in `open`, then the context it pushed.
+        unsafe {
+            sys::cuStreamSynchronize(self.stream);
+            sys::cuStreamDestroy_v2(self.stream);
+            sys::cuCtxPopCurrent_v2(&mut popped);
+        }
+    }
+}
+
+/// First map of a GPU tensor (the import) and later maps (a lookup), each with its end.
+fn maps(s: &Session, rounds: usize) -> crate::Result<()> {
+    let frame = [1080usize, 1920, 4];
+    let mut first: Vec<Duration> = Vec::new();
+    for _ in 0..rounds.min(21) {
+        let t = Tensor::<u8>::new(&frame, Some(TensorMemory::Gpu))?;
+        let started = Instant::now();
+        t.cuda_map_read(s.stream())?.finish()?;
+        first.push(started.elapsed());
+        s.sync()?;
+    }
+    let first = median(&mut first);
+    println!(
+        "first cuda_map of a 1080p GPU tensor:  {:>10}  {}",
+        fmt(first),
+        verdict(first <= FIRST_MAP_TARGET)
+    );
+    let t = Tensor::<u8>::new(&frame, Some(TensorMemory::Gpu))?;
+    let mut failed = None;
+    let later = median_per_call(rounds, 100, || {
+        if let Err(e) = t.cuda_map_read(s.stream()).and_then(|m| m.finish()) {
+            failed = Some(e);
+        }
+    });
+    if let Some(e) = failed {
+        return Err(e.into());
+    }
+    s.sync()?;
+    println!(
+        "later cuda_map (+ its end):            {:>10}  {}",
+        fmt(later),
+        verdict(later <= LATER_MAP_TARGET)
+    );
+    Ok(())
+}
+
+/// How soon each side sees the other's work: a Vulkan copy seen by a CUDA stream (GPU-side
+/// wait, then the stream drained), and a CUDA signal seen by the CPU.
+fn ordering(s: &Session, cuda: &CudaDevice, rounds: usize) -> crate::Result<()> {
+    let small = [4096usize];
+    let src = Tensor::<u8>::new(&small, Some(TensorMemory::Gpu))?;
+    let dst = Tensor::<u8>::new(&small, Some(TensorMemory::Gpu))?;
+    drop(dst.cuda_map_read(s.stream())?); // the import, made outside the timing
+    s.sync()?;
+    let mut vk_to_cuda: Vec<Duration> = Vec::new();
+    let mut cpu_sees: Vec<Duration> = Vec::new();
+    for _ in 0..rounds * 4 {
+        let started = Instant::now();
+        dst.copy_from(&src)?; // a Vulkan copy: returns once submitted
+        let map = dst.cuda_map_read(s.stream())?; // waits GPU-side for it
+        s.sync()?;
+        vk_to_cuda.push(started.elapsed());
+        let value = map.finish()?;
+        let started = Instant::now();
+        cuda.gpu_wait(value)?;
+        cpu_sees.push(started.elapsed());
+    }
+    let (a, b) = (median(&mut vk_to_cuda), median(&mut cpu_sees));
+    println!(
+        "Vulkan copy -> CUDA stream sees it:    {:>10}  {}",
+        fmt(a),
+        verdict(a <= VULKAN_TO_CUDA_TARGET)
+    );
+    println!(
+        "CUDA signal -> CPU sees the value:     {:>10}  {}",
+        fmt(b),
+        verdict(b <= CPU_SEES_CUDA_TARGET)
+    );
+    Ok(())
+}
