@@ -22,6 +22,14 @@ use hwtensor::cuda::{self, CudaDevice};
 use hwtensor::handoff::{recv, send_as};
 use hwtensor::{CpuAccess, PixelFormat, Region, Tensor, TensorDyn, TensorMemory};
 
+/// The tests of this binary run one at a time: the leak test counts the process's fds and
+/// device memory, which a test running beside it would move.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn cuda_required() -> bool {
     std::env::var("HWTENSOR_TEST_REQUIRE_CUDA").is_ok_and(|v| v == "1")
 }
@@ -187,6 +195,7 @@ fn vulkan_written(data: &[u8]) -> Tensor<u8> {
 
 #[test]
 fn cuda_is_the_device_with_the_process_gpus_uuid_in_its_primary_context() {
+    let _serial = serial();
     let Some(cuda) = cuda_or_skip("cuda_is_the_device_with_the_process_gpus_uuid") else {
         return;
     };
@@ -210,6 +219,7 @@ fn cuda_is_the_device_with_the_process_gpus_uuid_in_its_primary_context() {
 
 #[test]
 fn without_cuda_every_cuda_call_is_an_error_that_says_why() {
+    let _serial = serial();
     if cuda::device().is_ok() {
         eprintln!("SKIPPED: without_cuda_every_cuda_call_is_an_error_that_says_why - CUDA is here");
         return;
@@ -225,6 +235,7 @@ fn without_cuda_every_cuda_call_is_an_error_that_says_why() {
 
 #[test]
 fn a_cuda_kernel_reads_a_vulkan_written_frame_and_vulkan_reads_its_answer() {
+    let _serial = serial();
     let Some(cuda) = cuda_or_skip("a_cuda_kernel_reads_a_vulkan_written_frame") else {
         return;
     };
@@ -248,6 +259,7 @@ fn a_cuda_kernel_reads_a_vulkan_written_frame_and_vulkan_reads_its_answer() {
 
 #[test]
 fn a_kernel_reads_and_writes_host_tensors_registered_once() {
+    let _serial = serial();
     let Some(cuda) = cuda_or_skip("a_kernel_reads_and_writes_host_tensors_registered_once") else {
         return;
     };
@@ -277,6 +289,7 @@ fn a_kernel_reads_and_writes_host_tensors_registered_once() {
 
 #[test]
 fn a_map_of_a_view_points_at_its_first_element_with_byte_strides() {
+    let _serial = serial();
     let Some(cuda) = cuda_or_skip("a_map_of_a_view_points_at_its_first_element") else {
         return;
     };
@@ -299,6 +312,7 @@ fn a_map_of_a_view_points_at_its_first_element_with_byte_strides() {
 
 #[test]
 fn a_host_buffer_below_a_page_is_refused_with_the_reason() {
+    let _serial = serial();
     let Some(_) = cuda_or_skip("a_host_buffer_below_a_page_is_refused_with_the_reason") else {
         return;
     };
@@ -313,6 +327,7 @@ fn open_fds() -> usize {
 
 #[test]
 fn a_thousand_maps_of_short_lived_tensors_leak_no_import_or_fd() {
+    let _serial = serial();
     let Some(cuda) = cuda_or_skip("a_thousand_maps_of_short_lived_tensors_leak_nothing") else {
         return;
     };
@@ -376,6 +391,7 @@ fn cuda_peer(socket: &str) {
 
 #[test]
 fn a_cuda_kernel_in_another_process_reads_our_frame_and_we_read_its_answer() {
+    let _serial = serial();
     if let Ok(socket) = std::env::var(PEER) {
         return cuda_peer(&socket);
     }

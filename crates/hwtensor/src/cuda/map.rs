@@ -24,6 +24,8 @@ pub struct CudaMap<'a, T: Element, D: MapDirection> {
     import: &'a BufferImport,
     stream: sys::CUstream,
     ptr: u64,
+    /// The timeline value the stream was made to wait for when the map began.
+    waited: u64,
     finished: bool,
     _hold: AccessGuard<'a>,
     _direction: PhantomData<D>,
@@ -67,10 +69,10 @@ impl<T: Element, D: MapDirection> CudaMap<'_, T, D> {
         self.finished = true;
         let device = device()?;
         let _current = device.enter()?;
-        let value = device.signal_from_stream(self.stream)?;
+        let value = device.signal_from_stream(self.stream, self.waited)?;
         self.import.used_until(value);
         if let Some(mem) = self.tensor.buffer.gpu() {
-            mem.record(value, D::DIRECTION != Direction::Read);
+            mem.record_external(value, D::DIRECTION != Direction::Read);
         }
         Ok(value)
     }
@@ -126,6 +128,7 @@ impl<T: Element> Tensor<T> {
             import,
             stream,
             ptr: import.device_ptr() + self.offset as u64,
+            waited: after,
             finished: false,
             _hold: hold,
             _direction: PhantomData,

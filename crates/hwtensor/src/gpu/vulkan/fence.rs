@@ -210,9 +210,16 @@ impl Timeline {
         })
     }
 
-    /// Waits until the timeline reaches `value`, at most `timeout`.
-    pub(crate) fn wait(&self, device: &ash::Device, value: u64, timeout: Duration) -> Result<()> {
-        wait_semaphore(device, self.semaphore, value, timeout).map_err(|e| match e {
+    /// Waits until the timeline reaches `value`, at most `timeout`, spinning for at most `spin`
+    /// first.
+    pub(crate) fn wait(
+        &self,
+        device: &ash::Device,
+        value: u64,
+        timeout: Duration,
+        spin: Duration,
+    ) -> Result<()> {
+        wait_semaphore(device, self.semaphore, value, timeout, spin).map_err(|e| match e {
             Error::Timeout(t) => {
                 Error::Timeout(format!("{t}, last allocated {}", self.last_signalled()))
             }
@@ -279,12 +286,13 @@ fn drop_abandoned(waiting: &mut BTreeMap<u64, Vec<OwnedFd>>) {
 }
 
 /// Waits until the timeline `semaphore` reaches `value`, at most `timeout`: spins on the
-/// counter for [`WAIT_SPIN`], then blocks.
+/// counter for `spin` (usually [`WAIT_SPIN`]), then blocks.
 pub(crate) fn wait_semaphore(
     device: &ash::Device,
     semaphore: vk::Semaphore,
     value: u64,
     timeout: Duration,
+    spin: Duration,
 ) -> Result<()> {
     let counter = || {
         // SAFETY: a query of a live timeline semaphore of this device.
@@ -297,7 +305,7 @@ pub(crate) fn wait_semaphore(
     };
     let started = Instant::now();
     let mut left = timeout;
-    while started.elapsed() < WAIT_SPIN.min(timeout) {
+    while started.elapsed() < spin.min(timeout) {
         if counter()? >= value {
             // Confirmed below with a zero-timeout wait, which returns at once: the wait is
             // what tells the validation layer (and any tool tracking submissions) that the

@@ -207,12 +207,17 @@ impl ForeignTimeline {
     /// Waits on the CPU until the peer's timeline reaches `value`, at most `timeout`. A value
     /// the peer never reaches is a timeout for this import alone.
     pub(crate) fn wait(&self, value: u64, timeout: Duration) -> Result<()> {
-        super::fence::wait_semaphore(&self.device.device, self.semaphore, value, timeout).map_err(
-            |e| match e {
-                Error::Timeout(t) => Error::Timeout(format!("the sender's completion: {t}")),
-                other => other,
-            },
+        super::fence::wait_semaphore(
+            &self.device.device,
+            self.semaphore,
+            value,
+            timeout,
+            super::WAIT_SPIN,
         )
+        .map_err(|e| match e {
+            Error::Timeout(t) => Error::Timeout(format!("the sender's completion: {t}")),
+            other => other,
+        })
     }
 }
 

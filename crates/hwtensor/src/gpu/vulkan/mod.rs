@@ -661,7 +661,19 @@ impl GpuDevice {
 
     /// Waits for `value`, at most `timeout`: spins briefly, then blocks.
     pub fn wait(&self, value: u64, timeout: Duration) -> Result<()> {
-        self.timeline.wait(&self.device, value, timeout)
+        self.timeline.wait(&self.device, value, timeout, WAIT_SPIN)
+    }
+
+    /// [`Self::wait`], spinning for up to `spin` before blocking: for a wait whose end is near
+    /// and known (a copy of a known size), where a blocked wait's late wake-up would cost more
+    /// than the spin.
+    pub(crate) fn wait_spinning(
+        &self,
+        value: u64,
+        timeout: Duration,
+        spin: Duration,
+    ) -> Result<()> {
+        self.timeline.wait(&self.device, value, timeout, spin)
     }
 
     /// A pollable fd that becomes readable when `value` completes.
