@@ -72,7 +72,7 @@ impl<T: Element, D: MapDirection> CudaMap<'_, T, D> {
         let value = device.signal_from_stream(self.stream, self.waited)?;
         self.import.used_until(value);
         if let Some(mem) = self.tensor.buffer.gpu() {
-            mem.record_external(value, D::DIRECTION != Direction::Read);
+            mem.record(value, D::DIRECTION != Direction::Read);
         }
         Ok(value)
     }

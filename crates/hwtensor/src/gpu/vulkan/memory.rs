@@ -10,7 +10,6 @@
 use std::os::fd::{AsFd, BorrowedFd, IntoRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
-use std::time::Duration;
 
 use ash::vk;
 use ash::vk::Handle;
@@ -83,10 +82,6 @@ pub(crate) struct GpuMemory {
     /// Timeline value of the last GPU write, and of the last GPU read (Vulkan's or CUDA's).
     last_write: AtomicU64,
     last_read: AtomicU64,
-    /// Timeline value of the last Vulkan submission that used the buffer: observed before the
-    /// buffer is destroyed, so the validation layer (which cannot see a CUDA signal imply
-    /// it) retires that submission.
-    last_vulkan: AtomicU64,
     /// The `last_write` the staging copy reflects.
     staged_at: AtomicU64,
     /// Who allocated the memory: this process, or the exporter an import came from.
@@ -439,7 +434,6 @@ impl GpuMemory {
             fd: None,
             last_write: AtomicU64::new(0),
             last_read: AtomicU64::new(0),
-            last_vulkan: AtomicU64::new(0),
             staged_at: AtomicU64::new(if imported { NEVER_STAGED } else { 0 }),
             origin: GpuOrigin {
                 pid: 0,
@@ -462,7 +456,6 @@ impl GpuMemory {
                 unsafe { d.cmd_fill_buffer(cmd, buffer, 0, vk::WHOLE_SIZE, 0) }
             })?;
         self.last_write.store(v, Ordering::Release);
-        self.last_vulkan.store(v, Ordering::Release);
         self.staged_at.store(NEVER_STAGED, Ordering::Release);
         Ok(())
     }
@@ -547,15 +540,9 @@ impl GpuMemory {
         }
     }
 
-    /// Records that Vulkan work completing at `value` read (or wrote) this buffer.
-    pub(crate) fn record(&self, value: u64, write: bool) {
-        self.last_vulkan.fetch_max(value, Ordering::AcqRel);
-        self.record_external(value, write);
-    }
-
-    /// Records that work of another API (CUDA) completing at `value` read (or wrote) this
+    /// Records that GPU work (Vulkan's or CUDA's) completing at `value` read (or wrote) this
     /// buffer.
-    pub(crate) fn record_external(&self, value: u64, write: bool) {
+    pub(crate) fn record(&self, value: u64, write: bool) {
         let word = if write {
             &self.last_write
         } else {
@@ -697,11 +684,6 @@ impl Drop for GpuMemory {
             }
             return;
         }
-        // Reached already (it is at most the value waited for); observed so trackers retire
-        // our own last submission even when another API signalled the value waited for.
-        let _ = self
-            .device
-            .wait(self.last_vulkan.load(Ordering::Acquire), Duration::ZERO);
         let d = &self.device.device;
         // SAFETY: no GPU work uses these objects any more (waited above) and no map outlives
         // the tensor that owns this memory.

@@ -143,19 +143,8 @@ impl GpuDevice {
         let Ok(done) = self.completed_value() else {
             return;
         };
-        // Observe the newest finished submission of ours through a wait (it returns at once)
-        // so trackers retire it and everything before it; `done` itself may have been
-        // signalled by CUDA or another copy, which a tracker cannot tie to our submissions.
-        let newest = pool
-            .in_flight
-            .iter()
-            .map(|(v, _)| *v)
-            .filter(|v| *v <= done)
-            .max();
-        let Some(newest) = newest else {
-            return;
-        };
-        if self.wait(newest, Duration::ZERO).is_err() {
+        // Observe `done` through a wait (it returns at once) so trackers retire the work.
+        if done == 0 || self.wait(done, Duration::ZERO).is_err() {
             return;
         }
         let (finished, running): (Vec<_>, Vec<_>) =
