@@ -434,3 +434,96 @@ fn a_cuda_kernel_in_another_process_reads_our_frame_and_we_read_its_answer() {
     let bad = (0..n).find(|&i| got[i] != data[i].wrapping_add(1));
     assert_eq!(bad, None, "first wrong byte of the peer's answer");
 }
+
+#[test]
+fn cuda_memory_starts_zeroed_and_cpu_maps_stage_through_pinned_memory() {
+    let _serial = serial();
+    let Some(_) = cuda_or_skip("cuda_memory_starts_zeroed_and_cpu_maps_stage") else {
+        return;
+    };
+    let n = 300_000;
+    let t = Tensor::<u32>::new(&[n], Some(TensorMemory::Cuda)).unwrap();
+    assert_eq!(t.memory(), TensorMemory::Cuda);
+    assert!(t.map_read().unwrap().iter().all(|&v| v == 0));
+    let data: Vec<u32> = (0..n as u32)
+        .map(|i| i.wrapping_mul(2_654_435_761))
+        .collect();
+    t.map_write().unwrap().copy_from_slice(&data);
+    assert_eq!(t.to_vec().unwrap(), data);
+    let other = Tensor::<u32>::new(&[n], Some(TensorMemory::Cuda)).unwrap();
+    assert_ne!(t.identity(), other.identity());
+    assert!(matches!(t.identity(), hwtensor::BufferIdentity::Gpu { .. }));
+}
+
+#[test]
+fn a_kernel_writes_cuda_memory_that_the_cpu_and_vulkan_then_read() {
+    let _serial = serial();
+    let Some(cuda) = cuda_or_skip("a_kernel_writes_cuda_memory_that_the_cpu_and_vulkan_then_read")
+    else {
+        return;
+    };
+    let n = 1920 * 1080 * 4;
+    let data = numbered(n);
+    let input = Tensor::<u8>::new(&[n], Some(TensorMemory::Cuda)).unwrap();
+    input.map_write().unwrap().copy_from_slice(&data);
+    let output = Tensor::<u8>::new(&[n], Some(TensorMemory::Cuda)).unwrap();
+    let kernel = Kernel::load(cuda);
+    {
+        let i = input.cuda_map_read(kernel.stream()).unwrap();
+        let o = output.cuda_map_write(kernel.stream()).unwrap();
+        kernel.add_one(i.device_ptr(), o.device_ptr(), n);
+    }
+    let got = output.to_vec().unwrap(); // waits for the kernel through the timeline
+    assert!(
+        (0..n).all(|i| got[i] == data[i].wrapping_add(1)),
+        "the CPU's view"
+    );
+    let gpu = Tensor::<u8>::new(&[n], Some(TensorMemory::Gpu)).unwrap();
+    gpu.copy_from(&output).unwrap();
+    let seen = gpu.to_vec().unwrap();
+    assert!(
+        (0..n).all(|i| seen[i] == data[i].wrapping_add(1)),
+        "Vulkan's copy"
+    );
+}
+
+#[test]
+fn copies_between_cuda_memory_and_every_other_backing_preserve_the_bytes() {
+    let _serial = serial();
+    let Some(_) = cuda_or_skip("copies_between_cuda_memory_and_every_other_backing") else {
+        return;
+    };
+    let n = 100_000;
+    let data = numbered(n);
+    for other in [
+        TensorMemory::Mem,
+        TensorMemory::Shm,
+        TensorMemory::Gpu,
+        TensorMemory::Cuda,
+    ] {
+        let source = Tensor::<u8>::new(&[n], Some(other)).unwrap();
+        source.copy_from_flat(&data).unwrap();
+        let cuda = Tensor::<u8>::new(&[n], Some(TensorMemory::Cuda)).unwrap();
+        cuda.copy_from(&source).unwrap();
+        assert!(cuda.to_vec().unwrap() == data, "{other} -> cuda");
+        let back = Tensor::<u8>::new(&[n], Some(other)).unwrap();
+        back.copy_from(&cuda).unwrap();
+        assert!(back.to_vec().unwrap() == data, "cuda -> {other}");
+    }
+}
+
+#[test]
+fn cuda_memory_travels_inline_and_says_why_not_by_reference() {
+    let _serial = serial();
+    let Some(_) = cuda_or_skip("cuda_memory_travels_inline") else {
+        return;
+    };
+    let data = numbered(8192);
+    let t = Tensor::<u8>::new(&[8192], Some(TensorMemory::Cuda)).unwrap();
+    t.copy_from_flat(&data).unwrap();
+    let d = TensorDyn::from(t);
+    let back = hwtensor::blob::import_inline(&hwtensor::blob::export_inline(&d).unwrap()).unwrap();
+    assert_eq!(back.into_tensor::<u8>().unwrap().to_vec().unwrap(), data);
+    let err = hwtensor::blob::export(&d, Transport::Reference).unwrap_err();
+    assert!(err.to_string().contains("no fd"), "{err}");
+}

@@ -31,6 +31,9 @@ pub(crate) enum Storage {
     #[cfg(target_os = "linux")]
     Fd(FdMapping),
     Gpu(GpuMemory),
+    /// CUDA device memory (Linux).
+    #[cfg(target_os = "linux")]
+    Cuda(crate::cuda::CudaMemory),
 }
 
 /// What a CPU access of a storage holds open: the GPU write-back of a staged map, or the
@@ -38,6 +41,8 @@ pub(crate) enum Storage {
 #[derive(Debug)]
 pub(crate) enum CpuAccessGuard<'a> {
     Gpu(#[allow(dead_code)] GpuCpuAccess<'a>),
+    #[cfg(target_os = "linux")]
+    Cuda(#[allow(dead_code)] crate::cuda::CudaCpuAccess<'a>),
     #[cfg(target_os = "linux")]
     Bracket(#[allow(dead_code)] dmabuf::SyncBracket<'a>),
 }
@@ -55,7 +60,7 @@ impl TensorMemory {
             TensorMemory::Mem => None,
             TensorMemory::Shm | TensorMemory::DmaBuf => fd_backed_unavailable_reason(self),
             TensorMemory::Gpu => gpu::device().err().map(|e| e.to_string()),
-            TensorMemory::Cuda => Some(cuda_backing_unavailable()),
+            TensorMemory::Cuda => cuda_unavailable_reason(),
         }
     }
 
@@ -71,16 +76,12 @@ impl TensorMemory {
     }
 }
 
-/// Why CUDA memory cannot be allocated: the backing itself (CUDA VMM allocations) is not built
-/// yet; CUDA maps of GPU, heap and shm tensors are (`hwtensor::cuda`), where CUDA is present.
-fn cuda_backing_unavailable() -> String {
+/// Why CUDA memory cannot be allocated here (no CUDA, or not Linux), or `None` when it can.
+fn cuda_unavailable_reason() -> Option<String> {
     #[cfg(target_os = "linux")]
-    if let Some(why) = crate::cuda::unavailable_reason() {
-        return why;
-    }
-    "the CUDA memory backing is not built yet; map GPU, mem or shm tensors into CUDA instead \
-     (Tensor::cuda_map_read / cuda_map_write)"
-        .into()
+    return crate::cuda::unavailable_reason();
+    #[cfg(not(target_os = "linux"))]
+    return Some("CUDA memory is a Linux backing in this build".into());
 }
 
 /// Why `memory` (an fd-backed kind) cannot be allocated here, or `None` when it can.
@@ -92,6 +93,16 @@ fn fd_backed_unavailable_reason(memory: TensorMemory) -> Option<String> {
         "{} memory is an fd-backed Linux kind; on this platform use mem or gpu",
         memory.name()
     ));
+}
+
+/// The identity of device memory: its allocator and the allocation's serial there, in every
+/// process it reaches.
+fn device_identity(o: crate::gpu::GpuOrigin) -> BufferIdentity {
+    BufferIdentity::Gpu {
+        pid: o.pid,
+        start_time: o.start_time,
+        serial: o.serial,
+    }
 }
 
 impl Storage {
@@ -106,10 +117,18 @@ impl Storage {
             TensorMemory::Mem => HeapBlock::zeroed(len).map(Storage::Heap),
             TensorMemory::Gpu => GpuMemory::allocate(len, texture).map(Storage::Gpu),
             #[cfg(target_os = "linux")]
+            TensorMemory::Cuda => crate::cuda::CudaMemory::allocate(len).map(Storage::Cuda),
+            #[cfg(target_os = "linux")]
             TensorMemory::Shm | TensorMemory::DmaBuf => {
                 unix::allocate(memory, len).map(Storage::Fd)
             }
-            _ => unreachable!("ensure_available refused it"),
+            #[cfg(not(target_os = "linux"))]
+            TensorMemory::Shm | TensorMemory::DmaBuf | TensorMemory::Cuda => {
+                Err(Error::Unavailable {
+                    memory,
+                    reason: "not a backing of this platform".into(),
+                })
+            }
         }
     }
 
@@ -120,6 +139,8 @@ impl Storage {
             #[cfg(target_os = "linux")]
             Storage::Fd(m) => m.ptr(),
             Storage::Gpu(g) => g.ptr(),
+            #[cfg(target_os = "linux")]
+            Storage::Cuda(c) => c.ptr(),
         }
     }
 
@@ -129,6 +150,8 @@ impl Storage {
             #[cfg(target_os = "linux")]
             Storage::Fd(m) => m.len(),
             Storage::Gpu(g) => g.len(),
+            #[cfg(target_os = "linux")]
+            Storage::Cuda(c) => c.len(),
         }
     }
 
@@ -138,6 +161,8 @@ impl Storage {
             #[cfg(target_os = "linux")]
             Storage::Fd(m) => m.memory(),
             Storage::Gpu(_) => TensorMemory::Gpu,
+            #[cfg(target_os = "linux")]
+            Storage::Cuda(_) => TensorMemory::Cuda,
         }
     }
 
@@ -146,14 +171,9 @@ impl Storage {
             Storage::Heap(h) => Ok(BufferIdentity::heap(h.ptr() as usize)),
             #[cfg(target_os = "linux")]
             Storage::Fd(m) => BufferIdentity::of_fd(m.fd()),
-            Storage::Gpu(g) => {
-                let o = g.origin();
-                Ok(BufferIdentity::Gpu {
-                    pid: o.pid,
-                    start_time: o.start_time,
-                    serial: o.serial,
-                })
-            }
+            Storage::Gpu(g) => Ok(device_identity(g.origin())),
+            #[cfg(target_os = "linux")]
+            Storage::Cuda(c) => Ok(device_identity(c.origin())),
         }
     }
 
@@ -163,6 +183,8 @@ impl Storage {
             #[cfg(target_os = "linux")]
             Storage::Fd(m) => m.writable(),
             Storage::Heap(_) | Storage::Gpu(_) => true,
+            #[cfg(target_os = "linux")]
+            Storage::Cuda(_) => true,
         }
     }
 
@@ -175,6 +197,8 @@ impl Storage {
             #[cfg(target_os = "linux")]
             Storage::Fd(m) => m.memory() == TensorMemory::Shm && m.len() > 0,
             Storage::Gpu(_) => false,
+            #[cfg(target_os = "linux")]
+            Storage::Cuda(_) => false,
         }
     }
 
@@ -187,6 +211,10 @@ impl Storage {
             Storage::Gpu(g) => g
                 .begin_cpu(direction != Direction::Read)
                 .map(|a| Some(CpuAccessGuard::Gpu(a))),
+            #[cfg(target_os = "linux")]
+            Storage::Cuda(c) => c
+                .begin_cpu(direction != Direction::Read)
+                .map(|a| Some(CpuAccessGuard::Cuda(a))),
             #[cfg(target_os = "linux")]
             Storage::Fd(m) if m.memory() == TensorMemory::DmaBuf => {
                 dmabuf::SyncBracket::begin(m.fd(), direction)

@@ -52,6 +52,7 @@ impl Buffer {
             return Ok(import);
         }
         let made = match &self.0.storage {
+            Storage::Cuda(c) => crate::cuda::BufferImport::native(c.device_ptr())?,
             Storage::Gpu(g) => {
                 let fd = g.fd().ok_or_else(|| crate::Error::Unavailable {
                     memory: crate::TensorMemory::Cuda,
@@ -79,6 +80,27 @@ impl Buffer {
             }
         };
         Ok(self.0.cuda.get_or_init(|| made))
+    }
+
+    /// What device work on this buffer must wait for (`write`: work that writes it): the
+    /// last GPU or CUDA use its memory recorded, 0 for host memory (which the CUDA import
+    /// tracks itself).
+    pub(crate) fn device_after(&self, write: bool) -> u64 {
+        match &self.0.storage {
+            Storage::Gpu(g) => g.after(write),
+            Storage::Cuda(c) => c.after(write),
+            _ => 0,
+        }
+    }
+
+    /// Records that device work completing at `value` read (or wrote) this buffer's device
+    /// memory.
+    pub(crate) fn record_device_use(&self, value: u64, write: bool) {
+        match &self.0.storage {
+            Storage::Gpu(g) => g.record(value, write),
+            Storage::Cuda(c) => c.record(value, write),
+            _ => {}
+        }
     }
 
     /// The live GPU buffer `origin` names in this copy, if there is one.

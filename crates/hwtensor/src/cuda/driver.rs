@@ -37,6 +37,20 @@ const SYMBOLS: &[&str] = &[
     "cuMemHostRegister_v2",
     "cuMemHostUnregister",
     "cuMemHostGetDevicePointer_v2",
+    "cuMemGetAllocationGranularity",
+    "cuMemCreate",
+    "cuMemAddressReserve",
+    "cuMemMap",
+    "cuMemSetAccess",
+    "cuMemExportToShareableHandle",
+    "cuMemsetD8_v2",
+    "cuMemUnmap",
+    "cuMemAddressFree",
+    "cuMemRelease",
+    "cuMemAllocHost_v2",
+    "cuMemFreeHost",
+    "cuMemcpyDtoH_v2",
+    "cuMemcpyHtoD_v2",
 ];
 
 /// The library names the loader tries, in order (`cudarc` tries the same).
@@ -138,7 +152,8 @@ mod tests {
         let source = include_str!("mod.rs").to_owned()
             + include_str!("device.rs")
             + include_str!("import.rs")
-            + include_str!("map.rs");
+            + include_str!("map.rs")
+            + include_str!("memory.rs");
         let called: std::collections::BTreeSet<&str> = source
             .split("sys::cu")
             .skip(1)

@@ -22,6 +22,8 @@ enum Reach {
     External(sys::CUexternalMemory),
     /// Host memory registered with CUDA, at this host address.
     Registered(*mut u8),
+    /// CUDA's own memory: nothing to import or undo.
+    Native,
 }
 
 /// One buffer's CUDA import, and the newest timeline value CUDA work on it signals.
@@ -130,6 +132,17 @@ impl BufferImport {
         })
     }
 
+    /// CUDA memory at `ptr`, reached as itself.
+    pub(crate) fn native(ptr: sys::CUdeviceptr) -> Result<Self> {
+        Ok(BufferImport {
+            device: device()?,
+            reach: Reach::Native,
+            ptr,
+            writable: true,
+            last_use: AtomicU64::new(0),
+        })
+    }
+
     /// The device address of the buffer's first byte.
     pub(crate) fn device_ptr(&self) -> sys::CUdeviceptr {
         self.ptr
@@ -162,6 +175,9 @@ impl BufferImport {
 
 impl Drop for BufferImport {
     fn drop(&mut self) {
+        if matches!(self.reach, Reach::Native) {
+            return; // the memory waits for its own last use when it goes
+        }
         // CUDA may still be using the buffer: wait for its last use, bounded, before undoing
         // the import under it.
         if let Err(e) = self.wait_idle() {
@@ -183,6 +199,7 @@ impl Drop for BufferImport {
                     };
                     ("cuDestroyExternalMemory", r)
                 }
+                Reach::Native => return,
                 Reach::Registered(host) => {
                     ("cuMemHostUnregister", sys::cuMemHostUnregister(host.cast()))
                 }

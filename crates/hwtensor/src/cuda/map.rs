@@ -71,9 +71,9 @@ impl<T: Element, D: MapDirection> CudaMap<'_, T, D> {
         let _current = device.enter()?;
         let value = device.signal_from_stream(self.stream, self.waited)?;
         self.import.used_until(value);
-        if let Some(mem) = self.tensor.buffer.gpu() {
-            mem.record(value, D::DIRECTION != Direction::Read);
-        }
+        self.tensor
+            .buffer
+            .record_device_use(value, D::DIRECTION != Direction::Read);
         Ok(value)
     }
 }
@@ -90,8 +90,8 @@ impl<T: Element, D: MapDirection> Drop for CudaMap<'_, T, D> {
 
 impl<T: Element> Tensor<T> {
     /// Maps the tensor for CUDA kernels that read it, on `stream` (a raw `CUstream`; null for
-    /// the default stream). GPU, heap (a page or more) and shm tensors can be mapped; the
-    /// first map of a buffer imports it into CUDA, later ones reuse that.
+    /// the default stream). CUDA, GPU, heap (a page or more) and shm tensors can be mapped;
+    /// the first map of a buffer imports it into CUDA, later ones reuse that.
     pub fn cuda_map_read(&self, stream: CudaStream) -> Result<CudaMap<'_, T, ReadOnly>> {
         self.cuda_map(stream)
     }
@@ -118,10 +118,7 @@ impl<T: Element> Tensor<T> {
             ));
         }
         let stream: sys::CUstream = stream.cast();
-        let after = match self.buffer.gpu() {
-            Some(mem) => mem.after(write).max(import.last_use()),
-            None => import.last_use(),
-        };
+        let after = self.buffer.device_after(write).max(import.last_use());
         device.wait_on_stream(stream, after)?;
         Ok(CudaMap {
             tensor: self,

@@ -12,6 +12,10 @@
 //! stream; the map waits on the stream for the tensor's last GPU write and signals the process
 //! timeline when it ends. No CPU wait anywhere on that path.
 //!
+//! `TensorMemory::Cuda` is CUDA device memory (`cuMemCreate`, exportable as a POSIX fd): CPU maps
+//! go through a pinned staging buffer, CUDA maps are native, `copy_from` reaches every other
+//! backing (through CPU maps for now).
+//!
 //! # Example
 //!
 //! ```
@@ -34,10 +38,12 @@ mod device;
 mod driver;
 mod import;
 mod map;
+mod memory;
 
 pub use device::{device, unavailable_reason, CudaDevice};
 pub(crate) use import::BufferImport;
 pub use map::CudaMap;
+pub(crate) use memory::{CudaCpuAccess, CudaMemory};
 
 /// A raw CUDA stream (`CUstream`); null is the default (legacy) stream.
 pub type CudaStream = *mut std::ffi::c_void;

@@ -1,0 +1,342 @@
+//! `TensorMemory::Cuda`: device memory of the CUDA device, made with the virtual memory API
+//! (`cuMemCreate`) exportable as a POSIX fd, mapped once in the primary context.
+//!
+//! The CPU reaches it through a pinned staging buffer, made on the first CPU map (the same rules
+//! as staged GPU memory: the GPU work a map must follow is waited for, bounded; a write map is
+//! copied back when it ends). CUDA maps of it are native: its own device address.
+
+use std::ffi::c_void;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+use super::device::{device, CudaDevice};
+use super::driver::{check, sys};
+use crate::gpu::{GpuOrigin, GPU_WAIT};
+use crate::{Error, Result, TensorMemory};
+
+/// `staged_at` of a staging copy that reflects nothing yet.
+const NEVER_STAGED: u64 = u64::MAX;
+
+/// Serials of this copy's CUDA allocations (with the address mixed in, as for GPU memory).
+static SERIAL: AtomicU64 = AtomicU64::new(0);
+
+/// One VMM allocation of the CUDA device, mapped at `va`.
+pub(crate) struct CudaMemory {
+    device: &'static CudaDevice,
+    handle: sys::CUmemGenericAllocationHandle,
+    va: sys::CUdeviceptr,
+    /// Bytes reserved and mapped: `len` rounded up to the allocation granularity.
+    size: usize,
+    len: usize,
+    /// The allocation exported as a POSIX fd (kept: a later hand-off sends it).
+    _fd: OwnedFd,
+    /// Pinned host memory the CPU maps, made on the first CPU map.
+    staging: OnceLock<Staging>,
+    /// Serialises the staging copies of concurrent read maps.
+    staging_lock: Mutex<()>,
+    last_write: AtomicU64,
+    last_read: AtomicU64,
+    /// The `last_write` the staging copy reflects.
+    staged_at: AtomicU64,
+    origin: GpuOrigin,
+}
+
+/// Pinned host memory of the CUDA driver.
+struct Staging(*mut u8);
+
+// SAFETY: CUDA handles and addresses are usable from any thread; the staging pointer is host
+// memory whose use is coordinated by the buffer's map claims.
+unsafe impl Send for CudaMemory {}
+// SAFETY: as above.
+unsafe impl Sync for CudaMemory {}
+// SAFETY: as above.
+unsafe impl Send for Staging {}
+// SAFETY: as above.
+unsafe impl Sync for Staging {}
+
+impl std::fmt::Debug for CudaMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaMemory")
+            .field("len", &self.len)
+            .field("size", &self.size)
+            .finish_non_exhaustive()
+    }
+}
+
+fn location(ordinal: i32) -> sys::CUmemLocation {
+    sys::CUmemLocation {
+        type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+        id: ordinal,
+    }
+}
+
+/// What the allocation is: pinned device memory of the CUDA device, exportable as a POSIX fd.
+fn properties(ordinal: i32) -> sys::CUmemAllocationProp {
+    sys::CUmemAllocationProp {
+        type_: sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED,
+        requestedHandleTypes:
+            sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+        location: location(ordinal),
+        win32HandleMetaData: std::ptr::null_mut(),
+        allocFlags: sys::CUmemAllocationProp_st__bindgen_ty_1 {
+            compressionType: 0,
+            gpuDirectRDMACapable: 0,
+            usage: 0,
+            reserved: [0; 4],
+        },
+    }
+}
+
+/// `len` rounded up to a whole number of `granularity` (at least one).
+pub(crate) fn rounded(len: usize, granularity: usize) -> Option<usize> {
+    let granularity = granularity.max(1);
+    len.max(1).checked_next_multiple_of(granularity)
+}
+
+impl CudaMemory {
+    /// `len` zeroed bytes of CUDA device memory.
+    pub(crate) fn allocate(len: usize) -> Result<CudaMemory> {
+        let device = device()?;
+        let _current = device.enter()?;
+        let prop = properties(device.ordinal());
+        let mut granularity = 0usize;
+        // SAFETY: a valid description; an out-pointer to a local.
+        let r = unsafe {
+            sys::cuMemGetAllocationGranularity(
+                &mut granularity,
+                &prop,
+                sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM,
+            )
+        };
+        check(r, "cuMemGetAllocationGranularity")?;
+        let size = rounded(len, granularity).ok_or_else(|| Error::Alloc {
+            memory: TensorMemory::Cuda,
+            bytes: len,
+            source: std::io::Error::other("the size overflows the allocation granularity"),
+        })?;
+        let mut handle: sys::CUmemGenericAllocationHandle = 0;
+        // SAFETY: a valid description; an out-pointer to a local.
+        let r = unsafe { sys::cuMemCreate(&mut handle, size, &prop, 0) };
+        if r == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+            return Err(Error::Alloc {
+                memory: TensorMemory::Cuda,
+                bytes: size,
+                source: std::io::Error::other("cuMemCreate: CUDA_ERROR_OUT_OF_MEMORY"),
+            });
+        }
+        check(r, "cuMemCreate")?;
+        let release = |e: Error| {
+            // SAFETY: created above, mapped nowhere (or unmapped before this runs).
+            unsafe { sys::cuMemRelease(handle) };
+            e
+        };
+        let mut va: sys::CUdeviceptr = 0;
+        // SAFETY: an out-pointer to a local; a fresh reservation of `size` bytes.
+        let r = unsafe { sys::cuMemAddressReserve(&mut va, size, 0, 0, 0) };
+        check(r, "cuMemAddressReserve").map_err(release)?;
+        let free_va = |e: Error| {
+            // SAFETY: reserved above, nothing mapped in it (or unmapped before this runs).
+            unsafe { sys::cuMemAddressFree(va, size) };
+            release(e)
+        };
+        // SAFETY: the reservation and the allocation are both `size` bytes.
+        let r = unsafe { sys::cuMemMap(va, size, 0, handle, 0) };
+        check(r, "cuMemMap").map_err(free_va)?;
+        let unmap = |e: Error| {
+            // SAFETY: mapped above.
+            unsafe { sys::cuMemUnmap(va, size) };
+            free_va(e)
+        };
+        let access = sys::CUmemAccessDesc {
+            location: location(device.ordinal()),
+            flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+        };
+        // SAFETY: the mapping made above; one access description.
+        let r = unsafe { sys::cuMemSetAccess(va, size, &access, 1) };
+        check(r, "cuMemSetAccess").map_err(unmap)?;
+        let mut raw: i32 = -1;
+        // SAFETY: the out-pointer receives an int fd for the POSIX handle type.
+        let r = unsafe {
+            sys::cuMemExportToShareableHandle(
+                (&mut raw as *mut i32).cast::<c_void>(),
+                handle,
+                sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                0,
+            )
+        };
+        check(r, "cuMemExportToShareableHandle").map_err(unmap)?;
+        // SAFETY: a new fd the driver handed us.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        // SAFETY: the mapping is `size` bytes and accessible.
+        let r = unsafe { sys::cuMemsetD8_v2(va, 0, size) };
+        check(r, "cuMemsetD8").map_err(unmap)?;
+        let serial = SERIAL.fetch_add(1, Ordering::Relaxed) + 1;
+        let me = crate::os::ProcessKey::current();
+        Ok(CudaMemory {
+            device,
+            handle,
+            va,
+            size,
+            len,
+            _fd: fd,
+            staging: OnceLock::new(),
+            staging_lock: Mutex::new(()),
+            last_write: AtomicU64::new(0),
+            last_read: AtomicU64::new(0),
+            staged_at: AtomicU64::new(NEVER_STAGED),
+            origin: GpuOrigin {
+                pid: me.map_or(0, |k| k.pid),
+                start_time: me.map_or(0, |k| k.start_time),
+                serial: serial ^ (va as u64).rotate_left(32),
+            },
+        })
+    }
+
+    /// The device address of the first byte.
+    pub(crate) fn device_ptr(&self) -> sys::CUdeviceptr {
+        self.va
+    }
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+    pub(crate) fn origin(&self) -> GpuOrigin {
+        self.origin
+    }
+
+    /// The CPU pointer: the staging buffer, made by `begin_cpu` (every map goes through it
+    /// before it reads this), else null.
+    pub(crate) fn ptr(&self) -> *mut u8 {
+        self.staging.get().map_or(std::ptr::null_mut(), |s| s.0)
+    }
+
+    /// What CUDA work on this memory must wait for (`write`: work that writes it).
+    pub(crate) fn after(&self, write: bool) -> u64 {
+        let w = self.last_write.load(Ordering::Acquire);
+        if write {
+            w.max(self.last_read.load(Ordering::Acquire))
+        } else {
+            w
+        }
+    }
+
+    /// Records that GPU work completing at `value` read (or wrote) this memory.
+    pub(crate) fn record(&self, value: u64, write: bool) {
+        let word = if write {
+            &self.last_write
+        } else {
+            &self.last_read
+        };
+        word.fetch_max(value, Ordering::AcqRel);
+    }
+
+    fn staging(&self) -> Result<*mut u8> {
+        if let Some(s) = self.staging.get() {
+            return Ok(s.0);
+        }
+        let mut host = std::ptr::null_mut();
+        // SAFETY: an out-pointer to a local; freed in Drop.
+        let r = unsafe { sys::cuMemAllocHost_v2(&mut host, self.len.max(1)) };
+        check(r, "cuMemAllocHost")?;
+        let made = Staging(host.cast());
+        let kept = self.staging.get_or_init(|| made);
+        Ok(kept.0)
+    }
+
+    /// Gets the staging copy current for a CPU access (`write`: one that may modify it): waits
+    /// for the GPU work it must follow, then copies the memory down when the copy is stale.
+    pub(crate) fn begin_cpu(&self, write: bool) -> Result<CudaCpuAccess<'_>> {
+        let _current = self.device.enter()?;
+        let host = self.staging()?;
+        let wait = self.after(write);
+        if wait > 0 {
+            self.device.gpu().wait(wait, GPU_WAIT)?;
+        }
+        let _staging = self
+            .staging_lock
+            .lock()
+            .map_err(|_| Error::InvalidOperation("a CUDA staging copy panicked earlier".into()))?;
+        let last = self.last_write.load(Ordering::Acquire);
+        if self.staged_at.load(Ordering::Acquire) != last {
+            // SAFETY: both ranges are `len` bytes: the staging buffer and the mapping.
+            let r = unsafe { sys::cuMemcpyDtoH_v2(host.cast(), self.va, self.len) };
+            check(r, "cuMemcpyDtoH")?;
+            self.staged_at.store(last, Ordering::Release);
+        }
+        Ok(CudaCpuAccess { mem: self, write })
+    }
+
+    fn upload_after_cpu_write(&self) -> Result<()> {
+        let _current = self.device.enter()?;
+        let host = self.ptr();
+        // SAFETY: the staging buffer the write map used, `len` bytes; synchronous.
+        let r = unsafe { sys::cuMemcpyHtoD_v2(self.va, host.cast_const().cast(), self.len) };
+        check(r, "cuMemcpyHtoD")?;
+        self.staged_at
+            .store(self.last_write.load(Ordering::Acquire), Ordering::Release);
+        Ok(())
+    }
+}
+
+/// An open CPU access of CUDA memory: after a write, the staged bytes go back when it ends.
+pub(crate) struct CudaCpuAccess<'a> {
+    mem: &'a CudaMemory,
+    write: bool,
+}
+
+impl std::fmt::Debug for CudaCpuAccess<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaCpuAccess")
+            .field("write", &self.write)
+            .finish()
+    }
+}
+
+impl Drop for CudaCpuAccess<'_> {
+    fn drop(&mut self) {
+        if self.write {
+            if let Err(e) = self.mem.upload_after_cpu_write() {
+                log::error!("hwtensor: writing a CPU map back to CUDA memory failed: {e}");
+            }
+        }
+    }
+}
+
+impl Drop for CudaMemory {
+    fn drop(&mut self) {
+        // Freeing memory CUDA still uses is undefined: wait for it, or leak it.
+        let last = self.after(true);
+        if last > 0 {
+            if let Err(e) = self.device.gpu().wait(last, GPU_WAIT) {
+                log::error!("hwtensor: CUDA memory still in use at drop ({e}); leaking it");
+                return;
+            }
+        }
+        let Ok(_current) = self.device.enter() else {
+            return;
+        };
+        // SAFETY: no work uses the memory any more (waited above); each made once, undone once.
+        unsafe {
+            sys::cuMemUnmap(self.va, self.size);
+            sys::cuMemAddressFree(self.va, self.size);
+            sys::cuMemRelease(self.handle);
+            if let Some(s) = self.staging.get() {
+                sys::cuMemFreeHost(s.0.cast());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cuda_allocation_is_rounded_up_to_whole_granules() {
+        assert_eq!(rounded(1, 2 << 20), Some(2 << 20));
+        assert_eq!(rounded(0, 2 << 20), Some(2 << 20));
+        assert_eq!(rounded(2 << 20, 2 << 20), Some(2 << 20));
+        assert_eq!(rounded((2 << 20) + 1, 2 << 20), Some(4 << 20));
+        assert_eq!(rounded(usize::MAX, 2 << 20), None);
+    }
+}
