@@ -214,7 +214,11 @@ fn cuda_is_the_device_with_the_process_gpus_uuid_in_its_primary_context() {
             "release",
         );
     }
-    assert!(TensorMemory::Cuda.unavailable_reason().is_some());
+    assert_eq!(
+        TensorMemory::Cuda.unavailable_reason(),
+        None,
+        "CUDA memory is a backing here"
+    );
 }
 
 #[test]
