@@ -2,8 +2,8 @@
 //!
 //! Host to host is a memcpy. Where a side is GPU memory, the copy is planned here (shapes,
 //! claims, the runs of both layouts) and the platform's GPU backend runs the plan on the device
-//! (`gpu::run_copy`); a host side the device cannot reach, and any copy within one buffer, goes
-//! through CPU maps.
+//! (`gpu::run_copy`); where a side is CUDA memory, CUDA runs it (`cuda::run_copy`). A host side
+//! the device cannot reach, and any copy within one buffer, goes through CPU maps.
 
 use crate::gpu::{self, CopyPlan, Placement};
 use crate::Direction;
@@ -22,6 +22,10 @@ impl<T: Element> Tensor<T> {
         // Within one buffer the regions may overlap, and one buffer cannot be claimed for reading
         // and writing at once: such a copy reads everything first, through a map.
         if !self.buffer.same_as(&src.buffer) {
+            #[cfg(target_os = "linux")]
+            if let Some(done) = self.copy_on_cuda(src) {
+                return done;
+            }
             if let Some(done) = self.copy_on_device(src) {
                 return done;
             }
@@ -29,14 +33,9 @@ impl<T: Element> Tensor<T> {
         self.copy_from_flat(&src.to_vec()?)
     }
 
-    /// Runs the copy on the GPU device when a side is GPU memory and the device reaches the
-    /// other; `None` when it has to go through CPU maps.
-    fn copy_on_device(&self, src: &Tensor<T>) -> Option<Result<()>> {
-        if self.buffer.gpu().is_none() && src.buffer.gpu().is_none() {
-            return None;
-        }
-        let (from, to) = (src.buffer.copy_side()?, self.buffer.copy_side()?);
-        let plan = CopyPlan {
+    /// The plan of a copy from `src` into this tensor: the shape and both placements.
+    fn plan_from<'a>(&'a self, src: &'a Tensor<T>) -> CopyPlan<'a> {
+        CopyPlan {
             shape: &self.shape,
             elem: T::DTYPE.size(),
             src: Placement {
@@ -47,11 +46,58 @@ impl<T: Element> Tensor<T> {
                 offset: self.offset,
                 strides: &self.strides,
             },
-        };
+        }
+    }
+
+    /// Runs the copy on the GPU device when a side is GPU memory and the device reaches the
+    /// other; `None` when it has to go through CPU maps.
+    fn copy_on_device(&self, src: &Tensor<T>) -> Option<Result<()>> {
+        if self.buffer.gpu().is_none() && src.buffer.gpu().is_none() {
+            return None;
+        }
+        let (from, to) = (src.buffer.copy_side()?, self.buffer.copy_side()?);
+        let plan = self.plan_from(src);
         let run = || {
             let _read = src.buffer.hold_for_device(Direction::Read)?;
             let _write = self.buffer.hold_for_device(Direction::Write)?;
             gpu::run_copy(&plan, from, to)
+        };
+        Some(run())
+    }
+
+    /// Runs the copy on CUDA when a side is CUDA memory and CUDA reaches the other (GPU
+    /// memory, heap or shm of whole pages); `None` when it has to go through CPU maps. A copy
+    /// with a host side returns once it is done; between device memories it returns at once,
+    /// and later accesses wait for it through the timeline.
+    #[cfg(target_os = "linux")]
+    fn copy_on_cuda(&self, src: &Tensor<T>) -> Option<Result<()>> {
+        use crate::TensorMemory;
+        let cuda = |t: &Tensor<T>| t.memory() == TensorMemory::Cuda;
+        if !cuda(self) && !cuda(src) {
+            return None;
+        }
+        let (from, to) = (
+            src.buffer.cuda_import().ok()?,
+            self.buffer.cuda_import().ok()?,
+        );
+        let device_side = |t: &Tensor<T>| cuda(t) || t.buffer.gpu().is_some();
+        let host_side = !device_side(self) || !device_side(src);
+        let run = || {
+            let _read = src.buffer.hold_for_cuda(Direction::Read)?;
+            let _write = self.buffer.hold_for_cuda(Direction::Write)?;
+            let after = src
+                .buffer
+                .device_after(false)
+                .max(from.last_use())
+                .max(self.buffer.device_after(true))
+                .max(to.last_use());
+            let plan = self.plan_from(src);
+            let value = crate::cuda::run_copy(&plan, from, to, after, host_side)?;
+            from.used_until(value);
+            to.used_until(value);
+            src.buffer.record_device_use(value, false);
+            self.buffer.record_device_use(value, true);
+            Ok(())
         };
         Some(run())
     }

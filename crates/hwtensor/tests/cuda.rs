@@ -531,3 +531,48 @@ fn cuda_memory_travels_inline_and_says_why_not_by_reference() {
     let err = hwtensor::blob::export(&d, Transport::Reference).unwrap_err();
     assert!(err.to_string().contains("no fd"), "{err}");
 }
+
+#[test]
+fn a_strided_crop_copies_between_cuda_memory_and_the_gpu_run_by_run() {
+    let _serial = serial();
+    let Some(_) = cuda_or_skip("a_strided_crop_copies_between_cuda_memory_and_the_gpu") else {
+        return;
+    };
+    let image = |memory| {
+        Tensor::<u8>::image(
+            64,
+            32,
+            PixelFormat::Rgba,
+            Some(memory),
+            CpuAccess::ReadWrite,
+        )
+        .unwrap()
+    };
+    let source = image(TensorMemory::Cuda);
+    source.copy_from_flat(&numbered(64 * 32 * 4)).unwrap();
+    let region = Region::new(8, 4, 16, 8);
+    let crop = source.view(region).unwrap();
+    let expected = crop.to_vec().unwrap();
+    for memory in [TensorMemory::Gpu, TensorMemory::Mem] {
+        let target = image(memory);
+        let into = target.view(region).unwrap();
+        into.copy_from(&crop).unwrap();
+        assert_eq!(
+            into.to_vec().unwrap(),
+            expected,
+            "cuda crop -> {memory} crop"
+        );
+        let back = image(TensorMemory::Cuda);
+        let back_crop = back.view(region).unwrap();
+        back_crop.copy_from(&into).unwrap();
+        assert_eq!(
+            back_crop.to_vec().unwrap(),
+            expected,
+            "{memory} crop -> cuda crop"
+        );
+        assert!(
+            back.to_vec().unwrap().iter().filter(|&&b| b != 0).count() <= expected.len(),
+            "nothing outside the crop was written"
+        );
+    }
+}

@@ -20,6 +20,30 @@ const LATER_MAP_TARGET: Duration = Duration::from_micros(2);
 const VULKAN_TO_CUDA_TARGET: Duration = Duration::from_micros(30);
 const CPU_SEES_CUDA_TARGET: Duration = Duration::from_micros(20);
 
+/// Host tensor <-> CUDA memory copies must reach this fraction of pinned `cuMemcpy` (issue #13).
+const TENSOR_COPY_TARGET_RATIO: f64 = 0.8;
+
+/// Median times of `copy_from` from a heap tensor into CUDA memory and back, `bytes` each.
+fn tensor_copies(bytes: usize, rounds: usize) -> crate::Result<(Duration, Duration)> {
+    let host = Tensor::<u8>::new(&[bytes], Some(TensorMemory::Mem))?;
+    host.map_write()?.fill(3);
+    let cuda = Tensor::<u8>::new(&[bytes], Some(TensorMemory::Cuda))?;
+    let mut failed = None;
+    let mut time = |f: &mut dyn FnMut() -> hwtensor::Result<()>| {
+        median_per_call(rounds, 1, || {
+            if let Err(e) = f() {
+                failed = Some(e);
+            }
+        })
+    };
+    let up = time(&mut || cuda.copy_from(&host));
+    let down = time(&mut || host.copy_from(&cuda));
+    match failed {
+        Some(e) => Err(e.into()),
+        None => Ok((up, down)),
+    }
+}
+
 /// Pinned `cuMemcpy` bandwidth per size in bytes: (host->device, device->host) GB/s.
 #[derive(Default)]
 pub struct References(HashMap<usize, (f64, f64)>);
@@ -55,7 +79,7 @@ fn ok(r: sys::CUresult, what: &str) -> crate::Result<()> {
 
 /// The CUDA figures; returns the pinned-copy references for the bandwidth table.
 pub fn bench(rounds: usize) -> crate::Result<References> {
-    println!("\n== CUDA interop (medians) ==");
+    println!("\n== CUDA interop (medians; copies in GB/s) ==");
     let cuda = match cuda::device() {
         Ok(c) => c,
         Err(e) => {
@@ -136,12 +160,16 @@ impl Session {
                 sys::cuMemFree_v2(dev);
                 sys::cuMemFreeHost(host);
             }
+            let (up, down) = tensor_copies(bytes, n)?;
+            let (h, d) = (rate(h2d), rate(d2h));
+            let (u, w) = (rate(up), rate(down));
             println!(
-                "pinned cuMemcpy {name:<7} h2d {:>6.1} GB/s  d2h {:>6.1} GB/s",
-                rate(h2d),
-                rate(d2h)
+                "{name:<7} pinned cuMemcpy h2d {h:>5.1} d2h {d:>5.1} GB/s | mem tensor -> cuda {u:>5.1} ({:.2}x), cuda -> mem {w:>5.1} ({:.2}x)  {}",
+                u / h,
+                w / d,
+                verdict(u / h >= TENSOR_COPY_TARGET_RATIO && w / d >= TENSOR_COPY_TARGET_RATIO)
             );
-            out.0.insert(bytes, (rate(h2d), rate(d2h)));
+            out.0.insert(bytes, (h, d));
         }
         Ok(out)
     }

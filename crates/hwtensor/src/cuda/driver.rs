@@ -51,6 +51,9 @@ const SYMBOLS: &[&str] = &[
     "cuMemFreeHost",
     "cuMemcpyDtoH_v2",
     "cuMemcpyHtoD_v2",
+    "cuStreamCreate",
+    "cuStreamSynchronize",
+    "cuMemcpyAsync",
 ];
 
 /// The library names the loader tries, in order (`cudarc` tries the same).
@@ -153,7 +156,8 @@ mod tests {
             + include_str!("device.rs")
             + include_str!("import.rs")
             + include_str!("map.rs")
-            + include_str!("memory.rs");
+            + include_str!("memory.rs")
+            + include_str!("copy.rs");
         let called: std::collections::BTreeSet<&str> = source
             .split("sys::cu")
             .skip(1)

@@ -13,8 +13,8 @@
 //! timeline when it ends. No CPU wait anywhere on that path.
 //!
 //! `TensorMemory::Cuda` is CUDA device memory (`cuMemCreate`, exportable as a POSIX fd): CPU maps
-//! go through a pinned staging buffer, CUDA maps are native, `copy_from` reaches every other
-//! backing (through CPU maps for now).
+//! go through a pinned staging buffer, CUDA maps are native, and `copy_from` between it and any
+//! buffer CUDA reaches (GPU memory, heap or shm of whole pages) runs on CUDA's copy engines.
 //!
 //! # Example
 //!
@@ -34,12 +34,14 @@
 //! # Ok::<(), hwtensor::Error>(())
 //! ```
 
+mod copy;
 mod device;
 mod driver;
 mod import;
 mod map;
 mod memory;
 
+pub(crate) use copy::run_copy;
 pub use device::{device, unavailable_reason, CudaDevice};
 pub(crate) use import::BufferImport;
 pub use map::CudaMap;

@@ -1,0 +1,78 @@
+//! The CUDA side of [`Tensor::copy_from`](crate::Tensor::copy_from): runs a copy the core
+//! planned (`gpu::CopyPlan`) when a side is CUDA memory, on CUDA's copy engines, between any
+//! two buffers CUDA reaches (CUDA memory, imported GPU memory, registered host memory): one
+//! `cuMemcpyAsync` per contiguous run on hwtensor's own stream, ordered by the process timeline.
+
+use std::sync::OnceLock;
+
+use super::device::{device, CudaDevice};
+use super::driver::{check, sys};
+use super::import::BufferImport;
+use crate::gpu::CopyPlan;
+use crate::{Error, Result};
+
+/// `CU_STREAM_NON_BLOCKING`: the copy stream does not serialise with the legacy default
+/// stream of the application's kernels.
+const STREAM_NON_BLOCKING: u32 = 0x1;
+
+/// hwtensor's own stream for copies, made once.
+struct CopyStream(sys::CUstream);
+
+// SAFETY: a CUDA stream is usable from any thread.
+unsafe impl Send for CopyStream {}
+// SAFETY: as above.
+unsafe impl Sync for CopyStream {}
+
+fn copy_stream(device: &CudaDevice) -> Result<sys::CUstream> {
+    static STREAM: OnceLock<std::result::Result<CopyStream, String>> = OnceLock::new();
+    let made = STREAM.get_or_init(|| {
+        let _current = device.enter().map_err(|e| e.to_string())?;
+        let mut stream = std::ptr::null_mut();
+        // SAFETY: an out-pointer to a local; the stream lives as long as the process.
+        let r = unsafe { sys::cuStreamCreate(&mut stream, STREAM_NON_BLOCKING) };
+        check(r, "cuStreamCreate").map_err(|e| e.to_string())?;
+        Ok(CopyStream(stream))
+    });
+    made.as_ref()
+        .map(|s| s.0)
+        .map_err(|e| Error::InvalidOperation(format!("no CUDA copy stream: {e}")))
+}
+
+/// Copies the plan's runs from `from` into `to` once the timeline reaches `after`, and returns
+/// the timeline value that says the copy is done. With `wait`, returns only once it is (a host
+/// side must not be touched or freed while the copy engine still reads or writes it).
+pub(crate) fn run_copy(
+    plan: &CopyPlan<'_>,
+    from: &BufferImport,
+    to: &BufferImport,
+    after: u64,
+    wait: bool,
+) -> Result<u64> {
+    let device = device()?;
+    let _current = device.enter()?;
+    let stream = copy_stream(device)?;
+    device.wait_on_stream(stream, after)?;
+    let (src, dst) = (from.device_ptr(), to.device_ptr());
+    let mut failed = None;
+    plan.for_each_run(|s, d, len| {
+        if failed.is_none() {
+            // SAFETY: both ranges lie inside their buffers (the plan is of two checked
+            // tensors), which the caller's claims keep alive and unaliased for the copy.
+            let r = unsafe { sys::cuMemcpyAsync(dst + d as u64, src + s as u64, len, stream) };
+            failed = check(r, "cuMemcpyAsync").err();
+        }
+    });
+    // Signalled even after a failed copy: a value allocated must be reached, or every later
+    // wait on the timeline would run into its bound.
+    let value = device.signal_from_stream(stream, after)?;
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    if wait {
+        // CUDA's own wait: a host thread blocked on a CUDA-signalled timeline value wakes late.
+        // SAFETY: hwtensor's stream, in the context pushed above.
+        let r = unsafe { sys::cuStreamSynchronize(stream) };
+        check(r, "cuStreamSynchronize")?;
+    }
+    Ok(value)
+}
