@@ -138,7 +138,7 @@ impl Session {
     /// Pinned `cuMemcpy` both ways for each bandwidth size.
     fn references(&self, rounds: usize) -> crate::Result<References> {
         let mut out = References::default();
-        for (name, bytes) in super::gpu::BANDWIDTH_SIZES {
+        for (name, bytes) in super::BANDWIDTH_SIZES {
             let (mut host, mut dev) = (std::ptr::null_mut(), 0);
             // SAFETY: out-pointers to locals; freed below.
             unsafe {

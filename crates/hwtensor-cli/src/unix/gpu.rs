@@ -122,13 +122,6 @@ pub fn probe_text(out: &mut impl std::io::Write) -> std::io::Result<()> {
 /// Host <-> GPU copies from tensors must reach this fraction of pinned `cuMemcpy` (issue #13).
 const BANDWIDTH_TARGET_RATIO: f64 = 0.8;
 
-/// Sizes for the bandwidth figures: two frames and the 256 MiB buffer the CUDA figure uses.
-pub const BANDWIDTH_SIZES: [(&str, usize); 3] = [
-    ("1080p", 1920 * 1080 * 4),
-    ("4k", 3840 * 2160 * 4),
-    ("256MiB", 256 << 20),
-];
-
 /// Host <-> GPU bandwidth from heap tensors, with the ratio to pinned `cuMemcpy` of the same
 /// bytes measured in this run (`references`, GB/s per size: host->device, device->host).
 pub fn bandwidth(rounds: usize, references: &super::cuda::References) -> crate::Result {
@@ -140,7 +133,7 @@ pub fn bandwidth(rounds: usize, references: &super::cuda::References) -> crate::
         "{:<8} {:>10} {:>10} {:>12} {:>12}",
         "size", "host->gpu", "gpu->host", "vs CUDA h2d", "vs CUDA d2h"
     );
-    for (name, bytes) in BANDWIDTH_SIZES {
+    for (name, bytes) in super::BANDWIDTH_SIZES {
         let (h2d_ref, d2h_ref) = references.get(bytes).unzip();
         let host = hwtensor::Tensor::<u8>::new(&[bytes], Some(hwtensor::TensorMemory::Mem))?;
         host.map_write()?.fill(1);

@@ -21,3 +21,10 @@ pub fn monotonic_ns() -> u64 {
     let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
+
+/// Sizes for the bandwidth figures: two frames and the 256 MiB buffer the CUDA figure uses.
+pub const BANDWIDTH_SIZES: [(&str, usize); 3] = [
+    ("1080p", 1920 * 1080 * 4),
+    ("4k", 3840 * 2160 * 4),
+    ("256MiB", 256 << 20),
+];
