@@ -23,6 +23,7 @@ const SYMBOLS: &[&str] = &[
     "cuDeviceGetUuid_v2",
     "cuDevicePrimaryCtxRetain",
     "cuDevicePrimaryCtxRelease_v2",
+    "cuCtxGetCurrent",
     "cuCtxPushCurrent_v2",
     "cuCtxPopCurrent_v2",
     "cuGetErrorName",
@@ -122,20 +123,34 @@ fn error_name(result: sys::CUresult) -> String {
 
 /// The primary context made current on this thread for as long as the guard lives, whatever
 /// context the caller had: every driver call of hwtensor runs inside one.
-pub(crate) struct Current(());
+pub(crate) struct Current {
+    /// Whether this guard pushed the context (and pops it): not when it was current already.
+    pushed: bool,
+}
 
 impl Current {
-    /// Pushes `context` on this thread's context stack.
+    /// Makes `context` current on this thread: pushed on the context stack, unless it is the
+    /// current one already (a PyTorch thread, or a hwtensor call inside another), which saves
+    /// a push and a pop on every map.
     pub(crate) fn enter(context: sys::CUcontext) -> Result<Current> {
+        let mut current = std::ptr::null_mut();
+        // SAFETY: an out-pointer to a local.
+        let r = unsafe { sys::cuCtxGetCurrent(&mut current) };
+        if r == sys::CUresult::CUDA_SUCCESS && current == context {
+            return Ok(Current { pushed: false });
+        }
         // SAFETY: a context retained for the life of the process.
         let r = unsafe { sys::cuCtxPushCurrent_v2(context) };
         check(r, "cuCtxPushCurrent")?;
-        Ok(Current(()))
+        Ok(Current { pushed: true })
     }
 }
 
 impl Drop for Current {
     fn drop(&mut self) {
+        if !self.pushed {
+            return;
+        }
         let mut popped = std::ptr::null_mut();
         // SAFETY: pops the context this guard pushed (guards nest on one thread).
         let r = unsafe { sys::cuCtxPopCurrent_v2(&mut popped) };
