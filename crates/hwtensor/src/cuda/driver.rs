@@ -44,6 +44,7 @@ const SYMBOLS: &[&str] = &[
     "cuMemMap",
     "cuMemSetAccess",
     "cuMemExportToShareableHandle",
+    "cuMemImportFromShareableHandle",
     "cuMemsetD8_v2",
     "cuMemUnmap",
     "cuMemAddressFree",
