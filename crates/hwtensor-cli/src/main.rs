@@ -45,6 +45,10 @@ enum Command {
         /// Hand over GPU tensors on the process device instead of shared memory.
         #[arg(long)]
         gpu: bool,
+        /// GPU tensors, consumed by CUDA: the consumer imports each frame into CUDA and
+        /// copies it into CUDA memory on CUDA's copy engine before it verifies it.
+        #[arg(long)]
+        cuda: bool,
     },
     /// Core and hand-off benchmarks, with the reference figures measured in the same run.
     Bench {
@@ -59,15 +63,19 @@ enum Command {
         socket: String,
         #[arg(long)]
         gpu: bool,
+        #[arg(long)]
+        cuda: bool,
     },
 }
 
 fn main() -> ExitCode {
     let result = match Cli::parse().command {
         Command::Probe { json } => probe::run(json),
-        Command::Demo { frames, gpu } => platform::demo::producer(frames, gpu),
+        Command::Demo { frames, gpu, cuda } => platform::demo::producer(frames, gpu || cuda, cuda),
         Command::Bench { quick } => bench::run(quick),
-        Command::DemoConsumer { socket, gpu } => platform::demo::consumer(&socket, gpu),
+        Command::DemoConsumer { socket, gpu, cuda } => {
+            platform::demo::consumer(&socket, gpu || cuda, cuda)
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

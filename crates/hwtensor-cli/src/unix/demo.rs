@@ -2,7 +2,9 @@
 //! process over a Unix socket. The consumer maps each frame without copying it, verifies every
 //! pixel, writes an acknowledgement over the same pixels and hands the frame back; the producer
 //! verifies the acknowledgement, which it can only see if the memory is truly shared, and then
-//! reuses the buffer for a later frame.
+//! reuses the buffer for a later frame. With `--gpu` the frames are GPU tensors; with `--cuda`
+//! the consumer is CUDA: it imports each GPU frame into CUDA and copies it into CUDA memory on
+//! CUDA's copy engine (ordered behind the producer's upload by the timeline) before verifying.
 
 use std::io::{Read, Write};
 use std::os::linux::net::SocketAddrExt;
@@ -63,12 +65,18 @@ fn write_pattern(
     Ok(())
 }
 
-pub fn producer(frames: u32, gpu: bool) -> crate::Result {
+pub fn producer(frames: u32, gpu: bool, cuda: bool) -> crate::Result {
+    if cuda {
+        hwtensor::cuda::device()?; // says why not before a consumer is started
+    }
     let name = format!("hwtensor-demo-{}", std::process::id());
     let listener = UnixListener::bind_addr(&SocketAddr::from_abstract_name(&name)?)?;
     let mut args = vec!["demo-consumer", "--socket", &name];
     if gpu {
         args.push("--gpu");
+    }
+    if cuda {
+        args.push("--cuda");
     }
     let mut child = Command::new(std::env::current_exe()?).args(&args).spawn()?;
     let stream = accept(&listener, &mut child)?;
@@ -185,7 +193,7 @@ fn progress(frame: u32, frames: u32) {
     }
 }
 
-pub fn consumer(socket: &str, gpu: bool) -> crate::Result {
+pub fn consumer(socket: &str, gpu: bool, cuda: bool) -> crate::Result {
     let stream = UnixStream::connect_addr(&SocketAddr::from_abstract_name(socket)?)?;
     stream.set_read_timeout(Some(PEER_TIMEOUT))?;
     let mut latencies = Vec::new();
@@ -193,13 +201,15 @@ pub fn consumer(socket: &str, gpu: bool) -> crate::Result {
     // pipelines does) lets the library reuse their imports instead of importing each time.
     let mut held: std::collections::VecDeque<TensorDyn> =
         std::collections::VecDeque::with_capacity(POOL);
-    // On the GPU: a second GPU tensor the consumer's own GPU work writes into, and host memory
-    // to compose the acknowledgement in.
+    // On the GPU: a second tensor the consumer's own device work writes into (GPU memory, or
+    // CUDA memory for a CUDA consumer), and host memory to compose the acknowledgement in.
+    let work_memory = if cuda {
+        TensorMemory::Cuda
+    } else {
+        TensorMemory::Gpu
+    };
     let (work, host) = if gpu {
-        (
-            Some(frame(TensorMemory::Gpu)?),
-            Some(frame(TensorMemory::Mem)?),
-        )
+        (Some(frame(work_memory)?), Some(frame(TensorMemory::Mem)?))
     } else {
         (None, None)
     };
@@ -232,7 +242,9 @@ pub fn consumer(socket: &str, gpu: bool) -> crate::Result {
         held.push_back(received);
     }
     latencies.sort_unstable();
-    let how = if gpu {
+    let how = if cuda {
+        "imported into CUDA without a copy, copied by CUDA into CUDA memory,"
+    } else if gpu {
         "imported on the GPU without a copy, copied on the GPU,"
     } else {
         "mapped without a copy,"

@@ -20,11 +20,11 @@ const SIGNALS_PER_THREAD: usize = 500;
 pub mod demo {
     const WHY: &str = "the demo hands fds over a Unix socket; on Windows GPU images travel with Tensor::share_gpu instead";
 
-    pub fn producer(_frames: u32, _gpu: bool) -> crate::Result {
+    pub fn producer(_frames: u32, _gpu: bool, _cuda: bool) -> crate::Result {
         Err(WHY.into())
     }
 
-    pub fn consumer(_socket: &str, _gpu: bool) -> crate::Result {
+    pub fn consumer(_socket: &str, _gpu: bool, _cuda: bool) -> crate::Result {
         Err(WHY.into())
     }
 }
