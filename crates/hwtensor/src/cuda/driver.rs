@@ -44,7 +44,6 @@ const SYMBOLS: &[&str] = &[
     "cuMemMap",
     "cuMemSetAccess",
     "cuMemExportToShareableHandle",
-    "cuMemImportFromShareableHandle",
     "cuMemsetD8_v2",
     "cuMemUnmap",
     "cuMemAddressFree",
