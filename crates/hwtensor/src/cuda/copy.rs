@@ -23,7 +23,8 @@ unsafe impl Send for CopyStream {}
 // SAFETY: as above.
 unsafe impl Sync for CopyStream {}
 
-fn copy_stream(device: &CudaDevice) -> Result<sys::CUstream> {
+/// hwtensor's own non-blocking stream for copies and fills, made on first use.
+pub(super) fn copy_stream(device: &CudaDevice) -> Result<sys::CUstream> {
     static STREAM: OnceLock<std::result::Result<CopyStream, String>> = OnceLock::new();
     let made = STREAM.get_or_init(|| {
         let _current = device.enter().map_err(|e| e.to_string())?;

@@ -44,7 +44,7 @@ const SYMBOLS: &[&str] = &[
     "cuMemMap",
     "cuMemSetAccess",
     "cuMemExportToShareableHandle",
-    "cuMemsetD8_v2",
+    "cuMemsetD8Async",
     "cuMemUnmap",
     "cuMemAddressFree",
     "cuMemRelease",

@@ -168,12 +168,9 @@ impl CudaMemory {
         check(r, "cuMemExportToShareableHandle").map_err(unmap)?;
         // SAFETY: a new fd the driver handed us.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        // SAFETY: the mapping is `size` bytes and accessible.
-        let r = unsafe { sys::cuMemsetD8_v2(va, 0, size) };
-        check(r, "cuMemsetD8").map_err(unmap)?;
         let serial = SERIAL.fetch_add(1, Ordering::Relaxed) + 1;
         let me = crate::os::ProcessKey::current();
-        Ok(CudaMemory {
+        let memory = CudaMemory {
             device,
             handle,
             va,
@@ -190,7 +187,33 @@ impl CudaMemory {
                 start_time: me.map_or(0, |k| k.start_time),
                 serial: serial ^ (va as u64).rotate_left(32),
             },
-        })
+        };
+        memory.zero()?;
+        Ok(memory)
+    }
+
+    /// Fills the memory with zeros on hwtensor's copy stream and records the fill as its first
+    /// write. The driver's memset runs asynchronously to the host and to non-blocking streams:
+    /// a map, a copy or a free that did not wait for it would race with it (a kernel's output
+    /// zeroed after the fact, or memory unmapped under the fill: the H200 showed the latter as
+    /// CUDA_ERROR_ILLEGAL_ADDRESS).
+    fn zero(&self) -> Result<()> {
+        let stream = super::copy::copy_stream(self.device)?;
+        // SAFETY: the mapping is `size` bytes and accessible; hwtensor's own stream.
+        let r = unsafe { sys::cuMemsetD8Async(self.va, 0, self.size, stream) };
+        check(r, "cuMemsetD8Async")?;
+        match self.device.signal_from_stream(stream, 0) {
+            Ok(value) => {
+                self.record(value, true);
+                Ok(())
+            }
+            Err(e) => {
+                // No value says when the fill ends: wait for it here, so a free cannot race it.
+                // SAFETY: hwtensor's own stream.
+                unsafe { sys::cuStreamSynchronize(stream) };
+                Err(e)
+            }
+        }
     }
 
     /// The device address of the first byte.
