@@ -192,28 +192,19 @@ impl CudaMemory {
         Ok(memory)
     }
 
-    /// Fills the memory with zeros on hwtensor's copy stream and records the fill as its first
-    /// write. The driver's memset runs asynchronously to the host and to non-blocking streams:
-    /// a map, a copy or a free that did not wait for it would race with it (a kernel's output
-    /// zeroed after the fact, or memory unmapped under the fill: the H200 showed the latter as
-    /// CUDA_ERROR_ILLEGAL_ADDRESS).
+    /// Fills the memory with zeros before anyone can use it. The driver's plain memset runs
+    /// asynchronously to the host and to non-blocking streams, so a kernel on the caller's
+    /// stream, a copy or a free could race it (a kernel's output zeroed after the fact, or
+    /// memory unmapped under the fill). A fill on hwtensor's stream, waited for here, costs a
+    /// few microseconds against the allocation's hundred and leaves nothing to order later.
     fn zero(&self) -> Result<()> {
         let stream = super::copy::copy_stream(self.device)?;
         // SAFETY: the mapping is `size` bytes and accessible; hwtensor's own stream.
         let r = unsafe { sys::cuMemsetD8Async(self.va, 0, self.size, stream) };
         check(r, "cuMemsetD8Async")?;
-        match self.device.signal_from_stream(stream, 0) {
-            Ok(value) => {
-                self.record(value, true);
-                Ok(())
-            }
-            Err(e) => {
-                // No value says when the fill ends: wait for it here, so a free cannot race it.
-                // SAFETY: hwtensor's own stream.
-                unsafe { sys::cuStreamSynchronize(stream) };
-                Err(e)
-            }
-        }
+        // SAFETY: hwtensor's own stream, in the context the caller made current.
+        let r = unsafe { sys::cuStreamSynchronize(stream) };
+        check(r, "cuStreamSynchronize")
     }
 
     /// The device address of the first byte.
