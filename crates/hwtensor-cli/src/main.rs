@@ -69,6 +69,9 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // Warnings by default: a library warning (an adapter the variable names that is missing, a
+    // rendezvous that could not be trusted) must reach the operator, not vanish.
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let result = match Cli::parse().command {
         Command::Probe { json } => probe::run(json),
         Command::Demo { frames, gpu, cuda } => platform::demo::producer(frames, gpu || cuda, cuda),

@@ -20,9 +20,34 @@ fn probe_names_every_backing_and_says_why_one_is_missing() {
             "{name} missing from:\n{text}"
         );
     }
+    // CUDA is there (a GPU machine) or says why not.
     assert!(
-        text.lines()
-            .any(|l| l.starts_with("cuda") && l.contains("no ")),
+        text.lines().any(|l| l.starts_with("cuda")
+            && (l.split_whitespace().nth(1) == Some("yes") || l.contains("no "))),
+        "{text}"
+    );
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn probe_shows_the_request_and_names_the_adapters_when_none_matches() {
+    let out = Command::new(env!("CARGO_BIN_EXE_hwtensor"))
+        .arg("probe")
+        .env("HWTENSOR_GPU_ADAPTER", "no-such-gpu-anywhere")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("requested: HWTENSOR_GPU_ADAPTER=no-such-gpu-anywhere"),
+        "{text}"
+    );
+    let device = text
+        .lines()
+        .find(|l| l.starts_with("process device"))
+        .unwrap_or_default();
+    assert!(
+        device.contains("selects none of the adapters here"),
         "{text}"
     );
 }

@@ -71,6 +71,17 @@ pub fn probe_text(out: &mut impl std::io::Write) -> std::io::Result<()> {
         }
         Err(e) => writeln!(out, "  none: {e}")?,
     }
+    let requested = std::env::var(gpu::ADAPTER_ENV).unwrap_or_default();
+    writeln!(
+        out,
+        "requested: {}={}",
+        gpu::ADAPTER_ENV,
+        if requested.trim().is_empty() {
+            "(unset: hardware first, software when there is none)"
+        } else {
+            requested.as_str()
+        }
+    )?;
     match gpu::device() {
         Ok(d) => {
             writeln!(

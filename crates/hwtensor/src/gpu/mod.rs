@@ -40,6 +40,28 @@ pub(crate) use memory::{
 };
 pub use process_device::{Features, FenceHandle, GpuCompletion, Origin};
 
+/// The error for an adapter choice that selects none of the adapters present: it names them, so
+/// the operator can fix the variable. A request for a GPU the machine lacks is reported, not
+/// guessed around: on a machine with several GPUs, a silent fallback is the wrong device.
+pub(crate) fn no_adapter_matches(
+    choice: &str,
+    present: impl IntoIterator<Item = String>,
+) -> crate::Error {
+    let present: Vec<String> = present.into_iter().collect();
+    let listed = if present.is_empty() {
+        "none".to_string()
+    } else {
+        present.join("; ")
+    };
+    crate::Error::gpu(
+        crate::GpuErrorKind::Unsupported,
+        format!(
+            "{ADAPTER_ENV}={choice} selects none of the adapters here ({listed}); unset it for \
+             the default, or name one of these"
+        ),
+    )
+}
+
 /// How long a CPU map, an export, a copy or a free waits for the GPU work it must follow.
 /// Generous: a 4 GiB copy at PCIe speed takes ~80 ms; a value not reached in seconds means a
 /// lost device or a producer that never submitted.

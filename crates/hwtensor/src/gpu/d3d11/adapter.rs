@@ -109,24 +109,28 @@ pub(crate) fn enumerate(factory: &IDXGIFactory1) -> Vec<(IDXGIAdapter1, AdapterI
         .collect()
 }
 
-/// The adapter `choice` names among `list`; `None` means "let the driver type decide"
-/// (the default adapter for `Hardware`, the WARP driver for `Warp`, or no match).
+/// The adapter `choice` names among `list`; `None` means "let the driver type decide" (the
+/// default adapter for `Hardware`, the WARP driver for `Warp`). An explicit choice that names
+/// no adapter present is an error naming those present, not a silent fallback.
 pub(crate) fn pick<'a>(
     choice: &AdapterChoice,
     list: &'a [(IDXGIAdapter1, AdapterInfo)],
-) -> Option<&'a (IDXGIAdapter1, AdapterInfo)> {
+) -> crate::Result<Option<&'a (IDXGIAdapter1, AdapterInfo)>> {
     let found = match choice {
-        AdapterChoice::Hardware | AdapterChoice::Warp => return None,
+        AdapterChoice::Hardware | AdapterChoice::Warp => return Ok(None),
         AdapterChoice::Discrete => list.iter().find(|(_, i)| i.kind == AdapterKind::Discrete),
         AdapterChoice::Luid { high, low } => list.iter().find(|(_, i)| i.luid == (*high, *low)),
         AdapterChoice::Description(_) => list
             .iter()
             .find(|(_, i)| choice.matches_description(&i.name)),
     };
-    if found.is_none() {
-        log::warn!("hwtensor: {ADAPTER_ENV}={choice:?} matches no adapter; using the default");
+    match found {
+        Some(a) => Ok(Some(a)),
+        None => Err(crate::gpu::no_adapter_matches(
+            &std::env::var(ADAPTER_ENV).unwrap_or_default(),
+            list.iter().map(|(_, i)| i.label()),
+        )),
     }
-    found
 }
 
 /// The description of the adapter a device runs on.

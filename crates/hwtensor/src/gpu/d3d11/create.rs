@@ -60,7 +60,7 @@ pub(crate) fn create() -> Result<Created> {
     let choice = AdapterChoice::parse(std::env::var(ADAPTER_ENV).ok().as_deref());
     let factory = adapter::factory()?;
     let list = adapter::enumerate(&factory);
-    let picked = adapter::pick(&choice, &list);
+    let picked = adapter::pick(&choice, &list)?;
     let (adapter, driver): (Option<IDXGIAdapter>, D3D_DRIVER_TYPE) = match (picked, &choice) {
         (Some((a, _)), _) => (a.cast().ok(), D3D_DRIVER_TYPE_UNKNOWN),
         (None, AdapterChoice::Warp) => (None, D3D_DRIVER_TYPE_WARP),

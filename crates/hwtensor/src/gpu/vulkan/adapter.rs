@@ -200,11 +200,12 @@ pub fn format_uuid(u: &[u8; 16]) -> String {
     )
 }
 
-/// The index of the adapter `choice` selects among `adapters`.
+/// The index of the adapter `choice` selects among `adapters`, `None` when it selects none.
 ///
-/// Hardware prefers discrete, then integrated, then virtual, and falls back to software when
-/// there is no hardware. A choice that matches nothing falls back to that default, with a
-/// warning: a typo in a deployment variable should cost performance, not the whole pipeline.
+/// Hardware (the default) prefers discrete, then integrated, then virtual, and falls back to
+/// software when there is no hardware. An explicit choice selects only what it names: a request
+/// for an adapter the machine lacks is an error (see [`select_or_explain`]), not a silent
+/// fallback to another device.
 pub fn select(choice: &AdapterChoice, adapters: &[AdapterInfo]) -> Option<usize> {
     let best_hardware = || {
         (0..adapters.len())
@@ -217,14 +218,45 @@ pub fn select(choice: &AdapterChoice, adapters: &[AdapterInfo]) -> Option<usize>
             .or_else(|| adapters.iter().position(AdapterInfo::is_software))
             .or((!adapters.is_empty()).then_some(0))
     };
-    let chosen = match choice {
-        AdapterChoice::Hardware => best_hardware(),
+    match choice {
+        AdapterChoice::Hardware => default(),
         other => adapters.iter().position(|a| other.matches(a)),
-    };
-    if chosen.is_none() && *choice != AdapterChoice::Hardware {
-        log::warn!("{ADAPTER_ENV}={choice:?} matches no adapter; using the default");
     }
-    chosen.or_else(default)
+}
+
+/// [`select`], with an error that names the adapters present when the choice selects none.
+pub(crate) fn select_or_explain(
+    choice: &AdapterChoice,
+    adapters: &[AdapterInfo],
+) -> crate::Result<usize> {
+    select(choice, adapters).ok_or_else(|| {
+        if adapters.is_empty() {
+            crate::Error::gpu(
+                crate::GpuErrorKind::Unsupported,
+                "no Vulkan adapter on this machine",
+            )
+        } else {
+            crate::gpu::no_adapter_matches(
+                &choice.to_string(),
+                adapters
+                    .iter()
+                    .map(|a| format!("{} {}", a.label(), format_uuid(&a.device_uuid))),
+            )
+        }
+    })
+}
+
+impl std::fmt::Display for AdapterChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AdapterChoice::Hardware => f.write_str("hardware"),
+            AdapterChoice::Software => f.write_str("software"),
+            AdapterChoice::Discrete => f.write_str("discrete"),
+            AdapterChoice::Integrated => f.write_str("integrated"),
+            AdapterChoice::Uuid(u) => f.write_str(&format_uuid(u)),
+            AdapterChoice::Name(n) => f.write_str(n),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -312,10 +344,18 @@ mod tests {
     }
 
     #[test]
-    fn a_choice_that_matches_nothing_falls_back_to_the_default() {
+    fn a_choice_that_matches_nothing_is_an_error_naming_the_adapters_present() {
         let m = machine();
-        assert_eq!(select(&AdapterChoice::Name("radeon".into()), &m), Some(2));
-        assert_eq!(select(&AdapterChoice::Discrete, &m[..1]), Some(0));
+        assert_eq!(select(&AdapterChoice::Name("radeon".into()), &m), None);
+        assert_eq!(select(&AdapterChoice::Discrete, &m[..1]), None);
+        let err = select_or_explain(&AdapterChoice::Name("radeon".into()), &m).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("HWTENSOR_GPU_ADAPTER=radeon"), "{text}");
+        for a in &m {
+            assert!(text.contains(&a.name), "{text} lacks {}", a.name);
+        }
+        assert_eq!(err.gpu_kind(), Some(crate::GpuErrorKind::Unsupported));
+        assert!(select_or_explain(&AdapterChoice::Hardware, &[]).is_err());
     }
 
     #[test]

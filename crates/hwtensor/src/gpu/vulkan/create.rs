@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use ash::vk;
 
-use super::adapter::{select, AdapterChoice, AdapterInfo};
+use super::adapter::{select_or_explain, AdapterChoice, AdapterInfo};
 use super::{vk_kind, Features};
 use crate::{Error, GpuErrorKind, Result};
 
@@ -201,8 +201,7 @@ type Built = (
 fn build_device(instance: &ash::Instance) -> Result<Built> {
     let adapters = enumerate(instance)?;
     let infos: Vec<AdapterInfo> = adapters.iter().map(|(_, i)| i.clone()).collect();
-    let index = select(&AdapterChoice::from_env(), &infos)
-        .ok_or_else(|| unsupported("no Vulkan adapter on this machine"))?;
+    let index = select_or_explain(&AdapterChoice::from_env(), &infos)?;
     let (physical, info) = adapters[index].clone();
     if info.api_version < MINIMUM_API || !has_timeline_semaphores(instance, physical) {
         return Err(unsupported(format!(
