@@ -71,7 +71,7 @@ pub(crate) fn from_error(e: Error) -> HwtStatus {
         Error::Alloc { .. } => HwtStatus::OutOfMemory,
         Error::Unavailable { .. } => HwtStatus::Unavailable,
         Error::Timeout(_) => HwtStatus::Timeout,
-        Error::InvalidArgument(_) => HwtStatus::InvalidArgument,
+        Error::InvalidArgument(_) | Error::UnknownName { .. } => HwtStatus::InvalidArgument,
         Error::InvalidOperation(_) => HwtStatus::InvalidOperation,
         _ => HwtStatus::Failed,
     };

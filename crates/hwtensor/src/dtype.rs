@@ -4,7 +4,7 @@ use std::fmt;
 
 use half::f16;
 
-use crate::{Error, Tensor, TensorDyn};
+use crate::{Tensor, TensorDyn};
 
 /// The element type of a tensor.
 ///
@@ -79,9 +79,26 @@ impl DType {
             DType::F64 => "f64",
         }
     }
+
+    /// Other names users write for this dtype: NumPy's and C's.
+    pub const fn aliases(self) -> &'static [&'static str] {
+        match self {
+            DType::U8 => &["uint8"],
+            DType::I8 => &["int8"],
+            DType::U16 => &["uint16"],
+            DType::I16 => &["int16"],
+            DType::U32 => &["uint32"],
+            DType::I32 => &["int32"],
+            DType::U64 => &["uint64"],
+            DType::I64 => &["int64"],
+            DType::F16 => &["float16", "half"],
+            DType::F32 => &["float32", "float"],
+            DType::F64 => &["float64", "double"],
+        }
+    }
 }
 
-coded_enum!(DType, "dtype", Error::Shape);
+coded_enum!(DType, "dtype");
 
 mod sealed {
     pub trait Sealed {}
@@ -160,6 +177,21 @@ mod tests {
         assert_eq!(DType::from_code(0), None);
         assert_eq!(DType::from_code(12), None);
         assert!("f8".parse::<DType>().is_err());
+    }
+
+    #[test]
+    fn dtypes_parse_by_numpy_and_c_names_in_any_case_and_an_unknown_one_lists_the_names() {
+        assert_eq!("float32".parse::<DType>().unwrap(), DType::F32);
+        assert_eq!("UINT8".parse::<DType>().unwrap(), DType::U8);
+        assert_eq!(" F16 ".parse::<DType>().unwrap(), DType::F16);
+        assert_eq!("double".parse::<DType>().unwrap(), DType::F64);
+        match "float8".parse::<DType>() {
+            Err(crate::Error::UnknownName { what, name, known }) => {
+                assert_eq!((what, name.as_str()), ("dtype", "float8"));
+                assert!(known.contains("f32") && known.contains("u8"), "{known}");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -100,6 +100,17 @@ pub enum Error {
         message: String,
     },
 
+    /// A name that is not one of its kind's (a dtype, a pixel format, a backing).
+    #[error("unknown {what} {name:?} (known: {known})")]
+    UnknownName {
+        /// The kind of name.
+        what: &'static str,
+        /// The name given.
+        name: String,
+        /// The names that are known, comma-separated.
+        known: String,
+    },
+
     /// A CUDA driver call failed: the call and CUDA's name for the error
     /// (`CUDA_ERROR_INVALID_VALUE`, ...).
     #[error("CUDA: {call} failed: {name}")]

@@ -94,6 +94,23 @@ impl PixelFormat {
         }
     }
 
+    /// Other names users write for this format (GStreamer's, FFmpeg's, common spellings).
+    pub const fn aliases(self) -> &'static [&'static str] {
+        match self {
+            PixelFormat::Rgb => &["rgb24", "rgb888"],
+            PixelFormat::Rgba => &["rgba8", "rgba32", "rgbx"],
+            PixelFormat::Bgra => &["bgra8", "bgra32", "bgrx"],
+            PixelFormat::Grey => &["gray", "gray8", "grey8", "y8", "l8"],
+            PixelFormat::Yuyv => &["yuy2", "yuyv422"],
+            PixelFormat::Vyuy => &[],
+            PixelFormat::Nv12 => &[],
+            PixelFormat::Nv16 => &[],
+            PixelFormat::Nv24 => &[],
+            PixelFormat::PlanarRgb => &["rgbp", "planar-rgb", "rgb_planar"],
+            PixelFormat::PlanarRgba => &["rgbap", "planar-rgba", "rgba_planar"],
+        }
+    }
+
     /// How the components are arranged.
     pub const fn layout(self) -> Layout {
         use PixelFormat::*;
@@ -241,7 +258,7 @@ impl PixelFormat {
     }
 }
 
-coded_enum!(PixelFormat, "pixel format", Error::Image);
+coded_enum!(PixelFormat, "pixel format");
 
 #[cfg(test)]
 mod tests {
@@ -314,6 +331,10 @@ mod tests {
         for f in PixelFormat::ALL {
             assert_eq!(PixelFormat::from_code(f.code()), Some(f));
             assert_eq!(f.name().parse::<PixelFormat>().unwrap(), f);
+            assert_eq!(f.name().to_uppercase().parse::<PixelFormat>().unwrap(), f);
+            for alias in f.aliases() {
+                assert_eq!(alias.parse::<PixelFormat>().unwrap(), f, "{alias}");
+            }
         }
         assert_eq!(PixelFormat::from_code(0), None);
     }
@@ -321,5 +342,17 @@ mod tests {
     #[test]
     fn a_plane_table_that_overflows_is_an_error() {
         assert!(PlanarRgb.plane_table(2, usize::MAX / 2, 4).is_err());
+    }
+
+    #[test]
+    fn no_name_or_alias_of_a_pixel_format_belongs_to_two_formats() {
+        let mut seen = std::collections::HashMap::new();
+        for f in PixelFormat::ALL {
+            for n in std::iter::once(f.name()).chain(f.aliases().iter().copied()) {
+                if let Some(other) = seen.insert(n.to_ascii_lowercase(), f) {
+                    panic!("{n} names both {other} and {f}");
+                }
+            }
+        }
     }
 }

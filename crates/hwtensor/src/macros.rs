@@ -38,10 +38,12 @@ macro_rules! for_dtype {
     };
 }
 
-/// The stable-code plumbing of a `#[repr(u8)]` enum that has an `ALL` array and a `name()`:
-/// `code`, `from_code`, `Display` (the name, padded as asked) and `FromStr` (by name).
+/// The stable-code plumbing of a `#[repr(u8)]` enum that has an `ALL` array, a `name()` and
+/// `aliases()` (other spellings users write, such as NumPy's `"float32"`): `code`,
+/// `from_code`, `Display` (the name, padded as asked) and `FromStr` (by name or alias, any
+/// case; an unknown one is [`Error::UnknownName`](crate::Error::UnknownName) listing the names).
 macro_rules! coded_enum {
-    ($ty:ident, $what:literal, $err:path) => {
+    ($ty:ident, $what:literal) => {
         impl $ty {
             /// The stable numeric code.
             pub const fn code(self) -> u8 {
@@ -63,10 +65,19 @@ macro_rules! coded_enum {
         impl std::str::FromStr for $ty {
             type Err = crate::Error;
             fn from_str(s: &str) -> Result<Self, crate::Error> {
+                let wanted = s.trim();
                 $ty::ALL
                     .into_iter()
-                    .find(|v| v.name() == s)
-                    .ok_or_else(|| $err(format!("unknown {} {s:?}", $what)))
+                    .find(|v| {
+                        std::iter::once(v.name())
+                            .chain(v.aliases().iter().copied())
+                            .any(|n| n.eq_ignore_ascii_case(wanted))
+                    })
+                    .ok_or_else(|| crate::Error::UnknownName {
+                        what: $what,
+                        name: s.to_string(),
+                        known: $ty::ALL.map(|v| v.name()).join(", "),
+                    })
             }
         }
     };

@@ -1,7 +1,5 @@
 //! [`TensorMemory`]: which kind of memory backs a tensor, and the automatic choice.
 
-use crate::Error;
-
 /// The environment variable that forces automatic selection to heap memory.
 ///
 /// For debugging a pipeline: it takes shared and DMA memory out of the picture without a rebuild.
@@ -48,9 +46,20 @@ impl TensorMemory {
             TensorMemory::Cuda => "cuda",
         }
     }
+
+    /// Other names users write for this backing.
+    pub const fn aliases(self) -> &'static [&'static str] {
+        match self {
+            TensorMemory::Mem => &["heap"],
+            TensorMemory::Shm => &["memfd"],
+            TensorMemory::DmaBuf => &["dma-buf", "dma_buf"],
+            TensorMemory::Gpu => &["vulkan"],
+            TensorMemory::Cuda => &[],
+        }
+    }
 }
 
-coded_enum!(TensorMemory, "tensor memory", Error::Shape);
+coded_enum!(TensorMemory, "tensor memory");
 
 /// What a tensor is for; it decides the order automatic selection tries backings in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,6 +91,7 @@ pub(crate) fn force_mem_requested() -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Error;
 
     #[test]
     fn codes_and_names_are_fixed_and_round_trip() {
