@@ -61,6 +61,11 @@ pub struct Plane {
     pub size: usize,
 }
 
+/// The FourCC of four ASCII characters, as V4L2 and DRM pack them (first character lowest).
+pub const fn fourcc(code: &[u8; 4]) -> u32 {
+    code[0] as u32 | (code[1] as u32) << 8 | (code[2] as u32) << 16 | (code[3] as u32) << 24
+}
+
 impl PixelFormat {
     /// Every format, in code order.
     pub const ALL: [PixelFormat; 11] = [
@@ -109,6 +114,61 @@ impl PixelFormat {
             PixelFormat::PlanarRgb => &["rgbp", "planar-rgb", "rgb_planar"],
             PixelFormat::PlanarRgba => &["rgbap", "planar-rgba", "rgba_planar"],
         }
+    }
+
+    /// The V4L2 FourCC of this format (`V4L2_PIX_FMT_*`), where V4L2 has one: the code a
+    /// capture driver reports for frames laid out exactly as hwtensor lays this format out.
+    pub const fn fourcc(self) -> Option<u32> {
+        use PixelFormat::*;
+        Some(match self {
+            Rgb => fourcc(b"RGB3"),  // V4L2_PIX_FMT_RGB24: R, G, B
+            Rgba => fourcc(b"AB24"), // V4L2_PIX_FMT_RGBA32: R, G, B, A
+            Bgra => fourcc(b"AR24"), // V4L2_PIX_FMT_ABGR32: B, G, R, A
+            Grey => fourcc(b"GREY"),
+            Yuyv => fourcc(b"YUYV"),
+            Vyuy => fourcc(b"VYUY"),
+            Nv12 => fourcc(b"NV12"),
+            Nv16 => fourcc(b"NV16"),
+            Nv24 => fourcc(b"NV24"),
+            PlanarRgb | PlanarRgba => return None,
+        })
+    }
+
+    /// The DRM FourCC of this format (`DRM_FORMAT_*`, little-endian component order), where DRM
+    /// has one: what a display or EGL import is told.
+    pub const fn drm_fourcc(self) -> Option<u32> {
+        use PixelFormat::*;
+        Some(match self {
+            Rgb => fourcc(b"BG24"),  // DRM_FORMAT_BGR888: R, G, B in memory
+            Rgba => fourcc(b"AB24"), // DRM_FORMAT_ABGR8888: R, G, B, A in memory
+            Bgra => fourcc(b"AR24"), // DRM_FORMAT_ARGB8888: B, G, R, A in memory
+            Grey => fourcc(b"R8  "),
+            Yuyv => fourcc(b"YUYV"),
+            Vyuy => fourcc(b"VYUY"),
+            Nv12 => fourcc(b"NV12"),
+            Nv16 => fourcc(b"NV16"),
+            Nv24 => fourcc(b"NV24"),
+            PlanarRgb | PlanarRgba => return None,
+        })
+    }
+
+    /// The format a V4L2 or DRM FourCC names, including V4L2's multi-planar variants (`NM12`,
+    /// `NM16`: the same pixels with one buffer per plane); `None` for a code hwtensor does not
+    /// lay out.
+    pub fn from_fourcc(code: u32) -> Option<PixelFormat> {
+        const MULTI_PLANAR: [(u32, PixelFormat); 2] = [
+            (fourcc(b"NM12"), PixelFormat::Nv12),
+            (fourcc(b"NM16"), PixelFormat::Nv16),
+        ];
+        PixelFormat::ALL
+            .into_iter()
+            .find(|f| f.fourcc() == Some(code) || f.drm_fourcc() == Some(code))
+            .or_else(|| {
+                MULTI_PLANAR
+                    .iter()
+                    .find(|(c, _)| *c == code)
+                    .map(|(_, f)| *f)
+            })
     }
 
     /// How the components are arranged.
@@ -354,5 +414,25 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn fourccs_name_the_layouts_v4l2_and_drm_document_and_round_trip() {
+        assert_eq!(fourcc(b"NV12"), 0x3231_564e);
+        assert_eq!(PixelFormat::Rgba.fourcc(), Some(fourcc(b"AB24")));
+        assert_eq!(PixelFormat::Bgra.drm_fourcc(), Some(fourcc(b"AR24")));
+        assert_eq!(PixelFormat::Rgb.fourcc(), Some(fourcc(b"RGB3")));
+        assert_eq!(PixelFormat::Rgb.drm_fourcc(), Some(fourcc(b"BG24")));
+        for f in PixelFormat::ALL {
+            for code in [f.fourcc(), f.drm_fourcc()].into_iter().flatten() {
+                assert_eq!(PixelFormat::from_fourcc(code), Some(f), "{f}");
+            }
+        }
+        assert_eq!(
+            PixelFormat::from_fourcc(fourcc(b"NM12")),
+            Some(PixelFormat::Nv12)
+        );
+        assert_eq!(PixelFormat::from_fourcc(fourcc(b"MJPG")), None);
+        assert_eq!(PixelFormat::PlanarRgb.fourcc(), None);
     }
 }

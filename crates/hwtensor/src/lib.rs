@@ -58,7 +58,7 @@ pub use access::{CpuAccess, Direction};
 pub use buffer::BufferLiveness;
 pub use dtype::{DType, Element};
 pub use error::{Error, GpuErrorKind, Result};
-pub use format::{Layout, PixelFormat, Plane};
+pub use format::{fourcc, Layout, PixelFormat, Plane};
 pub use identity::BufferIdentity;
 pub use image::{ImageInfo, IMAGE_PITCH_ALIGN};
 pub use map::{
