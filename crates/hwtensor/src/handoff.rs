@@ -68,15 +68,19 @@ fn handoff(what: impl Into<String>) -> Error {
     Error::Handoff(what.into())
 }
 
-/// Sends `tensor` zero-copy: its fd by SCM_RIGHTS when it has one, its bytes inline when it is
-/// heap memory.
+/// Sends `tensor` zero-copy: its fd by SCM_RIGHTS. Memory without an fd (heap, CUDA memory)
+/// is an error that says so: copying its bytes through the socket is a different cost, which
+/// a caller asks for with [`send_as`] and [`Transport::Inline`], not one to fall into.
 pub fn send(stream: &UnixStream, tensor: &TensorDyn) -> Result<()> {
-    let mode = if tensor.as_fd().is_some() {
-        Transport::Reference
-    } else {
-        Transport::Inline
-    };
-    send_as(stream, tensor, mode)
+    if tensor.as_fd().is_none() {
+        return Err(Error::Unavailable {
+            memory: tensor.memory(),
+            reason: "this memory has no fd to send zero-copy; send_as(stream, tensor, \
+                     Transport::Inline) copies its bytes instead, or allocate it on shm"
+                .into(),
+        });
+    }
+    send_as(stream, tensor, Transport::Reference)
 }
 
 /// Sends `tensor` in the given transport mode.

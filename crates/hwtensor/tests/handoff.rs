@@ -7,7 +7,7 @@ use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
 use hwtensor::blob::{self, Transport};
-use hwtensor::handoff::{recv, recv_blob, send, send_blob, MID_MESSAGE_TIMEOUT};
+use hwtensor::handoff::{recv, recv_blob, send, send_as, send_blob, MID_MESSAGE_TIMEOUT};
 use hwtensor::{CpuAccess, Error, PixelFormat, Tensor, TensorDyn, TensorMemory};
 
 fn frame(memory: TensorMemory) -> Tensor<u8> {
@@ -50,11 +50,13 @@ fn received_fds_are_close_on_exec() {
 }
 
 #[test]
-fn a_heap_frame_is_sent_inline() {
+fn a_heap_frame_is_sent_inline_only_when_asked_and_send_says_so() {
     let (a, b) = UnixStream::pair().unwrap();
     let t = frame(TensorMemory::Mem);
     let d: TensorDyn = t.into();
-    let writer = std::thread::spawn(move || send(&a, &d));
+    let err = send(&a, &d).unwrap_err();
+    assert!(err.to_string().contains("Transport::Inline"), "{err}");
+    let writer = std::thread::spawn(move || send_as(&a, &d, Transport::Inline));
     let got = recv(&b).unwrap();
     writer.join().unwrap().unwrap();
     assert_eq!(got.memory(), TensorMemory::Mem);
