@@ -66,6 +66,21 @@ pub const fn fourcc(code: &[u8; 4]) -> u32 {
     code[0] as u32 | (code[1] as u32) << 8 | (code[2] as u32) << 16 | (code[3] as u32) << 24
 }
 
+/// Each format's V4L2 and DRM FourCC, as the kernel documents their byte order: V4L2 names
+/// bytes in memory order, DRM little-endian words, so the two differ for RGB and grey. Planar
+/// RGB has neither.
+const FOURCCS: [(PixelFormat, &[u8; 4], &[u8; 4]); 9] = [
+    (PixelFormat::Rgb, b"RGB3", b"BG24"), // V4L2 RGB24 / DRM BGR888: R, G, B
+    (PixelFormat::Rgba, b"AB24", b"AB24"), // V4L2 RGBA32 / DRM ABGR8888: R, G, B, A
+    (PixelFormat::Bgra, b"AR24", b"AR24"), // V4L2 ABGR32 / DRM ARGB8888: B, G, R, A
+    (PixelFormat::Grey, b"GREY", b"R8  "),
+    (PixelFormat::Yuyv, b"YUYV", b"YUYV"),
+    (PixelFormat::Vyuy, b"VYUY", b"VYUY"),
+    (PixelFormat::Nv12, b"NV12", b"NV12"),
+    (PixelFormat::Nv16, b"NV16", b"NV16"),
+    (PixelFormat::Nv24, b"NV24", b"NV24"),
+];
+
 impl PixelFormat {
     /// Every format, in code order.
     pub const ALL: [PixelFormat; 11] = [
@@ -118,55 +133,30 @@ impl PixelFormat {
 
     /// The V4L2 FourCC of this format (`V4L2_PIX_FMT_*`), where V4L2 has one: the code a
     /// capture driver reports for frames laid out exactly as hwtensor lays this format out.
-    pub const fn fourcc(self) -> Option<u32> {
-        use PixelFormat::*;
-        Some(match self {
-            Rgb => fourcc(b"RGB3"),  // V4L2_PIX_FMT_RGB24: R, G, B
-            Rgba => fourcc(b"AB24"), // V4L2_PIX_FMT_RGBA32: R, G, B, A
-            Bgra => fourcc(b"AR24"), // V4L2_PIX_FMT_ABGR32: B, G, R, A
-            Grey => fourcc(b"GREY"),
-            Yuyv => fourcc(b"YUYV"),
-            Vyuy => fourcc(b"VYUY"),
-            Nv12 => fourcc(b"NV12"),
-            Nv16 => fourcc(b"NV16"),
-            Nv24 => fourcc(b"NV24"),
-            PlanarRgb | PlanarRgba => return None,
-        })
+    pub fn fourcc(self) -> Option<u32> {
+        FOURCCS.iter().find(|c| c.0 == self).map(|c| fourcc(c.1))
     }
 
     /// The DRM FourCC of this format (`DRM_FORMAT_*`, little-endian component order), where DRM
     /// has one: what a display or EGL import is told.
-    pub const fn drm_fourcc(self) -> Option<u32> {
-        use PixelFormat::*;
-        Some(match self {
-            Rgb => fourcc(b"BG24"),  // DRM_FORMAT_BGR888: R, G, B in memory
-            Rgba => fourcc(b"AB24"), // DRM_FORMAT_ABGR8888: R, G, B, A in memory
-            Bgra => fourcc(b"AR24"), // DRM_FORMAT_ARGB8888: B, G, R, A in memory
-            Grey => fourcc(b"R8  "),
-            Yuyv => fourcc(b"YUYV"),
-            Vyuy => fourcc(b"VYUY"),
-            Nv12 => fourcc(b"NV12"),
-            Nv16 => fourcc(b"NV16"),
-            Nv24 => fourcc(b"NV24"),
-            PlanarRgb | PlanarRgba => return None,
-        })
+    pub fn drm_fourcc(self) -> Option<u32> {
+        FOURCCS.iter().find(|c| c.0 == self).map(|c| fourcc(c.2))
     }
 
     /// The format a V4L2 or DRM FourCC names, including V4L2's multi-planar variants (`NM12`,
     /// `NM16`: the same pixels with one buffer per plane); `None` for a code hwtensor does not
     /// lay out.
     pub fn from_fourcc(code: u32) -> Option<PixelFormat> {
-        const MULTI_PLANAR: [(u32, PixelFormat); 2] = [
-            (fourcc(b"NM12"), PixelFormat::Nv12),
-            (fourcc(b"NM16"), PixelFormat::Nv16),
-        ];
-        PixelFormat::ALL
-            .into_iter()
-            .find(|f| f.fourcc() == Some(code) || f.drm_fourcc() == Some(code))
+        const MULTI_PLANAR: [(&[u8; 4], PixelFormat); 2] =
+            [(b"NM12", PixelFormat::Nv12), (b"NM16", PixelFormat::Nv16)];
+        FOURCCS
+            .iter()
+            .find(|c| fourcc(c.1) == code || fourcc(c.2) == code)
+            .map(|c| c.0)
             .or_else(|| {
                 MULTI_PLANAR
                     .iter()
-                    .find(|(c, _)| *c == code)
+                    .find(|(c, _)| fourcc(c) == code)
                     .map(|(_, f)| *f)
             })
     }

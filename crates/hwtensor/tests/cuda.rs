@@ -9,6 +9,8 @@
 
 mod common;
 
+use common::cuda_or_skip;
+
 use std::ffi::{c_void, CString};
 
 use std::io::{Read, Write};
@@ -28,24 +30,6 @@ static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn cuda_required() -> bool {
-    std::env::var("HWTENSOR_TEST_REQUIRE_CUDA").is_ok_and(|v| v == "1")
-}
-
-/// The CUDA device, or a printed skip (a failure when CUDA is required).
-fn cuda_or_skip(test: &str) -> Option<&'static CudaDevice> {
-    match cuda::device() {
-        Ok(d) => Some(d),
-        Err(e) if cuda_required() => {
-            panic!("{test}: HWTENSOR_TEST_REQUIRE_CUDA=1 but there is no CUDA device: {e}")
-        }
-        Err(e) => {
-            eprintln!("SKIPPED: {test} - {e}");
-            None
-        }
-    }
 }
 
 fn ok(r: sys::CUresult, what: &str) {

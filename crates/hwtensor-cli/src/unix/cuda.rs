@@ -147,19 +147,27 @@ impl Session {
             }
             let rate = |d: Duration| bytes as f64 / d.as_secs_f64() / 1e9;
             let n = rounds.min(31);
-            // SAFETY: both allocations are `bytes` long and live across the copies.
-            let h2d = median_per_call(n, 1, || unsafe {
-                sys::cuMemcpyHtoD_v2(dev, host, bytes);
+            // A failed copy would make a meaningless reference: the first failure is kept.
+            let mut failed = sys::CUresult::CUDA_SUCCESS;
+            let mut keep = |r: sys::CUresult| {
+                if failed == sys::CUresult::CUDA_SUCCESS {
+                    failed = r;
+                }
+            };
+            let h2d = median_per_call(n, 1, || {
+                // SAFETY: both allocations are `bytes` long and live across the copies.
+                keep(unsafe { sys::cuMemcpyHtoD_v2(dev, host, bytes) })
             });
-            // SAFETY: as above.
-            let d2h = median_per_call(n, 1, || unsafe {
-                sys::cuMemcpyDtoH_v2(host, dev, bytes);
+            let d2h = median_per_call(n, 1, || {
+                // SAFETY: as above.
+                keep(unsafe { sys::cuMemcpyDtoH_v2(host, dev, bytes) })
             });
             // SAFETY: allocated above, no copy in flight (the copies are synchronous).
             unsafe {
                 sys::cuMemFree_v2(dev);
                 sys::cuMemFreeHost(host);
             }
+            ok(failed, "the pinned cuMemcpy reference")?;
             let (up, down) = tensor_copies(bytes, n)?;
             let (h, d) = (rate(h2d), rate(d2h));
             let (u, w) = (rate(up), rate(down));

@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 use super::device::{device, CudaDevice};
 use super::driver::{check, sys};
 use super::import::BufferImport;
-use crate::gpu::CopyPlan;
+use crate::gpu::{copy_spin, CopyPlan, GPU_WAIT};
 use crate::{Error, Result};
 
 /// `CU_STREAM_NON_BLOCKING`: the copy stream does not serialise with the legacy default
@@ -70,10 +70,11 @@ pub(crate) fn run_copy(
         return Err(e);
     }
     if wait {
-        // CUDA's own wait: a host thread blocked on a CUDA-signalled timeline value wakes late.
-        // SAFETY: hwtensor's stream, in the context pushed above.
-        let r = unsafe { sys::cuStreamSynchronize(stream) };
-        check(r, "cuStreamSynchronize")?;
+        // Bounded, and spinning for about the copy's time: a host thread blocked on a value CUDA
+        // signals wakes ~10 ms late.
+        device
+            .gpu()
+            .wait_spinning(value, GPU_WAIT, copy_spin(plan.bytes()))?;
     }
     Ok(value)
 }

@@ -12,7 +12,7 @@ use std::sync::{Mutex, OnceLock};
 
 use super::device::{device, CudaDevice};
 use super::driver::{check, sys};
-use crate::gpu::{GpuOrigin, GPU_WAIT};
+use crate::gpu::{copy_spin, DeviceUse, GpuOrigin, GPU_WAIT};
 use crate::{Error, Result, TensorMemory};
 
 /// `staged_at` of a staging copy that reflects nothing yet.
@@ -35,8 +35,7 @@ pub(crate) struct CudaMemory {
     staging: OnceLock<Staging>,
     /// Serialises the staging copies of concurrent read maps.
     staging_lock: Mutex<()>,
-    last_write: AtomicU64,
-    last_read: AtomicU64,
+    uses: DeviceUse,
     /// The `last_write` the staging copy reflects.
     staged_at: AtomicU64,
     origin: GpuOrigin,
@@ -179,8 +178,7 @@ impl CudaMemory {
             _fd: fd,
             staging: OnceLock::new(),
             staging_lock: Mutex::new(()),
-            last_write: AtomicU64::new(0),
-            last_read: AtomicU64::new(0),
+            uses: DeviceUse::default(),
             staged_at: AtomicU64::new(NEVER_STAGED),
             origin: GpuOrigin {
                 pid: me.map_or(0, |k| k.pid),
@@ -195,16 +193,27 @@ impl CudaMemory {
     /// Fills the memory with zeros before anyone can use it. The driver's plain memset runs
     /// asynchronously to the host and to non-blocking streams, so a kernel on the caller's
     /// stream, a copy or a free could race it (a kernel's output zeroed after the fact, or
-    /// memory unmapped under the fill). A fill on hwtensor's stream, waited for here, costs a
-    /// few microseconds against the allocation's hundred and leaves nothing to order later.
+    /// memory unmapped under the fill). The fill runs on hwtensor's stream, is recorded as the
+    /// first write (so a free waits for it even if this returns an error) and is waited for
+    /// here, bounded: it costs a few microseconds against the allocation's hundred.
     fn zero(&self) -> Result<()> {
         let stream = super::copy::copy_stream(self.device)?;
         // SAFETY: the mapping is `size` bytes and accessible; hwtensor's own stream.
         let r = unsafe { sys::cuMemsetD8Async(self.va, 0, self.size, stream) };
         check(r, "cuMemsetD8Async")?;
-        // SAFETY: hwtensor's own stream, in the context the caller made current.
-        let r = unsafe { sys::cuStreamSynchronize(stream) };
-        check(r, "cuStreamSynchronize")
+        let value = match self.device.signal_from_stream(stream, 0) {
+            Ok(value) => value,
+            Err(e) => {
+                // No value says when the fill ends: mark it as never known done, so a free
+                // waits (bounded) and then leaks the memory rather than unmap it under the fill.
+                self.record(u64::MAX, true);
+                return Err(e);
+            }
+        };
+        self.record(value, true);
+        self.device
+            .gpu()
+            .wait_spinning(value, GPU_WAIT, copy_spin(self.size))
     }
 
     /// The device address of the first byte.
@@ -226,22 +235,12 @@ impl CudaMemory {
 
     /// What CUDA work on this memory must wait for (`write`: work that writes it).
     pub(crate) fn after(&self, write: bool) -> u64 {
-        let w = self.last_write.load(Ordering::Acquire);
-        if write {
-            w.max(self.last_read.load(Ordering::Acquire))
-        } else {
-            w
-        }
+        self.uses.after(write)
     }
 
     /// Records that GPU work completing at `value` read (or wrote) this memory.
     pub(crate) fn record(&self, value: u64, write: bool) {
-        let word = if write {
-            &self.last_write
-        } else {
-            &self.last_read
-        };
-        word.fetch_max(value, Ordering::AcqRel);
+        self.uses.record(value, write);
     }
 
     fn staging(&self) -> Result<*mut u8> {
@@ -270,7 +269,7 @@ impl CudaMemory {
             .staging_lock
             .lock()
             .map_err(|_| Error::InvalidOperation("a CUDA staging copy panicked earlier".into()))?;
-        let last = self.last_write.load(Ordering::Acquire);
+        let last = self.uses.last_write();
         if self.staged_at.load(Ordering::Acquire) != last {
             // SAFETY: both ranges are `len` bytes: the staging buffer and the mapping.
             let r = unsafe { sys::cuMemcpyDtoH_v2(host.cast(), self.va, self.len) };
@@ -287,7 +286,7 @@ impl CudaMemory {
         let r = unsafe { sys::cuMemcpyHtoD_v2(self.va, host.cast_const().cast(), self.len) };
         check(r, "cuMemcpyHtoD")?;
         self.staged_at
-            .store(self.last_write.load(Ordering::Acquire), Ordering::Release);
+            .store(self.uses.last_write(), Ordering::Release);
         Ok(())
     }
 }

@@ -2,6 +2,11 @@
 //! copy plan a backend carries out. The core plans (shapes, claims, runs); a backend only moves
 //! bytes, so no backend reaches into a tensor's fields.
 
+#[cfg(target_os = "linux")]
+use std::sync::atomic::{AtomicU64, Ordering};
+#[cfg(target_os = "linux")]
+use std::time::Duration;
+
 use crate::geometry::for_each_paired_run;
 use crate::{DType, PixelFormat};
 
@@ -39,6 +44,43 @@ pub(crate) struct GpuReference {
     pub producer: GpuOrigin,
 }
 
+#[cfg(target_os = "linux")] // Linux device memory (Vulkan, CUDA) only
+/// The timeline values of the last device write and read of a buffer (Vulkan's or CUDA's):
+/// what later device work, CPU maps and frees wait for. One per device-memory buffer.
+#[derive(Debug, Default)]
+pub(crate) struct DeviceUse {
+    last_write: AtomicU64,
+    last_read: AtomicU64,
+}
+
+#[cfg(target_os = "linux")] // Linux device memory (Vulkan, CUDA) only
+impl DeviceUse {
+    /// The value of the last write.
+    pub(crate) fn last_write(&self) -> u64 {
+        self.last_write.load(Ordering::Acquire)
+    }
+
+    /// What device work that reads (or, with `write`, writes) the buffer must wait for.
+    pub(crate) fn after(&self, write: bool) -> u64 {
+        let w = self.last_write();
+        if write {
+            w.max(self.last_read.load(Ordering::Acquire))
+        } else {
+            w
+        }
+    }
+
+    /// Records that work completing at `value` read (or wrote) the buffer.
+    pub(crate) fn record(&self, value: u64, write: bool) {
+        let word = if write {
+            &self.last_write
+        } else {
+            &self.last_read
+        };
+        word.fetch_max(value, Ordering::AcqRel);
+    }
+}
+
 /// Where a tensor's elements lie in its buffer.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Placement<'a> {
@@ -63,6 +105,14 @@ pub(crate) struct CopyPlan<'a> {
 }
 
 impl CopyPlan<'_> {
+    #[cfg(target_os = "linux")] // Linux device memory (Vulkan, CUDA) only
+    /// Bytes the plan copies.
+    pub(crate) fn bytes(&self) -> usize {
+        let mut total = 0;
+        self.for_each_run(|_, _, len| total += len);
+        total
+    }
+
     /// Calls `run(src_offset, dst_offset, len)` for every contiguous run, in buffer offsets.
     pub(crate) fn for_each_run(&self, mut run: impl FnMut(usize, usize, usize)) {
         let (s, d) = (self.src.offset, self.dst.offset);
@@ -74,6 +124,27 @@ impl CopyPlan<'_> {
             |so, doff, len| run(s + so, d + doff, len),
         );
     }
+}
+
+#[cfg(target_os = "linux")] // Linux device memory (Vulkan, CUDA) only
+/// The host <-> device copy rate a spinning wait is sized by (bytes per microsecond): PCIe 5 on
+/// the H200 moves ~50 GB/s; a slower link only means the wait spins out and blocks.
+const COPY_BYTES_PER_US: usize = 45_000;
+#[cfg(target_os = "linux")] // Linux device memory (Vulkan, CUDA) only
+/// Spin at most this long for a copy: beyond it a blocked wait's wake-up is noise, and a CPU
+/// spinning longer does no one any good.
+const COPY_SPIN_CAP: Duration = Duration::from_millis(2);
+#[cfg(target_os = "linux")] // Linux device memory (Vulkan, CUDA) only
+/// Slack on top of a copy's expected time: submission and completion latency.
+const COPY_SPIN_SLACK: Duration = Duration::from_micros(100);
+
+#[cfg(target_os = "linux")] // Linux device memory (Vulkan, CUDA) only
+/// How long to spin before blocking while a copy of `bytes` between host and device runs: about
+/// its expected time, because a blocked wait wakes tens of microseconds late (and ~10 ms late on
+/// a value CUDA signals), a third of a 1080p frame's copy time.
+pub(crate) fn copy_spin(bytes: usize) -> Duration {
+    let expected = Duration::from_micros((bytes / COPY_BYTES_PER_US) as u64);
+    (expected + COPY_SPIN_SLACK).min(COPY_SPIN_CAP)
 }
 
 /// One side of a copy the device runs: GPU memory, or host bytes.

@@ -35,6 +35,8 @@ use crate::Result;
 pub(crate) mod memory;
 pub(crate) mod process_device;
 
+#[cfg(target_os = "linux")]
+pub(crate) use memory::{copy_spin, DeviceUse};
 pub(crate) use memory::{
     CopyPlan, CopySide, GpuOrigin, GpuReference, HostBytes, Placement, TextureRequest,
 };

@@ -38,3 +38,24 @@ pub const SHARED: hwtensor::TensorMemory = if cfg!(target_os = "linux") {
 } else {
     hwtensor::TensorMemory::Mem
 };
+
+/// Whether this run must prove the CUDA paths (`HWTENSOR_TEST_REQUIRE_CUDA=1`).
+#[cfg(target_os = "linux")]
+pub fn cuda_required() -> bool {
+    std::env::var("HWTENSOR_TEST_REQUIRE_CUDA").is_ok_and(|v| v == "1")
+}
+
+#[cfg(target_os = "linux")]
+/// The CUDA device, or a printed skip (a failure when CUDA is required).
+pub fn cuda_or_skip(test: &str) -> Option<&'static hwtensor::cuda::CudaDevice> {
+    match hwtensor::cuda::device() {
+        Ok(d) => Some(d),
+        Err(e) if cuda_required() => {
+            panic!("{test}: HWTENSOR_TEST_REQUIRE_CUDA=1 but there is no CUDA device: {e}")
+        }
+        Err(e) => {
+            eprintln!("SKIPPED: {test} - {e}");
+            None
+        }
+    }
+}

@@ -7,23 +7,12 @@
 //! reached (`reaches_host`), and the core copies it through CPU maps. GPU to GPU is a device
 //! copy that returns at once; every later access waits for it.
 
-use std::time::Duration;
-
 use ash::vk;
 
 use super::memory::{copy_regions, GpuMemory};
 use super::Queue;
-use crate::gpu::{CopyPlan, CopySide, HostBytes, GPU_WAIT};
+use crate::gpu::{copy_spin, CopyPlan, CopySide, HostBytes, GPU_WAIT};
 use crate::{Error, Result};
-
-/// The host <-> GPU copy rate a spinning wait is sized by (bytes per microsecond): PCIe 5 on
-/// the H200 moves ~50 GB/s; a slower link only means the wait spins out and blocks.
-const COPY_BYTES_PER_US: usize = 45_000;
-/// Spin at most this long for a copy: beyond it a blocked wait's wake-up is noise, and a CPU
-/// spinning longer does no one any good.
-const COPY_SPIN_CAP: Duration = Duration::from_millis(2);
-/// Slack on top of a copy's expected time: submission and completion latency.
-const COPY_SPIN_SLACK: Duration = Duration::from_micros(100);
 
 /// Whether the device copies to and from this host buffer: only through its import.
 pub(crate) fn reaches_host(host: &HostBytes<'_>) -> bool {
@@ -86,12 +75,8 @@ fn through_import(
                 copy_regions(dev, cmd, sb, db, regions)
             })?;
     gpu.record(v, gpu_writes);
-    // The copy ends in about bytes / rate: spin that long rather than block, because a blocked
-    // wait wakes tens of microseconds late, a third of a 1080p frame's copy time.
     let bytes: usize = regions.iter().map(|r| r.size as usize).sum();
-    let expected = Duration::from_micros((bytes / COPY_BYTES_PER_US) as u64);
-    let spin = (expected + COPY_SPIN_SLACK).min(COPY_SPIN_CAP);
-    gpu.device().wait_spinning(v, GPU_WAIT, spin)
+    gpu.device().wait_spinning(v, GPU_WAIT, copy_spin(bytes))
 }
 
 /// The plan's runs as Vulkan copy regions.

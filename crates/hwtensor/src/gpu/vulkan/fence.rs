@@ -61,14 +61,25 @@ impl Timeline {
         let lock = self.shared.lock()?;
         let held = QueueHeld::by(&lock);
         let value = self.shared.allocate(&held);
-        self.submit(device, queue, value, None, &[], &held)
+        self.submit_signal(device, queue, value, &held)?;
+        Ok(value)
+    }
+
+    /// Submits the bare signal of `value` (under the queue lock `held`).
+    fn submit_signal(
+        &self,
+        device: &ash::Device,
+        queue: vk::Queue,
+        value: u64,
+        held: &QueueHeld<'_>,
+    ) -> Result<()> {
+        self.submit(device, queue, value, None, &[], held)
             .map_err(|e| {
                 Error::gpu(
                     super::vk_kind(e),
                     format!("submitting timeline signal {value} failed: {e}"),
                 )
-            })?;
-        Ok(value)
+            })
     }
 
     /// Allocates the next value; its signal goes with the next submission (`flush`, or any
@@ -82,16 +93,10 @@ impl Timeline {
     pub(crate) fn flush(&self, device: &ash::Device, queue: vk::Queue) -> Result<()> {
         let lock = self.shared.lock()?;
         let held = QueueHeld::by(&lock);
-        let Some(pending) = self.shared.take_pending(&held) else {
-            return Ok(());
-        };
-        self.submit(device, queue, pending, None, &[], &held)
-            .map_err(|e| {
-                Error::gpu(
-                    super::vk_kind(e),
-                    format!("submitting timeline signal {pending} failed: {e}"),
-                )
-            })
+        match self.shared.take_pending(&held) {
+            Some(pending) => self.submit_signal(device, queue, pending, &held),
+            None => Ok(()),
+        }
     }
 
     /// Submits `command` after every `(semaphore, value)` in `waits`, signalling a newly
@@ -166,20 +171,13 @@ impl Timeline {
         queue: vk::Queue,
         enqueue: impl FnOnce(u64, u64) -> Result<()>,
     ) -> Result<u64> {
-        self.chained.store(true, Ordering::Relaxed);
+        if !self.chained.load(Ordering::Relaxed) {
+            self.chained.store(true, Ordering::Relaxed);
+        }
         let lock = self.shared.lock()?;
         let held = QueueHeld::by(&lock);
-        let vk_err = |value: u64| {
-            move |e: vk::Result| {
-                Error::gpu(
-                    super::vk_kind(e),
-                    format!("submitting timeline signal {value} failed: {e}"),
-                )
-            }
-        };
         if let Some(pending) = self.shared.take_pending(&held) {
-            self.submit(device, queue, pending, None, &[], &held)
-                .map_err(vk_err(pending))?;
+            self.submit_signal(device, queue, pending, &held)?;
         }
         let after = self.shared.submitted();
         let value = self.shared.allocate(&held);
@@ -189,8 +187,7 @@ impl Timeline {
                 Ok(value)
             }
             Err(e) => {
-                self.submit(device, queue, value, None, &[], &held)
-                    .map_err(vk_err(value))?;
+                self.submit_signal(device, queue, value, &held)?;
                 Err(e)
             }
         }

@@ -16,7 +16,7 @@ use ash::vk::Handle;
 
 use super::submit::Queue;
 use super::{Features, GpuDevice};
-use crate::gpu::{GpuOrigin, GpuReference, TextureRequest, GPU_WAIT};
+use crate::gpu::{DeviceUse, GpuOrigin, GpuReference, TextureRequest, GPU_WAIT};
 use crate::{Error, GpuErrorKind, Result, TensorMemory};
 
 /// Forces CPU access through a staging buffer even where memory could be mapped directly.
@@ -80,8 +80,7 @@ pub(crate) struct GpuMemory {
     /// cannot export memory.
     fd: Option<OwnedFd>,
     /// Timeline value of the last GPU write, and of the last GPU read (Vulkan's or CUDA's).
-    last_write: AtomicU64,
-    last_read: AtomicU64,
+    uses: DeviceUse,
     /// The `last_write` the staging copy reflects.
     staged_at: AtomicU64,
     /// Who allocated the memory: this process, or the exporter an import came from.
@@ -432,8 +431,7 @@ impl GpuMemory {
             len,
             cpu,
             fd: None,
-            last_write: AtomicU64::new(0),
-            last_read: AtomicU64::new(0),
+            uses: DeviceUse::default(),
             staged_at: AtomicU64::new(if imported { NEVER_STAGED } else { 0 }),
             origin: GpuOrigin {
                 pid: 0,
@@ -455,7 +453,7 @@ impl GpuMemory {
                 // SAFETY: recording a fill of this buffer's whole range.
                 unsafe { d.cmd_fill_buffer(cmd, buffer, 0, vk::WHOLE_SIZE, 0) }
             })?;
-        self.last_write.store(v, Ordering::Release);
+        self.uses.record(v, true);
         self.staged_at.store(NEVER_STAGED, Ordering::Release);
         Ok(())
     }
@@ -527,28 +525,18 @@ impl GpuMemory {
     }
 
     pub(crate) fn last_write(&self) -> u64 {
-        self.last_write.load(Ordering::Acquire)
+        self.uses.last_write()
     }
 
     /// What a GPU operation that reads (or, with `write`, writes) this buffer must wait for.
     pub(crate) fn after(&self, write: bool) -> u64 {
-        let w = self.last_write();
-        if write {
-            w.max(self.last_read.load(Ordering::Acquire))
-        } else {
-            w
-        }
+        self.uses.after(write)
     }
 
     /// Records that GPU work (Vulkan's or CUDA's) completing at `value` read (or wrote) this
     /// buffer.
     pub(crate) fn record(&self, value: u64, write: bool) {
-        let word = if write {
-            &self.last_write
-        } else {
-            &self.last_read
-        };
-        word.fetch_max(value, Ordering::AcqRel);
+        self.uses.record(value, write);
     }
 
     /// Gets the CPU view current for an access (`write`: one that may modify it): waits for
