@@ -367,12 +367,17 @@ fn cuda_peer(socket: &str) {
     let kernel = Kernel::load(cuda);
     let frame = recv(&stream).unwrap().into_tensor::<u8>().unwrap();
     let answer = recv(&stream).unwrap().into_tensor::<u8>().unwrap();
+    // CUDA memory of our own too: the other side imports it into its CUDA context.
+    let ours = Tensor::<u8>::new(&[frame.len()], Some(TensorMemory::Cuda)).unwrap();
     {
         let input = frame.cuda_map_read(kernel.stream()).unwrap();
         let output = answer.cuda_map_write(kernel.stream()).unwrap();
+        let own = ours.cuda_map_write(kernel.stream()).unwrap();
         kernel.add_one(input.device_ptr(), output.device_ptr(), frame.len());
+        kernel.add_one(output.device_ptr(), own.device_ptr(), frame.len());
     }
     send_as(&stream, &TensorDyn::from(answer), Transport::Reference).unwrap();
+    send_as(&stream, &TensorDyn::from(ours), Transport::Reference).unwrap();
     let mut done = [0u8];
     (&stream).read_exact(&mut done).unwrap();
 }
@@ -417,10 +422,18 @@ fn a_cuda_kernel_in_another_process_reads_our_frame_and_we_read_its_answer() {
     let copy = Tensor::<u8>::new(&[n], Some(TensorMemory::Gpu)).unwrap();
     copy.copy_from(&back).unwrap();
     let got = copy.to_vec().unwrap();
+    // The peer's CUDA memory, imported into our CUDA context, read by Vulkan and the CPU.
+    let theirs = recv(&stream).unwrap().into_tensor::<u8>().unwrap();
+    assert_eq!(theirs.memory(), TensorMemory::Cuda);
+    let through_vulkan = Tensor::<u8>::new(&[n], Some(TensorMemory::Gpu)).unwrap();
+    through_vulkan.copy_from(&theirs).unwrap();
+    let twice = through_vulkan.to_vec().unwrap();
     (&stream).write_all(&[1]).unwrap();
     assert!(child.wait().unwrap().success(), "the CUDA peer failed");
     let bad = (0..n).find(|&i| got[i] != data[i].wrapping_add(1));
     assert_eq!(bad, None, "first wrong byte of the peer's answer");
+    let bad = (0..n).find(|&i| twice[i] != data[i].wrapping_add(2));
+    assert_eq!(bad, None, "first wrong byte of the peer's CUDA memory");
 }
 
 #[test]
@@ -501,19 +514,39 @@ fn copies_between_cuda_memory_and_every_other_backing_preserve_the_bytes() {
 }
 
 #[test]
-fn cuda_memory_travels_inline_and_says_why_not_by_reference() {
+fn cuda_memory_travels_inline_and_by_reference_and_a_wrong_fd_is_refused() {
     let _serial = serial();
-    let Some(_) = cuda_or_skip("cuda_memory_travels_inline") else {
+    let Some(_) = cuda_or_skip("cuda_memory_travels_inline_and_by_reference") else {
         return;
     };
     let data = numbered(8192);
     let t = Tensor::<u8>::new(&[8192], Some(TensorMemory::Cuda)).unwrap();
     t.copy_from_flat(&data).unwrap();
     let d = TensorDyn::from(t);
-    let back = hwtensor::blob::import_inline(&hwtensor::blob::export_inline(&d).unwrap()).unwrap();
+    let inline =
+        hwtensor::blob::import_inline(&hwtensor::blob::export_inline(&d).unwrap()).unwrap();
+    assert_eq!(inline.into_tensor::<u8>().unwrap().to_vec().unwrap(), data);
+    let (bytes, fds) = hwtensor::blob::export(&d, Transport::Reference).unwrap();
+    let owned = |fds: &[std::os::fd::BorrowedFd<'_>]| -> Vec<std::os::fd::OwnedFd> {
+        fds.iter()
+            .map(|f| f.try_clone_to_owned().unwrap())
+            .collect()
+    };
+    let trusted = hwtensor::ImportPolicy::TRUSTED_PEER;
+    let back = hwtensor::blob::import_with(&bytes, owned(&fds), &trusted).unwrap();
+    assert_eq!(back.memory(), TensorMemory::Cuda);
+    assert_eq!(back.identity(), d.identity());
     assert_eq!(back.into_tensor::<u8>().unwrap().to_vec().unwrap(), data);
-    let err = hwtensor::blob::export(&d, Transport::Reference).unwrap_err();
-    assert!(err.to_string().contains("no fd"), "{err}");
+    assert!(
+        hwtensor::blob::import(&bytes, owned(&fds)).is_err(),
+        "CUDA memory by reference needs a trusted peer"
+    );
+    let mut wrong = owned(&fds);
+    let memfd = rustix::fs::memfd_create("not-cuda", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+    rustix::fs::ftruncate(&memfd, 4 << 20).unwrap();
+    wrong[0] = memfd;
+    let err = hwtensor::blob::import_with(&bytes, wrong, &trusted).unwrap_err();
+    assert!(err.to_string().contains("CUDA exports memory as"), "{err}");
 }
 
 #[test]

@@ -33,7 +33,7 @@
 //! | 20 | 1 | format | [`PixelFormat`] code, 0 for a plain tensor |
 //! | 21 | 1 | access | [`CpuAccess`] the exporter declared |
 //! | 22 | 1 | plane_count | at most 4 |
-//! | 23 | 1 | fd_count | fds that travel with the blob: 1 in reference mode (2 for GPU memory with its fence), 0 inline |
+//! | 23 | 1 | fd_count | fds that travel with the blob: 1 in reference mode (2 for GPU or CUDA memory with its fence), 0 inline |
 //! | 24 | 8 | byte_offset | of the first element in the buffer |
 //! | 32 | 8 | buffer_len | bytes of the buffer (at most the fd's size; the inline data length) |
 //! | 40 | 8 | width | image width in pixels (0 for a plain tensor) |
@@ -45,13 +45,13 @@
 //! | 76 | 4 | reserved | 0 |
 //! | 80 | 8 | completion_value | timeline value to wait for, with required bit 2 |
 //! | 88 | 8 | reserved | 0 |
-//! | 96 | 16 | device_uuid | GPU memory by reference: the Vulkan deviceUUID of the exporter (else 0) |
-//! | 112 | 16 | driver_uuid | GPU memory by reference: the driverUUID of the exporter (else 0) |
-//! | 128 | 8 | allocation_size | GPU memory by reference: bytes of the exported allocation (else 0) |
-//! | 136 | 4 | producer_pid | GPU memory by reference: the allocating process (else 0) |
+//! | 96 | 16 | device_uuid | GPU or CUDA memory by reference: the Vulkan deviceUUID of the exporter's GPU (else 0) |
+//! | 112 | 16 | driver_uuid | GPU or CUDA memory by reference: the Vulkan driverUUID of the exporter (else 0) |
+//! | 128 | 8 | allocation_size | GPU or CUDA memory by reference: bytes of the exported allocation (else 0) |
+//! | 136 | 4 | producer_pid | GPU or CUDA memory by reference: the allocating process (else 0) |
 //! | 140 | 4 | reserved | 0 |
-//! | 144 | 8 | producer_start | GPU memory by reference: that process's start time (else 0) |
-//! | 152 | 8 | producer_serial | GPU memory by reference: the allocation's serial there (else 0) |
+//! | 144 | 8 | producer_start | GPU or CUDA memory by reference: that process's start time (else 0) |
+//! | 152 | 8 | producer_serial | GPU or CUDA memory by reference: the allocation's serial there (else 0) |
 //! | 160 | 8 | producer_semaphore | written 0; early v1 writers put their timeline's handle here, and readers ignore it (a handle value of another process proves nothing: under the validation layer every process has the same ones) |
 //!
 //! The producer fields name the buffer (its [`BufferIdentity`](crate::BufferIdentity) in every
@@ -69,7 +69,8 @@
 //! completion is waited for on the CPU through the fence that came with it, at most
 //! ten seconds, before the tensor is returned.
 //!
-//! GPU memory by reference carries the memory fd at index 0 and, where the exporter's device
+//! GPU memory (and CUDA memory, whose fd is CUDA's POSIX export, imported into the receiver's
+//! CUDA context) by reference carries the memory fd at index 0 and, where the exporter's device
 //! can export its timeline, the fence fd at index 1 (`completion_fd` = 1) with the value of the
 //! tensor's last GPU write. Where it cannot (lavapipe), the exporter waited for that write before
 //! writing the blob, and the blob names no fence: a value is never paired with the wrong fence.
@@ -332,11 +333,14 @@ pub fn claimed_transport(prefix: &[u8]) -> Option<Transport> {
     }
 }
 
-/// Whether a blob's header says it is GPU memory by reference (what only a trusted peer may
-/// send), for a receiver deciding whom to trust before it imports.
+/// Whether a blob's header says it is GPU or CUDA memory by reference (what only a trusted
+/// peer may send), for a receiver deciding whom to trust before it imports.
 pub fn claims_gpu_reference(header: &[u8]) -> bool {
+    let device_memory = [TensorMemory::Gpu.code(), TensorMemory::Cuda.code()];
     claimed_transport(header) == Some(Transport::Reference)
-        && header.get(wire::F_MEMORY.at) == Some(&TensorMemory::Gpu.code())
+        && header
+            .get(wire::F_MEMORY.at)
+            .is_some_and(|m| device_memory.contains(m))
 }
 
 /// Everything a blob says, read and checked before anything is imported or waited for.
@@ -379,11 +383,10 @@ impl<'a> Described<'a> {
             zero_point: h.quant_zero_point,
         });
         let has_fence = h.required & REQUIRES_COMPLETION != 0;
-        if has_fence
-            && (h.completion_fd != 1 || memory != TensorMemory::Gpu || h.mode != MODE_REFERENCE)
-        {
+        let device_memory = matches!(memory, TensorMemory::Gpu | TensorMemory::Cuda);
+        if has_fence && (h.completion_fd != 1 || !device_memory || h.mode != MODE_REFERENCE) {
             return Err(bad(format!(
-                "a completion fence must be fd 1 of GPU memory sent by reference (fd index {})",
+                "a completion fence must be fd 1 of GPU or CUDA memory sent by reference (fd index {})",
                 h.completion_fd
             )));
         }

@@ -39,8 +39,8 @@ fn export_reference<T: Element>(t: &Tensor<T>) -> Result<(Vec<u8>, Vec<BorrowedF
         gpu: GpuFields::default(),
         completion: None,
     };
-    if let Some(mem) = t.buffer.gpu() {
-        let (reference, completion) = mem.describe()?;
+    if let Some(described) = t.buffer.describe_device() {
+        let (reference, completion) = described?;
         out.gpu = reference;
         if let Some((fence, value)) = completion {
             fds.push(fence);
@@ -84,11 +84,12 @@ fn reference_buffer(
     policy: &ImportPolicy,
 ) -> Result<Buffer> {
     let (h, memory) = (&d.header, d.memory);
-    if memory == TensorMemory::Gpu && !policy.gpu_memory {
+    if is_device_memory(memory) && !policy.gpu_memory {
         return Err(bad(
-            "GPU memory by reference is accepted only from a trusted peer (the driver trusts \
-             the fd's content): handoff::recv accepts it from processes of this user; with \
-             blob::import_with, say ImportPolicy::TRUSTED_PEER when you know the sender",
+            "GPU and CUDA memory by reference are accepted only from a trusted peer (the \
+             driver trusts the fd's content): handoff::recv accepts it from processes of this \
+             user; with blob::import_with, say ImportPolicy::TRUSTED_PEER when you know the \
+             sender",
         ));
     }
     let needed = 1 + (h.required & REQUIRES_COMPLETION != 0) as usize;
@@ -105,6 +106,9 @@ fn reference_buffer(
     };
     if memory == TensorMemory::Gpu {
         return gpu_buffer(d, fd, fence);
+    }
+    if memory == TensorMemory::Cuda {
+        return cuda_buffer(d, fd, fence);
     }
     if !matches!(memory, TensorMemory::Shm | TensorMemory::DmaBuf) {
         return Err(bad(format!(
@@ -147,6 +151,24 @@ fn gpu_buffer(d: &Described<'_>, fd: OwnedFd, fence: Option<OwnedFd>) -> Result<
             b
         }
     };
+    if let Some(timeline) = completion {
+        timeline.wait(d.header.completion_value, GPU_WAIT)?;
+    }
+    Ok(buffer)
+}
+
+/// Whether `memory` is device memory that travels with a GPU section (and may carry a fence).
+pub(super) fn is_device_memory(memory: TensorMemory) -> bool {
+    matches!(memory, TensorMemory::Gpu | TensorMemory::Cuda)
+}
+
+/// Imports CUDA memory into this process's CUDA context, once the sender's last write has
+/// completed (through its fence, as for GPU memory). The fd must be of the kind CUDA exports.
+fn cuda_buffer(d: &Described<'_>, fd: OwnedFd, fence: Option<OwnedFd>) -> Result<Buffer> {
+    let g = &d.header.gpu;
+    let completion = crate::gpu::device()?.accept_reference(g.device_uuid, g.driver_uuid, fence)?;
+    let mem = crate::cuda::CudaMemory::import(fd, g.allocation_size, d.buffer_len, g.producer)?;
+    let buffer = Buffer::new(Storage::Cuda(mem))?;
     if let Some(timeline) = completion {
         timeline.wait(d.header.completion_value, GPU_WAIT)?;
     }

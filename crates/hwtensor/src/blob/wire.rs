@@ -246,7 +246,8 @@ impl Header {
 
     /// The checks that tie header fields to each other and to the limits.
     fn check(&self, producer_semaphore: u64) -> Result<()> {
-        let gpu_reference = self.memory == TensorMemory::Gpu.code() && self.mode == 0;
+        let device_memory = [TensorMemory::Gpu.code(), TensorMemory::Cuda.code()];
+        let gpu_reference = device_memory.contains(&self.memory) && self.mode == 0;
         if !gpu_reference && (self.gpu != GpuFields::default() || producer_semaphore != 0) {
             return Err(bad(
                 "GPU fields are set on a blob that is not GPU memory by reference",

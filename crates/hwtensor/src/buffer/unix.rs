@@ -103,6 +103,19 @@ impl Buffer {
         }
     }
 
+    /// The blob's GPU section of this buffer's device memory sent by reference, with the fence
+    /// fd and value a receiver waits for; `None` for host memory.
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn describe_device(
+        &self,
+    ) -> Option<Result<(crate::gpu::GpuReference, Option<(BorrowedFd<'_>, u64)>)>> {
+        match &self.0.storage {
+            Storage::Gpu(g) => Some(g.describe()),
+            Storage::Cuda(c) => Some(c.describe()),
+            _ => None,
+        }
+    }
+
     /// The live GPU buffer `origin` names in this copy, if there is one.
     pub(crate) fn find_gpu(origin: &GpuOrigin) -> Option<Buffer> {
         GPU_BUFFERS.lock().ok()?.as_ref()?.get(origin)?.upgrade()

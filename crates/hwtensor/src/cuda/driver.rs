@@ -45,6 +45,7 @@ const SYMBOLS: &[&str] = &[
     "cuMemSetAccess",
     "cuMemExportToShareableHandle",
     "cuMemsetD8Async",
+    "cuMemImportFromShareableHandle",
     "cuMemUnmap",
     "cuMemAddressFree",
     "cuMemRelease",

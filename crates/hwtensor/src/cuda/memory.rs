@@ -6,13 +6,14 @@
 //! copied back when it ends). CUDA maps of it are native: its own device address.
 
 use std::ffi::c_void;
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use super::device::{device, CudaDevice};
 use super::driver::{check, sys};
-use crate::gpu::{copy_spin, DeviceUse, GpuOrigin, GPU_WAIT};
+use crate::backing::unix::classify::FdKind;
+use crate::gpu::{copy_spin, DeviceUse, GpuOrigin, GpuReference, GPU_WAIT};
 use crate::{Error, Result, TensorMemory};
 
 /// `staged_at` of a staging copy that reflects nothing yet.
@@ -29,8 +30,9 @@ pub(crate) struct CudaMemory {
     /// Bytes reserved and mapped: `len` rounded up to the allocation granularity.
     size: usize,
     len: usize,
-    /// The allocation exported as a POSIX fd (kept: a later hand-off sends it).
-    _fd: OwnedFd,
+    /// The allocation exported as a POSIX fd (kept: a hand-off sends it), or the fd an import
+    /// came from.
+    fd: OwnedFd,
     /// Pinned host memory the CPU maps, made on the first CPU map.
     staging: OnceLock<Staging>,
     /// Serialises the staging copies of concurrent read maps.
@@ -93,23 +95,98 @@ pub(crate) fn rounded(len: usize, granularity: usize) -> Option<usize> {
     len.max(1).checked_next_multiple_of(granularity)
 }
 
+/// The allocation granularity of the CUDA device for `prop`.
+fn granularity(prop: &sys::CUmemAllocationProp) -> Result<usize> {
+    let mut granularity = 0usize;
+    // SAFETY: a valid description; an out-pointer to a local.
+    let r = unsafe {
+        sys::cuMemGetAllocationGranularity(
+            &mut granularity,
+            prop,
+            sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM,
+        )
+    };
+    check(r, "cuMemGetAllocationGranularity")?;
+    Ok(granularity.max(1))
+}
+
+/// Reserves `size` bytes of device addresses, maps `handle` there and makes it readable and
+/// writable by the device; releases the handle on failure.
+fn map_handle(
+    device: &CudaDevice,
+    handle: sys::CUmemGenericAllocationHandle,
+    size: usize,
+) -> Result<sys::CUdeviceptr> {
+    let release = |e: Error| {
+        // SAFETY: the caller's handle, mapped nowhere (or unmapped before this runs).
+        unsafe { sys::cuMemRelease(handle) };
+        e
+    };
+    let mut va: sys::CUdeviceptr = 0;
+    // SAFETY: an out-pointer to a local; a fresh reservation of `size` bytes.
+    let r = unsafe { sys::cuMemAddressReserve(&mut va, size, 0, 0, 0) };
+    check(r, "cuMemAddressReserve").map_err(release)?;
+    let free_va = |e: Error| {
+        // SAFETY: reserved above, nothing mapped in it (or unmapped before this runs).
+        unsafe { sys::cuMemAddressFree(va, size) };
+        release(e)
+    };
+    // SAFETY: the reservation is `size` bytes; the driver checks the allocation is too.
+    let r = unsafe { sys::cuMemMap(va, size, 0, handle, 0) };
+    check(r, "cuMemMap").map_err(free_va)?;
+    let access = sys::CUmemAccessDesc {
+        location: location(device.ordinal()),
+        flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+    };
+    // SAFETY: the mapping made above; one access description.
+    let r = unsafe { sys::cuMemSetAccess(va, size, &access, 1) };
+    check(r, "cuMemSetAccess").map_err(|e| {
+        // SAFETY: mapped above.
+        unsafe { sys::cuMemUnmap(va, size) };
+        free_va(e)
+    })?;
+    Ok(va)
+}
+
+/// Exports `handle` as a POSIX fd.
+fn export_fd(handle: sys::CUmemGenericAllocationHandle) -> Result<OwnedFd> {
+    let mut raw: i32 = -1;
+    // SAFETY: the out-pointer receives an int fd for the POSIX handle type.
+    let r = unsafe {
+        sys::cuMemExportToShareableHandle(
+            (&mut raw as *mut i32).cast::<c_void>(),
+            handle,
+            sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+            0,
+        )
+    };
+    check(r, "cuMemExportToShareableHandle")?;
+    // SAFETY: a new fd the driver handed us.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
+/// The kind of fd CUDA exports its memory as, learnt once from a small allocation of our own:
+/// an import of any other kind (a pipe, a socket, a memfd) is refused before CUDA sees it.
+fn export_kind() -> Result<&'static FdKind> {
+    static KIND: OnceLock<std::result::Result<FdKind, String>> = OnceLock::new();
+    KIND.get_or_init(|| {
+        let probe = CudaMemory::allocate(1).map_err(|e| e.to_string())?;
+        FdKind::of(probe.fd.as_fd()).map_err(|e| e.to_string())
+    })
+    .as_ref()
+    .map_err(|e| Error::Unavailable {
+        memory: TensorMemory::Cuda,
+        reason: format!("cannot import CUDA memory: {e}"),
+    })
+}
+
 impl CudaMemory {
     /// `len` zeroed bytes of CUDA device memory.
     pub(crate) fn allocate(len: usize) -> Result<CudaMemory> {
         let device = device()?;
         let _current = device.enter()?;
         let prop = properties(device.ordinal());
-        let mut granularity = 0usize;
-        // SAFETY: a valid description; an out-pointer to a local.
-        let r = unsafe {
-            sys::cuMemGetAllocationGranularity(
-                &mut granularity,
-                &prop,
-                sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM,
-            )
-        };
-        check(r, "cuMemGetAllocationGranularity")?;
-        let size = rounded(len, granularity).ok_or_else(|| Error::Alloc {
+        let size = rounded(len, granularity(&prop)?).ok_or_else(|| Error::Alloc {
             memory: TensorMemory::Cuda,
             bytes: len,
             source: std::io::Error::other("the size overflows the allocation granularity"),
@@ -125,69 +202,92 @@ impl CudaMemory {
             });
         }
         check(r, "cuMemCreate")?;
-        let release = |e: Error| {
-            // SAFETY: created above, mapped nowhere (or unmapped before this runs).
-            unsafe { sys::cuMemRelease(handle) };
-            e
-        };
-        let mut va: sys::CUdeviceptr = 0;
-        // SAFETY: an out-pointer to a local; a fresh reservation of `size` bytes.
-        let r = unsafe { sys::cuMemAddressReserve(&mut va, size, 0, 0, 0) };
-        check(r, "cuMemAddressReserve").map_err(release)?;
-        let free_va = |e: Error| {
-            // SAFETY: reserved above, nothing mapped in it (or unmapped before this runs).
-            unsafe { sys::cuMemAddressFree(va, size) };
-            release(e)
-        };
-        // SAFETY: the reservation and the allocation are both `size` bytes.
-        let r = unsafe { sys::cuMemMap(va, size, 0, handle, 0) };
-        check(r, "cuMemMap").map_err(free_va)?;
-        let unmap = |e: Error| {
-            // SAFETY: mapped above.
-            unsafe { sys::cuMemUnmap(va, size) };
-            free_va(e)
-        };
-        let access = sys::CUmemAccessDesc {
-            location: location(device.ordinal()),
-            flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
-        };
-        // SAFETY: the mapping made above; one access description.
-        let r = unsafe { sys::cuMemSetAccess(va, size, &access, 1) };
-        check(r, "cuMemSetAccess").map_err(unmap)?;
-        let mut raw: i32 = -1;
-        // SAFETY: the out-pointer receives an int fd for the POSIX handle type.
+        let va = map_handle(device, handle, size)?;
+        let made = CudaMemory::assemble(device, handle, va, size, len, None)?;
+        made.zero()?;
+        Ok(made)
+    }
+
+    /// Imports CUDA memory another process exported (`fd`, of `allocation_size` bytes) holding
+    /// a `len`-byte buffer allocated by `origin`. The fd must be of the kind CUDA exports, and
+    /// the size a whole number of granules covering `len`.
+    pub(crate) fn import(
+        fd: OwnedFd,
+        allocation_size: u64,
+        len: usize,
+        origin: GpuOrigin,
+    ) -> Result<CudaMemory> {
+        let device = device()?;
+        let _current = device.enter()?;
+        let want = export_kind()?;
+        let got = FdKind::of(fd.as_fd())?;
+        if got != *want {
+            return Err(Error::Fd(format!(
+                "the CUDA memory fd is {}, but CUDA exports memory as {}",
+                got.describe(),
+                want.describe()
+            )));
+        }
+        let granules = granularity(&properties(device.ordinal()))?;
+        let size = usize::try_from(allocation_size).unwrap_or(usize::MAX);
+        if size < len || size % granules != 0 || rounded(len, granules) != Some(size) {
+            return Err(Error::Fd(format!(
+                "the blob says the CUDA allocation holds {allocation_size} bytes; a {len}-byte \
+                 buffer on this device has {:?}",
+                rounded(len, granules)
+            )));
+        }
+        let mut handle: sys::CUmemGenericAllocationHandle = 0;
+        // SAFETY: an fd of the kind CUDA exports, passed as the POSIX handle type asks (the
+        // fd itself, widened); CUDA does not take it.
         let r = unsafe {
-            sys::cuMemExportToShareableHandle(
-                (&mut raw as *mut i32).cast::<c_void>(),
-                handle,
+            sys::cuMemImportFromShareableHandle(
+                &mut handle,
+                fd.as_raw_fd() as usize as *mut c_void,
                 sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
-                0,
             )
         };
-        check(r, "cuMemExportToShareableHandle").map_err(unmap)?;
-        // SAFETY: a new fd the driver handed us.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        let serial = SERIAL.fetch_add(1, Ordering::Relaxed) + 1;
-        let me = crate::os::ProcessKey::current();
-        let memory = CudaMemory {
+        check(r, "cuMemImportFromShareableHandle")?;
+        let va = map_handle(device, handle, size)?;
+        CudaMemory::assemble(device, handle, va, size, len, Some((fd, origin)))
+    }
+
+    /// The memory around a mapped handle: a new allocation of ours (its fd exported, a new
+    /// origin) or an import (its fd and origin given).
+    fn assemble(
+        device: &'static CudaDevice,
+        handle: sys::CUmemGenericAllocationHandle,
+        va: sys::CUdeviceptr,
+        size: usize,
+        len: usize,
+        imported: Option<(OwnedFd, GpuOrigin)>,
+    ) -> Result<CudaMemory> {
+        let undo = |e: Error| {
+            // SAFETY: mapped by `map_handle`, used by nothing yet.
+            unsafe {
+                sys::cuMemUnmap(va, size);
+                sys::cuMemAddressFree(va, size);
+                sys::cuMemRelease(handle);
+            }
+            e
+        };
+        let (fd, origin) = match imported {
+            Some(given) => given,
+            None => (export_fd(handle).map_err(undo)?, local_origin(va)),
+        };
+        Ok(CudaMemory {
             device,
             handle,
             va,
             size,
             len,
-            _fd: fd,
+            fd,
             staging: OnceLock::new(),
             staging_lock: Mutex::new(()),
             uses: DeviceUse::default(),
             staged_at: AtomicU64::new(NEVER_STAGED),
-            origin: GpuOrigin {
-                pid: me.map_or(0, |k| k.pid),
-                start_time: me.map_or(0, |k| k.start_time),
-                serial: serial ^ (va as u64).rotate_left(32),
-            },
-        };
-        memory.zero()?;
-        Ok(memory)
+            origin,
+        })
     }
 
     /// Fills the memory with zeros before anyone can use it. The driver's plain memset runs
@@ -214,6 +314,33 @@ impl CudaMemory {
         self.device
             .gpu()
             .wait_spinning(value, GPU_WAIT, copy_spin(self.size))
+    }
+
+    /// The fd the memory is exported as (for hand-off).
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// The blob's GPU section for this memory sent by reference, and the fence fd to send with
+    /// the value of its last write. Where the GPU device cannot export its fence, waits for that
+    /// write first, so the receiver reads finished bytes.
+    pub(crate) fn describe(&self) -> Result<(GpuReference, Option<(BorrowedFd<'_>, u64)>)> {
+        let gpu = self.device.gpu();
+        let last = self.uses.last_write();
+        let completion = match gpu.fence_fd() {
+            Some(fence) => Some((fence, last)),
+            None => {
+                gpu.wait(last, GPU_WAIT)?;
+                None
+            }
+        };
+        let reference = GpuReference {
+            device_uuid: gpu.device_uuid(),
+            driver_uuid: gpu.driver_uuid(),
+            allocation_size: self.size as u64,
+            producer: self.origin,
+        };
+        Ok((reference, completion))
     }
 
     /// The device address of the first byte.
@@ -337,6 +464,18 @@ impl Drop for CudaMemory {
                 sys::cuMemFreeHost(s.0.cast());
             }
         }
+    }
+}
+
+/// A new allocation's identity: this process and a serial mixed with its address, so two
+/// copies of the library in one process do not hand out the same one.
+fn local_origin(va: sys::CUdeviceptr) -> GpuOrigin {
+    let serial = SERIAL.fetch_add(1, Ordering::Relaxed) + 1;
+    let me = crate::os::ProcessKey::current();
+    GpuOrigin {
+        pid: me.map_or(0, |k| k.pid),
+        start_time: me.map_or(0, |k| k.start_time),
+        serial: serial ^ va.rotate_left(32),
     }
 }
 

@@ -57,8 +57,7 @@ impl Storage {
             Storage::Heap(_) => None,
             Storage::Fd(m) => Some(m.fd()),
             Storage::Gpu(g) => g.fd(),
-            // CUDA memory does not travel by fd yet: a blob of it goes inline.
-            Storage::Cuda(_) => None,
+            Storage::Cuda(c) => Some(c.fd()),
         }
     }
 }
