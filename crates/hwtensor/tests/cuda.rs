@@ -436,6 +436,165 @@ fn a_cuda_kernel_in_another_process_reads_our_frame_and_we_read_its_answer() {
     assert_eq!(bad, None, "first wrong byte of the peer's CUDA memory");
 }
 
+/// Starts this binary again as the peer of `test` (told by `role`, with `env` set), and returns
+/// it with the connected socket.
+fn spawn_peer(test: &str, role: &str, env: &[(&str, &str)]) -> (std::process::Child, UnixStream) {
+    let name = format!("hwtensor-cuda-{role}-{}", std::process::id());
+    let listener =
+        UnixListener::bind_addr(&SocketAddr::from_abstract_name(&name).unwrap()).unwrap();
+    let child = Command::new(std::env::current_exe().unwrap())
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env(role, &name)
+        .envs(env.iter().copied())
+        .spawn()
+        .unwrap();
+    let (stream, _) = listener.accept().unwrap();
+    (child, stream)
+}
+
+fn connect(socket: &str) -> UnixStream {
+    UnixStream::connect_addr(&SocketAddr::from_abstract_name(socket).unwrap()).unwrap()
+}
+
+const VULKAN_ONLY_PEER: &str = "HWTENSOR_TEST_VULKAN_ONLY_PEER";
+const VULKAN_ONLY: &str =
+    "cuda_memory_reaches_a_vulkan_only_process_as_gpu_memory_and_its_answer_returns_to_cuda";
+
+/// The Vulkan-only peer (CUDA turned off): receives CUDA memory as GPU memory, checks its bytes
+/// on the CPU, copies it with Vulkan into a GPU tensor of its own and sends that back.
+fn vulkan_only_peer(socket: &str) {
+    let stream = connect(socket);
+    let why = cuda::unavailable_reason().expect("CUDA is turned off in this process");
+    assert!(why.contains(cuda::CUDA_ENV), "{why}");
+    let theirs = recv(&stream).unwrap().into_tensor::<u8>().unwrap();
+    assert_eq!(
+        theirs.memory(),
+        TensorMemory::Gpu,
+        "CUDA memory lands as GPU memory"
+    );
+    let expected: Vec<u8> = numbered(theirs.len())
+        .iter()
+        .map(|b| b.wrapping_add(1))
+        .collect();
+    assert!(
+        theirs.to_vec().unwrap() == expected,
+        "the CUDA-written bytes"
+    );
+    let ours = Tensor::<u8>::new(&[theirs.len()], Some(TensorMemory::Gpu)).unwrap();
+    ours.copy_from(&theirs).unwrap();
+    send_as(&stream, &TensorDyn::from(ours), Transport::Reference).unwrap();
+    let mut done = [0u8];
+    (&stream).read_exact(&mut done).unwrap();
+}
+
+#[test]
+fn cuda_memory_reaches_a_vulkan_only_process_as_gpu_memory_and_its_answer_returns_to_cuda() {
+    let _serial = serial();
+    if let Ok(socket) = std::env::var(VULKAN_ONLY_PEER) {
+        return vulkan_only_peer(&socket);
+    }
+    let Some(cuda) = cuda_or_skip(VULKAN_ONLY) else {
+        return;
+    };
+    let (mut child, stream) = spawn_peer(VULKAN_ONLY, VULKAN_ONLY_PEER, &[(cuda::CUDA_ENV, "off")]);
+    let kernel = Kernel::load(cuda);
+    let n = 1920 * 1080 * 4;
+    let data = numbered(n);
+    let frame = vulkan_written(&data);
+    let written = Tensor::<u8>::new(&[n], Some(TensorMemory::Cuda)).unwrap();
+    {
+        let input = frame.cuda_map_read(kernel.stream()).unwrap();
+        let output = written.cuda_map_write(kernel.stream()).unwrap();
+        kernel.add_one(input.device_ptr(), output.device_ptr(), n);
+    }
+    send_as(&stream, &TensorDyn::from(written), Transport::Reference).unwrap();
+    // The peer's Vulkan copy, read by a kernel here once its completion is reached.
+    let back = recv(&stream).unwrap().into_tensor::<u8>().unwrap();
+    let answer = Tensor::<u8>::new(&[n], Some(TensorMemory::Cuda)).unwrap();
+    {
+        let input = back.cuda_map_read(kernel.stream()).unwrap();
+        let output = answer.cuda_map_write(kernel.stream()).unwrap();
+        kernel.add_one(input.device_ptr(), output.device_ptr(), n);
+    }
+    let got = answer.to_vec().unwrap();
+    (&stream).write_all(&[1]).unwrap();
+    assert!(
+        child.wait().unwrap().success(),
+        "the Vulkan-only peer failed"
+    );
+    let bad = (0..n).find(|&i| got[i] != data[i].wrapping_add(2));
+    assert_eq!(bad, None, "first wrong byte after CUDA -> Vulkan -> CUDA");
+}
+
+const HANDOFF_PEER: &str = "HWTENSOR_TEST_CUDA_HANDOFF_PEER";
+const HANDOFFS: &str = "a_thousand_cross_process_hand_offs_into_cuda_leak_no_import_or_fd";
+/// Hand-offs before the counts are taken: the peer's fence import and the driver's pools settle.
+const WARM_HANDOFFS: usize = 10;
+/// Hand-offs counted.
+const COUNTED_HANDOFFS: usize = 1000;
+
+/// The hand-off peer: a fresh tensor per hand-off, GPU and CUDA memory in turn, each sent by
+/// reference and dropped here at once (the receiver's import keeps the memory).
+fn handoff_peer(socket: &str) {
+    let stream = connect(socket);
+    for i in 0..WARM_HANDOFFS + COUNTED_HANDOFFS {
+        let memory = if i % 2 == 0 {
+            TensorMemory::Gpu
+        } else {
+            TensorMemory::Cuda
+        };
+        let t = Tensor::<u8>::new(&[1 << 20], Some(memory)).unwrap();
+        send_as(&stream, &TensorDyn::from(t), Transport::Reference).unwrap();
+        let mut ack = [0u8];
+        (&stream).read_exact(&mut ack).unwrap();
+    }
+}
+
+#[test]
+fn a_thousand_cross_process_hand_offs_into_cuda_leak_no_import_or_fd() {
+    let _serial = serial();
+    if let Ok(socket) = std::env::var(HANDOFF_PEER) {
+        return handoff_peer(&socket);
+    }
+    let Some(cuda) = cuda_or_skip(HANDOFFS) else {
+        return;
+    };
+    let (mut child, stream) = spawn_peer(HANDOFFS, HANDOFF_PEER, &[]);
+    let kernel = Kernel::load(cuda);
+    let one = |i: usize| {
+        let t = recv(&stream).unwrap().into_tensor::<u8>().unwrap();
+        let m = t.cuda_map_read(kernel.stream()).unwrap();
+        assert_ne!(m.device_ptr(), 0, "hand-off {i}");
+        drop(m);
+        drop(t);
+        (&stream).write_all(&[1]).unwrap();
+    };
+    (0..WARM_HANDOFFS).for_each(one);
+    let free = || {
+        let (mut free, mut total) = (0usize, 0usize);
+        // SAFETY: out-pointers to locals, in the context the kernel pushed.
+        ok(
+            unsafe { sys::cuMemGetInfo_v2(&mut free, &mut total) },
+            "mem info",
+        );
+        free
+    };
+    let (fds_before, free_before) = (open_fds(), free());
+    (WARM_HANDOFFS..WARM_HANDOFFS + COUNTED_HANDOFFS).for_each(one);
+    let (fds_after, free_after) = (open_fds(), free());
+    assert!(child.wait().unwrap().success(), "the hand-off peer failed");
+    assert_eq!(
+        fds_after, fds_before,
+        "fds after {COUNTED_HANDOFFS} hand-offs"
+    );
+    // 1000 leaked imports of 1-2 MiB would be over 1 GiB; allow the driver's own slack.
+    let lost = free_before.saturating_sub(free_after);
+    assert!(
+        lost < 64 << 20,
+        "{lost} bytes of device memory lost over the hand-offs"
+    );
+}
+
 #[test]
 fn cuda_memory_starts_zeroed_and_cpu_maps_stage_through_pinned_memory() {
     let _serial = serial();

@@ -10,7 +10,7 @@ use super::{
 };
 use crate::backing::Storage;
 use crate::buffer::Buffer;
-use crate::gpu::{GpuMemory, GPU_WAIT};
+use crate::gpu::{GpuMemory, MemorySource, GPU_WAIT};
 use crate::os::same_file;
 use crate::{Element, Error, ImportPolicy, Result, Tensor, TensorDyn, TensorMemory};
 
@@ -105,7 +105,7 @@ fn reference_buffer(
         return Err(bad("the memory fd is missing"));
     };
     if memory == TensorMemory::Gpu {
-        return gpu_buffer(d, fd, fence);
+        return gpu_buffer(d, fd, fence, MemorySource::Vulkan);
     }
     if memory == TensorMemory::Cuda {
         return cuda_buffer(d, fd, fence);
@@ -132,7 +132,12 @@ fn reference_buffer(
 /// sender chose never lands on this process's timeline. A pooled buffer seen before reuses its
 /// import only when the fd sent is provably the same file as the one the import holds; the
 /// identity the blob claims alone proves nothing.
-fn gpu_buffer(d: &Described<'_>, fd: OwnedFd, fence: Option<OwnedFd>) -> Result<Buffer> {
+fn gpu_buffer(
+    d: &Described<'_>,
+    fd: OwnedFd,
+    fence: Option<OwnedFd>,
+    source: MemorySource,
+) -> Result<Buffer> {
     let g = &d.header.gpu;
     let completion = crate::gpu::device()?.accept_reference(g.device_uuid, g.driver_uuid, fence)?;
     let cached = Buffer::find_gpu(&g.producer).filter(|b| {
@@ -145,7 +150,7 @@ fn gpu_buffer(d: &Described<'_>, fd: OwnedFd, fence: Option<OwnedFd>) -> Result<
     let buffer = match cached {
         Some(b) => b, // `fd` is dropped: it is the very file our import holds
         None => {
-            let mem = GpuMemory::import(fd, g.allocation_size, d.buffer_len, g.producer)?;
+            let mem = GpuMemory::import(fd, g.allocation_size, d.buffer_len, g.producer, source)?;
             let b = Buffer::new(Storage::Gpu(mem))?;
             b.remember_gpu();
             b
@@ -164,7 +169,12 @@ pub(super) fn is_device_memory(memory: TensorMemory) -> bool {
 
 /// Imports CUDA memory into this process's CUDA context, once the sender's last write has
 /// completed (through its fence, as for GPU memory). The fd must be of the kind CUDA exports.
+/// A process without CUDA (none here, or `HWTENSOR_CUDA=off`) imports it into Vulkan as GPU
+/// memory instead: the same bytes, reached by Vulkan work and CPU maps.
 fn cuda_buffer(d: &Described<'_>, fd: OwnedFd, fence: Option<OwnedFd>) -> Result<Buffer> {
+    if crate::cuda::device().is_err() {
+        return gpu_buffer(d, fd, fence, MemorySource::Cuda);
+    }
     let g = &d.header.gpu;
     let completion = crate::gpu::device()?.accept_reference(g.device_uuid, g.driver_uuid, fence)?;
     let mem = crate::cuda::CudaMemory::import(fd, g.allocation_size, d.buffer_len, g.producer)?;

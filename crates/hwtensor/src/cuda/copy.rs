@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 use super::device::{device, CudaDevice};
 use super::driver::{check, sys};
 use super::import::BufferImport;
-use crate::gpu::{copy_spin, CopyPlan, GPU_WAIT};
+use crate::gpu::{expected_copy_time, CopyPlan, GPU_WAIT};
 use crate::{Error, Result};
 
 /// `CU_STREAM_NON_BLOCKING`: the copy stream does not serialise with the legacy default
@@ -70,11 +70,11 @@ pub(crate) fn run_copy(
         return Err(e);
     }
     if wait {
-        // Bounded, and spinning for about the copy's time: a host thread blocked on a value CUDA
-        // signals wakes ~10 ms late.
+        // Bounded, and watching the counter for about the copy's time: a host thread blocked
+        // on a value CUDA signals wakes ~10 ms late.
         device
             .gpu()
-            .wait_spinning(value, GPU_WAIT, copy_spin(plan.bytes()))?;
+            .wait_expecting(value, GPU_WAIT, expected_copy_time(plan.bytes()))?;
     }
     Ok(value)
 }

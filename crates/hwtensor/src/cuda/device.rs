@@ -13,6 +13,19 @@ use crate::{Error, Result, TensorMemory};
 /// Bytes `cuDeviceGetName` may write: the driver's names are far shorter.
 const NAME_LEN: usize = 256;
 
+/// `HWTENSOR_CUDA=off` keeps this process away from CUDA: a Vulkan-only process that never
+/// wants CUDA's start-up time and memory, and that receives CUDA memory as GPU memory.
+pub const CUDA_ENV: &str = "HWTENSOR_CUDA";
+
+/// Whether [`CUDA_ENV`] turns CUDA off (`off`, `0`, `no`, `false`, in any case).
+pub(crate) fn turned_off(value: Option<&str>) -> bool {
+    value.is_some_and(|v| {
+        ["off", "0", "no", "false"]
+            .iter()
+            .any(|off| v.trim().eq_ignore_ascii_case(off))
+    })
+}
+
 /// The CUDA side of the process GPU device.
 pub struct CudaDevice {
     ordinal: i32,
@@ -78,6 +91,12 @@ pub(crate) fn match_uuid(candidates: &[[u8; 16]], wanted: &[u8; 16]) -> Option<u
 
 impl CudaDevice {
     fn find() -> Result<CudaDevice> {
+        if turned_off(std::env::var(CUDA_ENV).ok().as_deref()) {
+            return Err(Error::Unavailable {
+                memory: TensorMemory::Cuda,
+                reason: format!("{CUDA_ENV} turns CUDA off in this process"),
+            });
+        }
         driver::load()?;
         let gpu = gpu::device()?;
         let wanted = gpu.device_uuid();
@@ -258,6 +277,16 @@ fn import_timeline(gpu: &GpuDevice) -> Result<sys::CUexternalSemaphore> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cuda_is_turned_off_only_by_the_words_that_say_so() {
+        for off in ["off", "OFF", " 0", "no", "False"] {
+            assert!(turned_off(Some(off)), "{off}");
+        }
+        for on in [None, Some(""), Some("on"), Some("1"), Some("offline")] {
+            assert!(!turned_off(on), "{on:?}");
+        }
+    }
 
     #[test]
     fn the_cuda_device_is_found_by_uuid_not_by_ordinal() {

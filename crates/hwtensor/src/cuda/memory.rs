@@ -13,7 +13,7 @@ use std::sync::{Mutex, OnceLock};
 use super::device::{device, CudaDevice};
 use super::driver::{check, sys};
 use crate::backing::unix::classify::FdKind;
-use crate::gpu::{copy_spin, DeviceUse, GpuOrigin, GpuReference, GPU_WAIT};
+use crate::gpu::{expected_copy_time, DeviceUse, GpuOrigin, GpuReference, GPU_WAIT};
 use crate::{Error, Result, TensorMemory};
 
 /// `staged_at` of a staging copy that reflects nothing yet.
@@ -313,7 +313,7 @@ impl CudaMemory {
         self.record(value, true);
         self.device
             .gpu()
-            .wait_spinning(value, GPU_WAIT, copy_spin(self.size))
+            .wait_expecting(value, GPU_WAIT, expected_copy_time(self.size))
     }
 
     /// The fd the memory is exported as (for hand-off).

@@ -42,7 +42,7 @@ mod map;
 mod memory;
 
 pub(crate) use copy::run_copy;
-pub use device::{device, unavailable_reason, CudaDevice};
+pub use device::{device, unavailable_reason, CudaDevice, CUDA_ENV};
 pub(crate) use import::BufferImport;
 pub use map::CudaMap;
 pub(crate) use memory::{CudaCpuAccess, CudaMemory};

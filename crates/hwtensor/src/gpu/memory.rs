@@ -127,24 +127,29 @@ impl CopyPlan<'_> {
 }
 
 #[cfg(target_os = "linux")] // Linux device memory (Vulkan, CUDA) only
-/// The host <-> device copy rate a spinning wait is sized by (bytes per microsecond): PCIe 5 on
-/// the H200 moves ~50 GB/s; a slower link only means the wait spins out and blocks.
+/// The host <-> device copy rate a wait's expected time is sized by (bytes per microsecond):
+/// PCIe 5 on the H200 moves ~50 GB/s; on a slower link the wait just blocks for the rest.
 const COPY_BYTES_PER_US: usize = 45_000;
 #[cfg(target_os = "linux")] // Linux device memory (Vulkan, CUDA) only
-/// Spin at most this long for a copy: beyond it a blocked wait's wake-up is noise, and a CPU
-/// spinning longer does no one any good.
-const COPY_SPIN_CAP: Duration = Duration::from_millis(2);
-#[cfg(target_os = "linux")] // Linux device memory (Vulkan, CUDA) only
 /// Slack on top of a copy's expected time: submission and completion latency.
-const COPY_SPIN_SLACK: Duration = Duration::from_micros(100);
+const COPY_SLACK: Duration = Duration::from_micros(100);
 
 #[cfg(target_os = "linux")] // Linux device memory (Vulkan, CUDA) only
-/// How long to spin before blocking while a copy of `bytes` between host and device runs: about
-/// its expected time, because a blocked wait wakes tens of microseconds late (and ~10 ms late on
-/// a value CUDA signals), a third of a 1080p frame's copy time.
-pub(crate) fn copy_spin(bytes: usize) -> Duration {
-    let expected = Duration::from_micros((bytes / COPY_BYTES_PER_US) as u64);
-    (expected + COPY_SPIN_SLACK).min(COPY_SPIN_CAP)
+/// About how long a copy of `bytes` between host and device takes: a wait for it spins and
+/// polls that long before it blocks, because a blocked wait wakes tens of microseconds late
+/// (and ~10 ms late on a value CUDA signals: a 256 MiB copy ran at 0.41x of `cuMemcpy`).
+pub(crate) fn expected_copy_time(bytes: usize) -> Duration {
+    Duration::from_micros((bytes / COPY_BYTES_PER_US) as u64) + COPY_SLACK
+}
+
+/// Which API made memory that arrives as an fd: it decides how the GPU device imports it.
+#[cfg(target_os = "linux")] // fds of device memory: Linux only
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum MemorySource {
+    /// Vulkan memory, made for one buffer of the same length as the import's.
+    Vulkan,
+    /// CUDA VMM memory (`TensorMemory::Cuda` of a peer), whole granules of CUDA's.
+    Cuda,
 }
 
 /// One side of a copy the device runs: GPU memory, or host bytes.

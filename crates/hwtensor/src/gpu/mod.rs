@@ -36,7 +36,7 @@ pub(crate) mod memory;
 pub(crate) mod process_device;
 
 #[cfg(target_os = "linux")]
-pub(crate) use memory::{copy_spin, DeviceUse};
+pub(crate) use memory::{expected_copy_time, DeviceUse, MemorySource};
 pub(crate) use memory::{
     CopyPlan, CopySide, GpuOrigin, GpuReference, HostBytes, Placement, TextureRequest,
 };

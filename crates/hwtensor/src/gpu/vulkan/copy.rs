@@ -11,7 +11,7 @@ use ash::vk;
 
 use super::memory::{copy_regions, GpuMemory};
 use super::Queue;
-use crate::gpu::{copy_spin, CopyPlan, CopySide, HostBytes, GPU_WAIT};
+use crate::gpu::{expected_copy_time, CopyPlan, CopySide, HostBytes, GPU_WAIT};
 use crate::{Error, Result};
 
 /// Whether the device copies to and from this host buffer: only through its import.
@@ -76,7 +76,8 @@ fn through_import(
             })?;
     gpu.record(v, gpu_writes);
     let bytes: usize = regions.iter().map(|r| r.size as usize).sum();
-    gpu.device().wait_spinning(v, GPU_WAIT, copy_spin(bytes))
+    gpu.device()
+        .wait_expecting(v, GPU_WAIT, expected_copy_time(bytes))
 }
 
 /// The plan's runs as Vulkan copy regions.

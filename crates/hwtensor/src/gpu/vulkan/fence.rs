@@ -18,6 +18,15 @@ use crate::{Error, GpuErrorKind, Result};
 /// common case and costs little when the value is far off.
 pub const WAIT_SPIN: Duration = Duration::from_micros(50);
 
+/// A wait spins on the counter at most this long: beyond it a spinning CPU does no one any
+/// good, and the rest of an expected wait polls instead.
+const SPIN_CAP: Duration = Duration::from_millis(2);
+
+/// The sleep between two looks at the counter once the spin is over: a wait for a long copy
+/// ends at most about this late (plus the scheduler's wake-up), not the ~10 ms a blocked
+/// `vkWaitSemaphores` on a CUDA-signalled value takes on NVIDIA.
+const POLL_INTERVAL: Duration = Duration::from_micros(50);
+
 /// The slice the completion-fd waiter sleeps in, so a new, earlier request is not starved
 /// behind a wait for a later value.
 const WAITER_SLICE: Duration = Duration::from_millis(2);
@@ -207,16 +216,16 @@ impl Timeline {
         })
     }
 
-    /// Waits until the timeline reaches `value`, at most `timeout`, spinning for at most `spin`
-    /// first.
+    /// Waits until the timeline reaches `value`, at most `timeout`, watching the counter for
+    /// the `expected` time first (see [`wait_semaphore`]).
     pub(crate) fn wait(
         &self,
         device: &ash::Device,
         value: u64,
         timeout: Duration,
-        spin: Duration,
+        expected: Duration,
     ) -> Result<()> {
-        wait_semaphore(device, self.semaphore, value, timeout, spin).map_err(|e| match e {
+        wait_semaphore(device, self.semaphore, value, timeout, expected).map_err(|e| match e {
             Error::Timeout(t) => {
                 Error::Timeout(format!("{t}, last allocated {}", self.last_signalled()))
             }
@@ -282,14 +291,16 @@ fn drop_abandoned(waiting: &mut BTreeMap<u64, Vec<OwnedFd>>) {
     waiting.retain(|_, fds| !fds.is_empty());
 }
 
-/// Waits until the timeline `semaphore` reaches `value`, at most `timeout`: spins on the
-/// counter for `spin` (usually [`WAIT_SPIN`]), then blocks.
+/// Waits until the timeline `semaphore` reaches `value`, at most `timeout`. For the first
+/// `expected` of it (usually [`WAIT_SPIN`], or a copy's expected time) the counter is watched:
+/// spinning for up to [`SPIN_CAP`], then polling every [`POLL_INTERVAL`]; only then does it
+/// block, since a blocked wait on a value CUDA signals wakes ~10 ms late.
 pub(crate) fn wait_semaphore(
     device: &ash::Device,
     semaphore: vk::Semaphore,
     value: u64,
     timeout: Duration,
-    spin: Duration,
+    expected: Duration,
 ) -> Result<()> {
     let counter = || {
         // SAFETY: a query of a live timeline semaphore of this device.
@@ -301,8 +312,10 @@ pub(crate) fn wait_semaphore(
         })
     };
     let started = Instant::now();
+    let watch = expected.min(timeout);
+    let spin = watch.min(SPIN_CAP);
     let mut left = timeout;
-    while started.elapsed() < spin.min(timeout) {
+    while started.elapsed() < watch {
         if counter()? >= value {
             // Confirmed below with a zero-timeout wait, which returns at once: the wait is
             // what tells the validation layer (and any tool tracking submissions) that the
@@ -310,7 +323,11 @@ pub(crate) fn wait_semaphore(
             left = Duration::ZERO;
             break;
         }
-        std::hint::spin_loop();
+        if started.elapsed() < spin {
+            std::hint::spin_loop();
+        } else {
+            std::thread::sleep(POLL_INTERVAL);
+        }
     }
     if !left.is_zero() {
         left = timeout.saturating_sub(started.elapsed());

@@ -16,7 +16,7 @@ use ash::vk::Handle;
 
 use super::submit::Queue;
 use super::{Features, GpuDevice};
-use crate::gpu::{DeviceUse, GpuOrigin, GpuReference, TextureRequest, GPU_WAIT};
+use crate::gpu::{DeviceUse, GpuOrigin, GpuReference, MemorySource, TextureRequest, GPU_WAIT};
 use crate::{Error, GpuErrorKind, Result, TensorMemory};
 
 /// Forces CPU access through a staging buffer even where memory could be mapped directly.
@@ -199,14 +199,17 @@ impl GpuDevice {
         match extra {
             MemoryExtra::None => {}
             MemoryExtra::Export => info = info.push_next(&mut dedicated).push_next(&mut export),
-            MemoryExtra::ImportFd(fd) => {
-                // Dedicated, like the export, and without export info: NVIDIA treats an import
-                // that also asks to be exportable as a fresh allocation (measured: the importer
-                // saw zeros). Re-export uses the fd we keep instead.
+            MemoryExtra::ImportFd { fd, dedicated: one } => {
+                // Dedicated where the export was, and without export info: NVIDIA treats an
+                // import that also asks to be exportable as a fresh allocation (measured: the
+                // importer saw zeros). Re-export uses the fd we keep instead.
                 import_fd = vk::ImportMemoryFdInfoKHR::default()
                     .handle_type(vk::ExternalMemoryHandleTypeFlags::OPAQUE_FD)
                     .fd(fd);
-                info = info.push_next(&mut dedicated).push_next(&mut import_fd);
+                info = info.push_next(&mut import_fd);
+                if one {
+                    info = info.push_next(&mut dedicated);
+                }
             }
             MemoryExtra::ImportHost(ptr) => {
                 import_host = vk::ImportMemoryHostPointerInfoEXT::default()
@@ -308,8 +311,22 @@ impl GpuDevice {
 enum MemoryExtra {
     None,
     Export,
-    ImportFd(i32),
+    /// An fd to import; `dedicated` where the exporter made it for one buffer (Vulkan).
+    ImportFd {
+        fd: i32,
+        dedicated: bool,
+    },
     ImportHost(*mut std::ffi::c_void),
+}
+
+/// What an imported fd's size must be for a `len`-byte buffer that needs `needed` bytes here.
+/// Vulkan memory was made for the exporter's identical buffer, so its size is exactly ours;
+/// CUDA memory is whole granules of CUDA's, so at least ours.
+fn import_size_fits(source: MemorySource, allocation_size: u64, needed: u64) -> bool {
+    match source {
+        MemorySource::Vulkan => allocation_size == needed,
+        MemorySource::Cuda => allocation_size >= needed,
+    }
 }
 
 impl GpuMemory {
@@ -326,13 +343,14 @@ impl GpuMemory {
         Ok(mem)
     }
 
-    /// Imports an exported memory fd of `allocation_size` bytes holding a `len`-byte buffer.
-    /// Takes the fd: the driver keeps it on success, it is closed on failure.
+    /// Imports an exported memory fd of `allocation_size` bytes holding a `len`-byte buffer,
+    /// made by `source`. Takes the fd: the driver keeps it on success, it is closed on failure.
     pub(crate) fn import(
         fd: OwnedFd,
         allocation_size: u64,
         len: usize,
         origin: GpuOrigin,
+        source: MemorySource,
     ) -> Result<GpuMemory> {
         let device = super::device()?;
         if !device.features.has(Features::EXTERNAL_MEMORY_FD) {
@@ -345,7 +363,7 @@ impl GpuMemory {
         let keep = fd.try_clone().ok(); // the driver takes `fd`; keep one for identity and re-export
         let buffer =
             device.create_buffer(len as u64, BUFFER_USAGE, device.export_handle_types())?;
-        let mut mem = GpuMemory::bind(device, buffer, len, Some((fd, allocation_size)))?;
+        let mut mem = GpuMemory::bind(device, buffer, len, Some((fd, allocation_size, source)))?;
         mem.fd = keep;
         mem.origin = origin;
         Ok(mem)
@@ -355,7 +373,7 @@ impl GpuMemory {
         device: &'static GpuDevice,
         buffer: vk::Buffer,
         len: usize,
-        import: Option<(OwnedFd, u64)>,
+        import: Option<(OwnedFd, u64, MemorySource)>,
     ) -> Result<GpuMemory> {
         let destroy = || {
             // SAFETY: the buffer was never used.
@@ -380,11 +398,11 @@ impl GpuMemory {
                 },
                 None,
             ),
-            Some((fd, allocation_size)) => {
+            Some((fd, allocation_size, source)) => {
                 // An opaque fd's real size cannot be asked of the driver, and importing it with
-                // another size is undefined: only the size this device gives a buffer of this
-                // length (what the exporter's identical buffer got) is accepted.
-                if allocation_size != req.size {
+                // another size is undefined: only the size the exporter must have made is
+                // accepted (see `import_size_fits`).
+                if !import_size_fits(source, allocation_size, req.size) {
                     destroy();
                     return Err(Error::Fd(format!(
                         "the blob says the memory holds {allocation_size} bytes; a {len}-byte buffer on this device has {}",
@@ -395,15 +413,19 @@ impl GpuMemory {
                     op: "dup of a memory fd",
                     source: e,
                 })?;
+                let dedicated = source == MemorySource::Vulkan;
                 (
                     allocation_size,
-                    MemoryExtra::ImportFd(raw.into_raw_fd()),
+                    MemoryExtra::ImportFd {
+                        fd: raw.into_raw_fd(),
+                        dedicated,
+                    },
                     Some(fd),
                 )
             }
         };
         let raw_import = match extra {
-            MemoryExtra::ImportFd(raw) => Some(raw),
+            MemoryExtra::ImportFd { fd, .. } => Some(fd),
             _ => None,
         };
         let memory = match device.bind_memory(buffer, size, type_index, extra) {

@@ -664,16 +664,16 @@ impl GpuDevice {
         self.timeline.wait(&self.device, value, timeout, WAIT_SPIN)
     }
 
-    /// [`Self::wait`], spinning for up to `spin` before blocking: for a wait whose end is near
-    /// and known (a copy of a known size), where a blocked wait's late wake-up would cost more
-    /// than the spin.
-    pub(crate) fn wait_spinning(
+    /// [`Self::wait`] for work expected to take about `expected` (a copy of a known size):
+    /// the counter is watched that long before the wait blocks, since a blocked wait's late
+    /// wake-up would cost more than the watching.
+    pub(crate) fn wait_expecting(
         &self,
         value: u64,
         timeout: Duration,
-        spin: Duration,
+        expected: Duration,
     ) -> Result<()> {
-        self.timeline.wait(&self.device, value, timeout, spin)
+        self.timeline.wait(&self.device, value, timeout, expected)
     }
 
     /// A pollable fd that becomes readable when `value` completes.
