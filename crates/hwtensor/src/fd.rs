@@ -90,6 +90,19 @@ impl TensorDyn {
         for_dtype!(dtype, from_fd(fd, shape))
     }
 
+    /// See [`Tensor::image_from_fd`].
+    pub fn image_from_fd(
+        fd: OwnedFd,
+        w: usize,
+        h: usize,
+        format: PixelFormat,
+        dtype: DType,
+        row_stride: Option<usize>,
+        access: CpuAccess,
+    ) -> Result<Self> {
+        for_dtype!(dtype, image_from_fd(fd, w, h, format, row_stride, access))
+    }
+
     /// See [`Tensor::as_fd`].
     pub fn as_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
         each_tensor!(self, t => t.as_fd())

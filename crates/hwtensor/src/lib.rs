@@ -45,6 +45,8 @@ mod identity;
 mod image;
 mod map;
 mod memory;
+#[cfg(target_os = "linux")]
+mod native;
 mod os;
 #[cfg(target_os = "linux")]
 mod policy;
@@ -62,8 +64,8 @@ pub use format::{fourcc, Layout, PixelFormat, Plane};
 pub use identity::BufferIdentity;
 pub use image::{ImageInfo, IMAGE_PITCH_ALIGN};
 pub use map::{
-    MapDirection, MapRead, MapReadWrite, MapWrite, ReadOnly, ReadWrite, TensorMap, Writable,
-    WriteOnly,
+    ByteMap, MapDirection, MapRead, MapReadWrite, MapWrite, ReadOnly, ReadWrite, TensorMap,
+    Writable, WriteOnly,
 };
 pub use memory::{TensorMemory, FORCE_MEM_ENV};
 #[cfg(target_os = "linux")]

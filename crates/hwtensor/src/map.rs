@@ -73,6 +73,44 @@ pub struct TensorMap<'a, T: Element, D: MapDirection> {
     _direction: PhantomData<D>,
 }
 
+/// A CPU map as bytes, of any element type and direction ([`Tensor::map_bytes`],
+/// [`TensorDyn::map_bytes`](crate::TensorDyn::map_bytes)): a pointer and a length for a caller
+/// outside Rust, who addresses it through the tensor's byte strides.
+pub struct ByteMap<'a> {
+    ptr: *mut u8,
+    len: usize,
+    direction: Direction,
+    _access: AccessGuard<'a>,
+}
+
+impl std::fmt::Debug for ByteMap<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ByteMap")
+            .field("len", &self.len)
+            .field("direction", &self.direction)
+            .finish()
+    }
+}
+
+impl ByteMap<'_> {
+    /// The first mapped byte. Write through it only when [`Self::direction`] allows writing.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+    /// The mapped bytes, from the tensor's first element to its last (row padding included).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// Whether nothing is mapped (an empty tensor).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// The direction the map was made for.
+    pub fn direction(&self) -> Direction {
+        self.direction
+    }
+}
+
 /// A read map: `&[T]` only.
 pub type MapRead<'a, T> = TensorMap<'a, T, ReadOnly>;
 /// A write map.
@@ -97,9 +135,22 @@ impl<T: Element> Tensor<T> {
     }
 
     fn map_as<D: MapDirection>(&self) -> Result<TensorMap<'_, T, D>> {
-        if !self.access.allows(D::DIRECTION) {
+        let (ptr, bytes, access) = self.begin_map(D::DIRECTION)?;
+        Ok(TensorMap {
+            tensor: self,
+            ptr: ptr.cast::<T>(),
+            len: bytes / Self::elem(),
+            _access: access,
+            _direction: PhantomData,
+        })
+    }
+
+    /// Claims the buffer for a CPU access in `direction`: the first element's address, the
+    /// mapped extent in bytes, and the claim.
+    fn begin_map(&self, direction: Direction) -> Result<(*mut u8, usize, AccessGuard<'_>)> {
+        if !self.access.allows(direction) {
             return Err(Error::AccessDenied {
-                requested: match D::DIRECTION {
+                requested: match direction {
                     Direction::Read => "read",
                     Direction::Write => "write",
                     Direction::ReadWrite => "read-write",
@@ -107,22 +158,28 @@ impl<T: Element> Tensor<T> {
                 declared: self.access,
             });
         }
-        let access = self.buffer.begin_access(D::DIRECTION)?;
+        let access = self.buffer.begin_access(direction)?;
         let ptr = if self.is_empty() {
             // An empty view at the far edge of an image may start past the buffer's end: it
             // maps nothing, so it gets no pointer into the buffer at all.
-            std::ptr::NonNull::<T>::dangling().as_ptr()
+            std::ptr::NonNull::<T>::dangling().as_ptr().cast::<u8>()
         } else {
             // SAFETY: `offset + byte_extent` of a non-empty tensor lies within the buffer
             // (checked when it or the view it came from was made): the pointer stays inside.
-            unsafe { self.buffer.ptr().add(self.offset) }.cast::<T>()
+            unsafe { self.buffer.ptr().add(self.offset) }
         };
-        Ok(TensorMap {
-            tensor: self,
+        Ok((ptr, self.byte_extent(), access))
+    }
+
+    /// Maps the tensor as bytes in `direction`, the element type set aside: what a C or Python
+    /// caller gets. The same claims and rules as the typed maps.
+    pub fn map_bytes(&self, direction: Direction) -> Result<ByteMap<'_>> {
+        let (ptr, len, access) = self.begin_map(direction)?;
+        Ok(ByteMap {
             ptr,
-            len: self.byte_extent() / Self::elem(),
+            len,
+            direction,
             _access: access,
-            _direction: PhantomData,
         })
     }
 

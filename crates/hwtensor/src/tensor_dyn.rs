@@ -135,6 +135,21 @@ impl TensorDyn {
         each_tensor!(self, t => t.view(region).map(Element::into_dyn))
     }
 
+    /// See [`Tensor::map_bytes`].
+    pub fn map_bytes(&self, direction: crate::Direction) -> Result<crate::map::ByteMap<'_>> {
+        each_tensor!(self, t => t.map_bytes(direction))
+    }
+
+    /// See [`Tensor::plane_table`].
+    pub fn plane_table(&self) -> Result<Vec<crate::Plane>> {
+        each_tensor!(self, t => t.plane_table())
+    }
+
+    /// See [`Tensor::copy_from`]; both tensors must have the same element type.
+    pub fn copy_from(&self, src: &TensorDyn) -> Result<()> {
+        each_tensor!(self, t => t.copy_from(src.as_tensor()?))
+    }
+
     /// See [`Tensor::batch`].
     pub fn batch(&self, index: usize) -> Result<Self> {
         each_tensor!(self, t => t.batch(index).map(Element::into_dyn))

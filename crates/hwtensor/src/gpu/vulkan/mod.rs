@@ -104,6 +104,7 @@ pub struct GpuDevice {
     device: ash::Device,
     queue: vk::Queue,
     queue_family: u32,
+    queue_index: u32,
     info: AdapterInfo,
     features: Features,
     origin: Origin,
@@ -350,7 +351,7 @@ fn own_device(record: Option<&'static Record>) -> Result<GpuDevice> {
         instance,
         physical,
         device,
-        (queue, queue_family),
+        (queue, queue_family, queue_index),
         transfer,
         info,
         features,
@@ -408,7 +409,7 @@ unsafe fn adopt(record: &'static Record, p: &Published) -> Result<GpuDevice> {
         })?;
         Timeline::new(s, TimelineWords::private(), false)
     };
-    let queue = (vk::Queue::from_raw(p.queue), p.queue_family);
+    let queue = (vk::Queue::from_raw(p.queue), p.queue_family, p.queue_index);
     let transfer = (p.transfer_family != u32::MAX)
         .then(|| (vk::Queue::from_raw(p.transfer_queue), p.transfer_family));
     GpuDevice::assemble(
@@ -485,7 +486,7 @@ impl GpuDevice {
         instance: ash::Instance,
         physical: vk::PhysicalDevice,
         device: ash::Device,
-        (queue, queue_family): (vk::Queue, u32),
+        (queue, queue_family, queue_index): (vk::Queue, u32, u32),
         transfer: Option<(vk::Queue, u32)>,
         info: AdapterInfo,
         features: Features,
@@ -514,6 +515,7 @@ impl GpuDevice {
             device,
             queue,
             queue_family,
+            queue_index,
             transfer,
             info,
             features,
@@ -535,7 +537,7 @@ impl GpuDevice {
             device: self.device.handle().as_raw(),
             queue: self.queue.as_raw(),
             queue_family: self.queue_family,
-            queue_index: 0,
+            queue_index: self.queue_index,
             semaphore: if self.timeline.exportable || self.origin != Origin::Adopted {
                 self.timeline.semaphore.as_raw()
             } else {
@@ -587,6 +589,21 @@ impl GpuDevice {
     /// The family of the main queue.
     pub fn queue_family(&self) -> u32 {
         self.queue_family
+    }
+    /// The index of the main queue in its family.
+    pub fn queue_index(&self) -> u32 {
+        self.queue_index
+    }
+    /// Runs `f` with the main queue while holding the queue lock that every copy of hwtensor
+    /// in the process takes around its own submits: a host's `vkQueueSubmit` or
+    /// `vkQueuePresentKHR` on this queue must go inside it, since Vulkan forbids two threads
+    /// submitting to one queue at once. To order hwtensor's work behind the host's, call
+    /// [`Self::signal`] after `f` and record the value on the tensors the work touched
+    /// ([`Tensor::gpu_record`](crate::Tensor::gpu_record)). Do not call hwtensor from `f`: the
+    /// lock does not nest.
+    pub fn with_queue<R>(&self, f: impl FnOnce(vk::Queue) -> R) -> Result<R> {
+        let _held = self.timeline.shared.lock()?;
+        Ok(f(self.queue))
     }
     /// The transfer-only queue family copies run on, where the device has one.
     pub fn transfer_queue_family(&self) -> Option<u32> {
