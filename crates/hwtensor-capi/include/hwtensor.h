@@ -1,3 +1,19 @@
+/* hwtensor: zero-copy tensors where the hardware wants them. C ABI.
+ *
+ * Rules that hold for every function (each function's comment adds its own):
+ * - Every function returns an HwtStatus (or a value that cannot fail). On failure the reason is
+ *   kept per thread: hwt_last_error(buf, len). Out-pointers are written only on success.
+ * - Handles (HwtTensor*, HwtMap*, HwtBlob*, HwtCudaMap*) are freed by their own release, end or
+ *   free call; NULL is accepted there and ignored. Freeing one twice is undefined, as for free().
+ * - fds passed in are duplicated, never taken: the caller closes its own. fds handed out are
+ *   the caller's to close, unless the function says they are borrowed.
+ * - uint32_t parameters named dtype, memory, format, cpu_access, mode and transport take the
+ *   values of HwtDType, HwtMemory, HwtPixelFormat, HwtAccess and HwtTransport; an unknown value
+ *   is HWT_STATUS_INVALID_ARGUMENT.
+ * - Check at start-up: if (!hwt_version_compatible(HWT_VERSION)) the library is not the one
+ *   this header describes.
+ */
+
 #ifndef HWTENSOR_H
 #define HWTENSOR_H
 
@@ -14,7 +30,49 @@
 #endif
 
 /**
- * The outcome of a call.
+ * The most dimensions a shape may have: more is taken for a wrong `ndim`, not a tensor.
+ */
+#define HWT_MAX_DIMS 16
+
+/**
+ * The major version: a new one breaks the ABI (and renames the shared library's SONAME).
+ */
+#define HWT_VERSION_MAJOR 0
+
+/**
+ * The minor version. Before 1.0 a new minor version may break the ABI too.
+ */
+#define HWT_VERSION_MINOR 1
+
+/**
+ * The patch version: fixes only.
+ */
+#define HWT_VERSION_PATCH 0
+
+/**
+ * The version as one number, `major << 16 | minor << 8 | patch`: what [`hwt_version`] returns
+ * and [`hwt_version_compatible`] takes.
+ */
+#define HWT_VERSION (((HWT_VERSION_MAJOR << 16) | (HWT_VERSION_MINOR << 8)) | HWT_VERSION_PATCH)
+
+#if defined(HWT_LINUX)
+/**
+ * Import flag: the sender is trusted (GPU and CUDA memory by reference, whose content the
+ * driver trusts, and shared memory that cannot be sealed). Without it, `hwt_recv` accepts
+ * device memory only from a peer of this user, and `hwt_blob_import` not at all.
+ */
+#define HWT_IMPORT_TRUSTED_PEER 1
+#endif
+
+#if defined(HWT_LINUX)
+/**
+ * A timeout that never runs out (`hwt_send`, `hwt_recv`).
+ */
+#define HWT_WAIT_FOREVER UINT64_MAX
+#endif
+
+/**
+ * The outcome of a call. New statuses are only ever added at the end.
  */
 typedef enum HwtStatus {
   /**
@@ -22,7 +80,8 @@ typedef enum HwtStatus {
    */
   HWT_STATUS_OK = 0,
   /**
-   * No GPU device here (no loader, no adapter, no timeline support), or no exportable fence.
+   * What the call needs is not here: no GPU device (no loader, no adapter, no timeline
+   * support), no CUDA, no exportable fence.
    */
   HWT_STATUS_UNAVAILABLE = 1,
   /**
@@ -30,11 +89,12 @@ typedef enum HwtStatus {
    */
   HWT_STATUS_TIMEOUT = 2,
   /**
-   * A null out-pointer or another argument that cannot work.
+   * A null pointer, a buffer too short, an unknown enum value, a shape or region that does
+   * not fit, or another argument that cannot work.
    */
   HWT_STATUS_INVALID_ARGUMENT = 3,
   /**
-   * A call at the wrong time.
+   * A call at the wrong time, or one the tensor's declared CPU access does not allow.
    */
   HWT_STATUS_INVALID_OPERATION = 4,
   /**
@@ -50,10 +110,380 @@ typedef enum HwtStatus {
    */
   HWT_STATUS_OUT_OF_MEMORY = 7,
   /**
-   * The GPU driver reported a failure of another kind; see `hwt_last_error`.
+   * The GPU or CUDA driver reported a failure of another kind; see `hwt_last_error`.
    */
   HWT_STATUS_DRIVER_ERROR = 8,
+  /**
+   * The buffer is mapped in a way that excludes this map (a write map excludes every
+   * other): end the other map first, or try again.
+   */
+  HWT_STATUS_BUSY = 9,
+  /**
+   * An fd that is closed, or not of a kind that can back a tensor.
+   */
+  HWT_STATUS_BAD_FD = 10,
+  /**
+   * A blob that is malformed, truncated or not what its fds say (hostile input is refused).
+   */
+  HWT_STATUS_BAD_BLOB = 11,
+  /**
+   * The hand-off peer is gone or broke the protocol (closed socket, short message).
+   */
+  HWT_STATUS_PEER_GONE = 12,
 } HwtStatus;
+
+/**
+ * Element types (`uint32_t` parameters named `dtype` take these).
+ */
+enum HwtDType
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * `uint8_t`
+   */
+  HWT_D_TYPE_U8 = 1,
+  /**
+   * `int8_t`
+   */
+  HWT_D_TYPE_I8 = 2,
+  /**
+   * `uint16_t`
+   */
+  HWT_D_TYPE_U16 = 3,
+  /**
+   * `int16_t`
+   */
+  HWT_D_TYPE_I16 = 4,
+  /**
+   * `uint32_t`
+   */
+  HWT_D_TYPE_U32 = 5,
+  /**
+   * `int32_t`
+   */
+  HWT_D_TYPE_I32 = 6,
+  /**
+   * `uint64_t`
+   */
+  HWT_D_TYPE_U64 = 7,
+  /**
+   * `int64_t`
+   */
+  HWT_D_TYPE_I64 = 8,
+  /**
+   * IEEE half precision
+   */
+  HWT_D_TYPE_F16 = 9,
+  /**
+   * `float`
+   */
+  HWT_D_TYPE_F32 = 10,
+  /**
+   * `double`
+   */
+  HWT_D_TYPE_F64 = 11,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum HwtDType HwtDType;
+#else
+typedef uint32_t HwtDType;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
+ * Where a tensor's bytes live (`uint32_t` parameters named `memory` take these).
+ */
+enum HwtMemory
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * Let hwtensor choose (the best memory the machine has for sharing); never reported.
+   */
+  HWT_MEMORY_AUTO = 0,
+  /**
+   * Process heap.
+   */
+  HWT_MEMORY_MEM = 1,
+  /**
+   * Shared memory (a sealed memfd).
+   */
+  HWT_MEMORY_SHM = 2,
+  /**
+   * A DMA-BUF.
+   */
+  HWT_MEMORY_DMA_BUF = 3,
+  /**
+   * GPU memory of the process device.
+   */
+  HWT_MEMORY_GPU = 4,
+  /**
+   * CUDA device memory.
+   */
+  HWT_MEMORY_CUDA = 5,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum HwtMemory HwtMemory;
+#else
+typedef uint32_t HwtMemory;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
+ * Pixel formats (`uint32_t` parameters named `format` take these; 0 reports "not an image").
+ */
+enum HwtPixelFormat
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * Not an image (only reported).
+   */
+  HWT_PIXEL_FORMAT_NONE = 0,
+  /**
+   * Packed RGB, 3 bytes a pixel.
+   */
+  HWT_PIXEL_FORMAT_RGB = 1,
+  /**
+   * Packed RGBA.
+   */
+  HWT_PIXEL_FORMAT_RGBA = 2,
+  /**
+   * Packed BGRA.
+   */
+  HWT_PIXEL_FORMAT_BGRA = 3,
+  /**
+   * One byte a pixel.
+   */
+  HWT_PIXEL_FORMAT_GREY = 4,
+  /**
+   * Packed 4:2:2 YUYV.
+   */
+  HWT_PIXEL_FORMAT_YUYV = 5,
+  /**
+   * Packed 4:2:2 VYUY.
+   */
+  HWT_PIXEL_FORMAT_VYUY = 6,
+  /**
+   * Semi-planar 4:2:0.
+   */
+  HWT_PIXEL_FORMAT_NV12 = 7,
+  /**
+   * Semi-planar 4:2:2.
+   */
+  HWT_PIXEL_FORMAT_NV16 = 8,
+  /**
+   * Semi-planar 4:4:4.
+   */
+  HWT_PIXEL_FORMAT_NV24 = 9,
+  /**
+   * Planar RGB.
+   */
+  HWT_PIXEL_FORMAT_PLANAR_RGB = 10,
+  /**
+   * Planar RGBA.
+   */
+  HWT_PIXEL_FORMAT_PLANAR_RGBA = 11,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum HwtPixelFormat HwtPixelFormat;
+#else
+typedef uint32_t HwtPixelFormat;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
+ * What the CPU may do with a tensor (`uint32_t` parameters named `cpu_access`); also the
+ * direction of a map (`mode`), where `NONE` is refused.
+ */
+enum HwtAccess
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * No CPU access: the tensor is for devices only.
+   */
+  HWT_ACCESS_NONE = 0,
+  /**
+   * Read.
+   */
+  HWT_ACCESS_READ = 1,
+  /**
+   * Write.
+   */
+  HWT_ACCESS_WRITE = 2,
+  /**
+   * Read and write.
+   */
+  HWT_ACCESS_READ_WRITE = 3,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum HwtAccess HwtAccess;
+#else
+typedef uint32_t HwtAccess;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+#if defined(HWT_LINUX)
+/**
+ * How a tensor travels (`uint32_t` parameters named `transport`).
+ */
+enum HwtTransport
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+#if defined(HWT_LINUX)
+  /**
+   * The buffer's fd travels beside the blob: zero-copy (fd-backed and GPU memory).
+   */
+  HWT_TRANSPORT_REFERENCE = 1,
+#endif
+#if defined(HWT_LINUX)
+  /**
+   * The bytes travel inside the blob: heap memory, or crossing machines.
+   */
+  HWT_TRANSPORT_INLINE = 2,
+#endif
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum HwtTransport HwtTransport;
+#else
+typedef uint32_t HwtTransport;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+#endif
+
+#if defined(HWT_LINUX)
+/**
+ * An exported blob (opaque): its bytes and the fds to send beside them, borrowed from the
+ * tensor it holds a reference to.
+ */
+typedef struct HwtBlob HwtBlob;
+#endif
+
+#if defined(HWT_LINUX)
+/**
+ * A live CUDA map (opaque). It holds a reference to its tensor.
+ */
+typedef struct HwtCudaMap HwtCudaMap;
+#endif
+
+/**
+ * A live CPU map (opaque). It holds a reference to its tensor, so the tensor may be released
+ * before the map ends.
+ */
+typedef struct HwtMap HwtMap;
+
+/**
+ * A tensor (opaque): see the module's ownership rules.
+ */
+typedef struct HwtTensor HwtTensor;
+
+/**
+ * One plane of an image, relative to the image's first byte.
+ */
+typedef struct HwtPlane {
+  /**
+   * Byte offset of the plane's first row.
+   */
+  size_t offset;
+  /**
+   * Bytes from one row of the plane to the next.
+   */
+  size_t row_stride;
+  /**
+   * Rows.
+   */
+  size_t rows;
+  /**
+   * Bytes the plane occupies.
+   */
+  size_t size;
+} HwtPlane;
+
+/**
+ * Which buffer a tensor's bytes live in: equal identities are the same buffer, in any process
+ * and any copy of hwtensor (a cache key for imports).
+ */
+typedef struct HwtIdentity {
+  /**
+   * 1: an fd-backed buffer (`a` = st_dev, `b` = st_ino); 2: heap memory of this process
+   * (`a` = its base address); 3: GPU or CUDA memory (`a` = the allocating pid, `b` = its
+   * start time, `c` = the allocation's serial there).
+   */
+  uint32_t kind;
+  /**
+   * See `kind`.
+   */
+  uint64_t a;
+  /**
+   * See `kind`.
+   */
+  uint64_t b;
+  /**
+   * See `kind`.
+   */
+  uint64_t c;
+} HwtIdentity;
+
+#if defined(HWT_LINUX)
+/**
+ * The Vulkan objects of the process device, for a host that records its own work on it. All
+ * borrowed: hwtensor owns and outlives them (the process device is never destroyed).
+ */
+typedef struct HwtVulkanHandles {
+  /**
+   * `VkInstance`
+   */
+  uint64_t instance;
+  /**
+   * `VkPhysicalDevice`
+   */
+  uint64_t physical_device;
+  /**
+   * `VkDevice`
+   */
+  uint64_t device;
+  /**
+   * The shared main `VkQueue`: submit to it only inside `hwt_gpu_with_queue`.
+   */
+  uint64_t queue;
+  /**
+   * The main queue's family.
+   */
+  uint32_t queue_family;
+  /**
+   * The main queue's index in its family.
+   */
+  uint32_t queue_index;
+  /**
+   * The process timeline `VkSemaphore`.
+   */
+  uint64_t timeline;
+} HwtVulkanHandles;
+#endif
+
+#if defined(HWT_LINUX)
+/**
+ * A host's submission, called by `hwt_gpu_with_queue` with its `user` pointer and the queue.
+ */
+typedef void (*HwtQueueFn)(void *user, uint64_t queue);
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif // __cplusplus
 
 /**
  * Whether the process device is a software implementation (1) or hardware (0).
@@ -61,7 +491,8 @@ typedef enum HwtStatus {
 enum HwtStatus hwt_gpu_is_software(uint8_t *out);
 
 /**
- * Allocates the next timeline value and submits its signal.
+ * Allocates the next timeline value and submits its signal (after everything submitted to
+ * the shared queue so far).
  */
 enum HwtStatus hwt_gpu_signal(uint64_t *out_value);
 
@@ -81,13 +512,308 @@ enum HwtStatus hwt_gpu_completed_value(uint64_t *out_value);
 enum HwtStatus hwt_gpu_wait(uint64_t value, uint64_t timeout_ns);
 
 /**
+ * Maps `t` for the CPU in `mode` (an `HwtAccess`: READ, WRITE or READ_WRITE). On success
+ * `*out_map` is the map, `*out_ptr` the tensor's first element and `*out_len` the bytes from
+ * it to the last element (row padding included: address it through the byte strides).
+ * `HWT_STATUS_BUSY` when another map of the buffer excludes this one; `HWT_STATUS_INVALID_OPERATION`
+ * when the tensor's CPU access does not allow `mode`. A READ map must not be written through.
+ * End it with `hwt_map_end` (after a write, that is when the bytes reach a device buffer).
+ *
+ * # Safety
+ * `t` must be a live handle; each out-pointer valid for one write.
+ */
+enum HwtStatus hwt_tensor_map(const struct HwtTensor *t,
+                              uint32_t mode,
+                              struct HwtMap **out_map,
+                              void **out_ptr,
+                              size_t *out_len);
+
+/**
+ * Ends a map: a write map's bytes are then the buffer's (copied to device memory where the
+ * tensor lives there). Null is ignored. Ending a map twice is undefined behaviour.
+ *
+ * # Safety
+ * `map` must be null or a map from `hwt_tensor_map` not yet ended.
+ */
+enum HwtStatus hwt_map_end(struct HwtMap *map);
+
+/**
  * Copies this thread's last error message into `buf` (NUL-terminated, truncated to `len`) and
- * returns its full length in bytes.
+ * returns its full length in bytes. The message is kept until the thread's next failing call.
  *
  * # Safety
  * `buf` must be null or valid for `len` bytes of writes.
  */
 size_t hwt_last_error(char *buf, size_t len);
+
+/**
+ * A short, static, NUL-terminated name of a status (`"busy"`, `"bad fd"`, ...); "unknown
+ * status" for a value no version of hwtensor returns. Never free it.
+ */
+const char *hwt_status_str(int32_t status);
+
+/**
+ * Creates a tensor of `shape` (`ndim` sizes) and `dtype` in `memory` (`HWT_MEMORY_AUTO`:
+ * hwtensor chooses). On success `*out` holds a new reference: release it.
+ *
+ * # Safety
+ * `shape` must hold `ndim` sizes; `out` must be valid for one write.
+ */
+enum HwtStatus hwt_tensor_new(const size_t *shape,
+                              size_t ndim,
+                              uint32_t dtype,
+                              uint32_t memory,
+                              struct HwtTensor **out);
+
+/**
+ * Creates a `width` x `height` image of `format` with elements of `dtype` in `memory`, rows
+ * padded as the memory wants (64 bytes for devices), with `cpu_access` (an `HwtAccess`). On
+ * success `*out` holds a new reference.
+ *
+ * # Safety
+ * `out` must be valid for one write.
+ */
+enum HwtStatus hwt_tensor_new_image(size_t width,
+                                    size_t height,
+                                    uint32_t format,
+                                    uint32_t dtype,
+                                    uint32_t memory,
+                                    uint32_t cpu_access,
+                                    struct HwtTensor **out);
+
+/**
+ * Adds a reference to `t` (to keep it past a release elsewhere). `t` must be a live handle.
+ *
+ * # Safety
+ * `t` must be a handle this library gave and not yet released to zero.
+ */
+enum HwtStatus hwt_tensor_retain(const struct HwtTensor *t);
+
+/**
+ * Gives back one reference; the last one frees the tensor (its buffer goes when the last
+ * tensor, view and map over it have). Null is ignored. Releasing a handle more often than it
+ * was handed out or retained is undefined behaviour, as for `free`.
+ *
+ * # Safety
+ * `t` must be null or a handle this library gave, with a reference the caller owns.
+ */
+void hwt_tensor_release(const struct HwtTensor *t);
+
+/**
+ * The number of dimensions.
+ *
+ * # Safety
+ * `t` must be a live handle (or null, refused); `out` valid for one write.
+ */
+enum HwtStatus hwt_tensor_ndim(const struct HwtTensor *t, size_t *out);
+
+/**
+ * Copies the shape into `out` (`capacity` entries; `HWT_STATUS_INVALID_ARGUMENT` when fewer
+ * than `hwt_tensor_ndim`).
+ *
+ * # Safety
+ * `t` must be a live handle; `out` must hold `capacity` entries.
+ */
+enum HwtStatus hwt_tensor_shape(const struct HwtTensor *t, size_t *out, size_t capacity);
+
+/**
+ * Copies the strides in bytes into `out` (`capacity` entries, at least `ndim`).
+ *
+ * # Safety
+ * As for `hwt_tensor_shape`.
+ */
+enum HwtStatus hwt_tensor_strides(const struct HwtTensor *t, size_t *out, size_t capacity);
+
+/**
+ * The element type (an `HwtDType`).
+ *
+ * # Safety
+ * `t` must be a live handle; `out` valid for one write.
+ */
+enum HwtStatus hwt_tensor_dtype(const struct HwtTensor *t, uint32_t *out);
+
+/**
+ * Where the bytes live (an `HwtMemory`, never `AUTO`).
+ *
+ * # Safety
+ * `t` must be a live handle; `out` valid for one write.
+ */
+enum HwtStatus hwt_tensor_memory(const struct HwtTensor *t, uint32_t *out);
+
+/**
+ * The pixel format of an image (an `HwtPixelFormat`; `HWT_PIXEL_FORMAT_NONE` for a plain
+ * tensor).
+ *
+ * # Safety
+ * `t` must be a live handle; `out` valid for one write.
+ */
+enum HwtStatus hwt_tensor_pixel_format(const struct HwtTensor *t, uint32_t *out);
+
+/**
+ * The width, height and row stride (bytes) of an image; all 0 for a plain tensor. Any
+ * out-pointer may be null.
+ *
+ * # Safety
+ * `t` must be a live handle; each out-pointer null or valid for one write.
+ */
+enum HwtStatus hwt_tensor_image_size(const struct HwtTensor *t,
+                                     size_t *width,
+                                     size_t *height,
+                                     size_t *row_stride);
+
+/**
+ * The planes of an image (offsets relative to its first byte): `*count` receives their
+ * number, and up to `capacity` are copied into `out` (`HWT_STATUS_INVALID_ARGUMENT` when
+ * fewer than there are; ask with `capacity` 0 first if unsure). A plain tensor is refused.
+ *
+ * # Safety
+ * `t` must be a live handle; `out` must hold `capacity` entries; `count` valid for a write.
+ */
+enum HwtStatus hwt_tensor_plane_table(const struct HwtTensor *t,
+                                      struct HwtPlane *out,
+                                      size_t capacity,
+                                      size_t *count);
+
+/**
+ * The identity of the buffer under the tensor.
+ *
+ * # Safety
+ * `t` must be a live handle; `out` valid for one write.
+ */
+enum HwtStatus hwt_tensor_identity(const struct HwtTensor *t, struct HwtIdentity *out);
+
+/**
+ * A view of the region `x, y, width, height` (pixels of an image, or the last two dimensions
+ * of a plain tensor): a new tensor over the same buffer, holding its own reference.
+ *
+ * # Safety
+ * `t` must be a live handle; `out` valid for one write.
+ */
+enum HwtStatus hwt_tensor_view(const struct HwtTensor *t,
+                               size_t x,
+                               size_t y,
+                               size_t width,
+                               size_t height,
+                               struct HwtTensor **out);
+
+/**
+ * Item `index` of the first dimension (one image of a batch), as a new tensor over the same
+ * buffer.
+ *
+ * # Safety
+ * `t` must be a live handle; `out` valid for one write.
+ */
+enum HwtStatus hwt_tensor_batch(const struct HwtTensor *t, size_t index, struct HwtTensor **out);
+
+/**
+ * Copies `src` into `dst` (same element type and shape; strides may differ), on the GPU or
+ * CUDA where a side is device memory, ordered behind both tensors' earlier work.
+ *
+ * # Safety
+ * Both must be live handles.
+ */
+enum HwtStatus hwt_tensor_copy_from(const struct HwtTensor *dst, const struct HwtTensor *src);
+
+/**
+ * The version of the loaded library, packed like `HWT_VERSION`.
+ */
+uint32_t hwt_version(void);
+
+/**
+ * 1 when the loaded library serves a caller compiled against the header of `header_version`
+ * (pass `HWT_VERSION`), else 0. Call it once at start-up: the same major version, and a minor
+ * version at least the header's (before 1.0, the same minor version).
+ */
+uint8_t hwt_version_compatible(uint32_t header_version);
+
+#if defined(HWT_LINUX)
+/**
+ * Maps `t` for CUDA kernels on `stream` (a `CUstream`; NULL: the legacy default stream) in
+ * `mode` (an `HwtAccess`): `*out_device_ptr` is the `CUdeviceptr` of its first element (use
+ * the byte strides), valid in the primary context of the CUDA device matched to the process
+ * GPU device (the context PyTorch and CuPy use). The stream waits GPU-side for the tensor's
+ * earlier work; `hwt_cuda_map_end` queues the signal that later work orders behind. GPU,
+ * CUDA, and heap or shm tensors of whole pages can be mapped; `HWT_STATUS_UNAVAILABLE` without
+ * CUDA, with the reason in `hwt_last_error`.
+ *
+ * # Safety
+ * `t` must be a live handle; `stream` a stream of that context or NULL; the out-pointers
+ * valid for one write each.
+ */
+enum HwtStatus hwt_tensor_cuda_map(const struct HwtTensor *t,
+                                   uint32_t mode,
+                                   void *stream,
+                                   struct HwtCudaMap **out_map,
+                                   uint64_t *out_device_ptr);
+#endif
+
+#if defined(HWT_LINUX)
+/**
+ * Ends a CUDA map: queues on its stream the signal of a new timeline value, which the tensor
+ * records as its last access, and writes it to `out_value` (may be NULL). Null maps are
+ * ignored; ending a map twice is undefined behaviour.
+ *
+ * # Safety
+ * `map` must be null or a map from `hwt_tensor_cuda_map` not yet ended; `out_value` null or
+ * valid for one write.
+ */
+enum HwtStatus hwt_cuda_map_end(struct HwtCudaMap *map, uint64_t *out_value);
+#endif
+
+#if defined(HWT_LINUX)
+/**
+ * `HWT_STATUS_OK` when CUDA is usable here, else `HWT_STATUS_UNAVAILABLE` with the reason
+ * ("no libcuda.so.1", "no CUDA device matches ...", "HWTENSOR_CUDA turns CUDA off ...") in
+ * `hwt_last_error`.
+ */
+enum HwtStatus hwt_cuda_check(void);
+#endif
+
+#if defined(HWT_LINUX)
+/**
+ * A tensor of `shape` and `dtype` over the first bytes of `fd` (a DMA-BUF, a memfd, a shared
+ * memory file). The fd is duplicated: the caller keeps its own and closes it when it likes.
+ * A file of another kind, a closed fd (`HWT_STATUS_BAD_FD`) or one smaller than the shape is
+ * refused.
+ *
+ * # Safety
+ * `shape` must hold `ndim` sizes; `out` valid for one write.
+ */
+enum HwtStatus hwt_tensor_from_fd(int32_t fd,
+                                  const size_t *shape,
+                                  size_t ndim,
+                                  uint32_t dtype,
+                                  struct HwtTensor **out);
+#endif
+
+#if defined(HWT_LINUX)
+/**
+ * A `width` x `height` image of `format` over `fd` (duplicated; the caller keeps its own),
+ * rows `row_stride` bytes apart (0: tight), with `cpu_access` (an `HwtAccess`).
+ *
+ * # Safety
+ * `out` must be valid for one write.
+ */
+enum HwtStatus hwt_tensor_image_from_fd(int32_t fd,
+                                        size_t width,
+                                        size_t height,
+                                        uint32_t format,
+                                        uint32_t dtype,
+                                        size_t row_stride,
+                                        uint32_t cpu_access,
+                                        struct HwtTensor **out);
+#endif
+
+#if defined(HWT_LINUX)
+/**
+ * A new close-on-exec fd of the tensor's buffer (for V4L2, EGL, Vulkan or another process);
+ * the caller closes it. Heap and CUDA memory have none (`HWT_STATUS_UNAVAILABLE`).
+ *
+ * # Safety
+ * `t` must be a live handle; `out_fd` valid for one write.
+ */
+enum HwtStatus hwt_tensor_clone_fd(const struct HwtTensor *t, int32_t *out_fd);
+#endif
 
 #if defined(HWT_LINUX)
 /**
@@ -126,6 +852,169 @@ enum HwtStatus hwt_gpu_completion_fd(uint64_t value, int32_t *out_fd);
 enum HwtStatus hwt_gpu_export_fence(int32_t *out_fd);
 #endif
 
+#if defined(HWT_LINUX)
+/**
+ * The Vulkan objects of the process device.
+ */
+enum HwtStatus hwt_gpu_vulkan_handles(struct HwtVulkanHandles *out);
+#endif
+
+#if defined(HWT_LINUX)
+/**
+ * Calls `submit(user, queue)` holding the queue lock every copy of hwtensor in the process
+ * takes around its own submits: put a host's `vkQueueSubmit` on the shared queue inside it
+ * (Vulkan forbids two threads submitting to one queue at once). Call no hwtensor function
+ * from `submit`: the lock does not nest. Afterwards, `hwt_gpu_signal` gives a value that
+ * completes after the host's work; record it on the tensors it touched
+ * (`hwt_tensor_gpu_record`).
+ *
+ * # Safety
+ * `submit` must be a function that does not unwind; `user` is passed to it unchanged.
+ */
+enum HwtStatus hwt_gpu_with_queue(HwtQueueFn submit, void *user);
+#endif
+
+#if defined(HWT_LINUX)
+/**
+ * The `VkBuffer` under a GPU tensor and the byte offset of the tensor's first element in it;
+ * `HWT_STATUS_INVALID_OPERATION` for memory of another kind.
+ *
+ * # Safety
+ * `t` must be a live handle; the out-pointers valid for one write each.
+ */
+enum HwtStatus hwt_tensor_vk_buffer(const struct HwtTensor *t,
+                                    uint64_t *out_buffer,
+                                    uint64_t *out_offset);
+#endif
+
+#if defined(HWT_LINUX)
+/**
+ * The timeline value device work accessing `t` in `mode` (an `HwtAccess`) must wait for,
+ * GPU-side (0: nothing): its last device write, and for a write its last read too.
+ *
+ * # Safety
+ * `t` must be a live handle; `out_value` valid for one write.
+ */
+enum HwtStatus hwt_tensor_gpu_after(const struct HwtTensor *t, uint32_t mode, uint64_t *out_value);
+#endif
+
+#if defined(HWT_LINUX)
+/**
+ * Records that the host's device work completing at timeline `value` accessed `t` in `mode`:
+ * CPU maps, copies, CUDA maps and hand-offs then order behind it. `value` must come from the
+ * process timeline (`hwt_gpu_signal`); only GPU and CUDA tensors record device work.
+ *
+ * # Safety
+ * `t` must be a live handle.
+ */
+enum HwtStatus hwt_tensor_gpu_record(const struct HwtTensor *t, uint64_t value, uint32_t mode);
+#endif
+
+#if defined(HWT_LINUX)
+/**
+ * The completion of `t`'s last device write, for another API or process: a new fd of the
+ * process timeline (OPAQUE_FD; the caller closes it) and the value to wait for (0: none).
+ * `HWT_STATUS_UNAVAILABLE` where the device cannot export its timeline.
+ *
+ * # Safety
+ * `t` must be a live handle; the out-pointers valid for one write each.
+ */
+enum HwtStatus hwt_tensor_gpu_completion(const struct HwtTensor *t,
+                                         int32_t *out_fence_fd,
+                                         uint64_t *out_value);
+#endif
+
+#if defined(HWT_LINUX)
+/**
+ * Describes `t` as a blob for `transport`. Read its bytes with `hwt_blob_data` and the fds to
+ * send beside them with `hwt_blob_fds`; free it with `hwt_blob_free`.
+ *
+ * # Safety
+ * `t` must be a live handle; `out` valid for one write.
+ */
+enum HwtStatus hwt_blob_export(const struct HwtTensor *t, uint32_t transport, struct HwtBlob **out);
+#endif
+
+#if defined(HWT_LINUX)
+/**
+ * The blob's bytes, valid until `hwt_blob_free`.
+ *
+ * # Safety
+ * `b` must be a live blob; `data` and `len` valid for one write each.
+ */
+enum HwtStatus hwt_blob_data(const struct HwtBlob *b, const uint8_t **data, size_t *len);
+#endif
+
+#if defined(HWT_LINUX)
+/**
+ * The fds to send beside the blob (buffer first, then the fence where there is one), borrowed:
+ * valid until `hwt_blob_free`, never closed by the caller (sending them by SCM_RIGHTS copies
+ * them). An inline blob has none.
+ *
+ * # Safety
+ * `b` must be a live blob; `fds` and `count` valid for one write each.
+ */
+enum HwtStatus hwt_blob_fds(const struct HwtBlob *b, const int32_t **fds, size_t *count);
+#endif
+
+#if defined(HWT_LINUX)
+/**
+ * Frees a blob (and its reference to the tensor). Null is ignored.
+ *
+ * # Safety
+ * `b` must be null or a blob from `hwt_blob_export`, freed once.
+ */
+void hwt_blob_free(struct HwtBlob *b);
+#endif
+
+#if defined(HWT_LINUX)
+/**
+ * A tensor from a blob received from elsewhere, parsed as hostile input (`HWT_STATUS_BAD_BLOB`
+ * for a malformed or truncated one), with the `nfds` fds that came beside it. The fds are
+ * duplicated: the caller keeps and closes its own. `flags`: 0 or `HWT_IMPORT_TRUSTED_PEER`.
+ *
+ * # Safety
+ * `data` must hold `len` bytes and `fds` `nfds` ints; `out` valid for one write.
+ */
+enum HwtStatus hwt_blob_import(const uint8_t *data,
+                               size_t len,
+                               const int32_t *fds,
+                               size_t nfds,
+                               uint32_t flags,
+                               struct HwtTensor **out);
+#endif
+
+#if defined(HWT_LINUX)
+/**
+ * Sends `t` on the connected Unix stream socket `socket` (the caller's, left open) as
+ * `transport`, waiting at most `timeout_ns` for room (`HWT_WAIT_FOREVER`: no bound).
+ *
+ * # Safety
+ * `t` must be a live handle.
+ */
+enum HwtStatus hwt_send(int32_t socket_fd,
+                        const struct HwtTensor *t,
+                        uint32_t transport,
+                        uint64_t timeout_ns);
+#endif
+
+#if defined(HWT_LINUX)
+/**
+ * Receives one tensor on the connected Unix stream socket `socket`, waiting at most
+ * `timeout_ns` for it (`HWT_STATUS_TIMEOUT` when none comes; `HWT_WAIT_FOREVER`: no bound).
+ * A peer that closes or stalls mid-message is `HWT_STATUS_PEER_GONE`, a hostile message
+ * `HWT_STATUS_BAD_BLOB`. `flags`: 0 (device memory by reference only from a peer of this
+ * user) or `HWT_IMPORT_TRUSTED_PEER`.
+ *
+ * # Safety
+ * `out` must be valid for one write.
+ */
+enum HwtStatus hwt_recv(int32_t socket_fd,
+                        uint64_t timeout_ns,
+                        uint32_t flags,
+                        struct HwtTensor **out);
+#endif
+
 #if defined(HWT_WINDOWS)
 /**
  * The `ID3D11Device*` of the process device, as an integer (borrowed: no reference added).
@@ -155,5 +1044,9 @@ enum HwtStatus hwt_gpu_completion_event(uint64_t value, void **out_event);
  */
 enum HwtStatus hwt_gpu_export_fence_handle(void **out_handle);
 #endif
+
+#ifdef __cplusplus
+}  // extern "C"
+#endif  // __cplusplus
 
 #endif  /* HWTENSOR_H */

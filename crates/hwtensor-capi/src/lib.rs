@@ -1,21 +1,35 @@
-//! The C ABI of hwtensor: the process GPU device and its timeline fence.
+//! The C ABI of hwtensor: tensors (create, import, map, view, copy), hand-off (blobs, send and
+//! receive on a Unix socket), the process GPU device and its timeline fence, and CUDA maps.
 //!
-//! Every function returns an [`HwtStatus`]; on anything but `HWT_STATUS_OK` the reason is kept
-//! per thread for [`hwt_last_error`]. Out-pointers are written only on success. This library
-//! is also the "second copy" of hwtensor in tests: loaded with `dlopen(RTLD_LOCAL)` beside a
-//! statically linked copy, it must find and share the same device, counter and fence.
+//! Every function returns an [`HwtStatus`] (or a plain value that cannot fail); on anything
+//! but `HWT_STATUS_OK` the reason is kept per thread for [`hwt_last_error`]. Out-pointers are
+//! written only on success. No panic crosses the boundary: a bug inside becomes
+//! `HWT_STATUS_FAILED` with its message. Ownership is written beside each function: handles
+//! (`HwtTensor*`, `HwtMap*`, `HwtBlob*`, `HwtCudaMap*`) are freed by their own release or end
+//! call, fds a function hands out are the caller's to close, and fds a caller passes in are
+//! duplicated, never taken.
+//!
+//! This library is also the "second copy" of hwtensor in tests: loaded with `dlopen(RTLD_LOCAL)`
+//! beside a statically linked copy, it must find and share the same device, counter and fence.
 
 // This crate is the FFI edge: every function takes raw pointers from C.
 #![allow(unsafe_code)]
 
-use std::cell::RefCell;
-use std::ffi::c_char;
 use std::time::Duration;
 
 use hwtensor::gpu::{self, GpuDevice};
-use hwtensor::{Error, GpuErrorKind};
 
-// The platform's own handles: Vulkan and fds on Unix, D3D11 and NT handles on Windows.
+mod map;
+mod status;
+mod tensor;
+mod version;
+
+pub use map::*;
+pub use status::{hwt_last_error, hwt_status_str, HwtStatus};
+pub use tensor::*;
+pub use version::*;
+
+// The platform's own handles: Vulkan and fds on Linux, D3D11 and NT handles on Windows.
 #[cfg(target_os = "linux")]
 mod unix;
 #[cfg(target_os = "linux")]
@@ -25,75 +39,20 @@ mod windows;
 #[cfg(windows)]
 pub use windows::*;
 
-/// The outcome of a call.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum HwtStatus {
-    /// The call succeeded.
-    Ok = 0,
-    /// No GPU device here (no loader, no adapter, no timeline support), or no exportable fence.
-    Unavailable = 1,
-    /// A bounded wait ran out.
-    Timeout = 2,
-    /// A null out-pointer or another argument that cannot work.
-    InvalidArgument = 3,
-    /// A call at the wrong time.
-    InvalidOperation = 4,
-    /// Anything else; see `hwt_last_error`.
-    Failed = 5,
-    /// The GPU device is lost (reset, removed, hung): nothing on it works any more.
-    DeviceLost = 6,
-    /// The GPU or the host ran out of memory for the request.
-    OutOfMemory = 7,
-    /// The GPU driver reported a failure of another kind; see `hwt_last_error`.
-    DriverError = 8,
-}
-
-thread_local! {
-    static LAST_ERROR: RefCell<String> = const { RefCell::new(String::new()) };
-}
-
-pub(crate) fn fail(status: HwtStatus, message: impl Into<String>) -> HwtStatus {
-    LAST_ERROR.with(|e| *e.borrow_mut() = message.into());
-    status
-}
-
-pub(crate) fn from_error(e: Error) -> HwtStatus {
-    let status = match e {
-        Error::Gpu { kind, .. } => match kind {
-            GpuErrorKind::Lost => HwtStatus::DeviceLost,
-            GpuErrorKind::OutOfMemory => HwtStatus::OutOfMemory,
-            GpuErrorKind::Unsupported => HwtStatus::Unavailable,
-            GpuErrorKind::Timeout => HwtStatus::Timeout,
-            _ => HwtStatus::DriverError,
-        },
-        Error::Cuda { .. } => HwtStatus::DriverError,
-        Error::Alloc { .. } => HwtStatus::OutOfMemory,
-        Error::Unavailable { .. } => HwtStatus::Unavailable,
-        Error::Timeout(_) => HwtStatus::Timeout,
-        Error::InvalidArgument(_) | Error::UnknownName { .. } => HwtStatus::InvalidArgument,
-        Error::InvalidOperation(_) => HwtStatus::InvalidOperation,
-        _ => HwtStatus::Failed,
-    };
-    fail(status, e.to_string())
-}
+use status::{from_error, guard, put};
 
 /// Runs `f` on the process device and writes its result through `out`.
 pub(crate) fn with_device<T>(
     out: *mut T,
-    f: impl FnOnce(&'static GpuDevice) -> Result<T, Error>,
+    f: impl FnOnce(&'static GpuDevice) -> Result<T, hwtensor::Error>,
 ) -> HwtStatus {
-    if out.is_null() {
-        return fail(HwtStatus::InvalidArgument, "the out-pointer is null");
-    }
-    match gpu::device().and_then(f) {
-        Ok(v) => {
-            // SAFETY: non-null (checked) and, by this ABI's contract, valid for one write of T.
-            unsafe { out.write(v) };
-            HwtStatus::Ok
+    guard(|| {
+        if out.is_null() {
+            return Err(status::invalid("the out-pointer is null"));
         }
-        Err(e) => from_error(e),
-    }
+        let value = gpu::device().and_then(f).map_err(from_error)?;
+        put(out, "the out-pointer", value)
+    })
 }
 
 /// Whether the process device is a software implementation (1) or hardware (0).
@@ -102,7 +61,8 @@ pub extern "C" fn hwt_gpu_is_software(out: *mut u8) -> HwtStatus {
     with_device(out, |d| Ok(d.is_software() as u8))
 }
 
-/// Allocates the next timeline value and submits its signal.
+/// Allocates the next timeline value and submits its signal (after everything submitted to
+/// the shared queue so far).
 #[no_mangle]
 pub extern "C" fn hwt_gpu_signal(out_value: *mut u64) -> HwtStatus {
     with_device(out_value, |d| d.signal())
@@ -127,45 +87,4 @@ pub extern "C" fn hwt_gpu_wait(value: u64, timeout_ns: u64) -> HwtStatus {
     with_device(&mut unit, |d| {
         d.wait(value, Duration::from_nanos(timeout_ns))
     })
-}
-
-/// Copies this thread's last error message into `buf` (NUL-terminated, truncated to `len`) and
-/// returns its full length in bytes.
-///
-/// # Safety
-/// `buf` must be null or valid for `len` bytes of writes.
-#[no_mangle]
-pub unsafe extern "C" fn hwt_last_error(buf: *mut c_char, len: usize) -> usize {
-    LAST_ERROR.with(|e| {
-        let e = e.borrow();
-        if !buf.is_null() && len > 0 {
-            let n = e.len().min(len - 1);
-            // SAFETY: the caller guarantees `buf` holds `len` bytes; we write n + 1 <= len.
-            unsafe {
-                std::ptr::copy_nonoverlapping(e.as_ptr(), buf.cast::<u8>(), n);
-                *buf.add(n) = 0;
-            }
-        }
-        e.len()
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn each_kind_of_gpu_failure_has_its_own_status_and_keeps_its_message() {
-        let cases = [
-            (GpuErrorKind::Lost, HwtStatus::DeviceLost),
-            (GpuErrorKind::OutOfMemory, HwtStatus::OutOfMemory),
-            (GpuErrorKind::Unsupported, HwtStatus::Unavailable),
-            (GpuErrorKind::Timeout, HwtStatus::Timeout),
-            (GpuErrorKind::Driver, HwtStatus::DriverError),
-        ];
-        for (kind, status) in cases {
-            assert_eq!(from_error(Error::gpu(kind, "what failed")), status);
-            assert!(LAST_ERROR.with(|e| e.borrow().contains("what failed")));
-        }
-    }
 }

@@ -4,7 +4,8 @@
 //! next. fds arrive close-on-exec (`MSG_CMSG_CLOEXEC`), so a consumer that spawns a child does
 //! not leak every frame buffer into it. A peer that closes mid-message, stalls mid-message,
 //! sends more fds than the blob names, or a blob longer than any tensor needs gets a clear
-//! [`Error::Handoff`]; any fds received are closed on the way out. Memory for a message is
+//! [`Error::Handoff`] (no message at all within the stream's read timeout is
+//! [`Error::Timeout`]); any fds received are closed on the way out. Memory for a message is
 //! allocated as its bytes arrive, so a length prefix alone pins nothing.
 //!
 //! [`recv`] applies hwtensor's trust model (see [`ImportPolicy`]): GPU memory by reference only
@@ -221,7 +222,10 @@ impl Receiver<'_> {
                 Ok(m) => m,
                 Err(Errno::INTR) => continue,
                 Err(e) if e == Errno::AGAIN && self.started.is_none() => {
-                    return Err(handoff("no message within the stream's read timeout"));
+                    // Nothing started: the caller's bound, not a broken peer.
+                    return Err(Error::Timeout(
+                        "no message within the stream's read timeout".into(),
+                    ));
                 }
                 Err(e) => {
                     return Err(handoff(format!(

@@ -94,6 +94,14 @@ fn a_peer_that_closes_mid_message_is_an_error() {
 }
 
 #[test]
+fn no_message_within_the_read_timeout_is_a_timeout_not_a_broken_peer() {
+    let (_a, b) = UnixStream::pair().unwrap();
+    b.set_read_timeout(Some(std::time::Duration::from_millis(20)))
+        .unwrap();
+    assert!(matches!(recv(&b), Err(Error::Timeout(_))));
+}
+
+#[test]
 fn a_peer_that_closes_before_sending_is_an_error() {
     let (a, b) = UnixStream::pair().unwrap();
     drop(a);

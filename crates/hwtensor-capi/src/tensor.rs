@@ -1,0 +1,643 @@
+//! Tensor objects: reference-counted handles over a tensor of any element type.
+//!
+//! Every `HwtTensor*` a function hands out holds one reference, which the caller gives back
+//! with `hwt_tensor_release`. A view or a batch item holds its own reference and keeps the
+//! buffer alive on its own; so does a map. Handles may be used from any thread.
+
+use std::sync::Arc;
+
+use hwtensor::{
+    BufferIdentity, CpuAccess, DType, Direction, PixelFormat, Region, TensorDyn, TensorMemory,
+};
+
+use crate::status::{guard, invalid, put, HwtStatus, OrStatus, Outcome};
+
+/// The most dimensions a shape may have: more is taken for a wrong `ndim`, not a tensor.
+pub const HWT_MAX_DIMS: usize = 16;
+
+/// A tensor (opaque): see the module's ownership rules.
+pub struct HwtTensor {
+    pub(crate) tensor: TensorDyn,
+}
+
+/// Element types (`uint32_t` parameters named `dtype` take these).
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HwtDType {
+    /// `uint8_t`
+    U8 = 1,
+    /// `int8_t`
+    I8 = 2,
+    /// `uint16_t`
+    U16 = 3,
+    /// `int16_t`
+    I16 = 4,
+    /// `uint32_t`
+    U32 = 5,
+    /// `int32_t`
+    I32 = 6,
+    /// `uint64_t`
+    U64 = 7,
+    /// `int64_t`
+    I64 = 8,
+    /// IEEE half precision
+    F16 = 9,
+    /// `float`
+    F32 = 10,
+    /// `double`
+    F64 = 11,
+}
+
+/// Where a tensor's bytes live (`uint32_t` parameters named `memory` take these).
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HwtMemory {
+    /// Let hwtensor choose (the best memory the machine has for sharing); never reported.
+    Auto = 0,
+    /// Process heap.
+    Mem = 1,
+    /// Shared memory (a sealed memfd).
+    Shm = 2,
+    /// A DMA-BUF.
+    DmaBuf = 3,
+    /// GPU memory of the process device.
+    Gpu = 4,
+    /// CUDA device memory.
+    Cuda = 5,
+}
+
+/// Pixel formats (`uint32_t` parameters named `format` take these; 0 reports "not an image").
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HwtPixelFormat {
+    /// Not an image (only reported).
+    None = 0,
+    /// Packed RGB, 3 bytes a pixel.
+    Rgb = 1,
+    /// Packed RGBA.
+    Rgba = 2,
+    /// Packed BGRA.
+    Bgra = 3,
+    /// One byte a pixel.
+    Grey = 4,
+    /// Packed 4:2:2 YUYV.
+    Yuyv = 5,
+    /// Packed 4:2:2 VYUY.
+    Vyuy = 6,
+    /// Semi-planar 4:2:0.
+    Nv12 = 7,
+    /// Semi-planar 4:2:2.
+    Nv16 = 8,
+    /// Semi-planar 4:4:4.
+    Nv24 = 9,
+    /// Planar RGB.
+    PlanarRgb = 10,
+    /// Planar RGBA.
+    PlanarRgba = 11,
+}
+
+/// What the CPU may do with a tensor (`uint32_t` parameters named `cpu_access`); also the
+/// direction of a map (`mode`), where `NONE` is refused.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HwtAccess {
+    /// No CPU access: the tensor is for devices only.
+    None = 0,
+    /// Read.
+    Read = 1,
+    /// Write.
+    Write = 2,
+    /// Read and write.
+    ReadWrite = 3,
+}
+
+/// Which buffer a tensor's bytes live in: equal identities are the same buffer, in any process
+/// and any copy of hwtensor (a cache key for imports).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HwtIdentity {
+    /// 1: an fd-backed buffer (`a` = st_dev, `b` = st_ino); 2: heap memory of this process
+    /// (`a` = its base address); 3: GPU or CUDA memory (`a` = the allocating pid, `b` = its
+    /// start time, `c` = the allocation's serial there).
+    pub kind: u32,
+    /// See `kind`.
+    pub a: u64,
+    /// See `kind`.
+    pub b: u64,
+    /// See `kind`.
+    pub c: u64,
+}
+
+/// One plane of an image, relative to the image's first byte.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HwtPlane {
+    /// Byte offset of the plane's first row.
+    pub offset: usize,
+    /// Bytes from one row of the plane to the next.
+    pub row_stride: usize,
+    /// Rows.
+    pub rows: usize,
+    /// Bytes the plane occupies.
+    pub size: usize,
+}
+
+pub(crate) fn dtype_of(code: u32) -> Result<DType, HwtStatus> {
+    u8::try_from(code)
+        .ok()
+        .and_then(DType::from_code)
+        .ok_or_else(|| invalid(format!("{code} is not an HwtDType")))
+}
+
+pub(crate) fn memory_of(code: u32) -> Result<Option<TensorMemory>, HwtStatus> {
+    if code == HwtMemory::Auto as u32 {
+        return Ok(None);
+    }
+    u8::try_from(code)
+        .ok()
+        .and_then(TensorMemory::from_code)
+        .map(Some)
+        .ok_or_else(|| invalid(format!("{code} is not an HwtMemory")))
+}
+
+fn format_of(code: u32) -> Result<PixelFormat, HwtStatus> {
+    u8::try_from(code)
+        .ok()
+        .and_then(PixelFormat::from_code)
+        .ok_or_else(|| invalid(format!("{code} is not an HwtPixelFormat")))
+}
+
+pub(crate) fn access_of(code: u32) -> Result<CpuAccess, HwtStatus> {
+    [
+        CpuAccess::None,
+        CpuAccess::Read,
+        CpuAccess::Write,
+        CpuAccess::ReadWrite,
+    ]
+    .into_iter()
+    .find(|a| *a as u32 == code)
+    .ok_or_else(|| invalid(format!("{code} is not an HwtAccess")))
+}
+
+/// The direction of a map or device access: READ, WRITE or READ_WRITE.
+pub(crate) fn direction_of(code: u32) -> Result<Direction, HwtStatus> {
+    match access_of(code)? {
+        CpuAccess::Read => Ok(Direction::Read),
+        CpuAccess::Write => Ok(Direction::Write),
+        CpuAccess::ReadWrite => Ok(Direction::ReadWrite),
+        CpuAccess::None => Err(invalid("a map or access needs READ, WRITE or READ_WRITE")),
+    }
+}
+
+/// The tensor behind a handle, refusing null (named `what`).
+pub(crate) fn tensor<'a>(t: *const HwtTensor, what: &str) -> Result<&'a TensorDyn, HwtStatus> {
+    // SAFETY: null is refused; otherwise the ABI's contract: a live handle this library gave.
+    unsafe { t.as_ref() }
+        .map(|h| &h.tensor)
+        .ok_or_else(|| invalid(format!("{what} is null")))
+}
+
+/// A new handle holding one reference to `tensor`, written through `out`.
+pub(crate) fn hand_out(out: *mut *mut HwtTensor, tensor: TensorDyn) -> Outcome {
+    if out.is_null() {
+        return Err(invalid("the out-pointer for the tensor is null"));
+    }
+    let handle = Arc::into_raw(Arc::new(HwtTensor { tensor })).cast_mut();
+    put(out, "the out-pointer for the tensor", handle)
+}
+
+/// The reference a handle holds, as an `Arc` of its own (for an object that keeps it).
+pub(crate) fn share(t: *const HwtTensor) -> Result<Arc<HwtTensor>, HwtStatus> {
+    tensor(t, "the tensor")?;
+    // SAFETY: a live handle from `hand_out` (checked non-null above): its count is at least one
+    // while the caller holds it, so adding one and taking that as an Arc is sound.
+    unsafe {
+        Arc::increment_strong_count(t);
+        Ok(Arc::from_raw(t))
+    }
+}
+
+/// `(pointer, count)` from C as a slice, refusing null with a count and absurd counts.
+///
+/// # Safety
+/// A non-null `ptr` must be valid for `len` reads of T.
+pub(crate) unsafe fn slice_in<'a, T>(
+    ptr: *const T,
+    len: usize,
+    what: &str,
+    max: usize,
+) -> Result<&'a [T], HwtStatus> {
+    if len > max {
+        return Err(invalid(format!(
+            "{what}: {len} entries, at most {max} make sense"
+        )));
+    }
+    if len == 0 {
+        return Ok(&[]);
+    }
+    if ptr.is_null() {
+        return Err(invalid(format!("{what} is null")));
+    }
+    // SAFETY: the caller's contract; non-null and `len` checked above.
+    Ok(unsafe { std::slice::from_raw_parts(ptr, len) })
+}
+
+/// Copies `values` into the caller's array of `capacity` entries, refusing one too short.
+pub(crate) fn copy_out<T: Copy>(values: &[T], out: *mut T, capacity: usize, what: &str) -> Outcome {
+    if capacity < values.len() {
+        return Err(invalid(format!(
+            "{what}: the array holds {capacity} entries, {} are needed",
+            values.len()
+        )));
+    }
+    if values.is_empty() {
+        return Ok(());
+    }
+    if out.is_null() {
+        return Err(invalid(format!("{what} is null")));
+    }
+    // SAFETY: the caller's contract: `out` holds `capacity` >= len entries (checked).
+    unsafe { std::ptr::copy_nonoverlapping(values.as_ptr(), out, values.len()) };
+    Ok(())
+}
+
+/// Creates a tensor of `shape` (`ndim` sizes) and `dtype` in `memory` (`HWT_MEMORY_AUTO`:
+/// hwtensor chooses). On success `*out` holds a new reference: release it.
+///
+/// # Safety
+/// `shape` must hold `ndim` sizes; `out` must be valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn hwt_tensor_new(
+    shape: *const usize,
+    ndim: usize,
+    dtype: u32,
+    memory: u32,
+    out: *mut *mut HwtTensor,
+) -> HwtStatus {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        let shape = unsafe { slice_in(shape, ndim, "the shape", HWT_MAX_DIMS) }?;
+        let t = TensorDyn::new(shape, dtype_of(dtype)?, memory_of(memory)?).or_status()?;
+        hand_out(out, t)
+    })
+}
+
+/// Creates a `width` x `height` image of `format` with elements of `dtype` in `memory`, rows
+/// padded as the memory wants (64 bytes for devices), with `cpu_access` (an `HwtAccess`). On
+/// success `*out` holds a new reference.
+///
+/// # Safety
+/// `out` must be valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn hwt_tensor_new_image(
+    width: usize,
+    height: usize,
+    format: u32,
+    dtype: u32,
+    memory: u32,
+    cpu_access: u32,
+    out: *mut *mut HwtTensor,
+) -> HwtStatus {
+    guard(|| {
+        let t = TensorDyn::image(
+            width,
+            height,
+            format_of(format)?,
+            dtype_of(dtype)?,
+            memory_of(memory)?,
+            access_of(cpu_access)?,
+        )
+        .or_status()?;
+        hand_out(out, t)
+    })
+}
+
+/// Adds a reference to `t` (to keep it past a release elsewhere). `t` must be a live handle.
+///
+/// # Safety
+/// `t` must be a handle this library gave and not yet released to zero.
+#[no_mangle]
+pub unsafe extern "C" fn hwt_tensor_retain(t: *const HwtTensor) -> HwtStatus {
+    guard(|| {
+        tensor(t, "the tensor")?;
+        // SAFETY: a live handle (the caller's contract), checked non-null.
+        unsafe { Arc::increment_strong_count(t) };
+        Ok(())
+    })
+}
+
+/// Gives back one reference; the last one frees the tensor (its buffer goes when the last
+/// tensor, view and map over it have). Null is ignored. Releasing a handle more often than it
+/// was handed out or retained is undefined behaviour, as for `free`.
+///
+/// # Safety
+/// `t` must be null or a handle this library gave, with a reference the caller owns.
+#[no_mangle]
+pub unsafe extern "C" fn hwt_tensor_release(t: *const HwtTensor) {
+    if !t.is_null() {
+        // SAFETY: the caller gives back a reference it owns; the drop runs no C code.
+        let _ = std::panic::catch_unwind(|| unsafe { Arc::decrement_strong_count(t) });
+    }
+}
+
+/// The number of dimensions.
+///
+/// # Safety
+/// `t` must be a live handle (or null, refused); `out` valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn hwt_tensor_ndim(t: *const HwtTensor, out: *mut usize) -> HwtStatus {
+    guard(|| put(out, "out", tensor(t, "the tensor")?.shape().len()))
+}
+
+/// Copies the shape into `out` (`capacity` entries; `HWT_STATUS_INVALID_ARGUMENT` when fewer
+/// than `hwt_tensor_ndim`).
+///
+/// # Safety
+/// `t` must be a live handle; `out` must hold `capacity` entries.
+#[no_mangle]
+pub unsafe extern "C" fn hwt_tensor_shape(
+    t: *const HwtTensor,
+    out: *mut usize,
+    capacity: usize,
+) -> HwtStatus {
+    guard(|| {
+        copy_out(
+            tensor(t, "the tensor")?.shape(),
+            out,
+            capacity,
+            "the shape array",
+        )
+    })
+}
+
+/// Copies the strides in bytes into `out` (`capacity` entries, at least `ndim`).
+///
+/// # Safety
+/// As for `hwt_tensor_shape`.
+#[no_mangle]
+pub unsafe extern "C" fn hwt_tensor_strides(
+    t: *const HwtTensor,
+    out: *mut usize,
+    capacity: usize,
+) -> HwtStatus {
+    guard(|| {
+        copy_out(
+            tensor(t, "the tensor")?.strides(),
+            out,
+            capacity,
+            "the strides array",
+        )
+    })
+}
+
+/// The element type (an `HwtDType`).
+///
+/// # Safety
+/// `t` must be a live handle; `out` valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn hwt_tensor_dtype(t: *const HwtTensor, out: *mut u32) -> HwtStatus {
+    guard(|| put(out, "out", tensor(t, "the tensor")?.dtype().code() as u32))
+}
+
+/// Where the bytes live (an `HwtMemory`, never `AUTO`).
+///
+/// # Safety
+/// `t` must be a live handle; `out` valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn hwt_tensor_memory(t: *const HwtTensor, out: *mut u32) -> HwtStatus {
+    guard(|| put(out, "out", tensor(t, "the tensor")?.memory().code() as u32))
+}
+
+/// The pixel format of an image (an `HwtPixelFormat`; `HWT_PIXEL_FORMAT_NONE` for a plain
+/// tensor).
+///
+/// # Safety
+/// `t` must be a live handle; `out` valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn hwt_tensor_pixel_format(t: *const HwtTensor, out: *mut u32) -> HwtStatus {
+    guard(|| {
+        let info = tensor(t, "the tensor")?.image_info();
+        put(out, "out", info.map_or(0, |i| i.format.code() as u32))
+    })
+}
+
+/// The width, height and row stride (bytes) of an image; all 0 for a plain tensor. Any
+/// out-pointer may be null.
+///
+/// # Safety
+/// `t` must be a live handle; each out-pointer null or valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn hwt_tensor_image_size(
+    t: *const HwtTensor,
+    width: *mut usize,
+    height: *mut usize,
+    row_stride: *mut usize,
+) -> HwtStatus {
+    guard(|| {
+        let info = tensor(t, "the tensor")?.image_info();
+        let (w, h, s) = info.map_or((0, 0, 0), |i| (i.width, i.height, i.row_stride));
+        for (out, v) in [(width, w), (height, h), (row_stride, s)] {
+            if !out.is_null() {
+                put(out, "out", v)?;
+            }
+        }
+        Ok(())
+    })
+}
+
+/// The planes of an image (offsets relative to its first byte): `*count` receives their
+/// number, and up to `capacity` are copied into `out` (`HWT_STATUS_INVALID_ARGUMENT` when
+/// fewer than there are; ask with `capacity` 0 first if unsure). A plain tensor is refused.
+///
+/// # Safety
+/// `t` must be a live handle; `out` must hold `capacity` entries; `count` valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn hwt_tensor_plane_table(
+    t: *const HwtTensor,
+    out: *mut HwtPlane,
+    capacity: usize,
+    count: *mut usize,
+) -> HwtStatus {
+    guard(|| {
+        let planes: Vec<HwtPlane> = tensor(t, "the tensor")?
+            .plane_table()
+            .or_status()?
+            .into_iter()
+            .map(|p| HwtPlane {
+                offset: p.offset,
+                row_stride: p.row_stride,
+                rows: p.rows,
+                size: p.size,
+            })
+            .collect();
+        put(count, "count", planes.len())?;
+        copy_out(&planes, out, capacity, "the plane array")
+    })
+}
+
+/// The identity of the buffer under the tensor.
+///
+/// # Safety
+/// `t` must be a live handle; `out` valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn hwt_tensor_identity(
+    t: *const HwtTensor,
+    out: *mut HwtIdentity,
+) -> HwtStatus {
+    guard(|| {
+        let id = match tensor(t, "the tensor")?.identity() {
+            BufferIdentity::File { dev, ino } => HwtIdentity {
+                kind: 1,
+                a: dev,
+                b: ino,
+                c: 0,
+            },
+            BufferIdentity::Heap { addr } => HwtIdentity {
+                kind: 2,
+                a: addr as u64,
+                b: 0,
+                c: 0,
+            },
+            BufferIdentity::Gpu {
+                pid,
+                start_time,
+                serial,
+            } => HwtIdentity {
+                kind: 3,
+                a: pid.into(),
+                b: start_time,
+                c: serial,
+            },
+        };
+        put(out, "out", id)
+    })
+}
+
+/// A view of the region `x, y, width, height` (pixels of an image, or the last two dimensions
+/// of a plain tensor): a new tensor over the same buffer, holding its own reference.
+///
+/// # Safety
+/// `t` must be a live handle; `out` valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn hwt_tensor_view(
+    t: *const HwtTensor,
+    x: usize,
+    y: usize,
+    width: usize,
+    height: usize,
+    out: *mut *mut HwtTensor,
+) -> HwtStatus {
+    guard(|| {
+        let region = Region {
+            x,
+            y,
+            width,
+            height,
+        };
+        let view = tensor(t, "the tensor")?.view(region).or_status()?;
+        hand_out(out, view)
+    })
+}
+
+/// Item `index` of the first dimension (one image of a batch), as a new tensor over the same
+/// buffer.
+///
+/// # Safety
+/// `t` must be a live handle; `out` valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn hwt_tensor_batch(
+    t: *const HwtTensor,
+    index: usize,
+    out: *mut *mut HwtTensor,
+) -> HwtStatus {
+    guard(|| hand_out(out, tensor(t, "the tensor")?.batch(index).or_status()?))
+}
+
+/// Copies `src` into `dst` (same element type and shape; strides may differ), on the GPU or
+/// CUDA where a side is device memory, ordered behind both tensors' earlier work.
+///
+/// # Safety
+/// Both must be live handles.
+#[no_mangle]
+pub unsafe extern "C" fn hwt_tensor_copy_from(
+    dst: *const HwtTensor,
+    src: *const HwtTensor,
+) -> HwtStatus {
+    guard(|| {
+        let (d, s) = (tensor(dst, "dst")?, tensor(src, "src")?);
+        d.copy_from(s).or_status()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_c_enums_carry_the_librarys_own_codes() {
+        let dtypes = [
+            (HwtDType::U8, DType::U8),
+            (HwtDType::I8, DType::I8),
+            (HwtDType::U16, DType::U16),
+            (HwtDType::I16, DType::I16),
+            (HwtDType::U32, DType::U32),
+            (HwtDType::I32, DType::I32),
+            (HwtDType::U64, DType::U64),
+            (HwtDType::I64, DType::I64),
+            (HwtDType::F16, DType::F16),
+            (HwtDType::F32, DType::F32),
+            (HwtDType::F64, DType::F64),
+        ];
+        assert_eq!(dtypes.len(), DType::ALL.len());
+        for (c, rust) in dtypes {
+            assert_eq!(c as u32, rust.code() as u32, "{rust}");
+        }
+        let memories = [
+            (HwtMemory::Mem, TensorMemory::Mem),
+            (HwtMemory::Shm, TensorMemory::Shm),
+            (HwtMemory::DmaBuf, TensorMemory::DmaBuf),
+            (HwtMemory::Gpu, TensorMemory::Gpu),
+            (HwtMemory::Cuda, TensorMemory::Cuda),
+        ];
+        assert_eq!(memories.len(), TensorMemory::ALL.len());
+        for (c, rust) in memories {
+            assert_eq!(c as u32, rust.code() as u32, "{rust}");
+        }
+        let formats = [
+            (HwtPixelFormat::Rgb, PixelFormat::Rgb),
+            (HwtPixelFormat::Rgba, PixelFormat::Rgba),
+            (HwtPixelFormat::Bgra, PixelFormat::Bgra),
+            (HwtPixelFormat::Grey, PixelFormat::Grey),
+            (HwtPixelFormat::Yuyv, PixelFormat::Yuyv),
+            (HwtPixelFormat::Vyuy, PixelFormat::Vyuy),
+            (HwtPixelFormat::Nv12, PixelFormat::Nv12),
+            (HwtPixelFormat::Nv16, PixelFormat::Nv16),
+            (HwtPixelFormat::Nv24, PixelFormat::Nv24),
+            (HwtPixelFormat::PlanarRgb, PixelFormat::PlanarRgb),
+            (HwtPixelFormat::PlanarRgba, PixelFormat::PlanarRgba),
+        ];
+        assert_eq!(formats.len(), PixelFormat::ALL.len());
+        for (c, rust) in formats {
+            assert_eq!(c as u32, rust.code() as u32, "{rust}");
+        }
+        for a in [
+            CpuAccess::None,
+            CpuAccess::Read,
+            CpuAccess::Write,
+            CpuAccess::ReadWrite,
+        ] {
+            assert_eq!(access_of(a as u32), Ok(a));
+        }
+    }
+
+    #[test]
+    fn unknown_enum_values_are_refused_by_name() {
+        assert_eq!(dtype_of(0), Err(HwtStatus::InvalidArgument));
+        assert_eq!(dtype_of(12), Err(HwtStatus::InvalidArgument));
+        assert_eq!(memory_of(6), Err(HwtStatus::InvalidArgument));
+        assert_eq!(memory_of(0), Ok(None));
+        assert_eq!(format_of(0), Err(HwtStatus::InvalidArgument));
+        assert_eq!(direction_of(0), Err(HwtStatus::InvalidArgument));
+        assert_eq!(direction_of(4), Err(HwtStatus::InvalidArgument));
+    }
+}

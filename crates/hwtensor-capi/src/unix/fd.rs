@@ -1,0 +1,103 @@
+//! Tensors over fds: imports of a DMA-BUF or memfd, and a tensor's fd for another API.
+
+use std::os::fd::{BorrowedFd, IntoRawFd, OwnedFd, RawFd};
+
+use hwtensor::TensorDyn;
+
+use crate::status::{fail, guard, put, HwtStatus, OrStatus};
+use crate::tensor::{access_of, dtype_of, hand_out, slice_in, tensor, HwtTensor, HWT_MAX_DIMS};
+
+/// A duplicate of the caller's `fd` (close-on-exec), which the caller keeps: a negative or
+/// closed fd is `HWT_STATUS_BAD_FD`.
+pub(crate) fn dup_callers(fd: RawFd) -> Result<OwnedFd, HwtStatus> {
+    if fd < 0 {
+        return Err(fail(HwtStatus::BadFd, format!("fd {fd} is not an fd")));
+    }
+    // SAFETY: only borrowed for the duplicate below; a closed fd makes that fail with EBADF,
+    // which is reported, not used.
+    let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
+    borrowed.try_clone_to_owned().map_err(|e| {
+        fail(
+            HwtStatus::BadFd,
+            format!("fd {fd} cannot be duplicated: {e}"),
+        )
+    })
+}
+
+/// A tensor of `shape` and `dtype` over the first bytes of `fd` (a DMA-BUF, a memfd, a shared
+/// memory file). The fd is duplicated: the caller keeps its own and closes it when it likes.
+/// A file of another kind, a closed fd (`HWT_STATUS_BAD_FD`) or one smaller than the shape is
+/// refused.
+///
+/// # Safety
+/// `shape` must hold `ndim` sizes; `out` valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn hwt_tensor_from_fd(
+    fd: i32,
+    shape: *const usize,
+    ndim: usize,
+    dtype: u32,
+    out: *mut *mut HwtTensor,
+) -> HwtStatus {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        let shape = unsafe { slice_in(shape, ndim, "the shape", HWT_MAX_DIMS) }?;
+        let dtype = dtype_of(dtype)?;
+        let t = TensorDyn::from_fd(dup_callers(fd)?, shape, dtype).or_status()?;
+        hand_out(out, t)
+    })
+}
+
+/// A `width` x `height` image of `format` over `fd` (duplicated; the caller keeps its own),
+/// rows `row_stride` bytes apart (0: tight), with `cpu_access` (an `HwtAccess`).
+///
+/// # Safety
+/// `out` must be valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn hwt_tensor_image_from_fd(
+    fd: i32,
+    width: usize,
+    height: usize,
+    format: u32,
+    dtype: u32,
+    row_stride: usize,
+    cpu_access: u32,
+    out: *mut *mut HwtTensor,
+) -> HwtStatus {
+    guard(|| {
+        let format = u8::try_from(format)
+            .ok()
+            .and_then(hwtensor::PixelFormat::from_code)
+            .ok_or_else(|| crate::status::invalid(format!("{format} is not an HwtPixelFormat")))?;
+        let (dtype, access) = (dtype_of(dtype)?, access_of(cpu_access)?);
+        let stride = (row_stride != 0).then_some(row_stride);
+        let t = TensorDyn::image_from_fd(
+            dup_callers(fd)?,
+            width,
+            height,
+            format,
+            dtype,
+            stride,
+            access,
+        )
+        .or_status()?;
+        hand_out(out, t)
+    })
+}
+
+/// A new close-on-exec fd of the tensor's buffer (for V4L2, EGL, Vulkan or another process);
+/// the caller closes it. Heap and CUDA memory have none (`HWT_STATUS_UNAVAILABLE`).
+///
+/// # Safety
+/// `t` must be a live handle; `out_fd` valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn hwt_tensor_clone_fd(t: *const HwtTensor, out_fd: *mut i32) -> HwtStatus {
+    guard(|| {
+        let t = tensor(t, "the tensor")?;
+        if out_fd.is_null() {
+            return Err(crate::status::invalid("out_fd is null"));
+        }
+        let fd = t.clone_fd().or_status()?;
+        put(out_fd, "out_fd", fd.into_raw_fd())
+    })
+}

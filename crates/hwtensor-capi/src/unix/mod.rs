@@ -1,0 +1,11 @@
+//! The Linux side of the C ABI: Vulkan handles, fds, hand-off and CUDA.
+
+mod cuda;
+mod fd;
+mod gpu;
+mod handoff;
+
+pub use cuda::*;
+pub use fd::*;
+pub use gpu::*;
+pub use handoff::*;
