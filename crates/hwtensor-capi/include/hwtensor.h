@@ -380,8 +380,12 @@ typedef struct HwtCudaMap HwtCudaMap;
 #endif
 
 /**
- * A live CPU map (opaque). It holds a reference to its tensor, so the tensor may be released
- * before the map ends.
+ * A live CPU map (opaque). End it before the last release of its tensor; a release that
+ * would free a buffer a map still claims keeps the tensor instead (a leak, logged), so a late
+ * `hwt_map_end` still touches live memory.
+ *
+ * The map takes no reference of its own: an atomic increment and decrement per map were a
+ * third of a C map's cost (a 1080p map + unmap: 40 ns without them, 49 ns with).
  */
 typedef struct HwtMap HwtMap;
 
@@ -591,8 +595,10 @@ enum HwtStatus hwt_tensor_retain(const struct HwtTensor *t);
 
 /**
  * Gives back one reference; the last one frees the tensor (its buffer goes when the last
- * tensor, view and map over it have). Null is ignored. Releasing a handle more often than it
- * was handed out or retained is undefined behaviour, as for `free`.
+ * tensor and view over it have). End a tensor's CPU maps before its last release: a last
+ * release while a map still claims the buffer keeps the tensor (logged as a leak) rather than
+ * free memory the map points at. Null is ignored. Releasing a handle more often than it was
+ * handed out or retained is undefined behaviour, as for `free`.
  *
  * # Safety
  * `t` must be null or a handle this library gave, with a reference the caller owns.

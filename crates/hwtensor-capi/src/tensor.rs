@@ -4,6 +4,7 @@
 //! with `hwt_tensor_release`. A view or a batch item holds its own reference and keeps the
 //! buffer alive on its own; so does a map. Handles may be used from any thread.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use hwtensor::{
@@ -207,6 +208,7 @@ pub(crate) fn hand_out(out: *mut *mut HwtTensor, tensor: TensorDyn) -> Outcome {
 }
 
 /// The reference a handle holds, as an `Arc` of its own (for an object that keeps it).
+#[cfg_attr(windows, allow(dead_code))] // the Linux blobs and CUDA maps keep their tensor
 pub(crate) fn share(t: *const HwtTensor) -> Result<Arc<HwtTensor>, HwtStatus> {
     tensor(t, "the tensor")?;
     // SAFETY: a live handle from `hand_out` (checked non-null above): its count is at least one
@@ -327,17 +329,29 @@ pub unsafe extern "C" fn hwt_tensor_retain(t: *const HwtTensor) -> HwtStatus {
 }
 
 /// Gives back one reference; the last one frees the tensor (its buffer goes when the last
-/// tensor, view and map over it have). Null is ignored. Releasing a handle more often than it
-/// was handed out or retained is undefined behaviour, as for `free`.
+/// tensor and view over it have). End a tensor's CPU maps before its last release: a last
+/// release while a map still claims the buffer keeps the tensor (logged as a leak) rather than
+/// free memory the map points at. Null is ignored. Releasing a handle more often than it was
+/// handed out or retained is undefined behaviour, as for `free`.
 ///
 /// # Safety
 /// `t` must be null or a handle this library gave, with a reference the caller owns.
 #[no_mangle]
 pub unsafe extern "C" fn hwt_tensor_release(t: *const HwtTensor) {
-    if !t.is_null() {
-        // SAFETY: the caller gives back a reference it owns; the drop runs no C code.
-        let _ = std::panic::catch_unwind(|| unsafe { Arc::decrement_strong_count(t) });
+    if t.is_null() {
+        return;
     }
+    // SAFETY: the caller gives back a reference it owns.
+    let handle = unsafe { Arc::from_raw(t) };
+    let _ = std::panic::catch_unwind(AssertUnwindSafe(move || {
+        if Arc::strong_count(&handle) == 1 && handle.tensor.drop_would_free_a_mapped_buffer() {
+            log::error!(
+                "hwtensor: hwt_tensor_release of a tensor whose buffer is still mapped; it is \
+                 kept (leaked) so the map stays valid: end maps before the last release"
+            );
+            std::mem::forget(handle);
+        }
+    }));
 }
 
 /// The number of dimensions.

@@ -111,6 +111,73 @@ impl ByteMap<'_> {
     }
 }
 
+/// What a map needs of a tensor, its element type set aside: one body of code claims every
+/// map (a map of a `TensorDyn` dispatched to the typed code was 40% slower than a typed map).
+#[derive(Clone, Copy)]
+pub(crate) struct MapSite<'a> {
+    buffer: &'a crate::buffer::Buffer,
+    offset: usize,
+    /// Bytes from the first element to the end of the last.
+    extent: usize,
+    empty: bool,
+    access: crate::CpuAccess,
+    /// The element alignment: an empty tensor's pointer (it maps nothing).
+    align: usize,
+}
+
+impl<'a> MapSite<'a> {
+    /// Claims the buffer for a CPU access in `direction`: the first element's address, the
+    /// mapped extent in bytes, and the claim. Inlined, so a constant direction folds the
+    /// branches on it (the typed maps pass one; `byte_map` makes one per arm).
+    #[inline(always)]
+    fn claim(self, direction: Direction) -> Result<(*mut u8, usize, AccessGuard<'a>)> {
+        if !self.access.allows(direction) {
+            return Err(Error::AccessDenied {
+                requested: match direction {
+                    Direction::Read => "read",
+                    Direction::Write => "write",
+                    Direction::ReadWrite => "read-write",
+                },
+                declared: self.access,
+            });
+        }
+        let access = self.buffer.begin_access(direction)?;
+        let ptr = if self.empty {
+            // An empty view at the far edge of an image may start past the buffer's end: it
+            // maps nothing, so it gets no pointer into the buffer at all (an aligned dangling
+            // one, as for an empty slice).
+            std::ptr::null_mut::<u8>().wrapping_add(self.align)
+        } else {
+            // SAFETY: `offset + extent` of a non-empty tensor lies within the buffer (checked
+            // when it or the view it came from was made): the pointer stays inside.
+            unsafe { self.buffer.ptr().add(self.offset) }
+        };
+        Ok((ptr, self.extent, access))
+    }
+
+    /// A byte map in `direction`: one arm per direction, each claiming with a constant (a
+    /// caller outside Rust passes the direction at run time, and the branches on it were a
+    /// third of a map's cost).
+    pub(crate) fn byte_map(self, direction: Direction) -> Result<ByteMap<'a>> {
+        match direction {
+            Direction::Read => self.byte_map_in(Direction::Read),
+            Direction::Write => self.byte_map_in(Direction::Write),
+            Direction::ReadWrite => self.byte_map_in(Direction::ReadWrite),
+        }
+    }
+
+    #[inline(always)] // see `byte_map`
+    fn byte_map_in(self, direction: Direction) -> Result<ByteMap<'a>> {
+        let (ptr, len, access) = self.claim(direction)?;
+        Ok(ByteMap {
+            ptr,
+            len,
+            direction,
+            _access: access,
+        })
+    }
+}
+
 /// A read map: `&[T]` only.
 pub type MapRead<'a, T> = TensorMap<'a, T, ReadOnly>;
 /// A write map.
@@ -148,39 +215,34 @@ impl<T: Element> Tensor<T> {
     /// Claims the buffer for a CPU access in `direction`: the first element's address, the
     /// mapped extent in bytes, and the claim.
     fn begin_map(&self, direction: Direction) -> Result<(*mut u8, usize, AccessGuard<'_>)> {
-        if !self.access.allows(direction) {
-            return Err(Error::AccessDenied {
-                requested: match direction {
-                    Direction::Read => "read",
-                    Direction::Write => "write",
-                    Direction::ReadWrite => "read-write",
-                },
-                declared: self.access,
-            });
+        self.map_site().claim(direction)
+    }
+
+    /// What a map needs of this tensor, its element type set aside.
+    #[inline]
+    pub(crate) fn map_site(&self) -> MapSite<'_> {
+        MapSite {
+            buffer: &self.buffer,
+            offset: self.offset,
+            extent: self.byte_extent(),
+            empty: self.is_empty(),
+            access: self.access,
+            align: std::mem::align_of::<T>(),
         }
-        let access = self.buffer.begin_access(direction)?;
-        let ptr = if self.is_empty() {
-            // An empty view at the far edge of an image may start past the buffer's end: it
-            // maps nothing, so it gets no pointer into the buffer at all.
-            std::ptr::NonNull::<T>::dangling().as_ptr().cast::<u8>()
-        } else {
-            // SAFETY: `offset + byte_extent` of a non-empty tensor lies within the buffer
-            // (checked when it or the view it came from was made): the pointer stays inside.
-            unsafe { self.buffer.ptr().add(self.offset) }
-        };
-        Ok((ptr, self.byte_extent(), access))
+    }
+
+    /// Whether dropping this tensor would free a buffer that a CPU map still claims. Rust's
+    /// lifetimes rule it out; a caller outside Rust that ends maps by hand (the C ABI) asks
+    /// before it lets go of a tensor, and keeps it instead, so a late end of the map touches
+    /// live memory.
+    pub fn drop_would_free_a_mapped_buffer(&self) -> bool {
+        self.buffer.is_last_owner_while_mapped()
     }
 
     /// Maps the tensor as bytes in `direction`, the element type set aside: what a C or Python
     /// caller gets. The same claims and rules as the typed maps.
     pub fn map_bytes(&self, direction: Direction) -> Result<ByteMap<'_>> {
-        let (ptr, len, access) = self.begin_map(direction)?;
-        Ok(ByteMap {
-            ptr,
-            len,
-            direction,
-            _access: access,
-        })
+        self.map_site().byte_map(direction)
     }
 
     /// Copies the elements into `dst` in logical order without row padding: the tight layout an

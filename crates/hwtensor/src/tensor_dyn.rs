@@ -137,7 +137,13 @@ impl TensorDyn {
 
     /// See [`Tensor::map_bytes`].
     pub fn map_bytes(&self, direction: crate::Direction) -> Result<crate::map::ByteMap<'_>> {
-        each_tensor!(self, t => t.map_bytes(direction))
+        // Only the site depends on the element type: the claim is one body for all.
+        each_tensor!(self, t => t.map_site()).byte_map(direction)
+    }
+
+    /// See [`Tensor::drop_would_free_a_mapped_buffer`].
+    pub fn drop_would_free_a_mapped_buffer(&self) -> bool {
+        each_tensor!(self, t => t.drop_would_free_a_mapped_buffer())
     }
 
     /// See [`Tensor::plane_table`].

@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use hwtensor::gpu::{self, format_uuid, GpuDevice};
-use libloading::os::unix::{Library, Symbol, RTLD_LOCAL, RTLD_NOW};
+use libloading::os::unix::{Library, Symbol};
 
 use crate::timing::{fmt, median, median_per_call};
 
@@ -224,15 +224,7 @@ struct OtherCopy {
 
 impl OtherCopy {
     fn load() -> Result<OtherCopy, String> {
-        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-        let path = exe.with_file_name("libhwtensor_capi.so");
-        // SAFETY: our own cdylib; loading it runs only Rust's and libc's initialisers.
-        let lib = unsafe { Library::open(Some(&path), RTLD_NOW | RTLD_LOCAL) }.map_err(|e| {
-            format!(
-                "{} not loadable: {e}; build it with `cargo build --release -p hwtensor-capi`",
-                path.display()
-            )
-        })?;
+        let lib = super::capi::load()?;
         // SAFETY: the symbol has this signature (include/hwtensor.h).
         let signal = unsafe { lib.get(b"hwt_gpu_signal") }.map_err(|e| e.to_string())?;
         Ok(OtherCopy { _lib: lib, signal })

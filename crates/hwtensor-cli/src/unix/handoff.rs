@@ -27,6 +27,7 @@ const HANDOFF_GROWTH_LIMIT: f64 = 2.0;
 pub fn run(s: &Samples) -> crate::Result {
     println!("\n== hand-off: send + receive + import + first map, across a thread (medians) ==");
     handoff(s)?;
+    super::capi::bench(s.rounds)?;
     super::gpu::bench(s.rounds)?;
     let references = super::cuda::bench(s.rounds)?;
     super::gpu::bandwidth(s.rounds, &references)?;

@@ -1,6 +1,7 @@
 //! What the command does on Unix: the two-process demo over a Unix socket, the hand-off
 //! benchmarks, and the Vulkan device's probe and figures.
 
+mod capi;
 mod cuda;
 pub mod demo;
 mod gpu;

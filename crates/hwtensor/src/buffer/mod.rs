@@ -153,6 +153,12 @@ impl Buffer {
     /// and opens what the storage needs around CPU access (a staged GPU map's write-back, the
     /// DMA-BUF sync bracket).
     #[inline]
+    /// Whether this is the buffer's last owner while a CPU map still claims it (see
+    /// `Tensor::drop_would_free_a_mapped_buffer`).
+    pub(crate) fn is_last_owner_while_mapped(&self) -> bool {
+        Arc::strong_count(&self.0) == 1 && self.0.maps.load(Ordering::Acquire) != 0
+    }
+
     pub(crate) fn begin_access(&self, direction: Direction) -> Result<AccessGuard<'_>> {
         let claim = self.claim(direction)?;
         // Host memory CUDA may still be using: its GPU memory counterpart waits in `begin_cpu`.

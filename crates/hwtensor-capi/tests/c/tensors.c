@@ -1,0 +1,463 @@
+/* Tensors from C the way an integrator uses them: create, map, view, batch, copy, blobs, a
+ * hand-off to a child process and back, the GPU device's handles and queue, and every error
+ * path a C caller can reach. Exit 0 on success, 1 on the first failure (with the library's
+ * message). Built with -std=c11 -Wall -Wextra -Werror -pedantic, found through pkg-config, and
+ * run once more under AddressSanitizer and LeakSanitizer.
+ *
+ * Usage: tensors            the tests
+ *        tensors --child FD the hand-off peer (spawned by the tests)
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <hwtensor.h>
+
+/* Bounds of the waits below: generous, so a slow CI machine is not a failure. */
+#define SECOND_NS 1000000000ull
+#define HANDOFF_TIMEOUT_NS (10 * SECOND_NS)
+#define IDLE_TIMEOUT_NS (20 * 1000000ull)
+
+static int fail(const char *what, HwtStatus s) {
+    char msg[512];
+    hwt_last_error(msg, sizeof msg);
+    fprintf(stderr, "c tensors: %s failed (status %d, %s): %s\n", what, (int)s, hwt_status_str(s), msg);
+    return 1;
+}
+
+#define CHECK(call)                                                                            \
+    do {                                                                                       \
+        HwtStatus s_ = (call);                                                                 \
+        if (s_ != HWT_STATUS_OK) return fail(#call, s_);                                       \
+    } while (0)
+
+/* A call that must fail with `want`, and leave a message saying why. */
+#define EXPECT(call, want)                                                                     \
+    do {                                                                                       \
+        HwtStatus s_ = (call);                                                                 \
+        if (s_ != (want)) {                                                                    \
+            fprintf(stderr, "c tensors: %s gave %s, expected %s\n", #call, hwt_status_str(s_), \
+                    hwt_status_str(want));                                                     \
+            return 1;                                                                          \
+        }                                                                                      \
+        if (hwt_last_error(NULL, 0) == 0) {                                                    \
+            fprintf(stderr, "c tensors: %s left no message\n", #call);                         \
+            return 1;                                                                          \
+        }                                                                                      \
+    } while (0)
+
+#define ASSERT(cond)                                                                           \
+    do {                                                                                       \
+        if (!(cond)) {                                                                         \
+            fprintf(stderr, "c tensors: %s:%d: %s\n", __FILE__, __LINE__, #cond);              \
+            return 1;                                                                          \
+        }                                                                                      \
+    } while (0)
+
+static size_t open_fds(void) {
+    size_t n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    if (!d) return 0;
+    while (readdir(d)) n++;
+    closedir(d);
+    return n;
+}
+
+/* The byte at (row, col) of the test pattern. */
+static uint8_t pattern(size_t row, size_t col) { return (uint8_t)(row * 31 + col * 7); }
+
+static int plain_tensors_map_and_refuse_a_second_writer(void) {
+    const size_t shape[2] = {4, 6};
+    HwtTensor *t = NULL;
+    CHECK(hwt_tensor_new(shape, 2, HWT_D_TYPE_U8, HWT_MEMORY_MEM, &t));
+    size_t ndim = 0, got[HWT_MAX_DIMS], strides[HWT_MAX_DIMS];
+    uint32_t dtype = 0, memory = 0, format = 9;
+    CHECK(hwt_tensor_ndim(t, &ndim));
+    CHECK(hwt_tensor_shape(t, got, HWT_MAX_DIMS));
+    CHECK(hwt_tensor_strides(t, strides, HWT_MAX_DIMS));
+    CHECK(hwt_tensor_dtype(t, &dtype));
+    CHECK(hwt_tensor_memory(t, &memory));
+    CHECK(hwt_tensor_pixel_format(t, &format));
+    ASSERT(ndim == 2 && got[0] == 4 && got[1] == 6 && strides[0] == 6 && strides[1] == 1);
+    ASSERT(dtype == HWT_D_TYPE_U8 && memory == HWT_MEMORY_MEM && format == HWT_PIXEL_FORMAT_NONE);
+
+    HwtMap *w = NULL, *other = NULL;
+    void *ptr = NULL;
+    size_t len = 0;
+    CHECK(hwt_tensor_map(t, HWT_ACCESS_WRITE, &w, &ptr, &len));
+    ASSERT(len == 24);
+    for (size_t i = 0; i < len; i++) ((uint8_t *)ptr)[i] = (uint8_t)i;
+    void *p2 = NULL;
+    size_t l2 = 0;
+    EXPECT(hwt_tensor_map(t, HWT_ACCESS_WRITE, &other, &p2, &l2), HWT_STATUS_BUSY);
+    EXPECT(hwt_tensor_map(t, HWT_ACCESS_READ, &other, &p2, &l2), HWT_STATUS_BUSY);
+    CHECK(hwt_map_end(w));
+    HwtMap *r1 = NULL, *r2 = NULL;
+    CHECK(hwt_tensor_map(t, HWT_ACCESS_READ, &r1, &ptr, &len));
+    CHECK(hwt_tensor_map(t, HWT_ACCESS_READ, &r2, &p2, &l2)); /* readers share */
+    for (size_t i = 0; i < len; i++) ASSERT(((const uint8_t *)ptr)[i] == (uint8_t)i);
+    ASSERT(((const uint8_t *)p2)[23] == 23);
+    /* Maps end before the tensor's last release. */
+    CHECK(hwt_map_end(r1));
+    CHECK(hwt_map_end(r2));
+    hwt_tensor_release(t);
+    return 0;
+}
+
+static int a_view_of_an_image_writes_only_its_region(void) {
+    HwtTensor *img = NULL, *view = NULL;
+    CHECK(hwt_tensor_new_image(64, 32, HWT_PIXEL_FORMAT_RGBA, HWT_D_TYPE_U8, HWT_MEMORY_SHM,
+                               HWT_ACCESS_READ_WRITE, &img));
+    size_t w = 0, h = 0, stride = 0;
+    CHECK(hwt_tensor_image_size(img, &w, &h, &stride));
+    ASSERT(w == 64 && h == 32 && stride >= 64 * 4);
+    size_t nplanes = 0;
+    HwtPlane planes[4];
+    CHECK(hwt_tensor_plane_table(img, planes, 4, &nplanes));
+    ASSERT(nplanes == 1 && planes[0].row_stride == stride && planes[0].rows == 32);
+
+    CHECK(hwt_tensor_view(img, 8, 4, 8, 8, &view));
+    size_t vs[HWT_MAX_DIMS], vshape[HWT_MAX_DIMS];
+    CHECK(hwt_tensor_shape(view, vshape, HWT_MAX_DIMS));
+    CHECK(hwt_tensor_strides(view, vs, HWT_MAX_DIMS));
+    ASSERT(vshape[0] == 8 && vshape[1] == 8 && vshape[2] == 4 && vs[0] == stride);
+    HwtMap *m = NULL;
+    void *ptr = NULL;
+    size_t len = 0;
+    CHECK(hwt_tensor_map(view, HWT_ACCESS_WRITE, &m, &ptr, &len));
+    for (size_t y = 0; y < 8; y++) memset((uint8_t *)ptr + y * vs[0], 0xAB, 8 * 4);
+    CHECK(hwt_map_end(m));
+    hwt_tensor_release(view);
+
+    CHECK(hwt_tensor_map(img, HWT_ACCESS_READ, &m, &ptr, &len));
+    size_t inside = 0;
+    for (size_t y = 0; y < 32; y++)
+        for (size_t x = 0; x < 64 * 4; x++)
+            if (((const uint8_t *)ptr)[y * stride + x] == 0xAB) inside++;
+    CHECK(hwt_map_end(m));
+    hwt_tensor_release(img);
+    ASSERT(inside == 8 * 8 * 4);
+    return 0;
+}
+
+static int a_batch_item_and_a_copy_see_the_same_bytes(void) {
+    const size_t shape[3] = {3, 4, 5};
+    HwtTensor *batch = NULL, *item = NULL, *copy = NULL;
+    CHECK(hwt_tensor_new(shape, 3, HWT_D_TYPE_F32, HWT_MEMORY_AUTO, &batch));
+    HwtMap *m = NULL;
+    void *ptr = NULL;
+    size_t len = 0;
+    CHECK(hwt_tensor_map(batch, HWT_ACCESS_WRITE, &m, &ptr, &len));
+    for (size_t i = 0; i < 60; i++) ((float *)ptr)[i] = (float)i;
+    CHECK(hwt_map_end(m));
+    CHECK(hwt_tensor_batch(batch, 2, &item));
+    const size_t item_shape[2] = {4, 5};
+    CHECK(hwt_tensor_new(item_shape, 2, HWT_D_TYPE_F32, HWT_MEMORY_MEM, &copy));
+    CHECK(hwt_tensor_copy_from(copy, item));
+    CHECK(hwt_tensor_map(copy, HWT_ACCESS_READ, &m, &ptr, &len));
+    ASSERT(len == 20 * sizeof(float) && ((const float *)ptr)[0] == 40.0f && ((const float *)ptr)[19] == 59.0f);
+    CHECK(hwt_map_end(m));
+    HwtIdentity a, b;
+    CHECK(hwt_tensor_identity(batch, &a));
+    CHECK(hwt_tensor_identity(item, &b));
+    ASSERT(a.kind == b.kind && a.a == b.a && a.b == b.b && a.c == b.c);
+    hwt_tensor_release(item);
+    hwt_tensor_release(copy);
+    hwt_tensor_release(batch);
+    return 0;
+}
+
+static int an_inline_blob_round_trips_and_a_hostile_one_is_refused(void) {
+    const size_t shape[2] = {16, 16};
+    HwtTensor *t = NULL, *back = NULL;
+    CHECK(hwt_tensor_new(shape, 2, HWT_D_TYPE_U16, HWT_MEMORY_MEM, &t));
+    HwtMap *m = NULL;
+    void *ptr = NULL;
+    size_t len = 0;
+    CHECK(hwt_tensor_map(t, HWT_ACCESS_WRITE, &m, &ptr, &len));
+    for (size_t i = 0; i < 256; i++) ((uint16_t *)ptr)[i] = (uint16_t)(i * 257);
+    CHECK(hwt_map_end(m));
+    HwtBlob *blob = NULL;
+    CHECK(hwt_blob_export(t, HWT_TRANSPORT_INLINE, &blob));
+    const uint8_t *data = NULL;
+    const int *fds = NULL;
+    size_t bytes = 0, nfds = 9;
+    CHECK(hwt_blob_data(blob, &data, &bytes));
+    CHECK(hwt_blob_fds(blob, &fds, &nfds));
+    ASSERT(nfds == 0 && bytes > 512);
+    CHECK(hwt_blob_import(data, bytes, NULL, 0, 0, &back));
+    CHECK(hwt_tensor_map(back, HWT_ACCESS_READ, &m, &ptr, &len));
+    ASSERT(((const uint16_t *)ptr)[255] == (uint16_t)(255 * 257));
+    CHECK(hwt_map_end(m));
+    hwt_tensor_release(back);
+
+    EXPECT(hwt_blob_import(data, bytes - 1, NULL, 0, 0, &back), HWT_STATUS_BAD_BLOB);
+    uint8_t noise[256];
+    for (size_t i = 0; i < sizeof noise; i++) noise[i] = (uint8_t)(i * 151 + 7);
+    EXPECT(hwt_blob_import(noise, sizeof noise, NULL, 0, 0, &back), HWT_STATUS_BAD_BLOB);
+    EXPECT(hwt_blob_import(NULL, 10, NULL, 0, 0, &back), HWT_STATUS_INVALID_ARGUMENT);
+    hwt_blob_free(blob);
+    hwt_tensor_release(t);
+
+    /* A reference blob without the fd it names. */
+    HwtTensor *shm = NULL;
+    CHECK(hwt_tensor_new(shape, 2, HWT_D_TYPE_U8, HWT_MEMORY_SHM, &shm));
+    CHECK(hwt_blob_export(shm, HWT_TRANSPORT_REFERENCE, &blob));
+    CHECK(hwt_blob_data(blob, &data, &bytes));
+    CHECK(hwt_blob_fds(blob, &fds, &nfds));
+    ASSERT(nfds == 1);
+    EXPECT(hwt_blob_import(data, bytes, NULL, 0, 0, &back), HWT_STATUS_BAD_BLOB);
+    CHECK(hwt_blob_import(data, bytes, fds, nfds, 0, &back));
+    HwtIdentity a, b;
+    CHECK(hwt_tensor_identity(shm, &a));
+    CHECK(hwt_tensor_identity(back, &b));
+    ASSERT(a.kind == 1 && a.a == b.a && a.b == b.b);
+    hwt_tensor_release(back);
+    hwt_blob_free(blob);
+    hwt_tensor_release(shm);
+    return 0;
+}
+
+static int every_bad_input_is_a_status_with_a_message_and_leaks_no_fd(void) {
+    size_t before = open_fds();
+    const size_t shape[2] = {4, 4};
+    HwtTensor *t = NULL;
+    EXPECT(hwt_tensor_new(shape, 2, 99, HWT_MEMORY_MEM, &t), HWT_STATUS_INVALID_ARGUMENT);
+    EXPECT(hwt_tensor_new(shape, 2, HWT_D_TYPE_U8, 42, &t), HWT_STATUS_INVALID_ARGUMENT);
+    EXPECT(hwt_tensor_new(NULL, 2, HWT_D_TYPE_U8, HWT_MEMORY_MEM, &t), HWT_STATUS_INVALID_ARGUMENT);
+    EXPECT(hwt_tensor_new(shape, 2, HWT_D_TYPE_U8, HWT_MEMORY_MEM, NULL), HWT_STATUS_INVALID_ARGUMENT);
+    EXPECT(hwt_tensor_new(shape, 1000, HWT_D_TYPE_U8, HWT_MEMORY_MEM, &t), HWT_STATUS_INVALID_ARGUMENT);
+    EXPECT(hwt_tensor_new_image(8, 8, 77, HWT_D_TYPE_U8, HWT_MEMORY_MEM, HWT_ACCESS_READ_WRITE, &t),
+           HWT_STATUS_INVALID_ARGUMENT);
+    EXPECT(hwt_tensor_ndim(NULL, NULL), HWT_STATUS_INVALID_ARGUMENT);
+
+    CHECK(hwt_tensor_new(shape, 2, HWT_D_TYPE_U8, HWT_MEMORY_MEM, &t));
+    size_t one[1];
+    EXPECT(hwt_tensor_shape(t, one, 1), HWT_STATUS_INVALID_ARGUMENT); /* a short buffer */
+    HwtMap *m = NULL;
+    void *ptr = NULL;
+    size_t len = 0;
+    EXPECT(hwt_tensor_map(t, 0, &m, &ptr, &len), HWT_STATUS_INVALID_ARGUMENT);
+    EXPECT(hwt_tensor_map(t, HWT_ACCESS_READ, NULL, &ptr, &len), HWT_STATUS_INVALID_ARGUMENT);
+    HwtTensor *v = NULL;
+    EXPECT(hwt_tensor_view(t, 3, 3, 4, 4, &v), HWT_STATUS_INVALID_ARGUMENT);
+    EXPECT(hwt_tensor_batch(t, 9, &v), HWT_STATUS_INVALID_ARGUMENT);
+    const size_t other_shape[2] = {2, 8};
+    HwtTensor *other = NULL;
+    CHECK(hwt_tensor_new(other_shape, 2, HWT_D_TYPE_U8, HWT_MEMORY_MEM, &other));
+    EXPECT(hwt_tensor_copy_from(t, other), HWT_STATUS_INVALID_ARGUMENT);
+    hwt_tensor_release(other);
+    uint64_t buffer = 0, offset = 0;
+    EXPECT(hwt_tensor_vk_buffer(t, &buffer, &offset), HWT_STATUS_INVALID_OPERATION);
+    int fd = -1;
+    EXPECT(hwt_tensor_clone_fd(t, &fd), HWT_STATUS_UNAVAILABLE); /* heap memory has no fd */
+    EXPECT(hwt_send(-1, t, HWT_TRANSPORT_INLINE, SECOND_NS), HWT_STATUS_BAD_FD);
+    hwt_tensor_release(t);
+
+    HwtTensor *ro = NULL;
+    CHECK(hwt_tensor_new_image(8, 8, HWT_PIXEL_FORMAT_GREY, HWT_D_TYPE_U8, HWT_MEMORY_MEM, HWT_ACCESS_READ, &ro));
+    EXPECT(hwt_tensor_map(ro, HWT_ACCESS_WRITE, &m, &ptr, &len), HWT_STATUS_INVALID_OPERATION);
+    hwt_tensor_release(ro);
+
+    int p[2];
+    ASSERT(pipe(p) == 0);
+    EXPECT(hwt_tensor_from_fd(p[0], shape, 2, HWT_D_TYPE_U8, &t), HWT_STATUS_BAD_FD); /* a pipe */
+    EXPECT(hwt_recv(p[0], IDLE_TIMEOUT_NS, 0, &t), HWT_STATUS_BAD_FD);                 /* not a socket */
+    close(p[0]);
+    close(p[1]);
+    EXPECT(hwt_tensor_from_fd(p[0], shape, 2, HWT_D_TYPE_U8, &t), HWT_STATUS_BAD_FD); /* closed */
+    EXPECT(hwt_tensor_from_fd(-5, shape, 2, HWT_D_TYPE_U8, &t), HWT_STATUS_BAD_FD);
+    int small = memfd_create("hwt-small", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    ASSERT(small >= 0 && ftruncate(small, 8) == 0);
+    HwtStatus s = hwt_tensor_from_fd(small, shape, 2, HWT_D_TYPE_U8, &t);
+    ASSERT(s != HWT_STATUS_OK); /* 8 bytes hold no 4x4 tensor */
+    close(small);
+
+    int sv[2];
+    ASSERT(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+    EXPECT(hwt_recv(sv[0], IDLE_TIMEOUT_NS, 0, &t), HWT_STATUS_TIMEOUT);
+    EXPECT(hwt_recv(sv[0], IDLE_TIMEOUT_NS, 0x80, &t), HWT_STATUS_INVALID_ARGUMENT);
+    close(sv[1]);
+    EXPECT(hwt_recv(sv[0], IDLE_TIMEOUT_NS, 0, &t), HWT_STATUS_PEER_GONE);
+    close(sv[0]);
+
+    CHECK(hwt_map_end(NULL));
+    hwt_tensor_release(NULL);
+    hwt_blob_free(NULL);
+    ASSERT(strcmp(hwt_status_str(HWT_STATUS_BUSY), "busy") == 0);
+    ASSERT(strcmp(hwt_status_str(1000), "unknown status") == 0);
+    size_t after = open_fds();
+    if (after != before) {
+        fprintf(stderr, "c tensors: %zu fds before the error paths, %zu after\n", before, after);
+        return 1;
+    }
+    return 0;
+}
+
+/* The hand-off peer: receives a tensor, adds one to every byte of its rows, sends it back. */
+static int child(int sock) {
+    HwtTensor *t = NULL;
+    CHECK(hwt_recv(sock, HANDOFF_TIMEOUT_NS, 0, &t));
+    size_t w = 0, h = 0, stride = 0;
+    CHECK(hwt_tensor_image_size(t, &w, &h, &stride));
+    HwtMap *m = NULL;
+    void *ptr = NULL;
+    size_t len = 0;
+    CHECK(hwt_tensor_map(t, HWT_ACCESS_READ_WRITE, &m, &ptr, &len));
+    for (size_t y = 0; y < h; y++)
+        for (size_t x = 0; x < w * 4; x++) ((uint8_t *)ptr)[y * stride + x]++;
+    CHECK(hwt_map_end(m));
+    CHECK(hwt_send(sock, t, HWT_TRANSPORT_REFERENCE, HANDOFF_TIMEOUT_NS));
+    hwt_tensor_release(t);
+    char done;
+    return read(sock, &done, 1) == 1 ? 0 : 1;
+}
+
+static int a_child_process_answers_in_the_same_buffer(const char *self) {
+    HwtTensor *img = NULL, *back = NULL;
+    CHECK(hwt_tensor_new_image(320, 240, HWT_PIXEL_FORMAT_RGBA, HWT_D_TYPE_U8, HWT_MEMORY_SHM,
+                               HWT_ACCESS_READ_WRITE, &img));
+    size_t w = 0, h = 0, stride = 0;
+    CHECK(hwt_tensor_image_size(img, &w, &h, &stride));
+    HwtMap *m = NULL;
+    void *ptr = NULL;
+    size_t len = 0;
+    CHECK(hwt_tensor_map(img, HWT_ACCESS_WRITE, &m, &ptr, &len));
+    for (size_t y = 0; y < h; y++)
+        for (size_t x = 0; x < w * 4; x++) ((uint8_t *)ptr)[y * stride + x] = pattern(y, x);
+    CHECK(hwt_map_end(m));
+
+    int sv[2];
+    ASSERT(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+    char fdarg[16];
+    pid_t pid = fork();
+    ASSERT(pid >= 0);
+    if (pid == 0) {
+        /* Only exec after fork: the library's threads are not in the child. dup gives the
+         * peer's end without close-on-exec. */
+        int keep = dup(sv[1]);
+        snprintf(fdarg, sizeof fdarg, "%d", keep);
+        execl(self, self, "--child", fdarg, (char *)NULL);
+        _exit(127);
+    }
+    close(sv[1]);
+    CHECK(hwt_send(sv[0], img, HWT_TRANSPORT_REFERENCE, HANDOFF_TIMEOUT_NS));
+    CHECK(hwt_recv(sv[0], HANDOFF_TIMEOUT_NS, 0, &back));
+    HwtIdentity a, b;
+    CHECK(hwt_tensor_identity(img, &a));
+    CHECK(hwt_tensor_identity(back, &b));
+    ASSERT(a.kind == 1 && a.a == b.a && a.b == b.b); /* the same buffer came home */
+    CHECK(hwt_tensor_map(back, HWT_ACCESS_READ, &m, &ptr, &len));
+    size_t wrong = 0;
+    for (size_t y = 0; y < h; y++)
+        for (size_t x = 0; x < w * 4; x++)
+            if (((const uint8_t *)ptr)[y * stride + x] != (uint8_t)(pattern(y, x) + 1)) wrong++;
+    CHECK(hwt_map_end(m));
+    ASSERT(write(sv[0], "x", 1) == 1);
+    int status = 0;
+    ASSERT(waitpid(pid, &status, 0) == pid);
+    close(sv[0]);
+    hwt_tensor_release(back);
+    hwt_tensor_release(img);
+    ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    ASSERT(wrong == 0);
+    return 0;
+}
+
+static int submitted = 0;
+static uint64_t submitted_queue = 0;
+
+static void count_submit(void *user, uint64_t queue) {
+    (void)user;
+    submitted++;
+    submitted_queue = queue;
+}
+
+static int gpu_tensors_expose_their_buffer_queue_and_timeline(void) {
+    uint8_t software = 0;
+    HwtStatus s = hwt_gpu_is_software(&software);
+    if (s == HWT_STATUS_UNAVAILABLE) {
+        const char *required = getenv("HWTENSOR_TEST_REQUIRE_GPU");
+        char msg[512];
+        hwt_last_error(msg, sizeof msg);
+        fprintf(stderr, "SKIPPED: c tensors GPU part - %s\n", msg);
+        return required && strcmp(required, "1") == 0 ? 1 : 0;
+    }
+    CHECK(s);
+    HwtVulkanHandles vk;
+    CHECK(hwt_gpu_vulkan_handles(&vk));
+    ASSERT(vk.instance && vk.physical_device && vk.device && vk.queue && vk.timeline);
+    CHECK(hwt_gpu_with_queue(count_submit, NULL));
+    ASSERT(submitted == 1 && submitted_queue == vk.queue);
+    EXPECT(hwt_gpu_with_queue(NULL, NULL), HWT_STATUS_INVALID_ARGUMENT);
+
+    const size_t shape[1] = {4096};
+    HwtTensor *host = NULL, *gpu = NULL;
+    CHECK(hwt_tensor_new(shape, 1, HWT_D_TYPE_U8, HWT_MEMORY_MEM, &host));
+    CHECK(hwt_tensor_new(shape, 1, HWT_D_TYPE_U8, HWT_MEMORY_GPU, &gpu));
+    HwtMap *m = NULL;
+    void *ptr = NULL;
+    size_t len = 0;
+    CHECK(hwt_tensor_map(host, HWT_ACCESS_WRITE, &m, &ptr, &len));
+    for (size_t i = 0; i < len; i++) ((uint8_t *)ptr)[i] = (uint8_t)(i * 3);
+    CHECK(hwt_map_end(m));
+    CHECK(hwt_tensor_copy_from(gpu, host));
+    uint64_t buffer = 0, offset = 1, after = 0, value = 0, last = 0;
+    CHECK(hwt_tensor_vk_buffer(gpu, &buffer, &offset));
+    ASSERT(buffer != 0 && offset == 0);
+    CHECK(hwt_tensor_gpu_after(gpu, HWT_ACCESS_READ, &after));
+    ASSERT(after > 0); /* the copy wrote it */
+    CHECK(hwt_gpu_signal(&value));
+    CHECK(hwt_tensor_gpu_record(gpu, value, HWT_ACCESS_WRITE));
+    CHECK(hwt_tensor_gpu_after(gpu, HWT_ACCESS_READ, &after));
+    ASSERT(after == value);
+    CHECK(hwt_gpu_last_signalled(&last));
+    EXPECT(hwt_tensor_gpu_record(gpu, last + 1000, HWT_ACCESS_WRITE), HWT_STATUS_INVALID_ARGUMENT);
+    EXPECT(hwt_tensor_gpu_record(host, value, HWT_ACCESS_WRITE), HWT_STATUS_INVALID_OPERATION);
+    int fence = -1;
+    s = hwt_tensor_gpu_completion(gpu, &fence, &after);
+    ASSERT(s == HWT_STATUS_OK || s == HWT_STATUS_UNAVAILABLE); /* lavapipe exports no fence */
+    if (s == HWT_STATUS_OK) close(fence);
+    CHECK(hwt_tensor_map(gpu, HWT_ACCESS_READ, &m, &ptr, &len));
+    for (size_t i = 0; i < len; i++) ASSERT(((const uint8_t *)ptr)[i] == (uint8_t)(i * 3));
+    CHECK(hwt_map_end(m));
+
+    HwtCudaMap *cm = NULL;
+    uint64_t device_ptr = 0;
+    if (hwt_cuda_check() == HWT_STATUS_OK) {
+        CHECK(hwt_tensor_cuda_map(gpu, HWT_ACCESS_READ, NULL, &cm, &device_ptr));
+        ASSERT(device_ptr != 0);
+        CHECK(hwt_cuda_map_end(cm, &value));
+        ASSERT(value > 0);
+        printf("c tensors: CUDA map of a GPU tensor at %#llx\n", (unsigned long long)device_ptr);
+    } else {
+        EXPECT(hwt_tensor_cuda_map(gpu, HWT_ACCESS_READ, NULL, &cm, &device_ptr), HWT_STATUS_UNAVAILABLE);
+    }
+    hwt_tensor_release(gpu);
+    hwt_tensor_release(host);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc == 3 && strcmp(argv[1], "--child") == 0) return child(atoi(argv[2]));
+    if (!hwt_version_compatible(HWT_VERSION)) {
+        fprintf(stderr, "c tensors: library version %#x does not serve header %#x\n", hwt_version(), HWT_VERSION);
+        return 1;
+    }
+    if (plain_tensors_map_and_refuse_a_second_writer()) return 1;
+    if (a_view_of_an_image_writes_only_its_region()) return 1;
+    if (a_batch_item_and_a_copy_see_the_same_bytes()) return 1;
+    if (an_inline_blob_round_trips_and_a_hostile_one_is_refused()) return 1;
+    if (every_bad_input_is_a_status_with_a_message_and_leaks_no_fd()) return 1;
+    if (a_child_process_answers_in_the_same_buffer(argv[0])) return 1;
+    if (gpu_tensors_expose_their_buffer_queue_and_timeline()) return 1;
+    printf("c tensors: all passed\n");
+    return 0;
+}
