@@ -52,6 +52,8 @@ mod os;
 mod policy;
 mod region;
 mod rendezvous;
+#[cfg(target_os = "linux")]
+pub mod stream;
 mod tensor;
 mod tensor_dyn;
 mod timeline;

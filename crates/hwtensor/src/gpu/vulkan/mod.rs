@@ -31,6 +31,7 @@ use ash::vk::Handle;
 pub use adapter::{format_uuid, AdapterChoice, AdapterInfo, AdapterKind, ADAPTER_ENV};
 pub use create::{validation_errors, DEBUG_ENV};
 pub use fence::WAIT_SPIN;
+pub(crate) use foreign::ForeignTimeline;
 
 use crate::os::own_cloexec;
 use crate::timeline::TimelineWords;

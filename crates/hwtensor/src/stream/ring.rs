@@ -1,0 +1,359 @@
+//! The shared-memory control block of a channel: two single-producer single-consumer rings
+//! (frames forward, slot ids back) and the sleep flags of the wake-up protocol.
+//!
+//! Every word is read and written through atomics, so a peer that scribbles over the block
+//! cannot cause undefined behaviour here, only wrong values, and every value read is checked
+//! (indices against the ring, slot ids against the pool) before it is used.
+
+// The block's words are atomics over a shared mapping: the one place this module needs unsafe.
+#![allow(unsafe_code)]
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+
+use crate::backing::unix::mapping::FdMapping;
+use crate::backing::unix::{classify, shm};
+use crate::{Error, Result, TensorMemory};
+
+/// "HWTRING1": what the block starts with.
+const MAGIC: u64 = u64::from_le_bytes(*b"HWTRING1");
+/// The layout's version: a peer of another layout is refused at set-up.
+pub(crate) const VERSION: u32 = 1;
+/// One cache line per hot word, so the two sides do not false-share.
+const LINE: usize = 64;
+/// Words of one forward entry: slot and payload length, sequence, timestamp, completion, payload.
+const ENTRY_WORDS: usize = 8;
+/// Bytes of the user payload a frame carries.
+pub const PAYLOAD_BYTES: usize = 32;
+
+/// Byte offsets of the block's words.
+mod at {
+    use super::LINE;
+    pub const MAGIC: usize = 0;
+    pub const VERSION: usize = 8;
+    pub const CAPACITY: usize = 12;
+    pub const FWD_HEAD: usize = LINE;
+    pub const FWD_TAIL: usize = 2 * LINE;
+    pub const BACK_HEAD: usize = 3 * LINE;
+    pub const BACK_TAIL: usize = 4 * LINE;
+    pub const CONSUMER_SLEEPING: usize = 5 * LINE;
+    pub const PRODUCER_SLEEPING: usize = 6 * LINE;
+    pub const ENTRIES: usize = 7 * LINE;
+}
+
+/// One frame as it travels forward.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Entry {
+    pub slot: u32,
+    pub payload_len: u32,
+    pub seq: u64,
+    pub timestamp_ns: u64,
+    pub completion: u64,
+    pub payload: [u8; PAYLOAD_BYTES],
+}
+
+impl Entry {
+    fn to_words(self) -> [u64; ENTRY_WORDS] {
+        let mut w = [0u64; ENTRY_WORDS];
+        w[0] = u64::from(self.slot) | u64::from(self.payload_len) << 32;
+        w[1] = self.seq;
+        w[2] = self.timestamp_ns;
+        w[3] = self.completion;
+        for (i, chunk) in self.payload.chunks_exact(8).enumerate() {
+            w[4 + i] = u64::from_le_bytes(chunk.try_into().unwrap_or_default());
+        }
+        w
+    }
+
+    fn from_words(w: [u64; ENTRY_WORDS]) -> Entry {
+        let mut payload = [0u8; PAYLOAD_BYTES];
+        for (i, chunk) in payload.chunks_exact_mut(8).enumerate() {
+            chunk.copy_from_slice(&w[4 + i].to_le_bytes());
+        }
+        Entry {
+            slot: w[0] as u32,
+            payload_len: (w[0] >> 32) as u32,
+            seq: w[1],
+            timestamp_ns: w[2],
+            completion: w[3],
+            payload,
+        }
+    }
+}
+
+/// Bytes of a block whose rings hold `capacity` entries each.
+fn block_len(capacity: u32) -> usize {
+    let capacity = capacity as usize;
+    at::ENTRIES + capacity * ENTRY_WORDS * 8 + capacity * 8
+}
+
+/// The mapped control block.
+#[derive(Debug)]
+pub(crate) struct Ring {
+    map: FdMapping,
+    capacity: u32,
+}
+
+impl Ring {
+    /// A new block (the producer's) whose rings hold `capacity` entries, a power of two.
+    pub(crate) fn create(capacity: u32) -> Result<Ring> {
+        let capacity = capacity.max(1).next_power_of_two();
+        let len = block_len(capacity);
+        let map = FdMapping::new(shm::create(len)?, len, TensorMemory::Shm)?;
+        let ring = Ring { map, capacity };
+        ring.word64(at::MAGIC).store(MAGIC, Ordering::Relaxed);
+        ring.word32(at::VERSION).store(VERSION, Ordering::Relaxed);
+        ring.word32(at::CAPACITY).store(capacity, Ordering::Release);
+        Ok(ring)
+    }
+
+    /// The producer's block as the consumer maps it: sealed against shrinking before its size is
+    /// read (a peer's truncation would fault us), and its header checked.
+    pub(crate) fn open(fd: OwnedFd, capacity: u32) -> Result<Ring> {
+        let bad = |what: String| Error::Handoff(format!("the channel's control block {what}"));
+        if capacity == 0 || !capacity.is_power_of_two() || capacity > MAX_CAPACITY {
+            return Err(bad(format!("claims {capacity} entries a ring")));
+        }
+        shm::seal_for_import(fd.as_fd(), false)?;
+        let len = block_len(capacity);
+        let size = classify::size(fd.as_fd())?;
+        if size < len as u64 {
+            return Err(bad(format!("holds {size} bytes, {len} are needed")));
+        }
+        let map = FdMapping::new(fd, len, TensorMemory::Shm)?;
+        if !map.writable() {
+            return Err(bad("cannot be mapped writable".into()));
+        }
+        let ring = Ring { map, capacity };
+        let (magic, version) = (
+            ring.word64(at::MAGIC).load(Ordering::Relaxed),
+            ring.word32(at::VERSION).load(Ordering::Relaxed),
+        );
+        if magic != MAGIC || version != VERSION {
+            return Err(bad(format!("is not a version {VERSION} ring")));
+        }
+        Ok(ring)
+    }
+
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+        self.map.fd()
+    }
+
+    pub(crate) fn capacity(&self) -> u32 {
+        self.capacity
+    }
+
+    fn word64(&self, offset: usize) -> &AtomicU64 {
+        debug_assert!(offset.is_multiple_of(8) && offset + 8 <= self.map.len());
+        // SAFETY: inside the mapping (offsets come from `at` and the checked capacity), aligned
+        // (the mapping is page-aligned, offsets are multiples of 8), and only ever accessed
+        // atomically, here and by the peer.
+        unsafe { &*self.map.ptr().add(offset).cast::<AtomicU64>() }
+    }
+
+    fn word32(&self, offset: usize) -> &AtomicU32 {
+        debug_assert!(offset.is_multiple_of(4) && offset + 4 <= self.map.len());
+        // SAFETY: as for `word64`, with 4-byte alignment.
+        unsafe { &*self.map.ptr().add(offset).cast::<AtomicU32>() }
+    }
+
+    fn entry_word(&self, index: u64, word: usize) -> &AtomicU64 {
+        let i = (index % u64::from(self.capacity)) as usize;
+        self.word64(at::ENTRIES + (i * ENTRY_WORDS + word) * 8)
+    }
+
+    fn back_word(&self, index: u64) -> &AtomicU64 {
+        let i = (index % u64::from(self.capacity)) as usize;
+        self.word64(at::ENTRIES + self.capacity as usize * ENTRY_WORDS * 8 + i * 8)
+    }
+
+    /// Publishes a frame (producer). Err when the consumer's side of the ring is full, which an
+    /// honest consumer never lets happen (at most a pool's worth of frames are out).
+    pub(crate) fn push_frame(&self, e: Entry) -> Result<()> {
+        let head = self.word64(at::FWD_HEAD).load(Ordering::Relaxed);
+        let tail = self.word64(at::FWD_TAIL).load(Ordering::Acquire);
+        if head.wrapping_sub(tail) >= u64::from(self.capacity) {
+            return Err(Error::Handoff(
+                "the consumer's frame ring is full (it stopped reading)".into(),
+            ));
+        }
+        for (w, v) in e.to_words().into_iter().enumerate() {
+            self.entry_word(head, w).store(v, Ordering::Relaxed);
+        }
+        self.word64(at::FWD_HEAD)
+            .store(head.wrapping_add(1), Ordering::Release);
+        Ok(())
+    }
+
+    /// The next frame (consumer), if one was published. A head the producer moved further than
+    /// the ring holds is an error (a hostile or broken peer).
+    pub(crate) fn pop_frame(&self) -> Result<Option<Entry>> {
+        let tail = self.word64(at::FWD_TAIL).load(Ordering::Relaxed);
+        let head = self.word64(at::FWD_HEAD).load(Ordering::Acquire);
+        let ready = head.wrapping_sub(tail);
+        if ready == 0 {
+            return Ok(None);
+        }
+        if ready > u64::from(self.capacity) {
+            return Err(Error::Handoff(format!(
+                "the producer's ring index is {ready} entries ahead of a {}-entry ring",
+                self.capacity
+            )));
+        }
+        let words: [u64; ENTRY_WORDS] =
+            std::array::from_fn(|w| self.entry_word(tail, w).load(Ordering::Relaxed));
+        self.word64(at::FWD_TAIL)
+            .store(tail.wrapping_add(1), Ordering::Release);
+        Ok(Some(Entry::from_words(words)))
+    }
+
+    /// Whether a frame waits (consumer).
+    pub(crate) fn frame_ready(&self) -> bool {
+        self.word64(at::FWD_HEAD).load(Ordering::Acquire)
+            != self.word64(at::FWD_TAIL).load(Ordering::Relaxed)
+    }
+
+    /// Whether ids were handed back and not yet drained (producer).
+    pub(crate) fn back_pending(&self) -> bool {
+        self.word64(at::BACK_HEAD).load(Ordering::Acquire)
+            != self.word64(at::BACK_TAIL).load(Ordering::Relaxed)
+    }
+
+    /// Hands a slot back (consumer; callers serialise).
+    pub(crate) fn push_back(&self, slot: u32) -> Result<()> {
+        let head = self.word64(at::BACK_HEAD).load(Ordering::Relaxed);
+        let tail = self.word64(at::BACK_TAIL).load(Ordering::Acquire);
+        if head.wrapping_sub(tail) >= u64::from(self.capacity) {
+            return Err(Error::Handoff(
+                "the producer's hand-back ring is full (it stopped reading)".into(),
+            ));
+        }
+        self.back_word(head)
+            .store(u64::from(slot), Ordering::Relaxed);
+        self.word64(at::BACK_HEAD)
+            .store(head.wrapping_add(1), Ordering::Release);
+        Ok(())
+    }
+
+    /// Every slot id handed back since the last call (producer), unchecked: the caller checks
+    /// each against what this consumer holds. A head past the ring is an error.
+    pub(crate) fn drain_back(&self, into: &mut Vec<u64>) -> Result<()> {
+        let tail = self.word64(at::BACK_TAIL).load(Ordering::Relaxed);
+        let head = self.word64(at::BACK_HEAD).load(Ordering::Acquire);
+        let ready = head.wrapping_sub(tail);
+        if ready > u64::from(self.capacity) {
+            return Err(Error::Handoff(format!(
+                "the consumer's hand-back index is {ready} entries ahead of a {}-entry ring",
+                self.capacity
+            )));
+        }
+        into.extend(
+            (0..ready).map(|i| self.back_word(tail.wrapping_add(i)).load(Ordering::Relaxed)),
+        );
+        self.word64(at::BACK_TAIL).store(head, Ordering::Release);
+        Ok(())
+    }
+
+    /// The flag a side raises before it sleeps, and the other checks after it publishes.
+    fn sleeping(&self, consumer: bool) -> &AtomicU32 {
+        self.word32(if consumer {
+            at::CONSUMER_SLEEPING
+        } else {
+            at::PRODUCER_SLEEPING
+        })
+    }
+
+    /// Raises this side's sleep flag; the caller re-checks its ring after this, then sleeps.
+    /// SeqCst pairs with `peer_sleeps`: either the publisher sees the flag, or the sleeper sees
+    /// the publication (no lost wake-up).
+    pub(crate) fn going_to_sleep(&self, consumer: bool) {
+        self.sleeping(consumer).store(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+    }
+
+    /// Lowers this side's sleep flag.
+    pub(crate) fn awake(&self, consumer: bool) {
+        self.sleeping(consumer).store(0, Ordering::Relaxed);
+    }
+
+    /// Whether the other side sleeps (after a publication): then it needs a wake-up.
+    pub(crate) fn peer_sleeps(&self, peer_is_consumer: bool) -> bool {
+        fence(Ordering::SeqCst);
+        self.sleeping(peer_is_consumer).load(Ordering::SeqCst) != 0
+    }
+}
+
+/// The largest ring a peer may announce: a pool is a handful of buffers.
+pub(crate) const MAX_CAPACITY: u32 = 1024;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    fn pair(capacity: u32) -> (Ring, Ring) {
+        let producer = Ring::create(capacity).unwrap();
+        let fd = producer.fd().try_clone_to_owned().unwrap();
+        let consumer = Ring::open(fd, producer.capacity()).unwrap();
+        (producer, consumer)
+    }
+
+    #[test]
+    fn frames_and_slots_cross_the_block_in_order_with_their_metadata() {
+        let (p, c) = pair(3);
+        assert_eq!(p.capacity(), 4);
+        for i in 0..4u32 {
+            let mut e = Entry {
+                slot: i,
+                payload_len: 3,
+                seq: u64::from(i) + 100,
+                timestamp_ns: 7,
+                completion: 9,
+                ..Entry::default()
+            };
+            e.payload[..3].copy_from_slice(b"abc");
+            p.push_frame(e).unwrap();
+        }
+        assert!(
+            p.push_frame(Entry::default()).is_err(),
+            "a full ring refuses"
+        );
+        for i in 0..4u32 {
+            let e = c.pop_frame().unwrap().unwrap();
+            assert_eq!(
+                (e.slot, e.seq, &e.payload[..3]),
+                (i, u64::from(i) + 100, &b"abc"[..])
+            );
+        }
+        assert_eq!(c.pop_frame().unwrap(), None);
+        c.push_back(2).unwrap();
+        c.push_back(0).unwrap();
+        let mut back = Vec::new();
+        p.drain_back(&mut back).unwrap();
+        assert_eq!(back, [2, 0]);
+    }
+
+    #[test]
+    fn a_head_moved_past_the_ring_is_an_error_not_a_read_outside_it() {
+        let (p, c) = pair(2);
+        p.word64(at::FWD_HEAD).store(1_000_000, Ordering::Release);
+        assert!(c.pop_frame().is_err());
+        c.word64(at::BACK_HEAD).store(u64::MAX, Ordering::Release);
+        assert!(p.drain_back(&mut Vec::new()).is_err());
+    }
+
+    #[test]
+    fn a_block_that_is_too_small_or_not_a_ring_is_refused() {
+        let small = shm::create(64).unwrap();
+        assert!(Ring::open(small, 4).is_err());
+        let junk = shm::create(block_len(4)).unwrap();
+        let err = Ring::open(junk, 4).unwrap_err();
+        assert!(err.to_string().contains("not a version"), "{err}");
+        let p = Ring::create(4).unwrap();
+        for capacity in [0, 3, MAX_CAPACITY * 2] {
+            let fd = p.fd().try_clone_to_owned().unwrap();
+            assert!(Ring::open(fd, capacity).is_err(), "{capacity}");
+        }
+        let _ = p.fd().as_fd();
+    }
+}
