@@ -56,6 +56,19 @@ enum Command {
         #[arg(long)]
         quick: bool,
     },
+    /// The consumer half of the channel benchmark (started by `bench`).
+    #[cfg(target_os = "linux")]
+    #[command(hide = true)]
+    BenchPeer {
+        #[arg(long)]
+        fd: i32,
+        #[arg(long)]
+        frames: usize,
+        #[arg(long)]
+        spin: bool,
+        #[arg(long)]
+        socket: bool,
+    },
     /// The consumer half of `demo` (started by the producer).
     #[command(hide = true)]
     DemoConsumer {
@@ -79,6 +92,13 @@ fn main() -> ExitCode {
         Command::DemoConsumer { socket, gpu, cuda } => {
             platform::demo::consumer(&socket, gpu || cuda, cuda)
         }
+        #[cfg(target_os = "linux")]
+        Command::BenchPeer {
+            fd,
+            frames,
+            spin,
+            socket,
+        } => platform::channel::peer(fd, frames, spin, socket),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -36,6 +36,7 @@ pub fn run(s: &Samples) -> crate::Result {
     println!("\n== hand-off across processes (`hwtensor demo`, 1080p RGBA, pool of 3, medians) ==");
     cross_process(false)?;
     cross_process(true)?;
+    super::channel::bench(s.rounds < 50)?;
     Ok(())
 }
 

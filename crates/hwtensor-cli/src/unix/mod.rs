@@ -2,6 +2,7 @@
 //! benchmarks, and the Vulkan device's probe and figures.
 
 mod capi;
+pub mod channel;
 mod cuda;
 pub mod demo;
 mod gpu;

@@ -35,7 +35,9 @@ use ring::{Entry, Ring};
 use wake::Woken;
 
 /// How long a blocking receive or acquire spins before it sleeps: a frame that comes within it
-/// costs no syscall on either side.
+/// costs no wake-up on either side. The spin yields the CPU at each turn: with fewer cores than
+/// spinning threads (a woken producer lands on its consumer's core), a pure spin held the other
+/// side off for the whole spin, and every frame took 21 us instead of 1-2 us.
 const SPIN: Duration = Duration::from_micros(20);
 /// How often a busy-polling receive looks at the socket for a producer that died.
 const SPIN_LIVENESS: Duration = Duration::from_millis(1);
@@ -201,10 +203,17 @@ impl Producer {
                 return Ok(Slot(i as u32));
             }
             if Instant::now() < spin_until {
-                std::hint::spin_loop();
+                std::thread::yield_now(); // see `SPIN`
                 continue;
             }
             self.sleep_until_handed_back(deadline)?;
+        }
+    }
+
+    /// Gives back a slot acquired and not sent.
+    pub fn release(&mut self, slot: Slot) {
+        if let Some(a) = self.acquired.get_mut(slot.index()) {
+            *a = false;
         }
     }
 
@@ -483,7 +492,7 @@ impl Consumer {
                     self.check_producer()?;
                     checked = now;
                 }
-                std::hint::spin_loop();
+                std::thread::yield_now(); // see `SPIN`
                 continue;
             }
             self.sleep(deadline)?;

@@ -1,0 +1,262 @@
+//! `hwtensor bench`'s pooled-channel figures: one-way latency from a producer process to a
+//! consumer process through `hwtensor::stream`, beside a bare Unix socket carrying 24 bytes,
+//! measured the same way in the same run. Each frame is sent once the previous one came back
+//! (the channel's hand-back, the socket's one-byte acknowledgement), so no frame queues behind
+//! another; the consumer takes the time against the producer's `CLOCK_MONOTONIC` stamp.
+
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
+
+use hwtensor::stream::{Consumer, FrameMeta, Producer, Wait};
+use hwtensor::{Tensor, TensorDyn, TensorMemory};
+
+use super::monotonic_ns;
+use crate::timing::{fmt, percentile};
+
+/// Buffers in the channel's pool.
+const POOL: usize = 3;
+/// How long the producer waits for a buffer before the bench gives up.
+const ACQUIRE: Duration = Duration::from_secs(5);
+/// Bytes of the socket reference's message: a sequence number, a timestamp, a spare word.
+const SOCKET_MESSAGE: usize = 24;
+/// The target for a GPU frame's hand-off across processes (issue 16, on the H200).
+const GPU_TARGET: Duration = Duration::from_micros(30);
+/// The gap between frames of the paced run: a receiver that sleeps between frames.
+const PACE: Duration = Duration::from_millis(5);
+/// Frame sizes: a tiny message, and two video frames (the cost must not grow with size).
+const SIZES: [(&str, usize); 3] = [
+    ("64 B", 64),
+    ("1080p", 1920 * 1080 * 4),
+    ("4k", 3840 * 2160 * 4),
+];
+
+/// One way of waiting, as the bench runs it.
+#[derive(Clone, Copy)]
+struct Mode {
+    name: &'static str,
+    spin: bool,
+    paced: bool,
+    frames: usize,
+}
+
+const MODES: [Mode; 3] = [
+    Mode {
+        name: "busy-poll",
+        spin: true,
+        paced: false,
+        frames: 2000,
+    },
+    Mode {
+        name: "blocking",
+        spin: false,
+        paced: false,
+        frames: 2000,
+    },
+    Mode {
+        name: "paced 5 ms",
+        spin: false,
+        paced: true,
+        frames: 200,
+    },
+];
+
+/// Runs the figures.
+pub fn bench(quick: bool) -> crate::Result {
+    println!(
+        "\n== pooled channel (hwtensor::stream) vs a bare Unix socket: one-way latency across two \
+         processes, pool of {POOL}, median / p99 =="
+    );
+    for mode in MODES {
+        let mode = Mode {
+            frames: if quick { mode.frames / 10 } else { mode.frames },
+            ..mode
+        };
+        let (sm, sp) = run(mode, None)?;
+        print!("{:<11} socket {:>8} / {:<8}", mode.name, fmt(sm), fmt(sp));
+        let mut small = Duration::ZERO;
+        for (name, bytes) in SIZES {
+            let (m, p) = run(mode, Some(bytes))?;
+            print!(" | {name} {:>8} / {:<8}", fmt(m), fmt(p));
+            if bytes == 64 {
+                small = m;
+            }
+            if name == "4k" {
+                let growth = m.as_secs_f64() / small.as_secs_f64().max(1e-9);
+                print!(" 4k/64B {growth:.2}x");
+            }
+        }
+        println!();
+    }
+    if hwtensor::gpu::device().is_ok() {
+        let mode = Mode {
+            frames: if quick { 200 } else { 2000 },
+            ..MODES[1]
+        };
+        let (m, p) = run_on(mode, Some(SIZES[1].1), TensorMemory::Gpu)?;
+        println!(
+            "GPU 1080p frames, blocking: {:>8} / {:<8} {}",
+            fmt(m),
+            fmt(p),
+            crate::bench::verdict(m <= GPU_TARGET)
+        );
+    }
+    Ok(())
+}
+
+/// Median and p99 one-way latency of `mode`: the channel with shm frames of `bytes`, or the
+/// socket.
+fn run(mode: Mode, bytes: Option<usize>) -> crate::Result<(Duration, Duration)> {
+    run_on(mode, bytes, TensorMemory::Shm)
+}
+
+/// As `run`, with the pool on `memory`.
+fn run_on(
+    mode: Mode,
+    bytes: Option<usize>,
+    memory: TensorMemory,
+) -> crate::Result<(Duration, Duration)> {
+    let (ours, theirs) = UnixStream::pair()?;
+    // The child's end without close-on-exec, so it survives the exec.
+    let inherited = rustix::io::dup(&theirs)?;
+    let mut args = vec![
+        "bench-peer".to_string(),
+        "--fd".into(),
+        inherited.as_raw_fd().to_string(),
+        "--frames".into(),
+        mode.frames.to_string(),
+    ];
+    if mode.spin {
+        args.push("--spin".into());
+    }
+    if bytes.is_none() {
+        args.push("--socket".into());
+    }
+    let child = std::process::Command::new(std::env::current_exe()?)
+        .args(&args)
+        .stdout(std::process::Stdio::piped())
+        .spawn()?;
+    drop((theirs, inherited));
+    match bytes {
+        Some(b) => produce_frames(ours, mode, b, memory)?,
+        None => produce_messages(ours, mode)?,
+    }
+    let out = child.wait_with_output()?;
+    if !out.status.success() {
+        return Err(format!("the bench peer failed ({})", out.status).into());
+    }
+    let report = String::from_utf8_lossy(&out.stdout);
+    let nums: Vec<u64> = report
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    match nums[..] {
+        [median, p99] => Ok((Duration::from_nanos(median), Duration::from_nanos(p99))),
+        _ => Err(format!("the bench peer reported {report:?}").into()),
+    }
+}
+
+fn produce_frames(
+    stream: UnixStream,
+    mode: Mode,
+    bytes: usize,
+    memory: TensorMemory,
+) -> crate::Result {
+    let pool: Vec<TensorDyn> = (0..POOL)
+        .map(|_| Tensor::<u8>::new(&[bytes], Some(memory)).map(TensorDyn::from))
+        .collect::<Result<_, _>>()?;
+    let mut producer = Producer::new(pool)?;
+    producer.attach(stream)?;
+    for seq in 0..mode.frames as u64 {
+        if mode.paced {
+            std::thread::sleep(PACE);
+        }
+        let slot = producer.acquire(ACQUIRE)?;
+        producer.send(slot, FrameMeta::new(seq, monotonic_ns()))?;
+        // Every buffer free again: the frame came back before the next goes.
+        let all: Vec<_> = (0..POOL)
+            .map(|_| producer.acquire(ACQUIRE))
+            .collect::<Result<_, _>>()?;
+        all.into_iter().for_each(|s| producer.release(s));
+    }
+    Ok(())
+}
+
+fn produce_messages(mut stream: UnixStream, mode: Mode) -> crate::Result {
+    let mut ack = [0u8];
+    for seq in 0..mode.frames as u64 {
+        if mode.paced {
+            std::thread::sleep(PACE);
+        }
+        let mut msg = [0u8; SOCKET_MESSAGE];
+        msg[..8].copy_from_slice(&seq.to_le_bytes());
+        msg[8..16].copy_from_slice(&monotonic_ns().to_le_bytes());
+        stream.write_all(&msg)?;
+        stream.read_exact(&mut ack)?;
+    }
+    Ok(())
+}
+
+/// The consumer process: receives `frames`, then prints the median and p99 latency in ns.
+pub fn peer(fd: i32, frames: usize, spin: bool, socket: bool) -> crate::Result {
+    if fd < 0 {
+        return Err("no socket fd".into());
+    }
+    // SAFETY: the fd the bench left open for this process, used by nothing else here.
+    #[allow(unsafe_code)]
+    let stream = UnixStream::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    let mut latencies = Vec::with_capacity(frames);
+    if socket {
+        consume_messages(stream, frames, spin, &mut latencies)?;
+    } else {
+        let mut consumer = Consumer::connect(stream)?;
+        let wait = if spin { Wait::Spin } else { Wait::Block };
+        for _ in 0..frames {
+            let frame = consumer.recv(wait)?;
+            let now = monotonic_ns();
+            latencies.push(Duration::from_nanos(
+                now.saturating_sub(frame.meta().timestamp_ns),
+            ));
+        }
+    }
+    latencies.sort();
+    println!(
+        "{} {}",
+        percentile(&latencies, 50).as_nanos(),
+        percentile(&latencies, 99).as_nanos()
+    );
+    Ok(())
+}
+
+fn consume_messages(
+    mut stream: UnixStream,
+    frames: usize,
+    spin: bool,
+    latencies: &mut Vec<Duration>,
+) -> crate::Result {
+    stream.set_nonblocking(spin)?;
+    let mut msg = [0u8; SOCKET_MESSAGE];
+    for _ in 0..frames {
+        let mut got = 0;
+        while got < SOCKET_MESSAGE {
+            match stream.read(&mut msg[got..]) {
+                Ok(0) => return Err("the producer left".into()),
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::hint::spin_loop(),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let now = monotonic_ns();
+        let sent = u64::from_le_bytes(msg[8..16].try_into().unwrap_or_default());
+        latencies.push(Duration::from_nanos(now.saturating_sub(sent)));
+        loop {
+            match stream.write(&[1]) {
+                Ok(_) => break,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::hint::spin_loop(),
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    Ok(())
+}
