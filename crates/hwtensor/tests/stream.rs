@@ -162,6 +162,34 @@ fn a_restarted_consumer_attaches_again_and_receives() {
 }
 
 #[test]
+fn two_consumers_each_get_every_frame_and_a_buffer_is_free_once_both_hand_it_back() {
+    let (a1, b1) = UnixStream::pair().unwrap();
+    let (a2, b2) = UnixStream::pair().unwrap();
+    let first = std::thread::spawn(move || Consumer::connect(b1).unwrap());
+    let second = std::thread::spawn(move || Consumer::connect(b2).unwrap());
+    let mut producer = Producer::new(pool(TensorMemory::Shm, 64)).unwrap();
+    producer.attach(a1).unwrap();
+    producer.attach(a2).unwrap();
+    let (mut first, mut second) = (first.join().unwrap(), second.join().unwrap());
+    let slot = producer.acquire(WAIT).unwrap();
+    producer.send(slot, FrameMeta::new(1, 0)).unwrap();
+    let (f1, f2) = (
+        first.recv(Wait::Block).unwrap(),
+        second.recv(Wait::Block).unwrap(),
+    );
+    assert_eq!((f1.meta().seq, f2.meta().seq), (1, 1));
+    drop(f1);
+    // The other buffers are free; this one is not until the second consumer lets go.
+    let others: Vec<_> = (0..POOL - 1)
+        .map(|_| producer.acquire(WAIT).unwrap())
+        .collect();
+    assert!(others.iter().all(|s| s.index() != slot.index()));
+    assert!(producer.acquire(Duration::from_millis(30)).is_err());
+    drop(f2);
+    assert_eq!(producer.acquire(WAIT).unwrap().index(), slot.index());
+}
+
+#[test]
 fn a_pool_without_fds_is_refused_with_the_reason() {
     let heap = vec![TensorDyn::from(
         Tensor::<u8>::new(&[64], Some(TensorMemory::Mem)).unwrap(),

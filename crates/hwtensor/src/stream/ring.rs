@@ -342,6 +342,30 @@ mod tests {
         assert!(p.drain_back(&mut Vec::new()).is_err());
     }
 
+    proptest::proptest! {
+        /// A peer may write any value into any word of the block: reading never panics, never
+        /// reports more entries than the ring holds, and never leaves it.
+        #[test]
+        fn any_words_a_peer_writes_are_read_safely(
+            writes in proptest::collection::vec((0usize..64, proptest::prelude::any::<u64>()), 0..32),
+        ) {
+            let (p, c) = pair(4);
+            let words = block_len(4) / 8;
+            for (w, v) in writes {
+                p.word64((w % words) * 8).store(v, Ordering::Relaxed);
+            }
+            for _ in 0..8 {
+                if let Ok(Some(e)) = c.pop_frame() {
+                    let _ = e.slot; // any value: the consumer checks it against its pool
+                }
+            }
+            let mut back = Vec::new();
+            if p.drain_back(&mut back).is_ok() {
+                proptest::prop_assert!(back.len() <= 4);
+            }
+        }
+    }
+
     #[test]
     fn a_block_that_is_too_small_or_not_a_ring_is_refused() {
         let small = shm::create(64).unwrap();

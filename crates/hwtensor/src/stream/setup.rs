@@ -209,6 +209,26 @@ mod tests {
             .contains("version 9"));
     }
 
+    proptest::proptest! {
+        #[test]
+        fn any_message_and_fd_count_parses_or_is_refused_without_a_panic(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), LEN),
+            keep_magic in proptest::prelude::any::<bool>(),
+            n in 0usize..6,
+        ) {
+            let mut msg = [0u8; LEN];
+            msg.copy_from_slice(&bytes);
+            if keep_magic {
+                msg[..8].copy_from_slice(&MAGIC);
+                msg[8..12].copy_from_slice(&VERSION.to_le_bytes());
+            }
+            if let Ok(s) = parse(&msg, fds(n)) {
+                proptest::prop_assert!(s.slots >= 1 && s.slots <= s.capacity);
+                proptest::prop_assert!(s.capacity.is_power_of_two() && s.capacity <= MAX_CAPACITY);
+            }
+        }
+    }
+
     #[test]
     fn a_truncated_set_up_is_an_error_not_a_hang() {
         let (a, b) = UnixStream::pair().unwrap();
