@@ -15,6 +15,9 @@ const FRAMES: [(&str, usize, usize); 4] = [
     ("4k", 3840, 2160),
 ];
 
+/// How much slower a fresh heap frame (allocate, fill, drop) may be than a `Vec` doing the same.
+const FRESH_TARGET_RATIO: f64 = 1.1;
+
 /// Targets from the issues, checked and printed beside the figures.
 const MAP_TARGET: Duration = Duration::from_nanos(100);
 const FILL_TARGET_RATIO: f64 = 0.8;
@@ -31,6 +34,7 @@ pub fn run(quick: bool) -> crate::Result {
     println!("== core: [1, H, W, 4] u8 tensors (medians) ==");
     allocate_and_map(&s)?;
     fill(&s)?;
+    fresh_frames(&s)?;
     crate::platform::bench(&s)
 }
 
@@ -135,6 +139,47 @@ fn fill(s: &Samples) -> crate::Result {
                 .iter()
                 .map(|&f| format!("{:>8.2}x", ratio(f)))
                 .collect::<String>()
+        );
+    }
+    Ok(())
+}
+
+/// A fresh frame each time, as a pipeline that does not pool makes them: a heap tensor
+/// allocated, filled and dropped, beside a zeroed `Vec<u8>` allocated, filled and dropped.
+fn fresh_frames(s: &Samples) -> crate::Result {
+    println!(
+        "\n{:<8} {:>12} {:>12} {:>10}",
+        "frame", "Vec", "mem tensor", "mem/Vec"
+    );
+    for (name, w, h) in FRAMES {
+        let bytes = w * h * 4;
+        let src: Vec<u8> = (0..bytes).map(|i| i as u8).collect();
+        let (mut vec_t, mut mem_t) = (vec![], vec![]);
+        for _ in 0..s.rounds {
+            vec_t.push(median_per_call(1, 1, || {
+                let mut v = vec![0u8; bytes];
+                v.copy_from_slice(std::hint::black_box(&src));
+                drop(std::hint::black_box(v));
+            }));
+            mem_t.push(median_per_call(1, 1, || {
+                let t = Tensor::<u8>::new(&shape(w, h), Some(hwtensor::TensorMemory::Mem)).unwrap();
+                t.map_write()
+                    .unwrap()
+                    .copy_from_slice(std::hint::black_box(&src));
+                drop(std::hint::black_box(t));
+            }));
+        }
+        let (v, m) = (median(&mut vec_t), median(&mut mem_t));
+        let ratio = m.as_secs_f64() / v.as_secs_f64();
+        let note = if matches!(name, "1080p" | "4k") {
+            verdict(ratio <= FRESH_TARGET_RATIO)
+        } else {
+            ""
+        };
+        println!(
+            "{name:<8} {:>12} {:>12} {ratio:>9.2}x  {note}",
+            fmt(v),
+            fmt(m)
         );
     }
     Ok(())
