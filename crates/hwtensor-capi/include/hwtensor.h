@@ -71,6 +71,13 @@
 #define HWT_WAIT_FOREVER UINT64_MAX
 #endif
 
+#if defined(HWT_LINUX)
+/**
+ * Bytes of a frame's user payload.
+ */
+#define HWT_FRAME_PAYLOAD_BYTES 32
+#endif
+
 /**
  * The outcome of a call. New statuses are only ever added at the end.
  */
@@ -366,6 +373,43 @@ typedef uint32_t HwtTransport;
 
 #if defined(HWT_LINUX)
 /**
+ * How a receive waits (`uint32_t` parameters named `wait`).
+ */
+enum HwtWait
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+#if defined(HWT_LINUX)
+  /**
+   * Spin on the ring, never sleeping.
+   */
+  HWT_WAIT_SPIN = 1,
+#endif
+#if defined(HWT_LINUX)
+  /**
+   * Spin briefly, then sleep until a frame comes.
+   */
+  HWT_WAIT_BLOCK = 2,
+#endif
+#if defined(HWT_LINUX)
+  /**
+   * As `BLOCK`, for at most the call's timeout.
+   */
+  HWT_WAIT_TIMED = 3,
+#endif
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum HwtWait HwtWait;
+#else
+typedef uint32_t HwtWait;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+#endif
+
+#if defined(HWT_LINUX)
+/**
  * An exported blob (opaque): its bytes and the fds to send beside them, borrowed from the
  * tensor it holds a reference to.
  */
@@ -374,9 +418,23 @@ typedef struct HwtBlob HwtBlob;
 
 #if defined(HWT_LINUX)
 /**
+ * The receiving side of a channel (opaque).
+ */
+typedef struct HwtConsumer HwtConsumer;
+#endif
+
+#if defined(HWT_LINUX)
+/**
  * A live CUDA map (opaque). It holds a reference to its tensor.
  */
 typedef struct HwtCudaMap HwtCudaMap;
+#endif
+
+#if defined(HWT_LINUX)
+/**
+ * A received frame (opaque): `hwt_frame_release` hands its buffer back.
+ */
+typedef struct HwtFrame HwtFrame;
 #endif
 
 /**
@@ -388,6 +446,13 @@ typedef struct HwtCudaMap HwtCudaMap;
  * third of a C map's cost (a 1080p map + unmap: 40 ns without them, 49 ns with).
  */
 typedef struct HwtMap HwtMap;
+
+#if defined(HWT_LINUX)
+/**
+ * The sending side of a channel (opaque). One thread at a time uses it.
+ */
+typedef struct HwtProducer HwtProducer;
+#endif
 
 /**
  * A tensor (opaque): see the module's ownership rules.
@@ -483,6 +548,30 @@ typedef struct HwtVulkanHandles {
  * A host's submission, called by `hwt_gpu_with_queue` with its `user` pointer and the queue.
  */
 typedef void (*HwtQueueFn)(void *user, uint64_t queue);
+#endif
+
+#if defined(HWT_LINUX)
+/**
+ * What travels with a frame besides its buffer.
+ */
+typedef struct HwtFrameMeta {
+  /**
+   * The producer's sequence number.
+   */
+  uint64_t seq;
+  /**
+   * The producer's timestamp in nanoseconds (`CLOCK_MONOTONIC` is shared by all processes).
+   */
+  uint64_t timestamp_ns;
+  /**
+   * Bytes of `payload` in use (at most `HWT_FRAME_PAYLOAD_BYTES`).
+   */
+  uint32_t payload_len;
+  /**
+   * A small user payload.
+   */
+  uint8_t payload[HWT_FRAME_PAYLOAD_BYTES];
+} HwtFrameMeta;
 #endif
 
 #ifdef __cplusplus
@@ -1019,6 +1108,148 @@ enum HwtStatus hwt_recv(int32_t socket_fd,
                         uint64_t timeout_ns,
                         uint32_t flags,
                         struct HwtTensor **out);
+#endif
+
+#if defined(HWT_LINUX)
+/**
+ * A producer over the `n` tensors of `pool` (shm, DMA-BUF or GPU memory; each keeps its own
+ * reference, the caller's stay). Free it with `hwt_producer_free`.
+ *
+ * # Safety
+ * `pool` must hold `n` live handles; `out` valid for one write.
+ */
+enum HwtStatus hwt_producer_new(const struct HwtTensor *const *pool,
+                                size_t n,
+                                struct HwtProducer **out);
+#endif
+
+#if defined(HWT_LINUX)
+/**
+ * Attaches a consumer on the connected Unix socket `socket_fd` (duplicated; the caller keeps
+ * and closes its own): sends the set-up and the pool. The consumer calls
+ * `hwt_consumer_connect` on its end at the same time.
+ *
+ * # Safety
+ * `p` must be a live producer.
+ */
+enum HwtStatus hwt_producer_attach(struct HwtProducer *p, int32_t socket_fd);
+#endif
+
+#if defined(HWT_LINUX)
+/**
+ * A free buffer to write the next frame into, waiting at most `timeout_ns` while consumers
+ * hold every buffer (`HWT_STATUS_TIMEOUT`): `*out_slot` is its index and `*out_tensor` a new
+ * reference to it (release it when written).
+ *
+ * # Safety
+ * `p` must be a live producer; the out-pointers valid for one write each.
+ */
+enum HwtStatus hwt_producer_acquire(struct HwtProducer *p,
+                                    uint64_t timeout_ns,
+                                    uint32_t *out_slot,
+                                    struct HwtTensor **out_tensor);
+#endif
+
+#if defined(HWT_LINUX)
+/**
+ * Sends the frame in `slot` (acquired and written) to every attached consumer with `meta`.
+ *
+ * # Safety
+ * `p` must be a live producer; `meta` valid for one read.
+ */
+enum HwtStatus hwt_producer_send(struct HwtProducer *p,
+                                 uint32_t slot,
+                                 const struct HwtFrameMeta *meta);
+#endif
+
+#if defined(HWT_LINUX)
+/**
+ * Gives back a slot acquired and not sent.
+ *
+ * # Safety
+ * `p` must be a live producer.
+ */
+enum HwtStatus hwt_producer_release_slot(struct HwtProducer *p, uint32_t slot);
+#endif
+
+#if defined(HWT_LINUX)
+/**
+ * Frees a producer: its consumers see it leave (their receive errs; frames they hold stay
+ * valid). Null is ignored.
+ *
+ * # Safety
+ * `p` must be null or a producer from `hwt_producer_new`, freed once.
+ */
+void hwt_producer_free(struct HwtProducer *p);
+#endif
+
+#if defined(HWT_LINUX)
+/**
+ * Attaches to a producer on the connected Unix socket `socket_fd` (duplicated): receives the
+ * set-up and imports the pool. Free it with `hwt_consumer_free`.
+ *
+ * # Safety
+ * `out` must be valid for one write.
+ */
+enum HwtStatus hwt_consumer_connect(int32_t socket_fd, struct HwtConsumer **out);
+#endif
+
+#if defined(HWT_LINUX)
+/**
+ * The next frame, waiting as `wait` says (`HWT_WAIT_TIMED`: at most `timeout_ns`, then
+ * `HWT_STATUS_TIMEOUT`). A producer that left is `HWT_STATUS_PEER_GONE`; a frame naming a
+ * buffer out of the pool or one still held is refused. Release the frame to hand it back.
+ *
+ * # Safety
+ * `c` must be a live consumer; `out` valid for one write.
+ */
+enum HwtStatus hwt_consumer_recv(struct HwtConsumer *c,
+                                 uint32_t wait,
+                                 uint64_t timeout_ns,
+                                 struct HwtFrame **out);
+#endif
+
+#if defined(HWT_LINUX)
+/**
+ * Frees a consumer (frames it handed out stay valid until released). Null is ignored.
+ *
+ * # Safety
+ * `c` must be null or a consumer from `hwt_consumer_connect`, freed once.
+ */
+void hwt_consumer_free(struct HwtConsumer *c);
+#endif
+
+#if defined(HWT_LINUX)
+/**
+ * A new reference to the frame's tensor (release it; it stays valid after the frame is).
+ *
+ * # Safety
+ * `f` must be a live frame; `out` valid for one write.
+ */
+enum HwtStatus hwt_frame_tensor(const struct HwtFrame *f, struct HwtTensor **out);
+#endif
+
+#if defined(HWT_LINUX)
+/**
+ * The frame's metadata and its buffer's index in the pool (`out_slot` may be null).
+ *
+ * # Safety
+ * `f` must be a live frame; `out` valid for one write, `out_slot` null or valid.
+ */
+enum HwtStatus hwt_frame_meta(const struct HwtFrame *f,
+                              struct HwtFrameMeta *out,
+                              uint32_t *out_slot);
+#endif
+
+#if defined(HWT_LINUX)
+/**
+ * Hands the frame's buffer back to the producer and frees the frame. Null is ignored. A tensor
+ * reference taken with `hwt_frame_tensor` stays valid, but the producer may rewrite the buffer.
+ *
+ * # Safety
+ * `f` must be null or a frame from `hwt_consumer_recv`, released once.
+ */
+void hwt_frame_release(struct HwtFrame *f);
 #endif
 
 #if defined(HWT_WINDOWS)

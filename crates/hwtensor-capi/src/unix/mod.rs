@@ -4,8 +4,10 @@ mod cuda;
 mod fd;
 mod gpu;
 mod handoff;
+mod stream;
 
 pub use cuda::*;
 pub use fd::*;
 pub use gpu::*;
 pub use handoff::*;
+pub use stream::*;

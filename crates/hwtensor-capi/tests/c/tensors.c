@@ -4,8 +4,9 @@
  * message). Built with -std=c11 -Wall -Wextra -Werror -pedantic, found through pkg-config, and
  * run once more under AddressSanitizer and LeakSanitizer.
  *
- * Usage: tensors            the tests
- *        tensors --child FD the hand-off peer (spawned by the tests)
+ * Usage: tensors                    the tests
+ *        tensors --child FD         the hand-off peer (spawned by the tests)
+ *        tensors --channel-child FD the pooled channel's consumer (spawned by the tests)
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -371,6 +372,84 @@ static int a_child_process_answers_in_the_same_buffer(const char *self) {
     return 0;
 }
 
+/* Frames through the pooled channel: a pool of two shm buffers, a child process as consumer. */
+#define CHANNEL_FRAMES 5
+#define CHANNEL_BYTES 4096
+
+static int channel_child(int sock) {
+    HwtConsumer *c = NULL;
+    CHECK(hwt_consumer_connect(sock, &c));
+    close(sock); /* the consumer keeps its own duplicate */
+    for (uint64_t seq = 0; seq < CHANNEL_FRAMES; seq++) {
+        HwtFrame *f = NULL;
+        CHECK(hwt_consumer_recv(c, HWT_WAIT_TIMED, HANDOFF_TIMEOUT_NS, &f));
+        HwtFrameMeta meta;
+        uint32_t slot = 9;
+        CHECK(hwt_frame_meta(f, &meta, &slot));
+        ASSERT(meta.seq == seq && meta.payload_len == 4 && memcmp(meta.payload, "ping", 4) == 0 && slot < 2);
+        HwtTensor *t = NULL;
+        CHECK(hwt_frame_tensor(f, &t));
+        HwtMap *m = NULL;
+        void *ptr = NULL;
+        size_t len = 0;
+        CHECK(hwt_tensor_map(t, HWT_ACCESS_READ, &m, &ptr, &len));
+        for (size_t i = 0; i < len; i++) ASSERT(((const uint8_t *)ptr)[i] == pattern(seq, i));
+        CHECK(hwt_map_end(m));
+        hwt_tensor_release(t);
+        hwt_frame_release(f); /* hands the buffer back */
+    }
+    HwtFrame *none = NULL;
+    EXPECT(hwt_consumer_recv(c, 99, 0, &none), HWT_STATUS_INVALID_ARGUMENT);
+    hwt_consumer_free(c);
+    return 0;
+}
+
+static int a_child_process_consumes_frames_through_the_pooled_channel(const char *self) {
+    const size_t shape[1] = {CHANNEL_BYTES};
+    HwtTensor *pool[2] = {NULL, NULL};
+    for (int i = 0; i < 2; i++) CHECK(hwt_tensor_new(shape, 1, HWT_D_TYPE_U8, HWT_MEMORY_SHM, &pool[i]));
+    HwtProducer *p = NULL;
+    CHECK(hwt_producer_new((const HwtTensor *const *)pool, 2, &p));
+    for (int i = 0; i < 2; i++) hwt_tensor_release(pool[i]); /* the producer keeps its own */
+    int sv[2];
+    ASSERT(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+    pid_t pid = fork();
+    ASSERT(pid >= 0);
+    if (pid == 0) {
+        char fdarg[16];
+        int keep = dup(sv[1]);
+        snprintf(fdarg, sizeof fdarg, "%d", keep);
+        execl(self, self, "--channel-child", fdarg, (char *)NULL);
+        _exit(127);
+    }
+    close(sv[1]);
+    CHECK(hwt_producer_attach(p, sv[0]));
+    close(sv[0]); /* the producer keeps its own duplicate */
+    for (uint64_t seq = 0; seq < CHANNEL_FRAMES; seq++) {
+        uint32_t slot = 0;
+        HwtTensor *t = NULL;
+        CHECK(hwt_producer_acquire(p, HANDOFF_TIMEOUT_NS, &slot, &t));
+        HwtMap *m = NULL;
+        void *ptr = NULL;
+        size_t len = 0;
+        CHECK(hwt_tensor_map(t, HWT_ACCESS_WRITE, &m, &ptr, &len));
+        for (size_t i = 0; i < len; i++) ((uint8_t *)ptr)[i] = pattern(seq, i);
+        CHECK(hwt_map_end(m));
+        hwt_tensor_release(t);
+        HwtFrameMeta meta = {.seq = seq, .timestamp_ns = 0, .payload_len = 4};
+        memcpy(meta.payload, "ping", 4);
+        CHECK(hwt_producer_send(p, slot, &meta));
+    }
+    HwtFrameMeta too_long = {.seq = 0, .timestamp_ns = 0, .payload_len = 33};
+    EXPECT(hwt_producer_send(p, 0, &too_long), HWT_STATUS_INVALID_ARGUMENT);
+    EXPECT(hwt_producer_send(p, 7, &too_long), HWT_STATUS_INVALID_ARGUMENT);
+    int status = 0;
+    ASSERT(waitpid(pid, &status, 0) == pid);
+    hwt_producer_free(p);
+    ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    return 0;
+}
+
 static int submitted = 0;
 static uint64_t submitted_queue = 0;
 
@@ -447,6 +526,7 @@ static int gpu_tensors_expose_their_buffer_queue_and_timeline(void) {
 
 int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "--child") == 0) return child(atoi(argv[2]));
+    if (argc == 3 && strcmp(argv[1], "--channel-child") == 0) return channel_child(atoi(argv[2]));
     if (!hwt_version_compatible(HWT_VERSION)) {
         fprintf(stderr, "c tensors: library version %#x does not serve header %#x\n", hwt_version(), HWT_VERSION);
         return 1;
@@ -457,6 +537,7 @@ int main(int argc, char **argv) {
     if (an_inline_blob_round_trips_and_a_hostile_one_is_refused()) return 1;
     if (every_bad_input_is_a_status_with_a_message_and_leaks_no_fd()) return 1;
     if (a_child_process_answers_in_the_same_buffer(argv[0])) return 1;
+    if (a_child_process_consumes_frames_through_the_pooled_channel(argv[0])) return 1;
     if (gpu_tensors_expose_their_buffer_queue_and_timeline()) return 1;
     printf("c tensors: all passed\n");
     return 0;

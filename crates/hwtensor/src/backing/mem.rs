@@ -185,7 +185,10 @@ mod tests {
         map.fill(0xAB);
         let addr = map.as_ptr();
         assert!(spares.keep(map).is_none());
-        assert!(spares.take(2 * PAGE_ALIGN_FROM).is_none(), "only the same size is reused");
+        assert!(
+            spares.take(2 * PAGE_ALIGN_FROM).is_none(),
+            "only the same size is reused"
+        );
         let again = spares.take(3 * PAGE_ALIGN_FROM).unwrap();
         assert_eq!(again.as_ptr(), addr);
     }
@@ -197,7 +200,10 @@ mod tests {
             assert!(spares.keep(mapping(PAGE_ALIGN_FROM)).is_none());
         }
         assert_eq!(spares.0.len(), SPARE_BLOCKS, "the oldest go");
-        assert!(spares.keep(mapping(SPARE_BYTES)).is_some(), "over the byte budget: refused");
+        assert!(
+            spares.keep(mapping(SPARE_BYTES)).is_some(),
+            "over the byte budget: refused"
+        );
     }
 
     #[test]

@@ -157,6 +157,12 @@ impl Producer {
         })
     }
 
+    /// The slot of pool buffer `index`, if the pool has one (for callers that keep indices, as
+    /// the C ABI does; `send` still refuses a slot that was not acquired).
+    pub fn slot(&self, index: usize) -> Option<Slot> {
+        (index < self.pool.len()).then_some(Slot(index as u32))
+    }
+
     /// The pool's buffer behind `slot`.
     pub fn tensor(&self, slot: Slot) -> &TensorDyn {
         &self.pool[slot.index()]
