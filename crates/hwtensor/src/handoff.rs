@@ -207,20 +207,23 @@ impl Receiver<'_> {
     fn fill_at_least(&mut self, buf: &mut [u8], from: usize, at_least: usize) -> Result<usize> {
         let mut got = from;
         while got < at_least {
-            if let Some(started) = self.started {
-                self.wait_readable(started, got, buf.len())?;
-            }
+            // Mid-message, the rest is usually there already: read without blocking first, and
+            // poll (bounded) only when it is not (a poll before every read cost a syscall).
+            let flags = match self.started {
+                Some(_) => RecvFlags::CMSG_CLOEXEC | RecvFlags::DONTWAIT,
+                None => RecvFlags::CMSG_CLOEXEC,
+            };
             let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
             let mut control = RecvAncillaryBuffer::new(&mut space);
             let mut iov = [IoSliceMut::new(&mut buf[got..])];
-            let msg = match rustix::net::recvmsg(
-                self.stream,
-                &mut iov,
-                &mut control,
-                RecvFlags::CMSG_CLOEXEC,
-            ) {
+            let msg = match rustix::net::recvmsg(self.stream, &mut iov, &mut control, flags) {
                 Ok(m) => m,
                 Err(Errno::INTR) => continue,
+                Err(Errno::AGAIN) if self.started.is_some() => {
+                    let started = self.started.unwrap_or_else(Instant::now);
+                    self.wait_readable(started, got, buf.len())?;
+                    continue;
+                }
                 Err(e) if e == Errno::AGAIN && self.started.is_none() => {
                     // Nothing started: the caller's bound, not a broken peer.
                     return Err(Error::Timeout(

@@ -36,6 +36,23 @@ fn a_frame_sent_over_a_socket_arrives_as_the_same_shared_buffer() {
 }
 
 #[test]
+fn a_pooled_buffer_received_again_while_held_reuses_the_receivers_mapping() {
+    let (a, b) = UnixStream::pair().unwrap();
+    let t = TensorDyn::from(frame(TensorMemory::Shm));
+    send(&a, &t).unwrap();
+    let first = recv(&b).unwrap().into_tensor::<u8>().unwrap();
+    send(&a, &t).unwrap();
+    let again = recv(&b).unwrap().into_tensor::<u8>().unwrap();
+    assert_eq!(first.identity(), again.identity());
+    let (p1, p2) = (first.map_read().unwrap().as_ptr(), again.map_read().unwrap().as_ptr());
+    assert_eq!(p1, p2, "the same file was mapped twice");
+    // One buffer: a write map of one excludes a map of the other, as for views.
+    let w = first.map_write().unwrap();
+    assert!(again.map_read().is_err());
+    drop(w);
+}
+
+#[test]
 fn received_fds_are_close_on_exec() {
     let (a, b) = UnixStream::pair().unwrap();
     let t = frame(TensorMemory::Shm);

@@ -42,14 +42,19 @@ pub(crate) struct Buffer(Arc<BufferInner>);
 impl Buffer {
     pub(crate) fn new(storage: Storage) -> Result<Buffer> {
         let identity = storage.identity()?;
-        Ok(Buffer(Arc::new(BufferInner {
+        Ok(Buffer::with_identity(storage, identity))
+    }
+
+    /// A buffer over `storage` whose identity the caller already read.
+    pub(crate) fn with_identity(storage: Storage, identity: BufferIdentity) -> Buffer {
+        Buffer(Arc::new(BufferInner {
             gpu_import: OnceLock::new(),
             #[cfg(target_os = "linux")]
             cuda: OnceLock::new(),
             storage,
             identity,
             maps: AtomicUsize::new(0),
-        })))
+        }))
     }
 
     pub(crate) fn allocate(

@@ -2,24 +2,57 @@
 //! cache of GPU imports.
 
 use std::collections::HashMap;
-use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 
 use super::{Buffer, BufferInner};
+use crate::backing::unix::{classify, shm};
 use crate::backing::Storage;
 use crate::gpu::GpuOrigin;
-use crate::{ImportPolicy, Result};
+use crate::{BufferIdentity, ImportPolicy, Result};
 
 /// GPU buffers alive in this copy of the library, by origin (weakly: the cache never keeps
 /// memory alive). A GPU buffer handed out and back comes home as itself, and a pooled buffer
 /// sent again reuses its import (once the fd is proven the same file, see `blob`).
 static GPU_BUFFERS: Mutex<Option<HashMap<GpuOrigin, WeakBuffer>>> = Mutex::new(None);
 
+/// Imported fd-backed buffers alive in this copy, by file (device and inode), weakly: a
+/// receiver handed a buffer it already holds (a pooled frame sent again) reuses its mapping
+/// instead of mapping it again and faulting its pages in anew. Sound because a live entry's
+/// own fd keeps its file open, so the inode cannot name another file; a dead entry is never
+/// used (the producer dropped the buffer and so did we).
+static FD_BUFFERS: Mutex<Option<HashMap<BufferIdentity, WeakBuffer>>> = Mutex::new(None);
+
 impl Buffer {
     /// A buffer over a foreign shm or DMA-BUF fd of at least `len` bytes; `policy` says
-    /// whether an fd that cannot be sealed is accepted.
+    /// whether an fd that cannot be sealed is accepted. A file this copy already maps, live,
+    /// comes back as that buffer (the fd given is closed).
+    ///
+    /// One `fstat` serves the identity, the kind and the size (the seals are asked first, so
+    /// a sealed file's size is final when it is read).
     pub(crate) fn import(fd: OwnedFd, len: usize, policy: &ImportPolicy) -> Result<Buffer> {
-        Buffer::new(Storage::import(fd, len, policy.unsealed_shm)?)
+        let sealed = shm::is_sealed(fd.as_fd());
+        let st = classify::stat(fd.as_fd())?;
+        let identity = BufferIdentity::File {
+            dev: st.st_dev,
+            ino: st.st_ino,
+        };
+        if let Some(held) = Buffer::find_file(&identity).filter(|b| b.len() >= len) {
+            return Ok(held);
+        }
+        let storage = Storage::import(fd, len, policy.unsealed_shm, &st, sealed)?;
+        let buffer = Buffer::with_identity(storage, identity);
+        if let Ok(mut files) = FD_BUFFERS.lock() {
+            let files = files.get_or_insert_with(HashMap::new);
+            files.retain(|_, weak| weak.is_alive());
+            files.insert(identity, buffer.downgrade());
+        }
+        Ok(buffer)
+    }
+
+    /// The live imported buffer over the file `identity` names, if this copy holds one.
+    fn find_file(identity: &BufferIdentity) -> Option<Buffer> {
+        FD_BUFFERS.lock().ok()?.as_ref()?.get(identity)?.upgrade()
     }
 
     pub(crate) fn fd(&self) -> Option<BorrowedFd<'_>> {

@@ -9,7 +9,7 @@
 
 use std::os::fd::BorrowedFd;
 
-use rustix::fs::FileType;
+use rustix::fs::{FileType, Stat};
 
 use crate::{Error, Result, TensorMemory};
 
@@ -49,8 +49,14 @@ const KNOWN_REFUSED: &[(u32, &str)] = &[
 ///
 /// The size is not read here: a shared-memory fd must be sealed first (see `shm`), or a peer
 /// could shrink it between our size check and our mapping.
+#[cfg(test)]
 pub(crate) fn inspect(fd: BorrowedFd<'_>) -> Result<TensorMemory> {
-    let kind = FdKind::of(fd)?;
+    inspect_with(fd, &stat(fd)?)
+}
+
+/// `inspect`, with the `fstat` of `fd` the caller already made.
+pub(crate) fn inspect_with(fd: BorrowedFd<'_>, st: &Stat) -> Result<TensorMemory> {
+    let kind = FdKind::with_stat(fd, st)?;
     let memory = classify(kind.magic, FileType::from_raw_mode(kind.mode)).map_err(Error::Fd)?;
     let memfd_name = kind.name.as_deref().and_then(|n| n.strip_prefix("/memfd:"));
     if let Some((_, driver)) = GPU_DRIVER_MEMFDS
@@ -64,12 +70,20 @@ pub(crate) fn inspect(fd: BorrowedFd<'_>) -> Result<TensorMemory> {
     Ok(memory)
 }
 
-/// The fd's size now.
-pub(crate) fn size(fd: BorrowedFd<'_>) -> Result<u64> {
-    let st =
-        rustix::fs::fstat(fd).map_err(|e| Error::Fd(format!("fstat on fd {fd:?} failed: {e}")))?;
+/// `fstat` of `fd`, as an fd error.
+pub(crate) fn stat(fd: BorrowedFd<'_>) -> Result<Stat> {
+    rustix::fs::fstat(fd).map_err(|e| Error::Fd(format!("fstat on fd {fd:?} failed: {e}")))
+}
+
+/// The size a `stat` reports.
+pub(crate) fn size_of(st: &Stat) -> Result<u64> {
     u64::try_from(st.st_size)
         .map_err(|_| Error::Fd(format!("fd reports a negative size {}", st.st_size)))
+}
+
+/// The fd's size now.
+pub(crate) fn size(fd: BorrowedFd<'_>) -> Result<u64> {
+    size_of(&stat(fd)?)
 }
 
 /// What sort of file an fd is, precisely enough to tell a driver's export from a stand-in:
@@ -86,10 +100,13 @@ pub(crate) struct FdKind {
 impl FdKind {
     /// Reads the kind of `fd` (fstatfs, fstat, and the `/proc/self/fd` link for names).
     pub(crate) fn of(fd: BorrowedFd<'_>) -> Result<FdKind> {
+        FdKind::with_stat(fd, &stat(fd)?)
+    }
+
+    /// The kind of `fd`, whose `fstat` the caller already made (fstatfs and the link only).
+    pub(crate) fn with_stat(fd: BorrowedFd<'_>, st: &Stat) -> Result<FdKind> {
         let fs = rustix::fs::fstatfs(fd)
             .map_err(|e| Error::Fd(format!("fstatfs on fd {fd:?} failed: {e}")))?;
-        let st = rustix::fs::fstat(fd)
-            .map_err(|e| Error::Fd(format!("fstat on fd {fd:?} failed: {e}")))?;
         let magic = fs.f_type as u64 as u32;
         let named = matches!(magic, ANON_INODE_FS_MAGIC | TMPFS_MAGIC | HUGETLBFS_MAGIC);
         Ok(FdKind {

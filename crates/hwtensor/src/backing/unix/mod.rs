@@ -32,16 +32,26 @@ pub(crate) fn allocate(memory: TensorMemory, len: usize) -> Result<FdMapping> {
 impl Storage {
     /// Maps a foreign fd after checking what it is and that it holds at least `len` bytes.
     ///
-    /// Shared memory is sealed against shrinking *before* its size is read (`unsealed`: the
-    /// caller accepts an fd that cannot be sealed). The whole fd is mapped, not just `len`: the
-    /// buffer's capacity is what the fd holds, so a consumer may later widen the row stride
-    /// into padding the producer allocated.
-    pub(crate) fn import(fd: OwnedFd, len: usize, unsealed: bool) -> Result<Storage> {
-        let memory = classify::inspect(fd.as_fd())?;
-        if memory == TensorMemory::Shm {
+    /// `st` is the caller's `fstat` of `fd`, made after it learnt whether the fd was `sealed`
+    /// against shrinking: then that size is final. Shared memory not sealed yet is sealed here
+    /// and its size read again (`unsealed`: the caller accepts an fd that cannot be sealed); a
+    /// size read first could be undercut by a peer's `ftruncate`. The whole fd is mapped, not
+    /// just `len`: the buffer's capacity is what the fd holds, so a consumer may later widen
+    /// the row stride into padding the producer allocated.
+    pub(crate) fn import(
+        fd: OwnedFd,
+        len: usize,
+        unsealed: bool,
+        st: &rustix::fs::Stat,
+        sealed: bool,
+    ) -> Result<Storage> {
+        let memory = classify::inspect_with(fd.as_fd(), st)?;
+        let size = if memory == TensorMemory::Shm && !sealed {
             shm::seal_for_import(fd.as_fd(), unsealed)?;
-        }
-        let size = classify::size(fd.as_fd())?;
+            classify::size(fd.as_fd())?
+        } else {
+            classify::size_of(st)?
+        };
         if size < len as u64 {
             return Err(Error::Fd(format!(
                 "the {memory} fd holds {size} bytes but the tensor needs {len}"

@@ -34,6 +34,12 @@ pub(crate) fn create(len: usize) -> Result<OwnedFd> {
     Ok(fd)
 }
 
+/// Whether `fd` is sealed against shrinking already (false for an fd that is no memfd): then a
+/// size read after this is final.
+pub(crate) fn is_sealed(fd: BorrowedFd<'_>) -> bool {
+    rustix::fs::fcntl_get_seals(fd).is_ok_and(|s| s.contains(SealFlags::SHRINK))
+}
+
 /// Makes sure an imported tmpfs fd can no longer shrink: adds `F_SEAL_SHRINK` where the fd
 /// allows it. Call it before reading the size: a size read first could be undercut by a peer's
 /// `ftruncate` racing the seal, and our mapping would then reach past the end (a SIGBUS).
