@@ -150,6 +150,17 @@ pub(crate) fn put<T>(out: *mut T, what: &str, value: T) -> Outcome {
     Ok(())
 }
 
+/// Frees a handle made by `Box::into_raw` (null ignored), its drop run under the panic guard.
+///
+/// # Safety
+/// `handle` must be null or a `Box::into_raw` of a `T`, given here once.
+pub(crate) unsafe fn free_handle<T>(handle: *mut T) {
+    if !handle.is_null() {
+        // SAFETY: the caller's contract: a box of ours, freed once.
+        let _ = catch_unwind(AssertUnwindSafe(|| drop(unsafe { Box::from_raw(handle) })));
+    }
+}
+
 /// Copies this thread's last error message into `buf` (NUL-terminated, truncated to `len`) and
 /// returns its full length in bytes. The message is kept until the thread's next failing call.
 ///

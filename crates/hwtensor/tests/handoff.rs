@@ -44,7 +44,10 @@ fn a_pooled_buffer_received_again_while_held_reuses_the_receivers_mapping() {
     send(&a, &t).unwrap();
     let again = recv(&b).unwrap().into_tensor::<u8>().unwrap();
     assert_eq!(first.identity(), again.identity());
-    let (p1, p2) = (first.map_read().unwrap().as_ptr(), again.map_read().unwrap().as_ptr());
+    let (p1, p2) = (
+        first.map_read().unwrap().as_ptr(),
+        again.map_read().unwrap().as_ptr(),
+    );
     assert_eq!(p1, p2, "the same file was mapped twice");
     // One buffer: a write map of one excludes a map of the other, as for views.
     let w = first.map_write().unwrap();

@@ -12,7 +12,7 @@ use hwtensor::blob::{self, Transport};
 use hwtensor::{handoff, ImportPolicy};
 
 use super::fd::dup_callers;
-use crate::status::{fail, guard, invalid, put, HwtStatus, OrStatus};
+use crate::status::{fail, free_handle, guard, invalid, put, HwtStatus, OrStatus};
 use crate::tensor::{share, slice_in, tensor, HwtTensor};
 
 /// How a tensor travels (`uint32_t` parameters named `transport`).
@@ -135,10 +135,8 @@ pub unsafe extern "C" fn hwt_blob_fds(
 /// `b` must be null or a blob from `hwt_blob_export`, freed once.
 #[no_mangle]
 pub unsafe extern "C" fn hwt_blob_free(b: *mut HwtBlob) {
-    if !b.is_null() {
-        // SAFETY: made by Box::into_raw in hwt_blob_export, freed once (the contract).
-        let _ = std::panic::catch_unwind(|| drop(unsafe { Box::from_raw(b) }));
-    }
+    // SAFETY: the caller's contract, as above.
+    unsafe { free_handle(b) }
 }
 
 /// A tensor from a blob received from elsewhere, parsed as hostile input (`HWT_STATUS_BAD_BLOB`

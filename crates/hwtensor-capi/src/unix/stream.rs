@@ -8,7 +8,7 @@ use std::time::Duration;
 use hwtensor::stream::{Consumer, Frame, FrameMeta, Producer, Slot, Wait, PAYLOAD_BYTES};
 
 use super::fd::dup_callers;
-use crate::status::{guard, invalid, put, HwtStatus, OrStatus};
+use crate::status::{free_handle, guard, invalid, put, HwtStatus, OrStatus};
 use crate::tensor::{hand_out, slice_in, tensor, HwtTensor};
 
 /// The most buffers a pool may have.
@@ -202,10 +202,8 @@ fn slot_of(producer: &Producer, index: u32) -> Result<Slot, HwtStatus> {
 /// `p` must be null or a producer from `hwt_producer_new`, freed once.
 #[no_mangle]
 pub unsafe extern "C" fn hwt_producer_free(p: *mut HwtProducer) {
-    if !p.is_null() {
-        // SAFETY: made by Box::into_raw in hwt_producer_new, freed once (the contract).
-        let _ = std::panic::catch_unwind(|| drop(unsafe { Box::from_raw(p) }));
-    }
+    // SAFETY: the caller's contract, as above.
+    unsafe { free_handle(p) }
 }
 
 /// Attaches to a producer on the connected Unix socket `socket_fd` (duplicated): receives the
@@ -267,10 +265,8 @@ pub unsafe extern "C" fn hwt_consumer_recv(
 /// `c` must be null or a consumer from `hwt_consumer_connect`, freed once.
 #[no_mangle]
 pub unsafe extern "C" fn hwt_consumer_free(c: *mut HwtConsumer) {
-    if !c.is_null() {
-        // SAFETY: made by Box::into_raw in hwt_consumer_connect, freed once (the contract).
-        let _ = std::panic::catch_unwind(|| drop(unsafe { Box::from_raw(c) }));
-    }
+    // SAFETY: the caller's contract, as above.
+    unsafe { free_handle(c) }
 }
 
 /// A new reference to the frame's tensor (release it; it stays valid after the frame is).
@@ -325,8 +321,6 @@ pub unsafe extern "C" fn hwt_frame_meta(
 /// `f` must be null or a frame from `hwt_consumer_recv`, released once.
 #[no_mangle]
 pub unsafe extern "C" fn hwt_frame_release(f: *mut HwtFrame) {
-    if !f.is_null() {
-        // SAFETY: made by Box::into_raw in hwt_consumer_recv, released once (the contract).
-        let _ = std::panic::catch_unwind(|| drop(unsafe { Box::from_raw(f) }));
-    }
+    // SAFETY: the caller's contract, as above.
+    unsafe { free_handle(f) }
 }
