@@ -1,18 +1,18 @@
 //! `hwtensor demo`: a producer process streams 1080p RGBA frames in shared memory to a consumer
-//! process over a Unix socket. The consumer maps each frame without copying it, verifies every
-//! pixel, writes an acknowledgement over the same pixels and hands the frame back; the producer
-//! verifies the acknowledgement, which it can only see if the memory is truly shared, and then
-//! reuses the buffer for a later frame. With `--gpu` the frames are GPU tensors; with `--cuda`
+//! process through the pooled channel (`hwtensor::stream`: the pool is lent once over a Unix
+//! socket, then each frame is a buffer id in shared memory). The consumer maps each frame
+//! without copying it, verifies every pixel, writes an acknowledgement over the same pixels and
+//! hands the frame back; the producer verifies the acknowledgement when the buffer comes back,
+//! which it can only see if the memory is truly shared, and then reuses the buffer. With `--gpu` the frames are GPU tensors; with `--cuda`
 //! the consumer is CUDA: it imports each GPU frame into CUDA and copies it into CUDA memory on
 //! CUDA's copy engine (ordered behind the producer's upload by the timeline) before verifying.
 
-use std::io::{Read, Write};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use hwtensor::handoff::{recv, send};
+use hwtensor::stream::{Consumer, FrameMeta, Producer, Slot, Wait};
 use hwtensor::{CpuAccess, PixelFormat, Tensor, TensorDyn, TensorMemory};
 
 use super::monotonic_ns;
@@ -25,8 +25,6 @@ const HEIGHT: usize = 1080;
 const POOL: usize = 3;
 /// How long either side waits for the other before calling it dead.
 const PEER_TIMEOUT: Duration = Duration::from_secs(10);
-/// Bytes before each frame's blob: frame number (u64) and send time (u64, monotonic ns).
-const PREAMBLE: usize = 16;
 
 /// Where the demo's frames live.
 fn frame_memory(gpu: bool) -> TensorMemory {
@@ -80,10 +78,9 @@ pub fn producer(frames: u32, gpu: bool, cuda: bool) -> crate::Result {
     }
     let mut child = Command::new(std::env::current_exe()?).args(&args).spawn()?;
     let stream = accept(&listener, &mut child)?;
-    stream.set_read_timeout(Some(PEER_TIMEOUT))?;
     let memory = frame_memory(gpu);
     let pool = (0..POOL.min(frames.max(1) as usize))
-        .map(|_| frame(memory))
+        .map(|_| frame(memory).map(TensorDyn::from))
         .collect::<Result<Vec<_>, _>>()?;
     let host = if gpu {
         Some(frame(TensorMemory::Mem)?)
@@ -94,58 +91,54 @@ pub fn producer(frames: u32, gpu: bool, cuda: bool) -> crate::Result {
         "producer: {frames} frame(s) of {WIDTH}x{HEIGHT} RGBA through {} {memory} buffers",
         pool.len()
     );
+    let mut producer = Producer::new(pool)?;
+    producer.attach(stream)?;
+    // Which frame each buffer carried last: its acknowledgement is checked when it comes back.
+    let mut carried: Vec<Option<u32>> = vec![None; POOL];
     let mut round_trips = Vec::with_capacity(frames as usize);
-    let mut latencies = Vec::with_capacity(frames as usize);
     for frame in 0..frames {
-        let buffer = &pool[frame as usize % pool.len()];
-        write_pattern(buffer, host.as_ref(), frame, pattern::pixel)?;
         let started = Instant::now();
-        send_frame(&stream, frame, &buffer.clone().into())?;
-        let (_, sent_at) = read_preamble(&stream)?.ok_or("the consumer hung up mid-stream")?;
-        let back = recv(&stream)?;
-        let first_map = back.as_tensor::<u8>()?.map_read()?.first().copied();
-        latencies.push(Duration::from_nanos(monotonic_ns().saturating_sub(sent_at)));
-        std::hint::black_box(first_map);
+        let slot = producer.acquire(PEER_TIMEOUT)?;
+        check_ack_of(&producer, slot, &mut carried)?;
+        let buffer = producer.tensor(slot).as_tensor::<u8>()?;
+        write_pattern(buffer, host.as_ref(), frame, pattern::pixel)?;
+        producer.send(slot, FrameMeta::new(u64::from(frame), monotonic_ns()))?;
+        carried[slot.index()] = Some(frame);
         round_trips.push(started.elapsed());
-        check_ack(buffer, &back, frame, gpu)?;
         progress(frame, frames);
     }
-    drop(stream);
+    // Every buffer back: the last acknowledgements checked.
+    let back: Vec<_> = (0..POOL.min(frames.max(1) as usize))
+        .map(|_| producer.acquire(PEER_TIMEOUT))
+        .collect::<Result<_, _>>()?;
+    for slot in back {
+        check_ack_of(&producer, slot, &mut carried)?;
+    }
+    drop(producer); // the consumer's next receive ends its loop
     let status = child.wait()?;
     if !status.success() {
         return Err(format!("the consumer failed ({status})").into());
     }
-    latencies.sort_unstable();
     println!(
-        "producer: every acknowledgement verified in the producer's own buffers; hand-off back \
-         median {}, p99 {}; round trip with both sides' full-frame checks median {}",
-        fmt(percentile(&latencies, 50)),
-        fmt(percentile(&latencies, 99)),
+        "producer: every acknowledgement verified in the producer's own buffers; acquire + \
+         write + send median {}",
         fmt(median(&mut round_trips)),
     );
     Ok(())
 }
 
-/// Sends the preamble (frame number, send time) and then the frame.
-fn send_frame(stream: &UnixStream, frame: u32, tensor: &TensorDyn) -> crate::Result {
-    let mut preamble = [0u8; PREAMBLE];
-    preamble[..8].copy_from_slice(&(frame as u64).to_le_bytes());
-    preamble[8..].copy_from_slice(&monotonic_ns().to_le_bytes());
-    (&*stream).write_all(&preamble)?;
-    send(stream, tensor)?;
-    Ok(())
-}
-
-/// Reads a preamble: `None` when the peer closed the stream cleanly between frames.
-fn read_preamble(stream: &UnixStream) -> crate::Result<Option<(u32, u64)>> {
-    let mut preamble = [0u8; PREAMBLE];
-    match (&*stream).read_exact(&mut preamble) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(e) => return Err(format!("waiting for the peer: {e}").into()),
+/// Checks the acknowledgement in `slot`'s buffer of the frame it carried last, if any.
+fn check_ack_of(producer: &Producer, slot: Slot, carried: &mut [Option<u32>]) -> crate::Result {
+    let Some(frame) = carried[slot.index()].take() else {
+        return Ok(());
+    };
+    let sent = producer.tensor(slot).as_tensor::<u8>()?;
+    if let Some(i) = pattern::first_mismatch(sent.map_read()?.as_bytes(), frame, pattern::ack) {
+        return Err(
+            format!("frame {frame}: pixel {i} lacks the consumer's acknowledgement").into(),
+        );
     }
-    let frame = u64::from_le_bytes(preamble[..8].try_into()?) as u32;
-    Ok(Some((frame, u64::from_le_bytes(preamble[8..].try_into()?))))
+    Ok(())
 }
 
 /// Accepts the consumer's connection, or gives up when it dies or does not come.
@@ -172,20 +165,6 @@ fn accept(listener: &UnixListener, child: &mut Child) -> crate::Result<UnixStrea
     }
 }
 
-fn check_ack(sent: &Tensor<u8>, back: &TensorDyn, frame: u32, gpu: bool) -> crate::Result {
-    // A GPU buffer's identity is per process where the driver's fds are anonymous (NVIDIA);
-    // the acknowledgement in our own buffer is the proof there.
-    if !gpu && back.identity() != sent.identity() {
-        return Err(format!("frame {frame}: the consumer handed back a different buffer").into());
-    }
-    if let Some(i) = pattern::first_mismatch(sent.map_read()?.as_bytes(), frame, pattern::ack) {
-        return Err(
-            format!("frame {frame}: pixel {i} lacks the consumer's acknowledgement").into(),
-        );
-    }
-    Ok(())
-}
-
 fn progress(frame: u32, frames: u32) {
     let step = (frames / 10).max(1);
     if frames > 1 && ((frame + 1).is_multiple_of(step) || frame + 1 == frames) {
@@ -196,11 +175,8 @@ fn progress(frame: u32, frames: u32) {
 pub fn consumer(socket: &str, gpu: bool, cuda: bool) -> crate::Result {
     let stream = UnixStream::connect_addr(&SocketAddr::from_abstract_name(socket)?)?;
     stream.set_read_timeout(Some(PEER_TIMEOUT))?;
+    let mut consumer = Consumer::connect(stream)?;
     let mut latencies = Vec::new();
-    // The producer's pool comes round again: holding the last few frames (as a consumer that
-    // pipelines does) lets the library reuse their imports instead of importing each time.
-    let mut held: std::collections::VecDeque<TensorDyn> =
-        std::collections::VecDeque::with_capacity(POOL);
     // On the GPU: a second tensor the consumer's own device work writes into (GPU memory, or
     // CUDA memory for a CUDA consumer), and host memory to compose the acknowledgement in.
     let work_memory = if cuda {
@@ -213,9 +189,16 @@ pub fn consumer(socket: &str, gpu: bool, cuda: bool) -> crate::Result {
     } else {
         (None, None)
     };
-    while let Some((frame, sent_at)) = read_preamble(&stream)? {
-        let received = recv(&stream)?;
-        let tensor = received.as_tensor::<u8>()?;
+    loop {
+        let received = match consumer.recv(Wait::For(PEER_TIMEOUT)) {
+            Ok(f) => f,
+            // The producer leaves once it has every acknowledgement: the end of the stream.
+            Err(hwtensor::Error::Handoff(e)) if e.contains("producer left") => break,
+            Err(e) => return Err(e.into()),
+        };
+        let frame = received.meta().seq as u32;
+        let sent_at = received.meta().timestamp_ns;
+        let tensor = received.tensor().as_tensor::<u8>()?;
         let checked = match &work {
             Some(work) => {
                 latencies.push(Duration::from_nanos(monotonic_ns().saturating_sub(sent_at)));
@@ -235,11 +218,7 @@ pub fn consumer(socket: &str, gpu: bool, cuda: bool) -> crate::Result {
             .into());
         }
         write_pattern(tensor, host.as_ref(), frame, pattern::ack)?;
-        send_frame(&stream, frame, &received)?;
-        if held.len() == POOL {
-            held.pop_front();
-        }
-        held.push_back(received);
+        drop(received); // hands the buffer back (after our GPU work on it, where there is some)
     }
     latencies.sort_unstable();
     let how = if cuda {
@@ -250,10 +229,10 @@ pub fn consumer(socket: &str, gpu: bool, cuda: bool) -> crate::Result {
         "mapped without a copy,"
     };
     println!(
-        "consumer: {} frame(s) {how} every pixel verified; hand-off latency \
-         (send + receive + import{}) median {}, p99 {}",
+        "consumer: {} frame(s) {how} every pixel verified; frame age at receipt (from send, \
+         waiting behind the frame being checked included{}) median {}, p99 {}",
         latencies.len(),
-        if gpu { "" } else { " + first map" },
+        if gpu { "" } else { "; + first map" },
         fmt(percentile(&latencies, 50)),
         fmt(percentile(&latencies, 99)),
     );

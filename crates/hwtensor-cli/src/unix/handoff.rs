@@ -33,9 +33,6 @@ pub fn run(s: &Samples) -> crate::Result {
     super::gpu::bandwidth(s.rounds, &references)?;
     println!("\n== GPU hand-off: send + receive + import, across a thread of the same process (medians) ==");
     gpu_handoff(s)?;
-    println!("\n== hand-off across processes (`hwtensor demo`, 1080p RGBA, pool of 3, medians) ==");
-    cross_process(false)?;
-    cross_process(true)?;
     super::channel::bench(s.rounds < 50)?;
     Ok(())
 }
@@ -98,34 +95,6 @@ fn gpu_handoff(s: &Samples) -> crate::Result {
 }
 
 /// Runs the two-process demo and reports the consumer's hand-off latency line.
-fn cross_process(gpu: bool) -> crate::Result {
-    let mut args = vec!["demo", "--frames", "60"];
-    if gpu {
-        if hwtensor::gpu::device().is_err() {
-            return Ok(());
-        }
-        args.push("--gpu");
-    }
-    let out = std::process::Command::new(std::env::current_exe()?)
-        .args(&args)
-        .output()?;
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let line = stdout
-        .lines()
-        .find(|l| l.starts_with("consumer:"))
-        .unwrap_or("no consumer report");
-    let figure = line.split("hand-off latency").nth(1).unwrap_or(line).trim();
-    println!("{:<4} {figure}", if gpu { "gpu" } else { "shm" });
-    if !out.status.success() {
-        return Err(format!(
-            "the demo failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        )
-        .into());
-    }
-    Ok(())
-}
-
 fn handoff(s: &Samples) -> crate::Result {
     println!(
         "{:<8} {:>12} {:>14} {:>10}",
