@@ -84,14 +84,17 @@ fn keep(map: MmapMut) {
 
 /// Mappings from this size up ask for transparent huge pages: a 2 MiB page faults in once
 /// where 512 small ones fault one by one.
+#[cfg(target_os = "linux")]
 const HUGE_PAGE: usize = 2 << 20;
 
 /// A new zeroed anonymous mapping of `len` bytes, on huge pages where the kernel offers them
 /// (`transparent_hugepage` set to `always` or `madvise`; elsewhere the advice is a no-op).
 fn fresh_pages(len: usize) -> std::io::Result<MmapMut> {
     let map = MmapOptions::new().len(len).map_anon()?;
+    // Advice only: a kernel without THP refuses it, and the small pages still work. (Windows
+    // has no such advice: large pages there need a privilege; it keeps small pages.)
+    #[cfg(target_os = "linux")]
     if len >= HUGE_PAGE {
-        // Advice only: a kernel without THP refuses it, and the small pages still work.
         let _ = map.advise(memmap2::Advice::HugePage);
     }
     Ok(map)
