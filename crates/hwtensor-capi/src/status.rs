@@ -154,6 +154,7 @@ pub(crate) fn put<T>(out: *mut T, what: &str, value: T) -> Outcome {
 ///
 /// # Safety
 /// `handle` must be null or a `Box::into_raw` of a `T`, given here once.
+#[cfg_attr(windows, allow(dead_code))] // the Linux blobs and channel objects use it
 pub(crate) unsafe fn free_handle<T>(handle: *mut T) {
     if !handle.is_null() {
         // SAFETY: the caller's contract: a box of ours, freed once.
