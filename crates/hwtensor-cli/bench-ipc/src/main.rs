@@ -55,22 +55,27 @@ fn main() -> Result {
         let fd: i32 = args[5].parse()?;
         return consumer(&args[2], &args[3], bytes, fd);
     }
-    println!(
-        "one-way latency across two processes, median / p99 (same method for every contender)"
-    );
+    println!("across two processes, median / p99: one way | round trip (the same method for each)");
+    let both = |f: &Figures| {
+        format!(
+            "{:>8} / {:<8} | {:>8} / {:<8}",
+            fmt(f.one_way.0),
+            fmt(f.one_way.1),
+            fmt(f.round_trip.0),
+            fmt(f.round_trip.1)
+        )
+    };
     for mode in MODES {
-        let (m, p) = run("socket", mode, 24)?;
-        println!("{mode:<10} socket 24 B   {:>9} / {:<9}", fmt(m), fmt(p));
+        let s = run("socket", mode, 24)?;
+        println!("{mode:<10} socket   24 B  {}", both(&s));
         for (name, bytes) in SIZES {
-            let (hm, hp) = run("hwtensor", mode, bytes)?;
-            let (im, ip) = run("iceoryx2", mode, bytes)?;
+            let h = run("hwtensor", mode, bytes)?;
+            let i = run("iceoryx2", mode, bytes)?;
+            println!("{mode:<10} hwtensor {name:<5} {}", both(&h));
             println!(
-                "{mode:<10} {name:<6} hwtensor {:>9} / {:<9} iceoryx2 {:>9} / {:<9} hwtensor/iceoryx2 {:.2}x",
-                fmt(hm),
-                fmt(hp),
-                fmt(im),
-                fmt(ip),
-                hm.as_secs_f64() / im.as_secs_f64().max(1e-9)
+                "{mode:<10} iceoryx2 {name:<5} {}  one way hwtensor/iceoryx2 {:.2}x",
+                both(&i),
+                h.one_way.0.as_secs_f64() / i.one_way.0.as_secs_f64().max(1e-9)
             );
         }
     }
@@ -97,7 +102,7 @@ fn frames(mode: &str) -> usize {
 }
 
 /// Runs one contender in one mode: starts the consumer process, produces, and reads its report.
-fn run(contender: &str, mode: &str, bytes: usize) -> Result<(Duration, Duration)> {
+fn run(contender: &str, mode: &str, bytes: usize) -> Result<Figures> {
     let (ours, theirs) = UnixStream::pair()?;
     let inherited = rustix::io::dup(&theirs)?; // without close-on-exec: the child's end
                                                // A service name of its own per run, for both processes (the child inherits it).
@@ -117,11 +122,12 @@ fn run(contender: &str, mode: &str, bytes: usize) -> Result<(Duration, Duration)
         .stdout(std::process::Stdio::piped())
         .spawn()?;
     drop((theirs, inherited));
-    match contender {
+    let mut trips = match contender {
         "hwtensor" => produce_hwtensor(ours, mode, bytes)?,
-        "iceoryx2" => produce_iceoryx2(ours, mode, bytes, &service)?,
+        "iceoryx2" => produce_iceoryx2(ours, mode, bytes)?,
         _ => produce_socket(ours, mode)?,
-    }
+    };
+    trips.sort_unstable();
     let out = child.wait_with_output()?;
     if !out.status.success() {
         return Err(format!("the {contender} consumer failed ({})", out.status).into());
@@ -130,10 +136,21 @@ fn run(contender: &str, mode: &str, bytes: usize) -> Result<(Duration, Duration)
         .split_whitespace()
         .filter_map(|w| w.parse().ok())
         .collect();
+    let at = |p: usize| Duration::from_nanos(trips[(trips.len() * p / 100).min(trips.len() - 1)]);
     match nums[..] {
-        [m, p] => Ok((Duration::from_nanos(m), Duration::from_nanos(p))),
+        [m, p] => Ok(Figures {
+            one_way: (Duration::from_nanos(m), Duration::from_nanos(p)),
+            round_trip: (at(50), at(99)),
+        }),
         _ => Err("no report from the consumer".into()),
     }
+}
+
+/// Median and p99, one way (the consumer's receipt) and round trip (the frame back at the
+/// producer).
+struct Figures {
+    one_way: (Duration, Duration),
+    round_trip: (Duration, Duration),
 }
 
 fn pace(mode: &str) {
@@ -142,7 +159,7 @@ fn pace(mode: &str) {
     }
 }
 
-fn produce_hwtensor(stream: UnixStream, mode: &str, bytes: usize) -> Result {
+fn produce_hwtensor(stream: UnixStream, mode: &str, bytes: usize) -> Result<Vec<u64>> {
     use hwtensor::stream::{FrameMeta, Producer};
     use hwtensor::{Tensor, TensorDyn, TensorMemory};
     let pool = (0..POOL)
@@ -150,30 +167,36 @@ fn produce_hwtensor(stream: UnixStream, mode: &str, bytes: usize) -> Result {
         .collect::<hwtensor::Result<Vec<_>>>()?;
     let mut producer = Producer::new(pool)?;
     producer.attach(stream)?;
+    let mut trips = Vec::new();
     for seq in 0..frames(mode) as u64 {
         pace(mode);
         let slot = producer.acquire(WAIT)?;
-        producer.send(slot, FrameMeta::new(seq, now_ns()))?;
+        let sent = now_ns();
+        producer.send(slot, FrameMeta::new(seq, sent))?;
         // The frame came back once every buffer is free again.
         let all = (0..POOL)
             .map(|_| producer.acquire(WAIT))
             .collect::<hwtensor::Result<Vec<_>>>()?;
+        trips.push(now_ns() - sent);
         all.into_iter().for_each(|s| producer.release(s));
     }
-    Ok(())
+    Ok(trips)
 }
 
-fn produce_socket(mut stream: UnixStream, mode: &str) -> Result {
+fn produce_socket(mut stream: UnixStream, mode: &str) -> Result<Vec<u64>> {
     let mut ack = [0u8];
+    let mut trips = Vec::new();
     for seq in 0..frames(mode) as u64 {
         pace(mode);
         let mut msg = [0u8; 24];
+        let sent = now_ns();
         msg[..8].copy_from_slice(&seq.to_le_bytes());
-        msg[8..16].copy_from_slice(&now_ns().to_le_bytes());
+        msg[8..16].copy_from_slice(&sent.to_le_bytes());
         stream.write_all(&msg)?;
         stream.read_exact(&mut ack)?;
+        trips.push(now_ns() - sent);
     }
-    Ok(())
+    Ok(trips)
 }
 
 /// The iceoryx2 services of one run: frames forward (payload slices, the timestamp in the user
@@ -234,7 +257,7 @@ impl Iox {
     }
 }
 
-fn produce_iceoryx2(stream: UnixStream, mode: &str, bytes: usize, _service: &str) -> Result {
+fn produce_iceoryx2(stream: UnixStream, mode: &str, bytes: usize) -> Result<Vec<u64>> {
     let iox = Iox::new()?;
     let publisher = iox
         .frames()?
@@ -248,10 +271,12 @@ fn produce_iceoryx2(stream: UnixStream, mode: &str, bytes: usize, _service: &str
     let mut ready = [0u8];
     (&stream).read_exact(&mut ready)?;
     let spin = mode == "busy-poll";
+    let mut trips = Vec::new();
     for seq in 0..frames(mode) as u64 {
         pace(mode);
         let mut sample = publisher.loan_slice_uninit(bytes)?;
-        *sample.user_header_mut() = now_ns();
+        let sent = now_ns();
+        *sample.user_header_mut() = sent;
         // SAFETY: the payload is bytes nobody reads (the hand-off is measured, not the content).
         let sample = unsafe { sample.assume_init() };
         if sample.send()? == 0 {
@@ -271,9 +296,10 @@ fn produce_iceoryx2(stream: UnixStream, mode: &str, bytes: usize, _service: &str
                 woken.timed_wait_all(|_| {}, WAIT)?; // drains every pending wake-up
             }
         }
+        trips.push(now_ns() - sent);
     }
     drop(stream);
-    Ok(())
+    Ok(trips)
 }
 
 /// The consumer process: receives every frame, prints the median and p99 latency in ns.
