@@ -866,15 +866,17 @@ enum HwtStatus hwt_cuda_check(void);
 
 #if defined(HWT_LINUX)
 /**
- * A tensor of `shape` and `dtype` over the first bytes of `fd` (a DMA-BUF, a memfd, a shared
- * memory file). The fd is duplicated: the caller keeps its own and closes it when it likes.
- * A file of another kind, a closed fd (`HWT_STATUS_BAD_FD`) or one smaller than the shape is
- * refused.
+ * A tensor of `shape` and `dtype` over `fd` (a DMA-BUF, a memfd, a shared memory file) from
+ * byte `offset` on (V4L2's `data_offset`; 0 for the start). The fd is duplicated: the caller
+ * keeps its own and closes it when it likes. A file of another kind, a closed fd
+ * (`HWT_STATUS_BAD_FD`), one smaller than `offset` plus the shape, or an offset the element
+ * type cannot start at is refused.
  *
  * # Safety
  * `shape` must hold `ndim` sizes; `out` valid for one write.
  */
 enum HwtStatus hwt_tensor_from_fd(int32_t fd,
+                                  size_t offset,
                                   const size_t *shape,
                                   size_t ndim,
                                   uint32_t dtype,
@@ -883,13 +885,15 @@ enum HwtStatus hwt_tensor_from_fd(int32_t fd,
 
 #if defined(HWT_LINUX)
 /**
- * A `width` x `height` image of `format` over `fd` (duplicated; the caller keeps its own),
- * rows `row_stride` bytes apart (0: tight), with `cpu_access` (an `HwtAccess`).
+ * A `width` x `height` image of `format` over `fd` (duplicated; the caller keeps its own)
+ * starting `offset` bytes in, rows `row_stride` bytes apart (0: tight), with `cpu_access` (an
+ * `HwtAccess`).
  *
  * # Safety
  * `out` must be valid for one write.
  */
 enum HwtStatus hwt_tensor_image_from_fd(int32_t fd,
+                                        size_t offset,
                                         size_t width,
                                         size_t height,
                                         uint32_t format,

@@ -66,21 +66,85 @@ impl<T: Element> Tensor<T> {
         row_stride: Option<usize>,
         access: CpuAccess,
     ) -> Result<Self> {
+        Self::image_from_fd_at(fd, 0, w, h, format, row_stride, access)
+    }
+
+    /// [`Tensor::image_from_fd`] for an image that starts `offset` bytes into the fd: V4L2's
+    /// `data_offset`, or a frame placed after a header. The whole image (`offset` + its
+    /// extent) must lie within the fd, and the offset must suit the element type's alignment.
+    pub fn image_from_fd_at(
+        fd: OwnedFd,
+        offset: usize,
+        w: usize,
+        h: usize,
+        format: PixelFormat,
+        row_stride: Option<usize>,
+        access: CpuAccess,
+    ) -> Result<Self> {
         let elem = Self::elem();
         let stride = match row_stride {
             Some(s) => check_row_stride(format, w, elem, s)?,
             None => default_row_stride(format, w, elem, TensorMemory::Mem)?,
         };
         let (shape, strides) = image_geometry(None, format, w, h, elem, stride)?;
-        let buffer = Buffer::import(fd, extent(&shape, &strides, elem)?, &ImportPolicy::STRICT)?;
-        let access = access.narrowed_to(import_access(&buffer));
         let info = ImageInfo {
             format,
             width: w,
             height: h,
             row_stride: stride,
         };
-        Ok(Self::over(buffer, shape, strides, Some(info), access))
+        let mut t = Self::at_offset(
+            fd,
+            offset,
+            shape,
+            strides,
+            Some(info),
+            &ImportPolicy::STRICT,
+        )?;
+        t.access = access.narrowed_to(t.access);
+        Ok(t)
+    }
+
+    /// [`Tensor::from_fd`] for a tensor that starts `offset` bytes into the fd.
+    pub fn from_fd_at(fd: OwnedFd, offset: usize, shape: &[usize]) -> Result<Self> {
+        let strides = byte_strides(shape, Self::elem(), None)?;
+        Self::at_offset(
+            fd,
+            offset,
+            shape.to_vec(),
+            strides,
+            None,
+            &ImportPolicy::STRICT,
+        )
+    }
+
+    /// A tensor of `shape` and byte `strides` over `fd` from byte `offset` on: the fd must hold
+    /// `offset` plus the tensor's extent, and `offset` suit the element's alignment (a map hands
+    /// out `&[T]` from there).
+    fn at_offset(
+        fd: OwnedFd,
+        offset: usize,
+        shape: Vec<usize>,
+        strides: Vec<usize>,
+        image: Option<ImageInfo>,
+        policy: &ImportPolicy,
+    ) -> Result<Self> {
+        if !offset.is_multiple_of(std::mem::align_of::<T>()) {
+            return Err(Error::InvalidArgument(format!(
+                "a {} tensor cannot start at byte {offset}: its elements align to {} bytes",
+                T::DTYPE,
+                std::mem::align_of::<T>()
+            )));
+        }
+        let bytes = extent(&shape, &strides, Self::elem())?;
+        let needed = offset.checked_add(bytes).ok_or_else(|| {
+            Error::InvalidArgument(format!("offset {offset} + {bytes} bytes overflows"))
+        })?;
+        let buffer = Buffer::import(fd, needed, policy)?;
+        let access = import_access(&buffer);
+        let mut t = Self::over(buffer, shape, strides, image, access);
+        t.offset = offset;
+        Ok(t)
     }
 }
 
@@ -88,6 +152,29 @@ impl TensorDyn {
     /// See [`Tensor::from_fd`].
     pub fn from_fd(fd: OwnedFd, shape: &[usize], dtype: DType) -> Result<Self> {
         for_dtype!(dtype, from_fd(fd, shape))
+    }
+
+    /// See [`Tensor::from_fd_at`].
+    pub fn from_fd_at(fd: OwnedFd, offset: usize, shape: &[usize], dtype: DType) -> Result<Self> {
+        for_dtype!(dtype, from_fd_at(fd, offset, shape))
+    }
+
+    /// See [`Tensor::image_from_fd_at`].
+    #[allow(clippy::too_many_arguments)] // the image's description, one value each
+    pub fn image_from_fd_at(
+        fd: OwnedFd,
+        offset: usize,
+        w: usize,
+        h: usize,
+        format: PixelFormat,
+        dtype: DType,
+        row_stride: Option<usize>,
+        access: CpuAccess,
+    ) -> Result<Self> {
+        for_dtype!(
+            dtype,
+            image_from_fd_at(fd, offset, w, h, format, row_stride, access)
+        )
     }
 
     /// See [`Tensor::image_from_fd`].

@@ -216,3 +216,51 @@ fn a_peer_truncating_while_we_import_gets_an_error_never_a_fault() {
         truncating.join().unwrap();
     }
 }
+
+/// Writes `bytes` at `offset` of `fd`.
+fn write_at(fd: &OwnedFd, offset: u64, bytes: &[u8]) {
+    assert_eq!(rustix::io::pwrite(fd, bytes, offset).unwrap(), bytes.len());
+}
+
+#[test]
+fn an_nv12_frame_at_a_data_offset_with_a_padded_stride_imports_as_v4l2_lays_it_out() {
+    // As a V4L2 single-planar buffer: a header page before the frame (data_offset), rows padded
+    // to 64 bytes, the chroma plane right after the luma rows.
+    let (w, h, stride, offset) = (40usize, 8usize, 64usize, 4096usize);
+    let fd = memfd((offset + stride * h * 3 / 2) as u64);
+    let luma: Vec<u8> = (0..stride * h).map(|i| (i % 251) as u8).collect();
+    let chroma: Vec<u8> = (0..stride * h / 2).map(|i| 255 - (i % 251) as u8).collect();
+    write_at(&fd, offset as u64, &luma);
+    write_at(&fd, (offset + stride * h) as u64, &chroma);
+    let t = Tensor::<u8>::image_from_fd_at(
+        fd,
+        offset,
+        w,
+        h,
+        PixelFormat::Nv12,
+        Some(stride),
+        CpuAccess::Read,
+    )
+    .unwrap();
+    assert_eq!(t.byte_offset(), offset);
+    let planes = t.plane_table().unwrap();
+    let m = t.map_read().unwrap();
+    let bytes = m.as_bytes();
+    assert_eq!(bytes[0], luma[0]);
+    assert_eq!(bytes[3 * stride + 5], luma[3 * stride + 5]);
+    assert_eq!(
+        bytes[planes[1].offset + 2 * stride + 7],
+        chroma[2 * stride + 7]
+    );
+}
+
+#[test]
+fn an_offset_past_the_end_or_off_the_element_alignment_is_refused() {
+    let err = Tensor::<u8>::from_fd_at(memfd(4096), 4000, &[200]).unwrap_err();
+    assert!(err.to_string().contains("4200"), "{err}");
+    let err = Tensor::<u16>::from_fd_at(memfd(4096), 3, &[8]).unwrap_err();
+    assert!(err.to_string().contains("align"), "{err}");
+    let ok = Tensor::<u16>::from_fd_at(memfd(4096), 2, &[8]).unwrap();
+    assert_eq!(ok.byte_offset(), 2);
+    assert!(Tensor::<u8>::from_fd_at(memfd(4096), usize::MAX, &[8]).is_err());
+}

@@ -24,16 +24,18 @@ pub(crate) fn dup_callers(fd: RawFd) -> Result<OwnedFd, HwtStatus> {
     })
 }
 
-/// A tensor of `shape` and `dtype` over the first bytes of `fd` (a DMA-BUF, a memfd, a shared
-/// memory file). The fd is duplicated: the caller keeps its own and closes it when it likes.
-/// A file of another kind, a closed fd (`HWT_STATUS_BAD_FD`) or one smaller than the shape is
-/// refused.
+/// A tensor of `shape` and `dtype` over `fd` (a DMA-BUF, a memfd, a shared memory file) from
+/// byte `offset` on (V4L2's `data_offset`; 0 for the start). The fd is duplicated: the caller
+/// keeps its own and closes it when it likes. A file of another kind, a closed fd
+/// (`HWT_STATUS_BAD_FD`), one smaller than `offset` plus the shape, or an offset the element
+/// type cannot start at is refused.
 ///
 /// # Safety
 /// `shape` must hold `ndim` sizes; `out` valid for one write.
 #[no_mangle]
 pub unsafe extern "C" fn hwt_tensor_from_fd(
     fd: i32,
+    offset: usize,
     shape: *const usize,
     ndim: usize,
     dtype: u32,
@@ -43,19 +45,21 @@ pub unsafe extern "C" fn hwt_tensor_from_fd(
         // SAFETY: the caller's contract.
         let shape = unsafe { slice_in(shape, ndim, "the shape", HWT_MAX_DIMS) }?;
         let dtype = dtype_of(dtype)?;
-        let t = TensorDyn::from_fd(dup_callers(fd)?, shape, dtype).or_status()?;
+        let t = TensorDyn::from_fd_at(dup_callers(fd)?, offset, shape, dtype).or_status()?;
         hand_out(out, t)
     })
 }
 
-/// A `width` x `height` image of `format` over `fd` (duplicated; the caller keeps its own),
-/// rows `row_stride` bytes apart (0: tight), with `cpu_access` (an `HwtAccess`).
+/// A `width` x `height` image of `format` over `fd` (duplicated; the caller keeps its own)
+/// starting `offset` bytes in, rows `row_stride` bytes apart (0: tight), with `cpu_access` (an
+/// `HwtAccess`).
 ///
 /// # Safety
 /// `out` must be valid for one write.
 #[no_mangle]
 pub unsafe extern "C" fn hwt_tensor_image_from_fd(
     fd: i32,
+    offset: usize,
     width: usize,
     height: usize,
     format: u32,
@@ -71,8 +75,9 @@ pub unsafe extern "C" fn hwt_tensor_image_from_fd(
             .ok_or_else(|| crate::status::invalid(format!("{format} is not an HwtPixelFormat")))?;
         let (dtype, access) = (dtype_of(dtype)?, access_of(cpu_access)?);
         let stride = (row_stride != 0).then_some(row_stride);
-        let t = TensorDyn::image_from_fd(
+        let t = TensorDyn::image_from_fd_at(
             dup_callers(fd)?,
+            offset,
             width,
             height,
             format,

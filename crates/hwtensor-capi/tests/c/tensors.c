@@ -226,6 +226,30 @@ static int an_inline_blob_round_trips_and_a_hostile_one_is_refused(void) {
     return 0;
 }
 
+static int an_fd_imports_from_a_byte_offset(void) {
+    int fd = memfd_create("hwt-offset", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    ASSERT(fd >= 0 && ftruncate(fd, 8192) == 0);
+    uint8_t frame[64];
+    for (size_t i = 0; i < sizeof frame; i++) frame[i] = (uint8_t)(200 - i);
+    ASSERT(pwrite(fd, frame, sizeof frame, 4096) == (ssize_t)sizeof frame);
+    const size_t shape[2] = {8, 8};
+    HwtTensor *t = NULL;
+    CHECK(hwt_tensor_from_fd(fd, 4096, shape, 2, HWT_D_TYPE_U8, &t));
+    HwtMap *m = NULL;
+    void *ptr = NULL;
+    size_t len = 0;
+    CHECK(hwt_tensor_map(t, HWT_ACCESS_READ, &m, &ptr, &len));
+    ASSERT(len == 64 && memcmp(ptr, frame, 64) == 0);
+    CHECK(hwt_map_end(m));
+    hwt_tensor_release(t);
+    HwtTensor *bad = NULL;
+    EXPECT(hwt_tensor_from_fd(fd, 8190, shape, 2, HWT_D_TYPE_U8, &bad), HWT_STATUS_BAD_FD); /* past the end */
+    const size_t one[1] = {4};
+    EXPECT(hwt_tensor_from_fd(fd, 3, one, 1, HWT_D_TYPE_U32, &bad), HWT_STATUS_INVALID_ARGUMENT); /* misaligned */
+    close(fd);
+    return 0;
+}
+
 static int every_bad_input_is_a_status_with_a_message_and_leaks_no_fd(void) {
     size_t before = open_fds();
     const size_t shape[2] = {4, 4};
@@ -269,15 +293,15 @@ static int every_bad_input_is_a_status_with_a_message_and_leaks_no_fd(void) {
 
     int p[2];
     ASSERT(pipe(p) == 0);
-    EXPECT(hwt_tensor_from_fd(p[0], shape, 2, HWT_D_TYPE_U8, &t), HWT_STATUS_BAD_FD); /* a pipe */
+    EXPECT(hwt_tensor_from_fd(p[0], 0, shape, 2, HWT_D_TYPE_U8, &t), HWT_STATUS_BAD_FD); /* a pipe */
     EXPECT(hwt_recv(p[0], IDLE_TIMEOUT_NS, 0, &t), HWT_STATUS_BAD_FD);                 /* not a socket */
     close(p[0]);
     close(p[1]);
-    EXPECT(hwt_tensor_from_fd(p[0], shape, 2, HWT_D_TYPE_U8, &t), HWT_STATUS_BAD_FD); /* closed */
-    EXPECT(hwt_tensor_from_fd(-5, shape, 2, HWT_D_TYPE_U8, &t), HWT_STATUS_BAD_FD);
+    EXPECT(hwt_tensor_from_fd(p[0], 0, shape, 2, HWT_D_TYPE_U8, &t), HWT_STATUS_BAD_FD); /* closed */
+    EXPECT(hwt_tensor_from_fd(-5, 0, shape, 2, HWT_D_TYPE_U8, &t), HWT_STATUS_BAD_FD);
     int small = memfd_create("hwt-small", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     ASSERT(small >= 0 && ftruncate(small, 8) == 0);
-    HwtStatus s = hwt_tensor_from_fd(small, shape, 2, HWT_D_TYPE_U8, &t);
+    HwtStatus s = hwt_tensor_from_fd(small, 0, shape, 2, HWT_D_TYPE_U8, &t);
     ASSERT(s != HWT_STATUS_OK); /* 8 bytes hold no 4x4 tensor */
     close(small);
 
@@ -535,6 +559,7 @@ int main(int argc, char **argv) {
     if (a_view_of_an_image_writes_only_its_region()) return 1;
     if (a_batch_item_and_a_copy_see_the_same_bytes()) return 1;
     if (an_inline_blob_round_trips_and_a_hostile_one_is_refused()) return 1;
+    if (an_fd_imports_from_a_byte_offset()) return 1;
     if (every_bad_input_is_a_status_with_a_message_and_leaks_no_fd()) return 1;
     if (a_child_process_answers_in_the_same_buffer(argv[0])) return 1;
     if (a_child_process_consumes_frames_through_the_pooled_channel(argv[0])) return 1;

@@ -114,7 +114,7 @@ void errors_are_statuses_with_messages() {
     Tensor img = image(8, 8, HWT_MEMORY_MEM);
     size_t one[1];
     expect(hwt_tensor_shape(img.get(), one, 1), HWT_STATUS_INVALID_ARGUMENT, "a short shape buffer");
-    expect(hwt_tensor_from_fd(1000000, shape, 2, HWT_D_TYPE_U8, &t), HWT_STATUS_BAD_FD, "a closed fd");
+    expect(hwt_tensor_from_fd(1000000, 0, shape, 2, HWT_D_TYPE_U8, &t), HWT_STATUS_BAD_FD, "a closed fd");
     const uint8_t junk[64] = {1, 2, 3};
     expect(hwt_blob_import(junk, sizeof junk, nullptr, 0, 0, &t), HWT_STATUS_BAD_BLOB, "a hostile blob");
     Map w(img, HWT_ACCESS_WRITE);
