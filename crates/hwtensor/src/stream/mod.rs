@@ -588,6 +588,58 @@ impl Consumer {
     }
 }
 
+/// Entry points for the fuzz target (`crates/hwtensor/fuzz`, target `stream`), not API: what a
+/// hostile peer controls, run through the code the channel runs.
+#[doc(hidden)]
+pub mod fuzzing {
+    use super::ring::{Ring, MAX_CAPACITY};
+    use super::{setup, wake};
+
+    /// Parses `data` as a set-up message (its first byte picks how many fds came with it).
+    pub fn setup_message(data: &[u8]) {
+        let Some((&n, rest)) = data.split_first() else {
+            return;
+        };
+        let mut msg = [0u8; setup::LEN];
+        let take = rest.len().min(setup::LEN);
+        msg[..take].copy_from_slice(&rest[..take]);
+        let fds = (0..usize::from(n % 6))
+            .filter_map(|_| wake::new_eventfd().ok())
+            .collect();
+        if let Ok(s) = setup::parse(&msg, fds) {
+            assert!(s.slots >= 1 && s.slots <= s.capacity && s.capacity <= MAX_CAPACITY);
+        }
+    }
+
+    /// Writes `data` as words into a fresh control block, as a peer could, and reads it from
+    /// both sides: nothing may panic, and no read may report more than the ring holds.
+    pub fn control_block(data: &[u8]) {
+        let Ok(producer) = Ring::create(4) else {
+            return;
+        };
+        let Ok(fd) = producer.fd().try_clone_to_owned() else {
+            return;
+        };
+        let Ok(consumer) = Ring::open(fd, producer.capacity()) else {
+            return;
+        };
+        for chunk in data.chunks(9) {
+            if let [at, word @ ..] = chunk {
+                let mut w = [0u8; 8];
+                w[..word.len()].copy_from_slice(word);
+                producer.poke(usize::from(*at), u64::from_le_bytes(w));
+            }
+        }
+        for _ in 0..8 {
+            let _ = consumer.pop_frame();
+        }
+        let mut back = Vec::new();
+        if producer.drain_back(&mut back).is_ok() {
+            assert!(back.len() <= producer.capacity() as usize);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -213,6 +213,13 @@ impl Ring {
             != self.word64(at::FWD_TAIL).load(Ordering::Relaxed)
     }
 
+    /// Writes `value` into word `index` (modulo the block) as a peer could: for the fuzz target.
+    pub(crate) fn poke(&self, index: usize, value: u64) {
+        let words = block_len(self.capacity) / 8;
+        self.word64((index % words) * 8)
+            .store(value, Ordering::Relaxed);
+    }
+
     /// Whether ids were handed back and not yet drained (producer).
     pub(crate) fn back_pending(&self) -> bool {
         self.word64(at::BACK_HEAD).load(Ordering::Acquire)
