@@ -20,7 +20,9 @@ pub fn probe_json() -> serde_json::Value {
     let adapters = match gpu::adapters() {
         Ok(list) => serde_json::json!(list
             .iter()
-            .map(|a| serde_json::json!({
+            .enumerate()
+            .map(|(i, a)| serde_json::json!({
+                "index": i, "pci": a.pci.map(|p| p.to_string()),
                 "name": a.name, "kind": format!("{:?}", a.kind), "software": a.is_software(),
                 "device_uuid": format_uuid(&a.device_uuid), "driver_uuid": format_uuid(&a.driver_uuid),
                 "driver": a.driver_name, "driver_info": a.driver_info, "vendor_id": a.vendor_id, "device_id": a.device_id,
@@ -52,13 +54,14 @@ pub fn probe_text(out: &mut impl std::io::Write) -> std::io::Result<()> {
     match gpu::adapters() {
         Ok(list) if list.is_empty() => writeln!(out, "  none")?,
         Ok(list) => {
-            for a in list {
+            for (i, a) in list.iter().enumerate() {
                 writeln!(
                     out,
-                    "  {} [{:?}{}]",
+                    "  #{i} {} [{:?}{}]{}",
                     a.name,
                     a.kind,
-                    if a.is_software() { ", software" } else { "" }
+                    if a.is_software() { ", software" } else { "" },
+                    a.pci.map(|p| format!(" at PCI {p}")).unwrap_or_default()
                 )?;
                 writeln!(
                     out,
@@ -77,7 +80,8 @@ pub fn probe_text(out: &mut impl std::io::Write) -> std::io::Result<()> {
         "requested: {}={}",
         gpu::ADAPTER_ENV,
         if requested.trim().is_empty() {
-            "(unset: hardware first, software when there is none)"
+            "(unset: hardware first, discrete before integrated, the lowest PCI address among \
+             equals; software when there is none)"
         } else {
             requested.as_str()
         }

@@ -69,6 +69,58 @@ pub struct AdapterInfo {
     pub driver_version: u32,
     /// The highest Vulkan version the device supports.
     pub api_version: u32,
+    /// Where the device sits on the PCI bus, where the driver says (`VK_EXT_pci_bus_info`):
+    /// what `nvidia-smi` and `lspci` name a GPU by.
+    pub pci: Option<PciAddress>,
+}
+
+/// A PCI address: `domain:bus:device.function`, as `lspci` writes it (`0000:3b:00.0`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PciAddress {
+    /// PCI domain (segment).
+    pub domain: u32,
+    /// Bus number.
+    pub bus: u8,
+    /// Device number.
+    pub device: u8,
+    /// Function number.
+    pub function: u8,
+}
+
+impl PciAddress {
+    /// Parses `domain:bus:device.function` (a domain of 4 hex digits as `lspci` writes it, or 8
+    /// as `nvidia-smi` does) or `bus:device.function` (domain 0). Case-insensitive.
+    pub fn parse(text: &str) -> Option<PciAddress> {
+        let (head, function) = text.trim().rsplit_once('.')?;
+        let parts: Vec<&str> = head.split(':').collect();
+        let (domain, bus, device) = match parts[..] {
+            [d, b, dev] if (4..=8).contains(&d.len()) => (u32::from_str_radix(d, 16).ok()?, b, dev),
+            [b, dev] => (0, b, dev),
+            _ => return None,
+        };
+        let hex = |s: &str, max: u8| {
+            (s.len() <= 2)
+                .then(|| u8::from_str_radix(s, 16).ok())
+                .flatten()
+                .filter(|v| *v <= max)
+        };
+        Some(PciAddress {
+            domain,
+            bus: hex(bus, u8::MAX)?,
+            device: hex(device, 0x1f)?,
+            function: (function.len() == 1).then(|| hex(function, 7)).flatten()?,
+        })
+    }
+}
+
+impl std::fmt::Display for PciAddress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:04x}:{:02x}:{:02x}.{:x}",
+            self.domain, self.bus, self.device, self.function
+        )
+    }
 }
 
 impl AdapterInfo {
@@ -94,9 +146,15 @@ impl AdapterInfo {
     pub(crate) fn query(instance: &ash::Instance, physical: vk::PhysicalDevice) -> AdapterInfo {
         let mut id = vk::PhysicalDeviceIDProperties::default();
         let mut driver = vk::PhysicalDeviceDriverProperties::default();
+        let mut pci = vk::PhysicalDevicePCIBusInfoPropertiesEXT::default();
+        let has_pci = has_extension(instance, physical, ash::ext::pci_bus_info::NAME);
         let mut props2 = vk::PhysicalDeviceProperties2::default()
             .push_next(&mut id)
             .push_next(&mut driver);
+        if has_pci {
+            // Chained only where the device has the extension: otherwise invalid usage.
+            props2 = props2.push_next(&mut pci);
+        }
         // SAFETY: `physical` was enumerated from `instance`, and the chained structs outlive the call.
         unsafe { instance.get_physical_device_properties2(physical, &mut props2) };
         let p = props2.properties;
@@ -112,8 +170,24 @@ impl AdapterInfo {
             driver_info: c_chars(&driver.driver_info),
             driver_version: p.driver_version,
             api_version: p.api_version,
+            pci: has_pci.then_some(PciAddress {
+                domain: pci.pci_domain,
+                bus: pci.pci_bus as u8,
+                device: pci.pci_device as u8,
+                function: pci.pci_function as u8,
+            }),
         }
     }
+}
+
+/// Whether `physical` offers the device extension `name`.
+fn has_extension(instance: &ash::Instance, physical: vk::PhysicalDevice, name: &CStr) -> bool {
+    // SAFETY: a query on a device enumerated from this instance.
+    let Ok(all) = (unsafe { instance.enumerate_device_extension_properties(physical) }) else {
+        return false;
+    };
+    all.iter()
+        .any(|e| e.extension_name_as_c_str().is_ok_and(|n| n == name))
 }
 
 fn c_chars(chars: &[std::ffi::c_char]) -> String {
@@ -137,6 +211,10 @@ pub enum AdapterChoice {
     Integrated,
     /// A device UUID (32 hex digits, dashes allowed).
     Uuid([u8; 16]),
+    /// A PCI address (`0000:3b:00.0`, `00000000:3B:00.0` as `nvidia-smi` prints it, `3b:00.0`).
+    Pci(PciAddress),
+    /// The adapter's index in the list `hwtensor probe` prints (Vulkan's enumeration order).
+    Index(usize),
     /// A case-insensitive substring of the device name.
     Name(String),
 }
@@ -154,6 +232,8 @@ impl AdapterChoice {
             "integrated" => AdapterChoice::Integrated,
             _ => parse_uuid(v)
                 .map(AdapterChoice::Uuid)
+                .or_else(|| PciAddress::parse(v).map(AdapterChoice::Pci))
+                .or_else(|| v.parse().ok().map(AdapterChoice::Index))
                 .unwrap_or_else(|| AdapterChoice::Name(v.to_string())),
         }
     }
@@ -170,6 +250,8 @@ impl AdapterChoice {
             AdapterChoice::Discrete => a.kind == AdapterKind::Discrete,
             AdapterChoice::Integrated => a.kind == AdapterKind::Integrated,
             AdapterChoice::Uuid(u) => a.device_uuid == *u,
+            AdapterChoice::Pci(p) => a.pci == Some(*p),
+            AdapterChoice::Index(_) => false, // by position: see `select`
             AdapterChoice::Name(n) => a.name.to_lowercase().contains(&n.to_lowercase()),
         }
     }
@@ -202,14 +284,20 @@ pub fn format_uuid(u: &[u8; 16]) -> String {
 
 /// The index of the adapter `choice` selects among `adapters`, `None` when it selects none.
 ///
-/// Hardware (the default) prefers discrete, then integrated, then virtual, and falls back to
-/// software when there is no hardware. An explicit choice selects only what it names: a request
+/// Hardware (the default) prefers discrete, then integrated, then virtual, and among adapters
+/// of one kind the lowest PCI address (then UUID): the same device on every run, whatever order
+/// the loader enumerates them in. It falls back to software when there is no hardware. An explicit choice selects only what it names: a request
 /// for an adapter the machine lacks is an error (see [`select_or_explain`]), not a silent
 /// fallback to another device.
 pub fn select(choice: &AdapterChoice, adapters: &[AdapterInfo]) -> Option<usize> {
     let best_hardware = || {
         (0..adapters.len())
-            .filter_map(|i| adapters[i].kind.hardware_rank().map(|r| (r, i)))
+            .filter_map(|i| {
+                let a = &adapters[i];
+                a.kind
+                    .hardware_rank()
+                    .map(|r| ((r, a.pci.is_none(), a.pci, a.device_uuid), i))
+            })
             .min()
             .map(|(_, i)| i)
     };
@@ -220,6 +308,7 @@ pub fn select(choice: &AdapterChoice, adapters: &[AdapterInfo]) -> Option<usize>
     };
     match choice {
         AdapterChoice::Hardware => default(),
+        AdapterChoice::Index(i) => (*i < adapters.len()).then_some(*i),
         other => adapters.iter().position(|a| other.matches(a)),
     }
 }
@@ -238,9 +327,10 @@ pub(crate) fn select_or_explain(
         } else {
             crate::gpu::no_adapter_matches(
                 &choice.to_string(),
-                adapters
-                    .iter()
-                    .map(|a| format!("{} {}", a.label(), format_uuid(&a.device_uuid))),
+                adapters.iter().enumerate().map(|(i, a)| {
+                    let pci = a.pci.map(|p| format!(" at {p}")).unwrap_or_default();
+                    format!("#{i} {} {}{pci}", a.label(), format_uuid(&a.device_uuid))
+                }),
             )
         }
     })
@@ -254,6 +344,8 @@ impl std::fmt::Display for AdapterChoice {
             AdapterChoice::Discrete => f.write_str("discrete"),
             AdapterChoice::Integrated => f.write_str("integrated"),
             AdapterChoice::Uuid(u) => f.write_str(&format_uuid(u)),
+            AdapterChoice::Pci(p) => write!(f, "{p}"),
+            AdapterChoice::Index(i) => write!(f, "{i}"),
             AdapterChoice::Name(n) => f.write_str(n),
         }
     }
@@ -276,7 +368,77 @@ mod tests {
             driver_info: String::new(),
             driver_version: 0,
             api_version: vk::API_VERSION_1_3,
+            pci: None,
         }
+    }
+
+    fn at(mut a: AdapterInfo, bus: u8) -> AdapterInfo {
+        a.pci = Some(PciAddress {
+            domain: 0,
+            bus,
+            device: 0,
+            function: 0,
+        });
+        a
+    }
+
+    #[test]
+    fn pci_addresses_parse_as_lspci_and_nvidia_smi_write_them_and_print_back() {
+        let want = PciAddress {
+            domain: 0,
+            bus: 0x3b,
+            device: 0,
+            function: 0,
+        };
+        for text in [
+            "0000:3b:00.0",
+            "00000000:3B:00.0",
+            "3b:00.0",
+            " 0000:3B:00.0 ",
+        ] {
+            assert_eq!(PciAddress::parse(text), Some(want), "{text}");
+        }
+        assert_eq!(want.to_string(), "0000:3b:00.0");
+        for bad in [
+            "3b:00",
+            "0000:3b:20.0",
+            "0000:3b:00.8",
+            "zz:00.0",
+            "1:2:3:4.0",
+            "00:00.00",
+        ] {
+            assert_eq!(PciAddress::parse(bad), None, "{bad}");
+        }
+        assert_eq!(
+            AdapterChoice::parse(Some("0000:3b:00.0")),
+            AdapterChoice::Pci(want)
+        );
+        assert_eq!(AdapterChoice::parse(Some("1")), AdapterChoice::Index(1));
+    }
+
+    #[test]
+    fn two_gpus_are_chosen_by_index_or_bus_and_the_default_is_the_same_in_any_order() {
+        let a = at(adapter("NVIDIA H200", AdapterKind::Discrete, 7), 0x9a);
+        let b = at(adapter("NVIDIA H200", AdapterKind::Discrete, 3), 0x3b);
+        let one = vec![a.clone(), b.clone()];
+        let other = vec![b, a];
+        // The default: the lowest bus, whichever order the loader lists them in.
+        assert_eq!(
+            one[select(&AdapterChoice::Hardware, &one).unwrap()].device_uuid,
+            [3; 16]
+        );
+        assert_eq!(
+            other[select(&AdapterChoice::Hardware, &other).unwrap()].device_uuid,
+            [3; 16]
+        );
+        let bus = AdapterChoice::parse(Some("0000:9a:00.0"));
+        assert_eq!(one[select(&bus, &one).unwrap()].device_uuid, [7; 16]);
+        assert_eq!(select(&AdapterChoice::Index(1), &one), Some(1));
+        assert_eq!(select(&AdapterChoice::Index(2), &one), None);
+        let err = select_or_explain(&AdapterChoice::Index(5), &one)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("#1") && err.contains("0000:3b:00.0"), "{err}");
     }
 
     fn machine() -> Vec<AdapterInfo> {

@@ -28,7 +28,7 @@ use std::time::Duration;
 use ash::vk;
 use ash::vk::Handle;
 
-pub use adapter::{format_uuid, AdapterChoice, AdapterInfo, AdapterKind, ADAPTER_ENV};
+pub use adapter::{format_uuid, AdapterChoice, AdapterInfo, AdapterKind, PciAddress, ADAPTER_ENV};
 pub use create::{validation_errors, DEBUG_ENV};
 pub use fence::WAIT_SPIN;
 pub(crate) use foreign::ForeignTimeline;
