@@ -487,7 +487,8 @@ typedef struct HwtPlane {
  */
 typedef struct HwtIdentity {
   /**
-   * 1: an fd-backed buffer (`a` = st_dev, `b` = st_ino); 2: heap memory of this process
+   * 0: a kind this version of the ABI does not know; 1: an fd-backed buffer (`a` = st_dev,
+   * `b` = st_ino); 2: heap memory of this process
    * (`a` = its base address); 3: GPU or CUDA memory (`a` = the allocating pid, `b` = its
    * start time, `c` = the allocation's serial there).
    */
@@ -660,8 +661,9 @@ enum HwtStatus hwt_tensor_new(const size_t *shape,
 
 /**
  * Creates a `width` x `height` image of `format` with elements of `dtype` in `memory`, rows
- * padded as the memory wants (64 bytes for devices), with `cpu_access` (an `HwtAccess`). On
- * success `*out` holds a new reference.
+ * `row_stride` bytes apart (0: padded as the memory wants, 64 bytes for devices; otherwise the
+ * pitch a V4L2 driver or codec expects, refused when it cannot hold a row), with `cpu_access`
+ * (an `HwtAccess`). On success `*out` holds a new reference.
  *
  * # Safety
  * `out` must be valid for one write.
@@ -670,6 +672,7 @@ enum HwtStatus hwt_tensor_new_image(size_t width,
                                     size_t height,
                                     uint32_t format,
                                     uint32_t dtype,
+                                    size_t row_stride,
                                     uint32_t memory,
                                     uint32_t cpu_access,
                                     struct HwtTensor **out);

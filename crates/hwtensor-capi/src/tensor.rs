@@ -117,7 +117,8 @@ pub enum HwtAccess {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct HwtIdentity {
-    /// 1: an fd-backed buffer (`a` = st_dev, `b` = st_ino); 2: heap memory of this process
+    /// 0: a kind this version of the ABI does not know; 1: an fd-backed buffer (`a` = st_dev,
+    /// `b` = st_ino); 2: heap memory of this process
     /// (`a` = its base address); 3: GPU or CUDA memory (`a` = the allocating pid, `b` = its
     /// start time, `c` = the allocation's serial there).
     pub kind: u32,
@@ -285,8 +286,9 @@ pub unsafe extern "C" fn hwt_tensor_new(
 }
 
 /// Creates a `width` x `height` image of `format` with elements of `dtype` in `memory`, rows
-/// padded as the memory wants (64 bytes for devices), with `cpu_access` (an `HwtAccess`). On
-/// success `*out` holds a new reference.
+/// `row_stride` bytes apart (0: padded as the memory wants, 64 bytes for devices; otherwise the
+/// pitch a V4L2 driver or codec expects, refused when it cannot hold a row), with `cpu_access`
+/// (an `HwtAccess`). On success `*out` holds a new reference.
 ///
 /// # Safety
 /// `out` must be valid for one write.
@@ -296,19 +298,18 @@ pub unsafe extern "C" fn hwt_tensor_new_image(
     height: usize,
     format: u32,
     dtype: u32,
+    row_stride: usize,
     memory: u32,
     cpu_access: u32,
     out: *mut *mut HwtTensor,
 ) -> HwtStatus {
     guard(|| {
-        let t = TensorDyn::image(
-            width,
-            height,
-            format_of(format)?,
-            dtype_of(dtype)?,
-            memory_of(memory)?,
-            access_of(cpu_access)?,
-        )
+        let (format, dtype) = (format_of(format)?, dtype_of(dtype)?);
+        let (memory, access) = (memory_of(memory)?, access_of(cpu_access)?);
+        let t = match row_stride {
+            0 => TensorDyn::image(width, height, format, dtype, memory, access),
+            s => TensorDyn::image_with_pitch(width, height, format, dtype, s, memory, access),
+        }
         .or_status()?;
         hand_out(out, t)
     })
@@ -522,6 +523,8 @@ pub unsafe extern "C" fn hwt_tensor_identity(
                 b: start_time,
                 c: serial,
             },
+            // A kind of identity newer than this ABI: kind 0, "unknown".
+            _ => HwtIdentity::default(),
         };
         put(out, "out", id)
     })

@@ -12,6 +12,9 @@ use crate::{Tensor, TensorDyn};
 /// types only ever take new codes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
+// New ones will come (BF16, P010, a backing, a kind of identity): outside this crate a
+// match needs a wildcard arm, so adding one is not a breaking change.
+#[non_exhaustive]
 pub enum DType {
     /// Unsigned 8-bit integer (`u8`).
     U8 = 1,

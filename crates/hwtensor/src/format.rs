@@ -9,6 +9,9 @@ use crate::{Error, Result};
 
 /// How the components of an image are arranged in memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+// New ones will come (BF16, P010, a backing, a kind of identity): outside this crate a
+// match needs a wildcard arm, so adding one is not a breaking change.
+#[non_exhaustive]
 pub enum Layout {
     /// All components of a pixel are adjacent: `[h, w, c]` (or `[h, w]` for one component).
     Packed,
@@ -23,6 +26,9 @@ pub enum Layout {
 /// The numeric codes are part of the wire format and never change.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
+// New ones will come (BF16, P010, a backing, a kind of identity): outside this crate a
+// match needs a wildcard arm, so adding one is not a breaking change.
+#[non_exhaustive]
 pub enum PixelFormat {
     /// Packed 8-bit R, G, B.
     Rgb = 1,

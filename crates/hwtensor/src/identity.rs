@@ -14,6 +14,9 @@ use crate::{Error, Result};
 
 /// Which buffer a tensor's bytes live in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+// New ones will come (BF16, P010, a backing, a kind of identity): outside this crate a
+// match needs a wildcard arm, so adding one is not a breaking change.
+#[non_exhaustive]
 pub enum BufferIdentity {
     /// An fd-backed buffer: the device and inode of the kernel object (`fstat`).
     File {

@@ -75,7 +75,23 @@ impl<T: Element> Tensor<T> {
         memory: Option<TensorMemory>,
         access: CpuAccess,
     ) -> Result<Self> {
-        Self::image_impl(None, w, h, format, memory, access)
+        Self::image_impl(None, w, h, format, None, memory, access)
+    }
+
+    /// [`Tensor::image`] with rows `row_stride` bytes apart, as a V4L2 driver, a codec or an
+    /// encoder that needs a given pitch (`bytesperline`) expects. The stride must hold a row of
+    /// `format` and be a whole number of elements; GPU memory whose platform dictates its own
+    /// pitch (a D3D11 staging texture) refuses a different one.
+    pub fn image_with_pitch(
+        w: usize,
+        h: usize,
+        format: PixelFormat,
+        row_stride: usize,
+        memory: Option<TensorMemory>,
+        access: CpuAccess,
+    ) -> Result<Self> {
+        let pitch = check_row_stride(format, w, Self::elem(), row_stride)?;
+        Self::image_impl(None, w, h, format, Some(pitch), memory, access)
     }
 
     /// `n` zeroed `w`x`h` images in one buffer, shape `[n, ...]`; [`Tensor::batch`] picks one.
@@ -87,7 +103,7 @@ impl<T: Element> Tensor<T> {
         memory: Option<TensorMemory>,
         access: CpuAccess,
     ) -> Result<Self> {
-        Self::image_impl(Some(n), w, h, format, memory, access)
+        Self::image_impl(Some(n), w, h, format, None, memory, access)
     }
 
     fn image_impl(
@@ -95,6 +111,7 @@ impl<T: Element> Tensor<T> {
         w: usize,
         h: usize,
         format: PixelFormat,
+        pitch: Option<usize>,
         memory: Option<TensorMemory>,
         access: CpuAccess,
     ) -> Result<Self> {
@@ -107,13 +124,21 @@ impl<T: Element> Tensor<T> {
             batch: batch.unwrap_or(1),
         };
         let geometry = |m| {
-            let stride = match m {
-                // The platform's GPU memory may dictate the pitch (a D3D11 staging texture's).
-                TensorMemory::Gpu => match crate::gpu::image_row_pitch(&texture)? {
-                    Some(pitch) => pitch,
-                    None => default_row_stride(format, w, elem, m)?,
-                },
-                _ => default_row_stride(format, w, elem, m)?,
+            // The platform's GPU memory may dictate the pitch (a D3D11 staging texture's).
+            let dictated = match m {
+                TensorMemory::Gpu => crate::gpu::image_row_pitch(&texture)?,
+                _ => None,
+            };
+            let stride = match (pitch, dictated) {
+                (Some(asked), Some(given)) if asked != given => {
+                    return Err(Error::RowStride(format!(
+                        "{m} memory here lays a {w}-pixel {format} row out {given} bytes apart, \
+                         not the {asked} asked for"
+                    )))
+                }
+                (Some(asked), _) => asked,
+                (None, Some(given)) => given,
+                (None, None) => default_row_stride(format, w, elem, m)?,
             };
             image_geometry(batch, format, w, h, elem, stride).map(|g| (g, stride))
         };

@@ -13,6 +13,9 @@ pub const FORCE_MEM_ENV: &str = "HWTENSOR_FORCE_MEM";
 /// part of the wire format and never change; `0` is left free for "choose for me" in C.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
+// New ones will come (BF16, P010, a backing, a kind of identity): outside this crate a
+// match needs a wildcard arm, so adding one is not a breaking change.
+#[non_exhaustive]
 pub enum TensorMemory {
     /// Heap memory of this process: 64-byte aligned, page aligned from one page up.
     Mem = 1,

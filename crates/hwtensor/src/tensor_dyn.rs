@@ -52,6 +52,22 @@ impl TensorDyn {
         for_dtype!(dtype, image(w, h, format, memory, access))
     }
 
+    /// See [`Tensor::image_with_pitch`].
+    pub fn image_with_pitch(
+        w: usize,
+        h: usize,
+        format: PixelFormat,
+        dtype: DType,
+        row_stride: usize,
+        memory: Option<TensorMemory>,
+        access: CpuAccess,
+    ) -> Result<Self> {
+        for_dtype!(
+            dtype,
+            image_with_pitch(w, h, format, row_stride, memory, access)
+        )
+    }
+
     /// The element type.
     pub fn dtype(&self) -> DType {
         each_tensor!(self, t => t.dtype())

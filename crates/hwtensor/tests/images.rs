@@ -291,3 +291,35 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn an_image_allocated_with_a_chosen_pitch_keeps_it_and_a_pitch_too_small_is_refused() {
+    for memory in [TensorMemory::Mem, TensorMemory::Shm] {
+        let t = Tensor::<u8>::image_with_pitch(
+            40,
+            8,
+            PixelFormat::Rgba,
+            256,
+            Some(memory),
+            CpuAccess::ReadWrite,
+        )
+        .unwrap();
+        assert_eq!(t.effective_row_stride(), Some(256), "{memory}");
+        assert_eq!(t.strides()[0], 256);
+        let nv12 = Tensor::<u8>::image_with_pitch(
+            40,
+            8,
+            PixelFormat::Nv12,
+            64,
+            Some(memory),
+            CpuAccess::ReadWrite,
+        )
+        .unwrap();
+        let planes = nv12.plane_table().unwrap();
+        assert_eq!((planes[0].row_stride, planes[1].offset), (64, 64 * 8));
+    }
+    let err =
+        Tensor::<u8>::image_with_pitch(40, 8, PixelFormat::Rgba, 100, None, CpuAccess::ReadWrite)
+            .unwrap_err();
+    assert!(err.to_string().contains("100"), "{err}");
+}

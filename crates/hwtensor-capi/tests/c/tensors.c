@@ -114,7 +114,7 @@ static int plain_tensors_map_and_refuse_a_second_writer(void) {
 
 static int a_view_of_an_image_writes_only_its_region(void) {
     HwtTensor *img = NULL, *view = NULL;
-    CHECK(hwt_tensor_new_image(64, 32, HWT_PIXEL_FORMAT_RGBA, HWT_D_TYPE_U8, HWT_MEMORY_SHM,
+    CHECK(hwt_tensor_new_image(64, 32, HWT_PIXEL_FORMAT_RGBA, HWT_D_TYPE_U8, 0, HWT_MEMORY_SHM,
                                HWT_ACCESS_READ_WRITE, &img));
     size_t w = 0, h = 0, stride = 0;
     CHECK(hwt_tensor_image_size(img, &w, &h, &stride));
@@ -123,6 +123,17 @@ static int a_view_of_an_image_writes_only_its_region(void) {
     HwtPlane planes[4];
     CHECK(hwt_tensor_plane_table(img, planes, 4, &nplanes));
     ASSERT(nplanes == 1 && planes[0].row_stride == stride && planes[0].rows == 32);
+
+    HwtTensor *pitched = NULL;
+    CHECK(hwt_tensor_new_image(40, 8, HWT_PIXEL_FORMAT_RGBA, HWT_D_TYPE_U8, 256, HWT_MEMORY_MEM,
+                               HWT_ACCESS_READ_WRITE, &pitched));
+    size_t pitch = 0;
+    CHECK(hwt_tensor_image_size(pitched, NULL, NULL, &pitch));
+    ASSERT(pitch == 256);
+    hwt_tensor_release(pitched);
+    EXPECT(hwt_tensor_new_image(40, 8, HWT_PIXEL_FORMAT_RGBA, HWT_D_TYPE_U8, 100, HWT_MEMORY_MEM,
+                                HWT_ACCESS_READ_WRITE, &pitched),
+           HWT_STATUS_INVALID_ARGUMENT); /* a pitch that cannot hold a row */
 
     CHECK(hwt_tensor_view(img, 8, 4, 8, 8, &view));
     size_t vs[HWT_MAX_DIMS], vshape[HWT_MAX_DIMS];
@@ -259,7 +270,7 @@ static int every_bad_input_is_a_status_with_a_message_and_leaks_no_fd(void) {
     EXPECT(hwt_tensor_new(NULL, 2, HWT_D_TYPE_U8, HWT_MEMORY_MEM, &t), HWT_STATUS_INVALID_ARGUMENT);
     EXPECT(hwt_tensor_new(shape, 2, HWT_D_TYPE_U8, HWT_MEMORY_MEM, NULL), HWT_STATUS_INVALID_ARGUMENT);
     EXPECT(hwt_tensor_new(shape, 1000, HWT_D_TYPE_U8, HWT_MEMORY_MEM, &t), HWT_STATUS_INVALID_ARGUMENT);
-    EXPECT(hwt_tensor_new_image(8, 8, 77, HWT_D_TYPE_U8, HWT_MEMORY_MEM, HWT_ACCESS_READ_WRITE, &t),
+    EXPECT(hwt_tensor_new_image(8, 8, 77, HWT_D_TYPE_U8, 0, HWT_MEMORY_MEM, HWT_ACCESS_READ_WRITE, &t),
            HWT_STATUS_INVALID_ARGUMENT);
     EXPECT(hwt_tensor_ndim(NULL, NULL), HWT_STATUS_INVALID_ARGUMENT);
 
@@ -287,7 +298,7 @@ static int every_bad_input_is_a_status_with_a_message_and_leaks_no_fd(void) {
     hwt_tensor_release(t);
 
     HwtTensor *ro = NULL;
-    CHECK(hwt_tensor_new_image(8, 8, HWT_PIXEL_FORMAT_GREY, HWT_D_TYPE_U8, HWT_MEMORY_MEM, HWT_ACCESS_READ, &ro));
+    CHECK(hwt_tensor_new_image(8, 8, HWT_PIXEL_FORMAT_GREY, HWT_D_TYPE_U8, 0, HWT_MEMORY_MEM, HWT_ACCESS_READ, &ro));
     EXPECT(hwt_tensor_map(ro, HWT_ACCESS_WRITE, &m, &ptr, &len), HWT_STATUS_INVALID_OPERATION);
     hwt_tensor_release(ro);
 
@@ -347,7 +358,7 @@ static int child(int sock) {
 
 static int a_child_process_answers_in_the_same_buffer(const char *self) {
     HwtTensor *img = NULL, *back = NULL;
-    CHECK(hwt_tensor_new_image(320, 240, HWT_PIXEL_FORMAT_RGBA, HWT_D_TYPE_U8, HWT_MEMORY_SHM,
+    CHECK(hwt_tensor_new_image(320, 240, HWT_PIXEL_FORMAT_RGBA, HWT_D_TYPE_U8, 0, HWT_MEMORY_SHM,
                                HWT_ACCESS_READ_WRITE, &img));
     size_t w = 0, h = 0, stride = 0;
     CHECK(hwt_tensor_image_size(img, &w, &h, &stride));
