@@ -294,7 +294,7 @@ proptest! {
 
 #[test]
 fn an_image_allocated_with_a_chosen_pitch_keeps_it_and_a_pitch_too_small_is_refused() {
-    for memory in [TensorMemory::Mem, TensorMemory::Shm] {
+    for memory in [TensorMemory::Mem, SHARED] {
         let t = Tensor::<u8>::image_with_pitch(
             40,
             8,
