@@ -137,3 +137,45 @@ fn inputs_the_fuzzer_found_are_refused_without_a_panic_on_every_platform() {
     }
     assert!(replayed > 0, "the regression corpus is empty");
 }
+
+#[test]
+fn an_inline_blob_of_a_crop_carries_only_the_crop() {
+    let (w, h) = (64usize, 32usize);
+    let parent = Tensor::<u8>::image_with_pitch(
+        w,
+        h,
+        PixelFormat::Rgba,
+        512,
+        Some(TensorMemory::Mem),
+        CpuAccess::ReadWrite,
+    )
+    .unwrap();
+    {
+        let mut m = parent.map_write().unwrap();
+        for (i, b) in m.iter_mut().enumerate() {
+            *b = (i % 251) as u8;
+        }
+    }
+    let crop = parent
+        .view(hwtensor::Region {
+            x: 8,
+            y: 4,
+            width: 16,
+            height: 8,
+        })
+        .unwrap();
+    let blob = blob::export_inline(&TensorDyn::from(crop.clone())).unwrap();
+    let crop_bytes = 16 * 8 * 4;
+    assert!(
+        blob.len() < HEADER_LEN + 256 + crop_bytes,
+        "{} bytes: the parent's pixels between the crop's rows travelled too",
+        blob.len()
+    );
+    let back = blob::import_inline(&blob)
+        .unwrap()
+        .into_tensor::<u8>()
+        .unwrap();
+    assert_eq!(back.shape(), crop.shape());
+    assert_eq!(back.to_vec().unwrap(), crop.to_vec().unwrap());
+    assert_eq!(back.width(), Some(16));
+}

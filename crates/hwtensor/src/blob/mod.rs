@@ -150,14 +150,48 @@ fn bad(what: impl Into<String>) -> Error {
     Error::Blob(what.into())
 }
 
-/// Writes an inline blob of `tensor`: its description and its bytes (the view's extent, not
-/// the whole buffer). Every platform.
+/// Writes an inline blob of `tensor`: its description and its bytes. A view whose rows are
+/// spread over its parent's (a crop of a padded image) travels packed, as a tight tensor of its
+/// own: only the view's bytes, not the padding and the parent's pixels between its rows. Every
+/// platform.
 pub fn export_inline(tensor: &TensorDyn) -> Result<Vec<u8>> {
     each_tensor!(tensor, t => {
+        let packed;
+        let t = if is_spread_view(t) {
+            packed = tight_copy(t)?;
+            &packed
+        } else {
+            t
+        };
         let map = t.map_read()?;
         let bytes = map.as_bytes();
         Outgoing::inline(bytes.len()).write(t, Some(bytes))
     })
+}
+
+/// Whether `t` is a view of part of its buffer whose elements are not contiguous.
+fn is_spread_view<T: Element>(t: &Tensor<T>) -> bool {
+    let part = t.byte_offset() != 0 || t.byte_extent() < t.buffer_len();
+    part && !t.is_contiguous()
+}
+
+/// `t`'s elements in a tight heap tensor of the same shape (an image keeps its description),
+/// its quantization and declared access.
+fn tight_copy<T: Element>(t: &Tensor<T>) -> Result<Tensor<T>> {
+    let mut tight = match t.image_info() {
+        Some(i) => Tensor::<T>::image(
+            i.width,
+            i.height,
+            i.format,
+            Some(TensorMemory::Mem),
+            crate::CpuAccess::ReadWrite,
+        )?,
+        None => Tensor::<T>::new(t.shape(), Some(TensorMemory::Mem))?,
+    };
+    tight.copy_from(t)?;
+    tight.set_quantization(t.quantization());
+    tight.access = t.access();
+    Ok(tight)
 }
 
 /// Turns an inline blob into a heap tensor holding its bytes. Every platform; hostile bytes
