@@ -162,7 +162,7 @@ pub(crate) fn memory_of(code: u32) -> Result<Option<TensorMemory>, HwtStatus> {
         .ok_or_else(|| invalid(format!("{code} is not an HwtMemory")))
 }
 
-fn format_of(code: u32) -> Result<PixelFormat, HwtStatus> {
+pub(crate) fn format_of(code: u32) -> Result<PixelFormat, HwtStatus> {
     u8::try_from(code)
         .ok()
         .and_then(PixelFormat::from_code)

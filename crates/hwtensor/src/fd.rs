@@ -31,10 +31,7 @@ impl<T: Element> Tensor<T> {
     /// `/dev/shm` file that cannot be sealed, from a peer you trust not to truncate it).
     pub fn from_fd_with(fd: OwnedFd, shape: &[usize], policy: &ImportPolicy) -> Result<Self> {
         let strides = byte_strides(shape, Self::elem(), None)?;
-        let bytes = extent(shape, &strides, Self::elem())?;
-        let buffer = Buffer::import(fd, bytes, policy)?;
-        let access = import_access(&buffer);
-        Ok(Self::over(buffer, shape.to_vec(), strides, None, access))
+        Self::at_offset(fd, 0, shape.to_vec(), strides, None, policy)
     }
 
     /// The buffer's fd, borrowed (heap memory has none).
@@ -151,7 +148,7 @@ impl<T: Element> Tensor<T> {
 impl TensorDyn {
     /// See [`Tensor::from_fd`].
     pub fn from_fd(fd: OwnedFd, shape: &[usize], dtype: DType) -> Result<Self> {
-        for_dtype!(dtype, from_fd(fd, shape))
+        Self::from_fd_at(fd, 0, shape, dtype)
     }
 
     /// See [`Tensor::from_fd_at`].
@@ -187,7 +184,7 @@ impl TensorDyn {
         row_stride: Option<usize>,
         access: CpuAccess,
     ) -> Result<Self> {
-        for_dtype!(dtype, image_from_fd(fd, w, h, format, row_stride, access))
+        Self::image_from_fd_at(fd, 0, w, h, format, dtype, row_stride, access)
     }
 
     /// See [`Tensor::as_fd`].

@@ -219,17 +219,18 @@ impl Receiver<'_> {
             let msg = match rustix::net::recvmsg(self.stream, &mut iov, &mut control, flags) {
                 Ok(m) => m,
                 Err(Errno::INTR) => continue,
-                Err(Errno::AGAIN) if self.started.is_some() => {
-                    let started = self.started.unwrap_or_else(Instant::now);
-                    self.wait_readable(started, got, buf.len())?;
-                    continue;
-                }
-                Err(e) if e == Errno::AGAIN && self.started.is_none() => {
+                Err(Errno::AGAIN) => match self.started {
+                    Some(started) => {
+                        self.wait_readable(started, got, buf.len())?;
+                        continue;
+                    }
                     // Nothing started: the caller's bound, not a broken peer.
-                    return Err(Error::Timeout(
-                        "no message within the stream's read timeout".into(),
-                    ));
-                }
+                    None => {
+                        return Err(Error::Timeout(
+                            "no message within the stream's read timeout".into(),
+                        ))
+                    }
+                },
                 Err(e) => {
                     return Err(handoff(format!(
                         "receive failed after {got} of {} bytes: {e}",

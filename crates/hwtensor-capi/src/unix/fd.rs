@@ -5,7 +5,9 @@ use std::os::fd::{BorrowedFd, IntoRawFd, OwnedFd, RawFd};
 use hwtensor::TensorDyn;
 
 use crate::status::{fail, guard, put, HwtStatus, OrStatus};
-use crate::tensor::{access_of, dtype_of, hand_out, slice_in, tensor, HwtTensor, HWT_MAX_DIMS};
+use crate::tensor::{
+    access_of, dtype_of, format_of, hand_out, slice_in, tensor, HwtTensor, HWT_MAX_DIMS,
+};
 
 /// A duplicate of the caller's `fd` (close-on-exec), which the caller keeps: a negative or
 /// closed fd is `HWT_STATUS_BAD_FD`.
@@ -69,10 +71,7 @@ pub unsafe extern "C" fn hwt_tensor_image_from_fd(
     out: *mut *mut HwtTensor,
 ) -> HwtStatus {
     guard(|| {
-        let format = u8::try_from(format)
-            .ok()
-            .and_then(hwtensor::PixelFormat::from_code)
-            .ok_or_else(|| crate::status::invalid(format!("{format} is not an HwtPixelFormat")))?;
+        let format = format_of(format)?;
         let (dtype, access) = (dtype_of(dtype)?, access_of(cpu_access)?);
         let stride = (row_stride != 0).then_some(row_stride);
         let t = TensorDyn::image_from_fd_at(

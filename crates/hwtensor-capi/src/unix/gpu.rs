@@ -77,12 +77,11 @@ pub struct HwtVulkanHandles {
 #[no_mangle]
 pub extern "C" fn hwt_gpu_vulkan_handles(out: *mut HwtVulkanHandles) -> HwtStatus {
     with_device(out, |d| {
-        let queue = d.with_queue(|q| q.as_raw())?;
         Ok(HwtVulkanHandles {
             instance: d.instance().handle().as_raw(),
             physical_device: d.physical_device().as_raw(),
             device: d.device().handle().as_raw(),
-            queue,
+            queue: d.queue().as_raw(),
             queue_family: d.queue_family(),
             queue_index: d.queue_index(),
             timeline: d.semaphore().as_raw(),

@@ -337,6 +337,23 @@ static int every_bad_input_is_a_status_with_a_message_and_leaks_no_fd(void) {
     return 0;
 }
 
+/* Starts this program again as a peer (`self role FD`) on a socket pair: `sv[0]` is ours, the
+ * child gets the other end. Only exec after fork: the library's threads are not in the child;
+ * dup gives the child's end without close-on-exec. Returns the child's pid, or -1. */
+static pid_t spawn_self(const char *self, const char *role, int sv[2]) {
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        char fdarg[16];
+        int keep = dup(sv[1]);
+        snprintf(fdarg, sizeof fdarg, "%d", keep);
+        execl(self, self, role, fdarg, (char *)NULL);
+        _exit(127);
+    }
+    close(sv[1]);
+    return pid;
+}
+
 /* The hand-off peer: receives a tensor, adds one to every byte of its rows, sends it back. */
 static int child(int sock) {
     HwtTensor *t = NULL;
@@ -371,19 +388,8 @@ static int a_child_process_answers_in_the_same_buffer(const char *self) {
     CHECK(hwt_map_end(m));
 
     int sv[2];
-    ASSERT(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
-    char fdarg[16];
-    pid_t pid = fork();
+    pid_t pid = spawn_self(self, "--child", sv);
     ASSERT(pid >= 0);
-    if (pid == 0) {
-        /* Only exec after fork: the library's threads are not in the child. dup gives the
-         * peer's end without close-on-exec. */
-        int keep = dup(sv[1]);
-        snprintf(fdarg, sizeof fdarg, "%d", keep);
-        execl(self, self, "--child", fdarg, (char *)NULL);
-        _exit(127);
-    }
-    close(sv[1]);
     CHECK(hwt_send(sv[0], img, HWT_TRANSPORT_REFERENCE, HANDOFF_TIMEOUT_NS));
     CHECK(hwt_recv(sv[0], HANDOFF_TIMEOUT_NS, 0, &back));
     HwtIdentity a, b;
@@ -447,17 +453,8 @@ static int a_child_process_consumes_frames_through_the_pooled_channel(const char
     CHECK(hwt_producer_new((const HwtTensor *const *)pool, 2, &p));
     for (int i = 0; i < 2; i++) hwt_tensor_release(pool[i]); /* the producer keeps its own */
     int sv[2];
-    ASSERT(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
-    pid_t pid = fork();
+    pid_t pid = spawn_self(self, "--channel-child", sv);
     ASSERT(pid >= 0);
-    if (pid == 0) {
-        char fdarg[16];
-        int keep = dup(sv[1]);
-        snprintf(fdarg, sizeof fdarg, "%d", keep);
-        execl(self, self, "--channel-child", fdarg, (char *)NULL);
-        _exit(127);
-    }
-    close(sv[1]);
     CHECK(hwt_producer_attach(p, sv[0]));
     close(sv[0]); /* the producer keeps its own duplicate */
     for (uint64_t seq = 0; seq < CHANNEL_FRAMES; seq++) {

@@ -20,10 +20,11 @@ use crate::timing::{fmt, median, median_per_call};
 const C_MAP_TARGET_RATIO: f64 = 1.5;
 /// Map + unmap pairs per timed batch.
 const MAPS_PER_BATCH: usize = 1000;
-/// `HwtMemory` / `HwtDType` / `HwtAccess` values of include/hwtensor.h.
-const HWT_MEMORY_SHM: u32 = 2;
-const HWT_D_TYPE_U8: u32 = 1;
-const HWT_ACCESS_READ_WRITE: u32 = 3;
+/// The C ABI's `HwtMemory` / `HwtDType` / `HwtAccess` values are the core's own codes (the
+/// C ABI's tests pin that), so they are taken from there rather than copied.
+const HWT_MEMORY_SHM: u32 = TensorMemory::Shm.code() as u32;
+const HWT_D_TYPE_U8: u32 = hwtensor::DType::U8.code() as u32;
+const HWT_ACCESS_READ_WRITE: u32 = hwtensor::CpuAccess::ReadWrite as u32;
 
 /// The C library next to this executable.
 pub fn load() -> Result<Library, String> {

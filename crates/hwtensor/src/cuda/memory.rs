@@ -326,21 +326,8 @@ impl CudaMemory {
     /// write first, so the receiver reads finished bytes.
     pub(crate) fn describe(&self) -> Result<(GpuReference, Option<(BorrowedFd<'_>, u64)>)> {
         let gpu = self.device.gpu();
-        let last = self.uses.last_write();
-        let completion = match gpu.fence_fd() {
-            Some(fence) => Some((fence, last)),
-            None => {
-                gpu.wait(last, GPU_WAIT)?;
-                None
-            }
-        };
-        let reference = GpuReference {
-            device_uuid: gpu.device_uuid(),
-            driver_uuid: gpu.driver_uuid(),
-            allocation_size: self.size as u64,
-            producer: self.origin,
-        };
-        Ok((reference, completion))
+        let completion = gpu.peer_completion(self.uses.last_write())?;
+        Ok((gpu.reference(self.size as u64, self.origin), completion))
     }
 
     /// The device address of the first byte.

@@ -272,12 +272,8 @@ impl Producer {
         if last == 0 {
             return Ok(0);
         }
-        let device = crate::gpu::device()?;
-        if device.fence_fd().is_some() {
-            return Ok(last);
-        }
-        device.wait(last, GPU_WAIT)?;
-        Ok(0)
+        let completion = crate::gpu::device()?.peer_completion(last)?;
+        Ok(completion.map_or(0, |(_, value)| value))
     }
 
     /// Takes back the ids consumers handed back, checking each: an id out of range or one the

@@ -504,21 +504,8 @@ impl GpuMemory {
     /// that write first, so the receiver reads finished bytes: a value is never paired with
     /// the wrong fence.
     pub(crate) fn describe(&self) -> Result<(GpuReference, Option<(BorrowedFd<'_>, u64)>)> {
-        let device = self.device;
-        let last = self.last_write();
-        let completion = match device.fence_fd() {
-            Some(fence) => Some((fence, last)),
-            None => {
-                device.wait(last, GPU_WAIT)?;
-                None
-            }
-        };
-        let reference = GpuReference {
-            device_uuid: device.device_uuid(),
-            driver_uuid: device.driver_uuid(),
-            allocation_size: self.allocation_size,
-            producer: self.origin,
-        };
+        let completion = self.device.peer_completion(self.last_write())?;
+        let reference = self.device.reference(self.allocation_size, self.origin);
         Ok((reference, completion))
     }
 

@@ -595,6 +595,10 @@ impl GpuDevice {
     pub fn queue_index(&self) -> u32 {
         self.queue_index
     }
+    /// The main queue, for a host's own calls: submit to it only inside [`Self::with_queue`].
+    pub fn queue(&self) -> vk::Queue {
+        self.queue
+    }
     /// Runs `f` with the main queue while holding the queue lock that every copy of hwtensor
     /// in the process takes around its own submits: a host's `vkQueueSubmit` or
     /// `vkQueuePresentKHR` on this queue must go inside it, since Vulkan forbids two threads
@@ -727,6 +731,38 @@ impl GpuDevice {
             .get_or_init(|| self.export_fence())
             .as_ref()
             .map(|f| f.as_fd())
+    }
+
+    /// What a peer process waits for before it reads memory last written at `value`: this
+    /// timeline's fence and the value, or `None` where the device cannot export its fence, after
+    /// waiting here (bounded) so the peer reads finished bytes. One rule for GPU memory, CUDA
+    /// memory and the pooled channel.
+    pub(crate) fn peer_completion(
+        &self,
+        value: u64,
+    ) -> Result<Option<(std::os::fd::BorrowedFd<'_>, u64)>> {
+        match self.fence_fd() {
+            Some(fence) => Ok(Some((fence, value))),
+            None => {
+                self.wait(value, crate::gpu::GPU_WAIT)?;
+                Ok(None)
+            }
+        }
+    }
+
+    /// The blob's GPU section of memory of this device: its UUIDs, the allocation's size and
+    /// who allocated it.
+    pub(crate) fn reference(
+        &self,
+        allocation_size: u64,
+        producer: crate::gpu::GpuOrigin,
+    ) -> crate::gpu::GpuReference {
+        crate::gpu::GpuReference {
+            device_uuid: self.device_uuid(),
+            driver_uuid: self.driver_uuid(),
+            allocation_size,
+            producer,
+        }
     }
 
     /// The point `value` on the timeline, with the fence where one can be exported.
