@@ -27,8 +27,13 @@ const SPIN_CAP: Duration = Duration::from_millis(2);
 /// `vkWaitSemaphores` on a CUDA-signalled value takes on NVIDIA.
 const POLL_INTERVAL: Duration = Duration::from_micros(50);
 
-/// The slice the completion-fd waiter sleeps in, so a new, earlier request is not starved
-/// behind a wait for a later value.
+/// The longest the completion-fd waiter sleeps between two looks at the counter. It polls,
+/// starting at [`POLL_INTERVAL`] and doubling up to this, and never blocks in
+/// `vkWaitSemaphores`: the Khronos validation layer of Debian 12 (1.3.239) deadlocks a host
+/// wait on one thread against submissions on others (its issue 4968; one run in ~25 of
+/// `gpu_device` under the layer hung so for longer than the test's 5 s), and on NVIDIA a
+/// blocked wait on a CUDA-signalled value wakes ~10 ms late. A short wait is answered within
+/// ~0.1 ms, a long one costs a wake-up every 2 ms.
 const WAITER_SLICE: Duration = Duration::from_millis(2);
 
 /// The words of the rendezvous record, shared by every copy.
@@ -369,6 +374,20 @@ extern "C" fn stop_waiter_at_exit() {
     }
 }
 
+/// The timeline's counter, read by the waiter; `None` once the process is exiting.
+fn counter_unless_exiting(device: &ash::Device, semaphore: vk::Semaphore) -> Option<u64> {
+    // Announce first, then check: exit either sees us inside, or we see its stop.
+    WAITER_IN_VULKAN.store(true, Ordering::SeqCst);
+    if WAITER_STOP.load(Ordering::SeqCst) {
+        WAITER_IN_VULKAN.store(false, Ordering::SeqCst);
+        return None;
+    }
+    // SAFETY: the device and semaphore live for the process; a query needs no queue lock.
+    let reached = unsafe { device.get_semaphore_counter_value(semaphore) }.unwrap_or(0);
+    WAITER_IN_VULKAN.store(false, Ordering::SeqCst);
+    Some(reached)
+}
+
 fn spawn_waiter(
     device: &'static ash::Device,
     semaphore: vk::Semaphore,
@@ -380,41 +399,35 @@ fn spawn_waiter(
     }
     let body = move || {
         let mut waiting: BTreeMap<u64, Vec<OwnedFd>> = BTreeMap::new();
+        let mut pause = POLL_INTERVAL;
         loop {
+            if !waiting.is_empty() {
+                let Some(reached) = counter_unless_exiting(device, semaphore) else {
+                    return;
+                };
+                let later = waiting.split_off(&(reached + 1));
+                for fd in std::mem::replace(&mut waiting, later)
+                    .into_values()
+                    .flatten()
+                {
+                    signal_done(&fd);
+                }
+                drop_abandoned(&mut waiting);
+            }
             let next = if waiting.is_empty() {
-                rx.recv().ok()
+                rx.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected)
             } else {
-                rx.try_recv().ok()
+                rx.recv_timeout(pause)
             };
-            if let Some((value, fd)) = next {
-                waiting.entry(value).or_default().push(fd);
-                continue;
+            match next {
+                Ok((value, fd)) => {
+                    waiting.entry(value).or_default().push(fd);
+                    pause = POLL_INTERVAL;
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => pause = (pause * 2).min(WAITER_SLICE),
+                Err(mpsc::RecvTimeoutError::Disconnected) if waiting.is_empty() => return,
+                Err(mpsc::RecvTimeoutError::Disconnected) => std::thread::sleep(pause),
             }
-            let Some((&lowest, _)) = waiting.first_key_value() else {
-                return;
-            };
-            // Announce first, then check: exit either sees us inside, or we see its stop.
-            WAITER_IN_VULKAN.store(true, Ordering::SeqCst);
-            if WAITER_STOP.load(Ordering::SeqCst) {
-                WAITER_IN_VULKAN.store(false, Ordering::SeqCst);
-                return;
-            }
-            let info = vk::SemaphoreWaitInfo::default()
-                .semaphores(std::slice::from_ref(&semaphore))
-                .values(std::slice::from_ref(&lowest));
-            // SAFETY: the device and semaphore live for the process; waits need no queue lock.
-            let _ = unsafe { device.wait_semaphores(&info, WAITER_SLICE.as_nanos() as u64) };
-            // SAFETY: as above.
-            let reached = unsafe { device.get_semaphore_counter_value(semaphore) }.unwrap_or(0);
-            WAITER_IN_VULKAN.store(false, Ordering::SeqCst);
-            let later = waiting.split_off(&(reached + 1));
-            for fd in std::mem::replace(&mut waiting, later)
-                .into_values()
-                .flatten()
-            {
-                signal_done(&fd);
-            }
-            drop_abandoned(&mut waiting);
         }
     };
     if let Err(e) = std::thread::Builder::new()
