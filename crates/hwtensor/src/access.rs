@@ -21,7 +21,7 @@ pub enum CpuAccess {
 
 impl CpuAccess {
     /// Whether this access covers a CPU access in `direction`.
-    pub(crate) fn allows(self, direction: Direction) -> bool {
+    pub fn allows(self, direction: Direction) -> bool {
         let bits = self as u8;
         let need = match direction {
             Direction::Read => CpuAccess::Read as u8,

@@ -132,3 +132,28 @@ impl<T: Element> Tensor<T> {
         })
     }
 }
+
+impl crate::TensorDyn {
+    /// Orders CUDA work on `stream` against the process timeline in one step, for a consumer
+    /// that keeps a tensor's device address beyond a map (DLPack): the stream waits for the
+    /// tensor's last device write (and, for a write, its last read); then a new timeline
+    /// value is signalled from the stream and recorded as the tensor's last use. Returns the
+    /// device address of the first element and that value.
+    ///
+    /// Call it again after queuing work on the stream (with [`Direction::Write`] or
+    /// `ReadWrite` after writes) so Vulkan work, CPU maps and other processes order behind it.
+    /// The address stays valid while the buffer lives: imports are cached per buffer.
+    pub fn cuda_order(&self, direction: Direction, stream: CudaStream) -> Result<(u64, u64)> {
+        use crate::TensorDyn;
+        each_tensor!(self, t => match direction {
+            Direction::Read => t.cuda_map_read(stream).and_then(pointer_and_value),
+            Direction::Write => t.cuda_map_write(stream).and_then(pointer_and_value),
+            Direction::ReadWrite => t.cuda_map_read_write(stream).and_then(pointer_and_value),
+        })
+    }
+}
+
+fn pointer_and_value<T: Element, D: MapDirection>(map: CudaMap<'_, T, D>) -> Result<(u64, u64)> {
+    let ptr = map.device_ptr();
+    Ok((ptr, map.finish()?))
+}

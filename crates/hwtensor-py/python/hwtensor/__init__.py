@@ -1,0 +1,45 @@
+"""hwtensor: zero-copy tensors in heap, shared, dma-buf, GPU and CUDA memory.
+
+Tensors map into NumPy without a copy (``with t.map_read() as a:``), export through DLPack
+(``torch.from_dlpack(t)``, ``np.from_dlpack(t)``), and travel between processes over Unix
+sockets (``hwtensor.send`` / ``hwtensor.recv``). GPU work is ordered by one process-wide
+timeline (``hwtensor.gpu``).
+"""
+
+from ._native import (
+    AccessError,
+    BusyError,
+    CudaError,
+    Error,
+    GpuError,
+    HandoffError,
+    InvalidArgument,
+    Map,
+    Tensor,
+    TimeoutError,
+    Unavailable,
+    __version__,
+    cuda_unavailable_reason,
+    recv,
+    send,
+)
+from . import gpu
+
+__all__ = [
+    "AccessError",
+    "BusyError",
+    "CudaError",
+    "Error",
+    "GpuError",
+    "HandoffError",
+    "InvalidArgument",
+    "Map",
+    "Tensor",
+    "TimeoutError",
+    "Unavailable",
+    "__version__",
+    "cuda_unavailable_reason",
+    "gpu",
+    "recv",
+    "send",
+]

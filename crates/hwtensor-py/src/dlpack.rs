@@ -1,0 +1,226 @@
+//! DLPack out: `__dlpack__` and `__dlpack_device__`, through `dlpark` (both capsule kinds, the
+//! argument rules, stream parsing).
+//!
+//! Heap and shm tensors export as `kDLCPU` over their own memory. GPU and CUDA tensors export
+//! as `kDLCUDA` at their CUDA mapping (imported once per buffer): the consumer's stream is
+//! made to wait GPU-side for the tensor's last write, never the CPU. Work the consumer then
+//! queues on its stream is ordered before hwtensor's next use by `Tensor.cuda_done(stream)`.
+//! The capsule keeps the buffer (and so its CUDA import) alive until the consumer frees it.
+
+use dlpark::ffi::{
+    DLDataType, DLDataTypeCode, DLDevice, DLManagedTensor, DLManagedTensorVersioned,
+};
+use dlpark::metadata::Dynamic;
+pub(crate) use dlpark::python::ExportRequest;
+use dlpark::python::{export_dlpack, CudaStreamRequest, DlpackExporter};
+use dlpark::{DlpackFlags, Managed, ManagedTensorBase};
+use hwtensor::{DType, Direction, TensorDyn, TensorMemory};
+use pyo3::exceptions::PyBufferError;
+use pyo3::prelude::*;
+
+use crate::errors::OrPy;
+
+/// `CU_STREAM_PER_THREAD`: the handle CUDA's driver API takes for the per-thread default
+/// stream, which DLPack's stream value 2 names.
+const CU_STREAM_PER_THREAD: usize = 2;
+
+/// The DLPack element type of a dtype.
+fn dl_dtype(d: DType) -> PyResult<DLDataType> {
+    let (code, bits) = match d {
+        DType::U8 => (DLDataTypeCode::UINT, 8),
+        DType::U16 => (DLDataTypeCode::UINT, 16),
+        DType::U32 => (DLDataTypeCode::UINT, 32),
+        DType::U64 => (DLDataTypeCode::UINT, 64),
+        DType::I8 => (DLDataTypeCode::INT, 8),
+        DType::I16 => (DLDataTypeCode::INT, 16),
+        DType::I32 => (DLDataTypeCode::INT, 32),
+        DType::I64 => (DLDataTypeCode::INT, 64),
+        DType::F16 => (DLDataTypeCode::FLOAT, 16),
+        DType::F32 => (DLDataTypeCode::FLOAT, 32),
+        DType::F64 => (DLDataTypeCode::FLOAT, 64),
+        other => {
+            return Err(PyBufferError::new_err(format!(
+                "dtype {other} has no DLPack type here"
+            )))
+        }
+    };
+    Ok(DLDataType::scalar(code, bits))
+}
+
+/// DLPack counts strides in elements: a byte stride that is not a whole number of elements
+/// (an image row padded to an odd byte count, say) cannot be said, and is refused rather
+/// than rounded.
+pub(crate) fn element_strides(t: &TensorDyn) -> PyResult<Vec<i64>> {
+    let size = t.dtype().size();
+    t.strides()
+        .iter()
+        .map(|&s| {
+            if s % size == 0 {
+                Ok((s / size) as i64)
+            } else {
+                Err(PyBufferError::new_err(format!(
+                    "byte stride {s} is not a whole number of {}-byte elements; DLPack cannot \
+                     describe it (strides {:?})",
+                    size,
+                    t.strides()
+                )))
+            }
+        })
+        .collect()
+}
+
+/// Where a tensor's bytes are, for DLPack.
+fn device_of(t: &TensorDyn) -> PyResult<DLDevice> {
+    match t.memory() {
+        TensorMemory::Mem | TensorMemory::Shm => Ok(DLDevice::CPU),
+        TensorMemory::Gpu | TensorMemory::Cuda => {
+            let cuda = hwtensor::cuda::device().or_py()?;
+            Ok(DLDevice::cuda(cuda.ordinal()))
+        }
+        other => Err(PyBufferError::new_err(format!(
+            "a {other} tensor does not export through DLPack: its CPU access needs the sync \
+             bracket a map gives (use map_read/map_write), and no CUDA import exists for it"
+        ))),
+    }
+}
+
+/// One export of one tensor: its description and, once prepared, the address to hand out.
+struct Export<'a> {
+    tensor: &'a TensorDyn,
+    device: DLDevice,
+    address: std::cell::Cell<u64>,
+}
+
+/// What the capsule owns: the tensor (so the buffer and its CUDA import outlive the capsule).
+struct Keep(#[allow(dead_code)] TensorDyn);
+
+impl Export<'_> {
+    fn managed<M: ManagedTensorBase>(&self) -> PyResult<Managed<M>> {
+        let strides = element_strides(self.tensor)?;
+        let shape: Vec<i64> = self.tensor.shape().iter().map(|&d| d as i64).collect();
+        let prepared = Dynamic::new(shape, strides)
+            .prepare_as::<M>()
+            .map_err(|e| PyBufferError::new_err(format!("DLPack metadata: {e}")))?;
+        let mut init = prepared.initialize(Box::new(Keep(self.tensor.clone())));
+        init.set_data(self.address.get() as *mut std::ffi::c_void);
+        init.set_device(self.device);
+        init.set_dtype(dl_dtype(self.tensor.dtype())?);
+        init.set_flags(self.flags())
+            .map_err(|e| PyBufferError::new_err(format!("DLPack flags: {e}")))?;
+        // SAFETY: the data pointer addresses the tensor's first element for as long as the
+        // buffer lives, which the context (a clone of the tensor) guarantees; shape and strides
+        // are copied into the managed tensor; READ_ONLY is set where CPU writes are not
+        // allowed.
+        Ok(unsafe { init.finish() })
+    }
+}
+
+impl DlpackExporter for Export<'_> {
+    fn device(&self) -> DLDevice {
+        self.device
+    }
+
+    fn flags(&self) -> DlpackFlags {
+        let cpu = self.device == DLDevice::CPU;
+        if cpu && !self.tensor.access().allows(Direction::Write) {
+            DlpackFlags::READ_ONLY
+        } else {
+            DlpackFlags::empty()
+        }
+    }
+
+    fn prepare_export(&self, py: Python<'_>, request: &ExportRequest<'_>) -> PyResult<()> {
+        let address = if self.device == DLDevice::CPU {
+            host_address(self.tensor)?
+        } else {
+            let stream = cuda_stream(request.cuda_stream()?);
+            let t = self.tensor;
+            py.detach(|| t.cuda_order(Direction::ReadWrite, stream as *mut _))
+                .or_py()?
+                .0
+        };
+        self.address.set(address);
+        Ok(())
+    }
+
+    fn export_legacy(&self, _py: Python<'_>) -> PyResult<Managed<DLManagedTensor>> {
+        self.managed()
+    }
+
+    fn export_versioned(&self, _py: Python<'_>) -> PyResult<Managed<DLManagedTensorVersioned>> {
+        self.managed()
+    }
+}
+
+/// The raw stream (as an address) DLPack's stream argument names (0: the legacy default
+/// stream). With no stream, or -1 ("no synchronisation"), the legacy default stream waits:
+/// more order, never less.
+fn cuda_stream(request: CudaStreamRequest) -> usize {
+    match request {
+        CudaStreamRequest::Pointer(p) => p,
+        CudaStreamRequest::PerThreadDefault => CU_STREAM_PER_THREAD,
+        _ => 0,
+    }
+}
+
+/// The first element's address of a host tensor. Heap and shm memory stay where they are for
+/// the buffer's life, so the address outlives the brief map that reads it.
+fn host_address(t: &TensorDyn) -> PyResult<u64> {
+    let direction = if t.access().allows(Direction::Read) {
+        Direction::Read
+    } else {
+        Direction::Write
+    };
+    let map = t.map_bytes(direction).or_py()?;
+    Ok(map.as_ptr() as u64)
+}
+
+/// `__dlpack__`: a capsule (versioned when `max_version` allows) over the tensor's memory.
+pub(crate) fn export<'py>(
+    t: &TensorDyn,
+    py: Python<'py>,
+    request: ExportRequest<'py>,
+) -> PyResult<Py<PyAny>> {
+    let export = Export {
+        tensor: t,
+        device: device_of(t)?,
+        address: std::cell::Cell::new(0),
+    };
+    export_dlpack(&export, py, request)
+}
+
+/// `__dlpack_device__`: `(1, 0)` for host memory, `(2, ordinal)` for CUDA.
+pub(crate) fn device_pair(t: &TensorDyn) -> PyResult<(u32, i32)> {
+    let d = device_of(t)?;
+    Ok((d.device_type.0, d.device_id))
+}
+
+/// Orders hwtensor's next use of `t` after the work queued so far on `stream`; the value.
+pub(crate) fn cuda_done(
+    t: &TensorDyn,
+    py: Python<'_>,
+    stream: Option<&Bound<'_, PyAny>>,
+) -> PyResult<u64> {
+    Ok(ordered_on(t, py, stream)?.1)
+}
+
+/// The CUDA address of `t`'s first element, `stream` ordered as `__dlpack__` orders it.
+pub(crate) fn cuda_pointer(
+    t: &TensorDyn,
+    py: Python<'_>,
+    stream: Option<&Bound<'_, PyAny>>,
+) -> PyResult<u64> {
+    Ok(ordered_on(t, py, stream)?.0)
+}
+
+/// [`TensorDyn::cuda_order`] on the stream a Python argument names (DLPack's conventions).
+fn ordered_on(
+    t: &TensorDyn,
+    py: Python<'_>,
+    stream: Option<&Bound<'_, PyAny>>,
+) -> PyResult<(u64, u64)> {
+    let request = ExportRequest::parse(stream, None, None, None)?;
+    let stream = cuda_stream(request.cuda_stream()?);
+    py.detach(|| t.cuda_order(Direction::ReadWrite, stream as *mut _))
+        .or_py()
+}

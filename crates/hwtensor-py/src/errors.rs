@@ -1,0 +1,107 @@
+//! The exception hierarchy: `hwtensor.Error` and the subclasses a user catches separately.
+//! Each carries the library's message unchanged.
+
+use pyo3::create_exception;
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+
+create_exception!(
+    hwtensor,
+    Error,
+    PyException,
+    "Every error hwtensor raises; the message is the library's own."
+);
+create_exception!(
+    hwtensor,
+    InvalidArgument,
+    Error,
+    "A shape, dtype, format, region, stride or value that does not describe valid memory."
+);
+create_exception!(
+    hwtensor,
+    Unavailable,
+    Error,
+    "A backing (shm, dmabuf, gpu, cuda) this machine or build cannot provide, with the reason."
+);
+create_exception!(
+    hwtensor,
+    BusyError,
+    Error,
+    "A map that would alias a live write map of the same buffer (or a write map of a mapped one)."
+);
+create_exception!(
+    hwtensor,
+    AccessError,
+    Error,
+    "An access the tensor was not declared for, or an operation its memory cannot do."
+);
+create_exception!(
+    hwtensor,
+    HandoffError,
+    Error,
+    "A hand-off that failed: a bad fd or socket, a hostile or short blob, a peer that went away."
+);
+create_exception!(
+    hwtensor,
+    TimeoutError,
+    Error,
+    "A bounded wait that ran out (a GPU value, a receive, a channel frame)."
+);
+create_exception!(
+    hwtensor,
+    GpuError,
+    Error,
+    "The GPU device or driver refused or lost something."
+);
+create_exception!(hwtensor, CudaError, Error, "A CUDA driver call failed.");
+
+/// The Python exception for a library error.
+pub fn to_py(e: hwtensor::Error) -> PyErr {
+    use hwtensor::Error as E;
+    let message = e.to_string();
+    match e {
+        E::Shape(_)
+        | E::OutOfBounds(_)
+        | E::RowStride(_)
+        | E::Image(_)
+        | E::UnknownName { .. }
+        | E::InvalidArgument(_)
+        | E::DType { .. }
+        | E::Length(_) => InvalidArgument::new_err(message),
+        E::Unavailable { .. } => Unavailable::new_err(message),
+        E::MapBusy { .. } => BusyError::new_err(message),
+        E::AccessDenied { .. } | E::InvalidOperation(_) => AccessError::new_err(message),
+        E::Fd(_) | E::Blob(_) | E::Handoff(_) => HandoffError::new_err(message),
+        E::Timeout(_) => TimeoutError::new_err(message),
+        E::Gpu { .. } => GpuError::new_err(message),
+        E::Cuda { .. } => CudaError::new_err(message),
+        _ => Error::new_err(message),
+    }
+}
+
+/// `Result` → `PyResult` with [`to_py`].
+pub trait OrPy<T> {
+    /// The value, or the Python exception for the error.
+    fn or_py(self) -> PyResult<T>;
+}
+
+impl<T> OrPy<T> for hwtensor::Result<T> {
+    fn or_py(self) -> PyResult<T> {
+        self.map_err(to_py)
+    }
+}
+
+/// Adds the exception classes to the module.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add("Error", py.get_type::<Error>())?;
+    m.add("InvalidArgument", py.get_type::<InvalidArgument>())?;
+    m.add("Unavailable", py.get_type::<Unavailable>())?;
+    m.add("BusyError", py.get_type::<BusyError>())?;
+    m.add("AccessError", py.get_type::<AccessError>())?;
+    m.add("HandoffError", py.get_type::<HandoffError>())?;
+    m.add("TimeoutError", py.get_type::<TimeoutError>())?;
+    m.add("GpuError", py.get_type::<GpuError>())?;
+    m.add("CudaError", py.get_type::<CudaError>())?;
+    Ok(())
+}

@@ -1,0 +1,97 @@
+//! Hand-off on Python sockets: `hwtensor.send(sock, t)` and `hwtensor.recv(sock)`, the fds
+//! passed as hwtensor passes them in Rust. The GIL is released while the bytes move.
+
+use std::mem::ManuallyDrop;
+use std::os::fd::{FromRawFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
+
+use hwtensor::handoff;
+use pyo3::prelude::*;
+
+use crate::errors::{HandoffError, OrPy, TimeoutError};
+use crate::tensor::PyTensor;
+
+/// The caller's connected Unix stream socket, borrowed by fd number: checked to be a socket
+/// (a closed fd, a pipe or a file is refused by name), never closed here.
+fn borrowed_stream(sock: &Bound<'_, PyAny>) -> PyResult<ManuallyDrop<UnixStream>> {
+    let fd: RawFd = sock
+        .call_method0("fileno")
+        .or_else(|_| {
+            sock.extract::<RawFd>()
+                .map(|fd| fd.into_pyobject(sock.py()).unwrap().into_any())
+        })?
+        .extract()?;
+    if fd < 0 {
+        return Err(HandoffError::new_err(format!(
+            "fd {fd} is not a socket (closed?)"
+        )));
+    }
+    // SAFETY: `fd` is only borrowed for this call; fstat on any number is harmless.
+    let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    let stat = rustix::fs::fstat(borrowed)
+        .map_err(|e| HandoffError::new_err(format!("fd {fd} is not usable: {e}")))?;
+    if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::Socket {
+        return Err(HandoffError::new_err(format!(
+            "fd {fd} is not a socket; hand-off needs a connected Unix stream socket"
+        )));
+    }
+    // SAFETY: the stream is never dropped (ManuallyDrop), so the caller's fd stays theirs.
+    Ok(ManuallyDrop::new(unsafe { UnixStream::from_raw_fd(fd) }))
+}
+
+/// The socket's Python timeout (`sock.settimeout`), if it has one.
+fn timeout_of(sock: &Bound<'_, PyAny>) -> Option<Duration> {
+    let t: Option<f64> = sock.call_method0("gettimeout").ok()?.extract().ok()?;
+    t.filter(|s| s.is_finite() && *s >= 0.0)
+        .map(Duration::from_secs_f64)
+}
+
+/// Waits until `stream` is readable, at most `timeout` (no timeout: until it is).
+fn readable_within(stream: &UnixStream, timeout: Option<Duration>) -> PyResult<()> {
+    let Some(limit) = timeout else { return Ok(()) };
+    let mut fds = [rustix::event::PollFd::new(
+        stream,
+        rustix::event::PollFlags::IN,
+    )];
+    let t = rustix::event::Timespec::try_from(limit)
+        .map_err(|_| HandoffError::new_err("timeout out of range"))?;
+    match rustix::event::poll(&mut fds, Some(&t)) {
+        Ok(0) => Err(TimeoutError::new_err(format!(
+            "no tensor arrived within {limit:?}"
+        ))),
+        Ok(_) => Ok(()),
+        Err(e) => Err(HandoffError::new_err(format!("poll failed: {e}"))),
+    }
+}
+
+/// Sends `tensor` on the connected Unix socket `sock` (a `socket.socket` or an fd): its
+/// description and its fds; the receiver maps the same memory.
+#[pyfunction]
+pub fn send(py: Python<'_>, sock: &Bound<'_, PyAny>, tensor: &PyTensor) -> PyResult<()> {
+    let stream = borrowed_stream(sock)?;
+    let t = &tensor.inner;
+    py.detach(|| handoff::send(&stream, t)).or_py()
+}
+
+/// Receives a tensor from `sock`, waiting at most `timeout` seconds (default: the socket's own
+/// timeout; None: until one comes). A hostile or short message raises `HandoffError`.
+#[pyfunction]
+#[pyo3(signature = (sock, timeout = None))]
+pub fn recv(py: Python<'_>, sock: &Bound<'_, PyAny>, timeout: Option<f64>) -> PyResult<PyTensor> {
+    let stream = borrowed_stream(sock)?;
+    let limit = match timeout {
+        Some(s) if s.is_finite() && s >= 0.0 => Some(Duration::from_secs_f64(s)),
+        Some(s) => {
+            return Err(crate::errors::InvalidArgument::new_err(format!(
+                "bad timeout {s}"
+            )))
+        }
+        None => timeout_of(sock),
+    };
+    py.detach(|| {
+        readable_within(&stream, limit)?;
+        handoff::recv(&stream).or_py()
+    })
+    .map(PyTensor::wrap)
+}

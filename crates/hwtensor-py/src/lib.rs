@@ -1,0 +1,36 @@
+//! The Python package `hwtensor`'s native module (`hwtensor._native`): tensors, NumPy maps,
+//! DLPack, hand-off and the process GPU device. The pure-Python package on top
+//! (`python/hwtensor`) re-exports it with stubs.
+#![cfg(target_os = "linux")]
+// The extension's unsafe is confined to two places, each with its SAFETY line: the map's
+// borrow of its own boxed tensor, and DLPack's managed tensor.
+#![allow(unsafe_code)]
+
+mod dlpack;
+mod errors;
+mod gpu;
+mod handoff;
+mod map;
+mod tensor;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    errors::register(m)?;
+    m.add_class::<tensor::PyTensor>()?;
+    m.add_class::<map::Map>()?;
+    m.add_class::<gpu::GpuDevice>()?;
+    m.add_function(wrap_pyfunction!(handoff::send, m)?)?;
+    m.add_function(wrap_pyfunction!(handoff::recv, m)?)?;
+    m.add_function(wrap_pyfunction!(gpu::device, m)?)?;
+    m.add_function(wrap_pyfunction!(cuda_unavailable_reason, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}
+
+/// Why CUDA is not usable here ("no libcuda.so.1", ...), or None when it is.
+#[pyfunction]
+fn cuda_unavailable_reason() -> Option<String> {
+    hwtensor::cuda::unavailable_reason()
+}

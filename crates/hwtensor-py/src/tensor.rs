@@ -1,0 +1,276 @@
+//! `hwtensor.Tensor`: a tensor of any dtype and memory, with its description as Python values.
+
+use std::str::FromStr;
+
+use hwtensor::{
+    BufferIdentity, CpuAccess, DType, Direction, PixelFormat, Region, TensorDyn, TensorMemory,
+};
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+
+use crate::dlpack;
+use crate::errors::{InvalidArgument, OrPy};
+use crate::map::Map;
+
+/// A tensor in heap, shared, dma-buf, GPU or CUDA memory.
+///
+/// `Tensor(shape, dtype="uint8", memory=None)`: `memory` is "mem", "shm", "dmabuf", "gpu",
+/// "cuda" or None (the best this machine has for a plain tensor). Strides are in bytes.
+#[pyclass(name = "Tensor", module = "hwtensor", frozen)]
+pub struct PyTensor {
+    pub(crate) inner: TensorDyn,
+}
+
+/// A dtype by NumPy's name or hwtensor's ("uint8" or "u8", "float32" or "f32", ...).
+pub(crate) fn dtype_of(name: &str) -> PyResult<DType> {
+    DType::from_str(name).or_py()
+}
+
+/// NumPy's name of a dtype (its first alias: "uint8", "float16", ...).
+pub(crate) fn numpy_name(d: DType) -> &'static str {
+    d.aliases().first().copied().unwrap_or(d.name())
+}
+
+fn memory_of(name: Option<&str>) -> PyResult<Option<TensorMemory>> {
+    name.map(TensorMemory::from_str).transpose().or_py()
+}
+
+fn access_of(name: &str) -> PyResult<CpuAccess> {
+    match name.to_ascii_lowercase().replace('-', "_").as_str() {
+        "none" => Ok(CpuAccess::None),
+        "read" => Ok(CpuAccess::Read),
+        "write" => Ok(CpuAccess::Write),
+        "read_write" | "readwrite" => Ok(CpuAccess::ReadWrite),
+        _ => Err(InvalidArgument::new_err(format!(
+            "unknown CPU access {name:?} (known: none, read, write, read_write)"
+        ))),
+    }
+}
+
+impl PyTensor {
+    pub(crate) fn wrap(inner: TensorDyn) -> PyTensor {
+        PyTensor { inner }
+    }
+}
+
+#[pymethods]
+impl PyTensor {
+    #[new]
+    #[pyo3(signature = (shape, dtype = "uint8", memory = None))]
+    fn new(py: Python<'_>, shape: Vec<usize>, dtype: &str, memory: Option<&str>) -> PyResult<Self> {
+        let (dtype, memory) = (dtype_of(dtype)?, memory_of(memory)?);
+        py.detach(|| TensorDyn::new(&shape, dtype, memory))
+            .or_py()
+            .map(Self::wrap)
+    }
+
+    /// An image of `width` x `height` pixels in `format` ("rgba", "nv12", "yuyv", ... or a
+    /// FourCC alias), optionally with a chosen `row_stride` in bytes.
+    #[staticmethod]
+    #[pyo3(signature = (width, height, format, dtype = "uint8", memory = None, access = "read_write", row_stride = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn image(
+        py: Python<'_>,
+        width: usize,
+        height: usize,
+        format: &str,
+        dtype: &str,
+        memory: Option<&str>,
+        access: &str,
+        row_stride: Option<usize>,
+    ) -> PyResult<Self> {
+        let format = PixelFormat::from_str(format).or_py()?;
+        let (dtype, memory, access) = (dtype_of(dtype)?, memory_of(memory)?, access_of(access)?);
+        py.detach(|| match row_stride {
+            Some(pitch) => {
+                TensorDyn::image_with_pitch(width, height, format, dtype, pitch, memory, access)
+            }
+            None => TensorDyn::image(width, height, format, dtype, memory, access),
+        })
+        .or_py()
+        .map(Self::wrap)
+    }
+
+    /// The shape, as a tuple.
+    #[getter]
+    fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, self.inner.shape())
+    }
+
+    /// The element type's NumPy name ("uint8", "float32", ...).
+    #[getter]
+    fn dtype(&self) -> &'static str {
+        numpy_name(self.inner.dtype())
+    }
+
+    /// Byte strides, one per dimension.
+    #[getter]
+    fn strides<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, self.inner.strides())
+    }
+
+    /// Where the bytes live: "mem", "shm", "dmabuf", "gpu" or "cuda".
+    #[getter]
+    fn memory(&self) -> &'static str {
+        self.inner.memory().name()
+    }
+
+    /// The CPU access the tensor was declared with: "none", "read", "write", "read_write".
+    #[getter]
+    fn access(&self) -> &'static str {
+        match self.inner.access() {
+            CpuAccess::None => "none",
+            CpuAccess::Read => "read",
+            CpuAccess::Write => "write",
+            CpuAccess::ReadWrite => "read_write",
+        }
+    }
+
+    /// The pixel format's name, or None for a plain tensor.
+    #[getter]
+    fn format(&self) -> Option<&'static str> {
+        self.inner.image_info().map(|i| i.format.name())
+    }
+
+    /// Image width in pixels (None for a plain tensor).
+    #[getter]
+    fn width(&self) -> Option<usize> {
+        self.inner.image_info().map(|i| i.width)
+    }
+
+    /// Image height in pixels (None for a plain tensor).
+    #[getter]
+    fn height(&self) -> Option<usize> {
+        self.inner.image_info().map(|i| i.height)
+    }
+
+    /// Bytes from one image row to the next (None for a plain tensor).
+    #[getter]
+    fn row_stride(&self) -> Option<usize> {
+        self.inner.image_info().map(|i| i.row_stride)
+    }
+
+    /// The image's planes as `(offset, row_stride, rows, size)` tuples, in bytes.
+    #[getter]
+    fn plane_table(&self) -> PyResult<Vec<(usize, usize, usize, usize)>> {
+        let planes = self.inner.plane_table().or_py()?;
+        Ok(planes
+            .iter()
+            .map(|p| (p.offset, p.row_stride, p.rows, p.size))
+            .collect())
+    }
+
+    /// What names the buffer across processes: `("file", dev, ino)`, `("heap", address)`,
+    /// `("gpu", pid, start_time, serial)`, or `("other",)` for a kind this binding predates.
+    #[getter]
+    fn identity(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let id = match self.inner.identity() {
+            BufferIdentity::File { dev, ino } => ("file", dev, ino).into_pyobject(py)?.into_any(),
+            BufferIdentity::Heap { addr } => ("heap", addr).into_pyobject(py)?.into_any(),
+            BufferIdentity::Gpu {
+                pid,
+                start_time,
+                serial,
+            } => ("gpu", pid, start_time, serial)
+                .into_pyobject(py)?
+                .into_any(),
+            _ => ("other",).into_pyobject(py)?.into_any(),
+        };
+        Ok(id.unbind())
+    }
+
+    /// Bytes from the first element to the last, padding included.
+    #[getter]
+    fn nbytes(&self) -> usize {
+        self.inner
+            .buffer_len()
+            .saturating_sub(self.inner.byte_offset())
+    }
+
+    /// A view of the rectangle `x, y, w, h` of an image (or rows of a plain tensor), sharing
+    /// the buffer.
+    fn view(&self, x: usize, y: usize, w: usize, h: usize) -> PyResult<Self> {
+        self.inner
+            .view(Region::new(x, y, w, h))
+            .or_py()
+            .map(Self::wrap)
+    }
+
+    /// The `i`-th item along the first dimension, sharing the buffer.
+    fn batch(&self, i: usize) -> PyResult<Self> {
+        self.inner.batch(i).or_py().map(Self::wrap)
+    }
+
+    /// Copies `src` (same shape and dtype) into this tensor, on whatever engine reaches both.
+    fn copy_from(&self, py: Python<'_>, src: &PyTensor) -> PyResult<()> {
+        py.detach(|| self.inner.copy_from(&src.inner)).or_py()
+    }
+
+    /// A read map: `with t.map_read() as a:` gives a read-only NumPy array.
+    fn map_read(&self) -> Map {
+        Map::new(self.inner.clone(), Direction::Read)
+    }
+
+    /// A write map: `with t.map_write() as a:` gives a writable NumPy array.
+    fn map_write(&self) -> Map {
+        Map::new(self.inner.clone(), Direction::Write)
+    }
+
+    /// A read-write map: `with t.map_read_write() as a:` gives a writable NumPy array.
+    fn map_read_write(&self) -> Map {
+        Map::new(self.inner.clone(), Direction::ReadWrite)
+    }
+
+    /// The DLPack protocol: a capsule (versioned when `max_version` allows) over the tensor's
+    /// memory, `kDLCPU` for heap and shm, `kDLCUDA` for GPU and CUDA memory; `stream` is the
+    /// consumer's CUDA stream, made to wait GPU-side for the tensor's last write.
+    #[pyo3(signature = (*, stream = None, max_version = None, dl_device = None, copy = None))]
+    fn __dlpack__<'py>(
+        &self,
+        py: Python<'py>,
+        stream: Option<&Bound<'py, PyAny>>,
+        max_version: Option<(u32, u32)>,
+        dl_device: Option<(u32, i32)>,
+        copy: Option<bool>,
+    ) -> PyResult<Py<PyAny>> {
+        let request = dlpack::ExportRequest::parse(stream, max_version, dl_device, copy)?;
+        dlpack::export(&self.inner, py, request)
+    }
+
+    /// `(device_type, device_id)`: `(1, 0)` for host memory, `(2, ordinal)` for CUDA.
+    fn __dlpack_device__(&self) -> PyResult<(u32, i32)> {
+        dlpack::device_pair(&self.inner)
+    }
+
+    /// Orders hwtensor's next use of the tensor (Vulkan work, CPU maps, other processes)
+    /// after the work queued so far on CUDA `stream` (an int, or an object with
+    /// `__cuda_stream__` such as `torch.cuda.Stream`; None or 1: the legacy default stream,
+    /// 2: the per-thread one). Call it after a DLPack consumer wrote the tensor. Returns the
+    /// timeline value that marks it.
+    #[pyo3(signature = (stream = None))]
+    fn cuda_done(&self, py: Python<'_>, stream: Option<&Bound<'_, PyAny>>) -> PyResult<u64> {
+        dlpack::cuda_done(&self.inner, py, stream)
+    }
+
+    /// The CUDA device address of the first element (GPU, CUDA, and page-sized heap or shm
+    /// tensors), with `stream` ordered like `__dlpack__` does: for CuPy's `UnownedMemory` and
+    /// other raw-pointer consumers. Valid while the tensor lives.
+    #[pyo3(signature = (stream = None))]
+    fn cuda_ptr(&self, py: Python<'_>, stream: Option<&Bound<'_, PyAny>>) -> PyResult<u64> {
+        dlpack::cuda_pointer(&self.inner, py, stream)
+    }
+
+    fn __repr__(&self) -> String {
+        let format = self
+            .inner
+            .image_info()
+            .map(|i| format!(", format={}", i.format.name()))
+            .unwrap_or_default();
+        format!(
+            "hwtensor.Tensor(shape={:?}, dtype={}, memory={}{format})",
+            self.inner.shape(),
+            numpy_name(self.inner.dtype()),
+            self.inner.memory().name()
+        )
+    }
+}

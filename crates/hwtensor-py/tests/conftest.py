@@ -1,0 +1,41 @@
+"""Shared helpers: hardware tests print `SKIPPED: <test> - <reason>` where they cannot run,
+and fail instead under HWTENSOR_TEST_REQUIRE_GPU=1 / HWTENSOR_TEST_REQUIRE_CUDA=1."""
+
+import os
+
+import pytest
+
+import hwtensor
+
+
+def _skip_or_fail(request, env, reason):
+    name = request.node.name
+    if os.environ.get(env) == "1":
+        pytest.fail(f"{name}: {reason} (and {env}=1)")
+    print(f"SKIPPED: {name} - {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture
+def gpu(request):
+    """The process GPU device, or a skip (a failure under HWTENSOR_TEST_REQUIRE_GPU=1)."""
+    try:
+        return hwtensor.gpu.device()
+    except hwtensor.Error as e:
+        _skip_or_fail(request, "HWTENSOR_TEST_REQUIRE_GPU", f"no GPU device: {e}")
+
+
+@pytest.fixture
+def cuda(request, gpu):
+    """PyTorch with CUDA on the process device, or a skip (a failure under
+    HWTENSOR_TEST_REQUIRE_CUDA=1)."""
+    reason = hwtensor.cuda_unavailable_reason()
+    if reason is not None:
+        _skip_or_fail(request, "HWTENSOR_TEST_REQUIRE_CUDA", f"no CUDA: {reason}")
+    try:
+        import torch
+    except ImportError:
+        _skip_or_fail(request, "HWTENSOR_TEST_REQUIRE_CUDA", "no PyTorch")
+    if not torch.cuda.is_available():
+        _skip_or_fail(request, "HWTENSOR_TEST_REQUIRE_CUDA", "PyTorch sees no CUDA device")
+    return torch

@@ -1,0 +1,83 @@
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import hwtensor
+
+CHILD = textwrap.dedent(
+    """
+    import socket, sys
+    import numpy as np
+    import hwtensor
+    sock = socket.socket(fileno=int(sys.argv[1]))
+    t = hwtensor.recv(sock, timeout=10)
+    with t.map_read_write() as a:
+        total = int(a.astype(np.uint64).sum())
+        a[0, 0, 0] = 99
+    sock.sendall(f"{total} {t.shape} {t.memory}".encode())
+    """
+)
+
+
+def _child(sock):
+    return subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(sock.fileno())], pass_fds=[sock.fileno()]
+    )
+
+
+@pytest.mark.parametrize("memory", ["shm", "gpu"])
+def test_a_tensor_sent_to_another_process_is_the_same_memory_there(memory, request):
+    if memory == "gpu":
+        request.getfixturevalue("gpu")
+    ours, theirs = socket.socketpair()
+    child = _child(theirs)
+    theirs.close()
+    t = hwtensor.Tensor((1080, 1920, 4), memory=memory)
+    with t.map_write() as a:
+        a[:] = 1
+    hwtensor.send(ours, t)
+    answer = ours.recv(256).decode()
+    assert child.wait(timeout=30) == 0
+    assert answer == f"{1080 * 1920 * 4} (1080, 1920, 4) {memory}"
+    with t.map_read() as b:
+        assert b[0, 0, 0] == 99, "the child's write is in our buffer"
+
+
+def test_recv_gives_up_after_its_timeout():
+    ours, theirs = socket.socketpair()
+    with pytest.raises(hwtensor.TimeoutError):
+        hwtensor.recv(ours, timeout=0.05)
+    theirs.settimeout(0.05)
+    with pytest.raises(hwtensor.TimeoutError):
+        hwtensor.recv(theirs)
+
+
+def test_a_closed_socket_and_a_pipe_are_refused_by_name():
+    ours, theirs = socket.socketpair()
+    fd = ours.detach()
+    os.close(fd)
+    with pytest.raises(hwtensor.HandoffError, match=str(fd)):
+        hwtensor.recv(fd, timeout=0.1)
+    r, w = os.pipe()
+    try:
+        with pytest.raises(hwtensor.HandoffError, match="not a socket"):
+            hwtensor.send(w, hwtensor.Tensor((4,)))
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def test_garbage_and_a_vanished_peer_raise_handoff_errors():
+    ours, theirs = socket.socketpair()
+    theirs.sendall(b"\x00garbage that is no blob")
+    with pytest.raises(hwtensor.HandoffError):
+        hwtensor.recv(ours, timeout=1)
+    ours2, theirs2 = socket.socketpair()
+    theirs2.close()
+    with pytest.raises(hwtensor.HandoffError):
+        hwtensor.recv(ours2, timeout=1)

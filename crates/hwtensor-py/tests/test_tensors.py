@@ -1,0 +1,86 @@
+import numpy as np
+import pytest
+
+import hwtensor
+
+
+def test_a_plain_tensor_describes_itself_in_numpy_terms():
+    t = hwtensor.Tensor((4, 6), "float32", memory="mem")
+    assert t.shape == (4, 6)
+    assert t.dtype == "float32"
+    assert t.strides == (24, 4)
+    assert t.memory == "mem"
+    assert t.format is None and t.row_stride is None
+    assert t.identity[0] == "heap"
+    assert "float32" in repr(t)
+
+
+def test_dtype_names_are_numpys_or_hwtensors():
+    assert hwtensor.Tensor((2,), "f16").dtype == "float16"
+    assert hwtensor.Tensor((2,), "int64").dtype == "int64"
+
+
+def test_an_image_has_its_format_planes_and_row_stride():
+    t = hwtensor.Tensor.image(64, 32, "nv12", memory="shm")
+    assert t.format == "nv12"
+    assert (t.width, t.height) == (64, 32)
+    assert t.plane_table == [(0, 64, 32, 2048), (2048, 64, 16, 1024)]
+    assert t.identity[0] == "file"
+
+
+def test_an_image_keeps_a_chosen_row_stride():
+    t = hwtensor.Tensor.image(10, 4, "rgba", memory="mem", row_stride=64)
+    assert t.row_stride == 64
+    assert t.strides[0] == 64
+
+
+def test_unknown_names_raise_invalid_argument_listing_the_known_ones():
+    with pytest.raises(hwtensor.InvalidArgument, match="f32"):
+        hwtensor.Tensor((2,), "complex")
+    with pytest.raises(hwtensor.InvalidArgument, match="shm"):
+        hwtensor.Tensor((2,), memory="vram")
+    with pytest.raises(hwtensor.InvalidArgument, match="read_write"):
+        hwtensor.Tensor.image(8, 8, "rgba", access="sometimes")
+
+
+def test_every_exception_is_an_hwtensor_error():
+    for cls in (
+        hwtensor.InvalidArgument,
+        hwtensor.Unavailable,
+        hwtensor.BusyError,
+        hwtensor.AccessError,
+        hwtensor.HandoffError,
+        hwtensor.TimeoutError,
+        hwtensor.GpuError,
+        hwtensor.CudaError,
+    ):
+        assert issubclass(cls, hwtensor.Error)
+
+
+def test_a_view_shares_its_parents_buffer():
+    t = hwtensor.Tensor.image(8, 8, "rgba", memory="mem")
+    with t.map_write() as a:
+        a[:] = np.arange(8 * 8 * 4, dtype=np.uint8).reshape(a.shape)
+        expected = a[2:6, 1:4].copy()
+    v = t.view(1, 2, 3, 4)
+    assert v.shape == (4, 3, 4)
+    assert v.identity == t.identity
+    with v.map_read() as b:
+        assert np.array_equal(b, expected)
+
+
+def test_a_batch_outside_the_tensor_is_refused():
+    t = hwtensor.Tensor((3, 4))
+    assert t.batch(2).shape == (4,)
+    with pytest.raises(hwtensor.InvalidArgument):
+        t.batch(3)
+
+
+def test_copy_from_copies_between_memories():
+    src = hwtensor.Tensor((16,), "uint16", memory="mem")
+    dst = hwtensor.Tensor((16,), "uint16", memory="shm")
+    with src.map_write() as a:
+        a[:] = np.arange(16)
+    dst.copy_from(src)
+    with dst.map_read() as b:
+        assert list(b) == list(range(16))
