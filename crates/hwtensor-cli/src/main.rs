@@ -49,6 +49,10 @@ enum Command {
         /// copies it into CUDA memory on CUDA's copy engine before it verifies it.
         #[arg(long)]
         cuda: bool,
+        /// Another consumer program, run through `sh -c` with `--socket NAME` (an abstract
+        /// Unix socket) and `--gpu` appended: `examples/python/consumer.py`, say.
+        #[arg(long)]
+        consumer: Option<String>,
     },
     /// Core and hand-off benchmarks, with the reference figures measured in the same run.
     Bench {
@@ -87,7 +91,12 @@ fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let result = match Cli::parse().command {
         Command::Probe { json } => probe::run(json),
-        Command::Demo { frames, gpu, cuda } => platform::demo::producer(frames, gpu || cuda, cuda),
+        Command::Demo {
+            frames,
+            gpu,
+            cuda,
+            consumer,
+        } => platform::demo::producer(frames, gpu || cuda, cuda, consumer.as_deref()),
         Command::Bench { quick } => bench::run(quick),
         Command::DemoConsumer { socket, gpu, cuda } => {
             platform::demo::consumer(&socket, gpu || cuda, cuda)

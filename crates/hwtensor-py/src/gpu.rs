@@ -2,12 +2,11 @@
 //! of hwtensor (this extension, the C library through ctypes) are loaded.
 
 use std::os::fd::IntoRawFd;
-use std::time::Duration;
 
 use hwtensor::gpu;
 use pyo3::prelude::*;
 
-use crate::errors::{InvalidArgument, OrPy};
+use crate::errors::OrPy;
 
 /// The process GPU device (`hwtensor.gpu.device()`).
 #[pyclass(name = "GpuDevice", module = "hwtensor.gpu", frozen)]
@@ -22,14 +21,6 @@ pub fn device(py: Python<'_>) -> PyResult<GpuDevice> {
     Ok(GpuDevice { device })
 }
 
-fn duration(seconds: f64) -> PyResult<Duration> {
-    if seconds.is_finite() && seconds >= 0.0 {
-        Ok(Duration::from_secs_f64(seconds))
-    } else {
-        Err(InvalidArgument::new_err(format!("bad timeout {seconds}")))
-    }
-}
-
 #[pymethods]
 impl GpuDevice {
     /// Allocates the next timeline value and submits its signal; it covers all work queued
@@ -42,7 +33,7 @@ impl GpuDevice {
     /// Waits until the timeline reaches `value`, at most `timeout` seconds (the GIL released).
     #[pyo3(signature = (value, timeout = 5.0))]
     fn wait(&self, py: Python<'_>, value: u64, timeout: f64) -> PyResult<()> {
-        let (d, limit) = (self.device, duration(timeout)?);
+        let (d, limit) = (self.device, crate::seconds(timeout)?);
         py.detach(|| d.wait(value, limit)).or_py()
     }
 

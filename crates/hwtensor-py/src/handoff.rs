@@ -14,14 +14,12 @@ use crate::tensor::PyTensor;
 
 /// The caller's connected Unix stream socket, borrowed by fd number: checked to be a socket
 /// (a closed fd, a pipe or a file is refused by name), never closed here.
-fn borrowed_stream(sock: &Bound<'_, PyAny>) -> PyResult<ManuallyDrop<UnixStream>> {
-    let fd: RawFd = sock
-        .call_method0("fileno")
-        .or_else(|_| {
-            sock.extract::<RawFd>()
-                .map(|fd| fd.into_pyobject(sock.py()).unwrap().into_any())
-        })?
-        .extract()?;
+pub(crate) fn borrowed_stream(sock: &Bound<'_, PyAny>) -> PyResult<ManuallyDrop<UnixStream>> {
+    // A socket object, or a plain fd number.
+    let fd: RawFd = match sock.extract::<RawFd>() {
+        Ok(fd) => fd,
+        Err(_) => sock.call_method0("fileno")?.extract()?,
+    };
     if fd < 0 {
         return Err(HandoffError::new_err(format!(
             "fd {fd} is not a socket (closed?)"

@@ -11,6 +11,7 @@ mod errors;
 mod gpu;
 mod handoff;
 mod map;
+mod stream;
 mod tensor;
 
 use pyo3::prelude::*;
@@ -21,12 +22,21 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<tensor::PyTensor>()?;
     m.add_class::<map::Map>()?;
     m.add_class::<gpu::GpuDevice>()?;
+    m.add_class::<stream::Consumer>()?;
+    m.add_class::<stream::Frame>()?;
+    m.add_class::<stream::Producer>()?;
     m.add_function(wrap_pyfunction!(handoff::send, m)?)?;
     m.add_function(wrap_pyfunction!(handoff::recv, m)?)?;
     m.add_function(wrap_pyfunction!(gpu::device, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_unavailable_reason, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
+}
+
+/// A timeout in seconds as a `Duration`; a negative, NaN or infinite one is refused.
+pub(crate) fn seconds(s: f64) -> PyResult<std::time::Duration> {
+    std::time::Duration::try_from_secs_f64(s)
+        .map_err(|_| errors::InvalidArgument::new_err(format!("bad timeout {s} (seconds, >= 0)")))
 }
 
 /// Why CUDA is not usable here ("no libcuda.so.1", ...), or None when it is.

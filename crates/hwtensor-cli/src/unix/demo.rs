@@ -63,20 +63,30 @@ fn write_pattern(
     Ok(())
 }
 
-pub fn producer(frames: u32, gpu: bool, cuda: bool) -> crate::Result {
+pub fn producer(frames: u32, gpu: bool, cuda: bool, consumer: Option<&str>) -> crate::Result {
     if cuda {
         hwtensor::cuda::device()?; // says why not before a consumer is started
     }
     let name = format!("hwtensor-demo-{}", std::process::id());
     let listener = UnixListener::bind_addr(&SocketAddr::from_abstract_name(&name)?)?;
-    let mut args = vec!["demo-consumer", "--socket", &name];
+    let mut args = vec!["--socket", &name];
     if gpu {
         args.push("--gpu");
     }
     if cuda {
         args.push("--cuda");
     }
-    let mut child = Command::new(std::env::current_exe()?).args(&args).spawn()?;
+    let mut child = match consumer {
+        // Another program speaking the channel (the Python example): the same arguments.
+        Some(program) => Command::new("sh")
+            .arg("-c")
+            .arg(format!("{program} {}", args.join(" ")))
+            .spawn()?,
+        None => Command::new(std::env::current_exe()?)
+            .arg("demo-consumer")
+            .args(&args)
+            .spawn()?,
+    };
     let stream = accept(&listener, &mut child)?;
     let memory = frame_memory(gpu);
     let pool = (0..POOL.min(frames.max(1) as usize))

@@ -20,7 +20,12 @@ const SIGNALS_PER_THREAD: usize = 500;
 pub mod demo {
     const WHY: &str = "the demo hands fds over a Unix socket; on Windows GPU images travel with Tensor::share_gpu instead";
 
-    pub fn producer(_frames: u32, _gpu: bool, _cuda: bool) -> crate::Result {
+    pub fn producer(
+        _frames: u32,
+        _gpu: bool,
+        _cuda: bool,
+        _consumer: Option<&str>,
+    ) -> crate::Result {
         Err(WHY.into())
     }
 

@@ -1,0 +1,212 @@
+//! The pooled channel from Python: `hwtensor.Consumer` and `hwtensor.Producer`. After the pool
+//! is lent once over the socket, a frame is a buffer id in shared memory; the GIL is released
+//! while a receive or an acquire waits.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+
+use hwtensor::stream::{
+    Consumer as RustConsumer, Frame as RustFrame, FrameMeta, Producer as RustProducer, Wait,
+};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyTuple};
+
+use crate::errors::{InvalidArgument, OrPy};
+use crate::handoff::borrowed_stream;
+use crate::tensor::PyTensor;
+
+/// The channel keeps its own copy of the caller's socket: Python may close its object.
+fn own_stream(sock: &Bound<'_, PyAny>) -> PyResult<UnixStream> {
+    let borrowed = borrowed_stream(sock)?;
+    let fd: OwnedFd = borrowed
+        .as_fd()
+        .try_clone_to_owned()
+        .map_err(|e| crate::errors::HandoffError::new_err(format!("dup of the socket: {e}")))?;
+    Ok(UnixStream::from(fd))
+}
+
+fn wait_of(timeout: Option<f64>) -> PyResult<Wait> {
+    timeout.map_or(Ok(Wait::Block), |s| Ok(Wait::For(crate::seconds(s)?)))
+}
+
+/// The receiving side of a channel: `Consumer(sock)` attaches to a producer on a connected
+/// Unix socket and imports its pool.
+#[pyclass(name = "Consumer", module = "hwtensor")]
+pub struct Consumer {
+    inner: RustConsumer,
+}
+
+#[pymethods]
+impl Consumer {
+    #[new]
+    fn new(py: Python<'_>, sock: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let stream = own_stream(sock)?;
+        let inner = py.detach(|| RustConsumer::connect(stream)).or_py()?;
+        Ok(Consumer { inner })
+    }
+
+    /// The next frame, waiting at most `timeout` seconds (None: until one comes). A producer
+    /// that left raises `HandoffError`; no frame in time raises `TimeoutError`.
+    #[pyo3(signature = (timeout = None))]
+    fn recv(&mut self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Frame> {
+        let wait = wait_of(timeout)?;
+        let inner = &mut self.inner;
+        let frame = py.detach(|| inner.recv(wait)).or_py()?;
+        Ok(Frame { inner: Some(frame) })
+    }
+
+    /// The pool's buffers, as this process imported them.
+    #[getter]
+    fn pool(&self) -> Vec<PyTensor> {
+        self.inner
+            .pool()
+            .iter()
+            .cloned()
+            .map(PyTensor::wrap)
+            .collect()
+    }
+}
+
+/// A received frame; leaving `with consumer.recv() as frame:` (or `release()`) hands the
+/// buffer back to the producer, after any GPU work of ours on it.
+#[pyclass(name = "Frame", module = "hwtensor")]
+pub struct Frame {
+    inner: Option<RustFrame>,
+}
+
+impl Frame {
+    fn live(&self) -> PyResult<&RustFrame> {
+        self.inner
+            .as_ref()
+            .ok_or_else(|| InvalidArgument::new_err("this frame was handed back"))
+    }
+}
+
+#[pymethods]
+impl Frame {
+    /// The frame's tensor. Do not touch it after the frame is handed back: the producer
+    /// reuses the buffer.
+    #[getter]
+    fn tensor(&self) -> PyResult<PyTensor> {
+        Ok(PyTensor::wrap(self.live()?.tensor().clone()))
+    }
+
+    /// The producer's sequence number.
+    #[getter]
+    fn seq(&self) -> PyResult<u64> {
+        Ok(self.live()?.meta().seq)
+    }
+
+    /// The producer's timestamp (CLOCK_MONOTONIC nanoseconds, by convention).
+    #[getter]
+    fn timestamp_ns(&self) -> PyResult<u64> {
+        Ok(self.live()?.meta().timestamp_ns)
+    }
+
+    /// The small user payload that travelled with the frame.
+    #[getter]
+    fn payload<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        Ok(PyBytes::new(py, self.live()?.meta().payload()))
+    }
+
+    /// The buffer's index in the pool.
+    #[getter]
+    fn slot(&self) -> PyResult<usize> {
+        Ok(self.live()?.slot())
+    }
+
+    /// Hands the buffer back (once; later calls do nothing).
+    fn release(&mut self, py: Python<'_>) {
+        if let Some(frame) = self.inner.take() {
+            py.detach(move || drop(frame));
+        }
+    }
+
+    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&mut self, py: Python<'_>, _exc: &Bound<'_, PyTuple>) -> bool {
+        self.release(py);
+        false
+    }
+}
+
+/// The sending side: `Producer(pool)` over a list of tensors (any fd-backed kind, or GPU
+/// memory); `attach(sock)` lends the pool to a consumer.
+#[pyclass(name = "Producer", module = "hwtensor")]
+pub struct Producer {
+    inner: RustProducer,
+}
+
+#[pymethods]
+impl Producer {
+    #[new]
+    fn new(pool: Vec<PyRef<'_, PyTensor>>) -> PyResult<Self> {
+        let pool = pool.iter().map(|t| t.inner.clone()).collect();
+        Ok(Producer {
+            inner: RustProducer::new(pool).or_py()?,
+        })
+    }
+
+    /// Lends the pool to the consumer on the connected Unix socket `sock`.
+    fn attach(&mut self, py: Python<'_>, sock: &Bound<'_, PyAny>) -> PyResult<()> {
+        let stream = own_stream(sock)?;
+        let inner = &mut self.inner;
+        py.detach(|| inner.attach(stream)).or_py()
+    }
+
+    /// A free buffer's slot index, waiting at most `timeout` seconds for one to come back.
+    #[pyo3(signature = (timeout = 5.0))]
+    fn acquire(&mut self, py: Python<'_>, timeout: f64) -> PyResult<usize> {
+        let limit = crate::seconds(timeout)?;
+        let inner = &mut self.inner;
+        Ok(py.detach(|| inner.acquire(limit)).or_py()?.index())
+    }
+
+    /// The tensor of pool slot `slot`.
+    fn tensor(&self, slot: usize) -> PyResult<PyTensor> {
+        let s = self.slot(slot)?;
+        Ok(PyTensor::wrap(self.inner.tensor(s).clone()))
+    }
+
+    /// Sends the acquired buffer `slot` as a frame with its sequence number, timestamp and
+    /// an optional small payload.
+    #[pyo3(signature = (slot, seq, timestamp_ns = 0, payload = None))]
+    fn send(
+        &mut self,
+        slot: usize,
+        seq: u64,
+        timestamp_ns: u64,
+        payload: Option<&[u8]>,
+    ) -> PyResult<()> {
+        let s = self.slot(slot)?;
+        let mut meta = FrameMeta::new(seq, timestamp_ns);
+        if let Some(p) = payload {
+            meta = meta.with_payload(p).or_py()?;
+        }
+        self.inner.send(s, meta).or_py()
+    }
+
+    /// Gives an acquired buffer back to the free list without sending it.
+    fn release(&mut self, slot: usize) -> PyResult<()> {
+        let s = self.slot(slot)?;
+        self.inner.release(s);
+        Ok(())
+    }
+
+    /// How many consumers are attached.
+    #[getter]
+    fn consumers(&self) -> usize {
+        self.inner.consumers()
+    }
+}
+
+impl Producer {
+    fn slot(&self, index: usize) -> PyResult<hwtensor::stream::Slot> {
+        self.inner
+            .slot(index)
+            .ok_or_else(|| InvalidArgument::new_err(format!("slot {index} is not in the pool")))
+    }
+}

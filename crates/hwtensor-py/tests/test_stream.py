@@ -1,0 +1,80 @@
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import hwtensor
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+
+
+def _channel(memory="shm", slots=2):
+    pool = [hwtensor.Tensor((64, 64, 4), memory=memory) for _ in range(slots)]
+    producer = hwtensor.Producer(pool)
+    ours, theirs = socket.socketpair()
+    producer.attach(ours)
+    return producer, hwtensor.Consumer(theirs)
+
+
+def test_frames_cross_the_channel_as_ids_over_the_same_buffers():
+    producer, consumer = _channel()
+    for seq in range(5):
+        slot = producer.acquire(timeout=5)
+        with producer.tensor(slot).map_write() as a:
+            a[:] = seq
+        producer.send(slot, seq, timestamp_ns=1000 + seq, payload=b"meta")
+        with consumer.recv(timeout=5) as frame:
+            assert (frame.seq, frame.timestamp_ns, frame.payload) == (seq, 1000 + seq, b"meta")
+            assert frame.tensor.identity == producer.tensor(frame.slot).identity
+            with frame.tensor.map_read() as b:
+                assert int(b.max()) == seq == int(b.min())
+
+
+def test_a_consumer_waits_no_longer_than_its_timeout():
+    _producer, consumer = _channel()
+    with pytest.raises(hwtensor.TimeoutError):
+        consumer.recv(timeout=0.05)
+
+
+def test_a_producer_that_leaves_ends_the_consumers_receive():
+    producer, consumer = _channel()
+    del producer
+    with pytest.raises(hwtensor.HandoffError, match="producer left"):
+        consumer.recv(timeout=5)
+
+
+def test_a_frame_handed_back_cannot_be_read_again():
+    producer, consumer = _channel()
+    producer.send(producer.acquire(), 0)
+    frame = consumer.recv(timeout=5)
+    frame.release()
+    with pytest.raises(hwtensor.InvalidArgument, match="handed back"):
+        frame.tensor
+    assert producer.acquire(timeout=5) in (0, 1)
+
+
+def test_a_producer_refuses_a_slot_outside_its_pool():
+    producer, _consumer = _channel()
+    with pytest.raises(hwtensor.InvalidArgument, match="slot 7"):
+        producer.send(7, 0)
+
+
+@pytest.mark.parametrize("gpu_frames", [False, True])
+def test_the_demo_producer_feeds_the_python_example_consumer(gpu_frames, request):
+    cli = pathlib.Path(os.environ.get("HWTENSOR_CLI", ROOT / "target" / "debug" / "hwtensor"))
+    if not cli.exists():
+        pytest.fail(f"the hwtensor CLI is not built at {cli} (cargo build -p hwtensor-cli)")
+    if gpu_frames:
+        request.getfixturevalue("gpu")
+    consumer = f"{sys.executable} {ROOT / 'examples' / 'python' / 'consumer.py'}"
+    args = [str(cli), "demo", "--frames", "6", "--consumer", consumer]
+    if gpu_frames:
+        args.append("--gpu")
+    done = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "python consumer: 6 frame(s)" in done.stdout
+    assert "every acknowledgement verified" in done.stdout
