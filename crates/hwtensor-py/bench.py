@@ -1,0 +1,111 @@
+"""Python-side benchmarks of hwtensor, medians of repeated runs, side by side in one run:
+
+    python crates/hwtensor-py/bench.py
+
+- a NumPy view of a mapped 1080p shm tensor (map + array + end), against NumPy's own
+  `np.frombuffer` of a bytearray of the same size (the floor for making an array);
+- `torch.from_dlpack` of a GPU tensor after its first import (where PyTorch and CUDA are),
+  against `torch.from_dlpack` of a PyTorch CUDA tensor's own capsule;
+- a cross-process hand-off over the pooled channel of 1080p frames to a Python consumer and
+  to a Rust consumer of the same channel (`hwtensor bench-peer`, what `hwtensor bench` runs),
+  one frame in flight, the consumer blocking between frames.
+"""
+
+import os
+import pathlib
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+import hwtensor
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+SHAPE = (1080, 1920, 4)
+REPEAT = 2000
+
+
+def median_us(fn, repeat=REPEAT):
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter_ns()
+        fn()
+        times.append(time.perf_counter_ns() - t0)
+    return statistics.median(times) / 1000
+
+
+def numpy_view():
+    t = hwtensor.Tensor(SHAPE, memory="shm")
+    raw = bytearray(t.nbytes)
+
+    def ours():
+        with t.map_read() as a:
+            a.shape
+
+    def floor():
+        np.frombuffer(raw, dtype=np.uint8).reshape(SHAPE)
+
+    a, b = median_us(ours), median_us(floor)
+    print(f"numpy view of a mapped 1080p shm tensor: {a:.2f} us (np.frombuffer: {b:.2f} us, {a / b:.1f}x)")
+
+
+def torch_dlpack():
+    if hwtensor.cuda_unavailable_reason() is not None:
+        print(f"torch.from_dlpack: skipped ({hwtensor.cuda_unavailable_reason()})")
+        return
+    import torch
+
+    t = hwtensor.Tensor(SHAPE, memory="gpu")
+    torch.from_dlpack(t)  # the first import
+    own = torch.zeros(SHAPE, dtype=torch.uint8, device="cuda")
+    a = median_us(lambda: torch.from_dlpack(t), 500)
+    b = median_us(lambda: torch.from_dlpack(own), 500)
+    print(f"torch.from_dlpack of a GPU tensor (imported): {a:.2f} us (of a torch tensor: {b:.2f} us)")
+
+
+CONSUMER = """
+import socket, sys, time, hwtensor
+sock = socket.socket(fileno=int(sys.argv[1]))
+c = hwtensor.Consumer(sock)
+ages = []
+for _ in range(int(sys.argv[2])):
+    f = c.recv(timeout=10)
+    ages.append(time.monotonic_ns() - f.timestamp_ns)
+    f.release()
+ages.sort()
+print(ages[len(ages) // 2])
+"""
+
+
+def handoff(frames=2000):
+    pool = [hwtensor.Tensor(SHAPE, memory="shm") for _ in range(3)]
+    results = {}
+    cli = os.environ.get("HWTENSOR_CLI", str(ROOT / "target" / "release" / "hwtensor"))
+    for who in ("python", "rust"):
+        producer = hwtensor.Producer(pool)
+        ours, theirs = socket.socketpair()
+        if who == "python":
+            cmd = [sys.executable, "-c", CONSUMER, str(theirs.fileno()), str(frames)]
+        else:
+            cmd = [cli, "bench-peer", "--fd", str(theirs.fileno()), "--frames", str(frames)]
+        child = subprocess.Popen(cmd, pass_fds=[theirs.fileno()], stdout=subprocess.PIPE, text=True)
+        theirs.close()
+        producer.attach(ours)
+        for seq in range(frames):
+            slot = producer.acquire(timeout=10)
+            producer.send(slot, seq, timestamp_ns=time.monotonic_ns())
+            time.sleep(0.0002)  # paced: one frame in flight, the consumer asleep between
+        del producer
+        out, _ = child.communicate(timeout=60)
+        results[who] = float(out.split()[0]) / 1000  # the median, ns -> us
+    p, r = results["python"], results["rust"]
+    print(f"channel hand-off of 1080p frames, frame age at receipt: python consumer {p:.2f} us, rust consumer {r:.2f} us ({p / r:.2f}x)")
+
+
+if __name__ == "__main__":
+    numpy_view()
+    torch_dlpack()
+    handoff()

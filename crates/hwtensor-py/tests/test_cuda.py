@@ -1,0 +1,99 @@
+"""CUDA through DLPack: PyTorch (and CuPy where installed) on the H200. Skipped (printed) where
+there is no CUDA; failures under HWTENSOR_TEST_REQUIRE_CUDA=1."""
+
+import socket
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import hwtensor
+
+
+def _gpu_frame(fill, memory="gpu"):
+    """A GPU tensor written by Vulkan: a host tensor copied in on the GPU device."""
+    host = hwtensor.Tensor((1080, 1920, 4), memory="mem")
+    with host.map_write() as a:
+        a[:] = fill
+    t = hwtensor.Tensor((1080, 1920, 4), memory=memory)
+    t.copy_from(host)
+    return t
+
+
+def test_torch_from_dlpack_is_hwtensors_cuda_mapping_not_a_copy(cuda):
+    torch = cuda
+    t = _gpu_frame(3)
+    x = torch.from_dlpack(t)
+    assert x.is_cuda and tuple(x.shape) == (1080, 1920, 4)
+    assert x.data_ptr() == t.cuda_ptr()
+    assert int(x.sum()) == 3 * 1080 * 1920 * 4, "the Vulkan copy is ordered before the read"
+
+
+def test_a_torch_kernels_write_is_seen_by_hwtensor_after_cuda_done(cuda):
+    torch = cuda
+    t = _gpu_frame(0)
+    stream = torch.cuda.current_stream()
+    x = torch.from_dlpack(t.__dlpack__(stream=stream.cuda_stream, max_version=(1, 0)))
+    x.fill_(7)
+    t.cuda_done(stream)
+    with t.map_read() as a:  # a CPU map waits for the timeline value cuda_done signalled
+        assert int(a.min()) == 7 == int(a.max())
+
+
+def test_cuda_memory_tensors_export_natively_and_round_trip(cuda):
+    torch = cuda
+    t = hwtensor.Tensor((256, 256), "float32", memory="cuda")
+    x = torch.from_dlpack(t)
+    x.copy_(torch.arange(256, dtype=torch.float32, device="cuda").expand(256, 256))
+    t.cuda_done(torch.cuda.current_stream())
+    with t.map_read() as a:
+        assert np.array_equal(a[5], np.arange(256, dtype=np.float32))
+
+
+def test_the_per_thread_default_stream_is_accepted(cuda):
+    torch = cuda
+    t = _gpu_frame(1)
+    x = torch.utils.dlpack.from_dlpack(t.__dlpack__(stream=2, max_version=(1, 0)))
+    torch.cuda.synchronize()
+    assert int(x[0, 0, 0]) == 1
+
+
+def test_cupy_from_dlpack_shares_the_same_memory(cuda, request):
+    try:
+        import cupy
+    except ImportError:
+        print(f"SKIPPED: {request.node.name} - no CuPy")
+        pytest.skip("no CuPy")
+    t = _gpu_frame(2)
+    y = cupy.from_dlpack(t)
+    assert y.data.ptr == t.cuda_ptr()
+    assert int(y.sum()) == 2 * 1080 * 1920 * 4
+
+
+CHILD = textwrap.dedent(
+    """
+    import socket, sys
+    import torch
+    import hwtensor
+    sock = socket.socket(fileno=int(sys.argv[1]))
+    t = hwtensor.recv(sock, timeout=20)
+    x = torch.from_dlpack(t)
+    sock.sendall(f"{int(x.sum())} {x.is_cuda} {x.data_ptr() == t.cuda_ptr()}".encode())
+    """
+)
+
+
+def test_a_python_process_receives_a_vulkan_frame_as_a_torch_cuda_tensor(cuda):
+    ours, theirs = socket.socketpair()
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(theirs.fileno())], pass_fds=[theirs.fileno()]
+    )
+    theirs.close()
+    t = _gpu_frame(5)
+    hwtensor.send(ours, t)
+    ours.settimeout(60)
+    answer = ours.recv(256).decode()
+    assert child.wait(timeout=60) == 0
+    assert answer == f"{5 * 1080 * 1920 * 4} True True"
