@@ -35,7 +35,8 @@ def test_a_torch_kernels_write_is_seen_by_hwtensor_after_cuda_done(cuda):
     torch = cuda
     t = _gpu_frame(0)
     stream = torch.cuda.current_stream()
-    x = torch.from_dlpack(t.__dlpack__(stream=stream.cuda_stream, max_version=(1, 0)))
+    # A raw capsule (legacy kind: what torch takes from a capsule), ordered on our stream.
+    x = torch.from_dlpack(t.__dlpack__(stream=stream.cuda_stream))
     x.fill_(7)
     t.cuda_done(stream)
     with t.map_read() as a:  # a CPU map waits for the timeline value cuda_done signalled
@@ -55,7 +56,7 @@ def test_cuda_memory_tensors_export_natively_and_round_trip(cuda):
 def test_the_per_thread_default_stream_is_accepted(cuda):
     torch = cuda
     t = _gpu_frame(1)
-    x = torch.utils.dlpack.from_dlpack(t.__dlpack__(stream=2, max_version=(1, 0)))
+    x = torch.utils.dlpack.from_dlpack(t.__dlpack__(stream=2))
     torch.cuda.synchronize()
     assert int(x[0, 0, 0]) == 1
 
