@@ -213,14 +213,47 @@ pub(crate) fn cuda_pointer(
     Ok(ordered_on(t, py, stream)?.0)
 }
 
-/// [`TensorDyn::cuda_order`] on the stream a Python argument names (DLPack's conventions).
+/// [`TensorDyn::cuda_order`] on the stream a Python argument names (see [`stream_of`]).
 fn ordered_on(
     t: &TensorDyn,
     py: Python<'_>,
     stream: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<(u64, u64)> {
-    let request = ExportRequest::parse(stream, None, None, None)?;
-    let stream = cuda_stream(request.cuda_stream()?);
+    let stream = stream.map(stream_of).transpose()?.unwrap_or(0);
     py.detach(|| t.cuda_order(Direction::ReadWrite, stream as *mut _))
         .or_py()
+}
+
+/// The raw `CUstream` a Python stream argument names: an int (None, 0, 1 and -1 the legacy
+/// default stream, 2 the per-thread one, else the handle), or a stream object: PyTorch's
+/// (`cuda_stream`), CuPy's (`ptr`), or one with the CUDA Python protocol's
+/// `__cuda_stream__`, which gives `(version, handle)`.
+pub(crate) fn stream_of(stream: &Bound<'_, PyAny>) -> PyResult<usize> {
+    let value: isize = if let Ok(v) = stream.extract() {
+        v
+    } else if let Ok(v) = stream.getattr("cuda_stream").and_then(|v| v.extract()) {
+        v
+    } else if let Ok(v) = stream.getattr("ptr").and_then(|v| v.extract()) {
+        v
+    } else {
+        let protocol = stream.getattr("__cuda_stream__").map_err(|_| {
+            PyBufferError::new_err(
+                "a CUDA stream is an int or an object with cuda_stream, ptr or __cuda_stream__",
+            )
+        })?;
+        let protocol = if protocol.is_callable() {
+            protocol.call0()?
+        } else {
+            protocol
+        };
+        match protocol.extract::<(isize, isize)>() {
+            Ok((_version, handle)) => handle,
+            Err(_) => protocol.extract()?,
+        }
+    };
+    Ok(match value {
+        -1..=1 => 0,
+        v if v > 0 => v as usize,
+        v => return Err(PyBufferError::new_err(format!("{v} is not a CUDA stream"))),
+    })
 }

@@ -34,11 +34,12 @@ def test_torch_from_dlpack_is_hwtensors_cuda_mapping_not_a_copy(cuda):
 def test_a_torch_kernels_write_is_seen_by_hwtensor_after_cuda_done(cuda):
     torch = cuda
     t = _gpu_frame(0)
-    stream = torch.cuda.current_stream()
-    # A raw capsule (legacy kind: what torch takes from a capsule), ordered on our stream.
-    x = torch.from_dlpack(t.__dlpack__(stream=stream.cuda_stream))
-    x.fill_(7)
-    t.cuda_done(stream)
+    stream = torch.cuda.Stream()  # a stream of our own: DLPack forbids naming stream 0
+    with torch.cuda.stream(stream):
+        # A raw capsule (legacy kind: what torch takes from a capsule), ordered on our stream.
+        x = torch.from_dlpack(t.__dlpack__(stream=stream.cuda_stream))
+        x.fill_(7)
+    t.cuda_done(stream)  # a torch.cuda.Stream object: its handle is read from it
     with t.map_read() as a:  # a CPU map waits for the timeline value cuda_done signalled
         assert int(a.min()) == 7 == int(a.max())
 

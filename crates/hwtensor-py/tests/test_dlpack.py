@@ -54,3 +54,11 @@ def test_a_read_only_tensor_exports_a_read_only_array():
     t = hwtensor.Tensor.image(4, 4, "rgba", memory="mem", access="read")
     x = np.from_dlpack(t)
     assert not x.flags.writeable
+
+
+def test_a_stream_argument_that_names_no_stream_is_refused_by_name():
+    t = hwtensor.Tensor((4,))
+    with pytest.raises(BufferError, match="cuda_stream"):
+        t.cuda_done(object())
+    with pytest.raises(BufferError, match="-5"):
+        t.cuda_done(-5)

@@ -276,3 +276,95 @@ fn a_consumer_in_another_process_verifies_every_1080p_frame() {
         "the consumer process failed"
     );
 }
+
+/// The environment variable that makes this binary the GPU consumer process.
+const GPU_PEER: &str = "HWTENSOR_TEST_STREAM_GPU_PEER";
+const GPU_ACROSS: &str = "gpu_frames_read_and_acknowledged_through_cpu_maps_across_processes";
+const GPU_FRAME_BYTES: usize = 1 << 16;
+/// Four rounds of the pool: every buffer comes back written by the other process.
+const GPU_FRAMES: u64 = 4 * POOL as u64;
+
+/// The consumer's acknowledgement of frame `seq` at byte `i`.
+fn ack(seq: u64, i: usize) -> u8 {
+    !pattern(seq, i)
+}
+
+fn first_mismatch(t: &TensorDyn, f: impl Fn(usize) -> u8) -> Option<usize> {
+    let t = t.as_tensor::<u8>().unwrap();
+    let m = t.map_read().unwrap();
+    (0..m.len()).find(|&i| m[i] != f(i))
+}
+
+/// The GPU consumer process: reads each frame and writes its acknowledgement, both through
+/// CPU maps (staged on NVIDIA, and in CI under HWTENSOR_GPU_STAGING=1).
+fn gpu_consumer_process(fd: &str) {
+    use std::os::fd::FromRawFd;
+    let raw: i32 = fd.parse().unwrap();
+    // SAFETY: the socket the parent left open for us, ours alone.
+    let stream = unsafe { UnixStream::from_raw_fd(raw) };
+    let mut consumer = Consumer::connect(stream).unwrap();
+    for seq in 0..GPU_FRAMES {
+        let frame = consumer.recv(Wait::For(WAIT)).unwrap();
+        let bad = first_mismatch(frame.tensor(), |i| pattern(seq, i));
+        assert_eq!(bad, None, "frame {seq}: the consumer read stale bytes");
+        write_with(frame.tensor(), |i| ack(seq, i));
+    }
+}
+
+fn write_with(t: &TensorDyn, f: impl Fn(usize) -> u8) {
+    let t = t.as_tensor::<u8>().unwrap();
+    let mut m = t.map_write().unwrap();
+    for (i, b) in m.iter_mut().enumerate() {
+        *b = f(i);
+    }
+}
+
+/// Each side's CPU map must see the other process's last write, though this process's own
+/// staging copy of the buffer is from before it: the copy of a shared buffer is never trusted.
+#[test]
+fn gpu_frames_read_and_acknowledged_through_cpu_maps_across_processes() {
+    if let Ok(fd) = std::env::var(GPU_PEER) {
+        return gpu_consumer_process(&fd);
+    }
+    if common::device_or_skip(GPU_ACROSS).is_none() {
+        return;
+    }
+    let (a, b) = UnixStream::pair().unwrap();
+    let keep = rustix::io::dup(&b).unwrap(); // without CLOEXEC: the child's end
+    use std::os::fd::AsRawFd;
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([GPU_ACROSS, "--exact", "--nocapture", "--test-threads=1"])
+        .env(GPU_PEER, keep.as_raw_fd().to_string())
+        .spawn()
+        .unwrap();
+    drop((b, keep));
+    let mut producer = Producer::new(pool(TensorMemory::Gpu, GPU_FRAME_BYTES)).unwrap();
+    producer.attach(a).unwrap();
+    let mut carried = [None; POOL];
+    for seq in 0..GPU_FRAMES {
+        let slot = producer.acquire(WAIT).unwrap();
+        if let Some(previous) = carried[slot.index()] {
+            let bad = first_mismatch(producer.tensor(slot), |i| ack(previous, i));
+            assert_eq!(
+                bad, None,
+                "frame {previous}: the producer missed the acknowledgement"
+            );
+        }
+        write_frame(producer.tensor(slot), seq);
+        producer.send(slot, FrameMeta::new(seq, 0)).unwrap();
+        carried[slot.index()] = Some(seq);
+    }
+    for _ in 0..POOL {
+        let slot = producer.acquire(WAIT).unwrap();
+        let previous = carried[slot.index()].unwrap();
+        assert_eq!(
+            first_mismatch(producer.tensor(slot), |i| ack(previous, i)),
+            None
+        );
+    }
+    drop(producer);
+    assert!(
+        child.wait().unwrap().success(),
+        "the consumer process failed"
+    );
+}

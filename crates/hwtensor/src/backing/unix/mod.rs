@@ -66,7 +66,7 @@ impl Storage {
         match self {
             Storage::Heap(_) => None,
             Storage::Fd(m) => Some(m.fd()),
-            Storage::Gpu(g) => g.fd(),
+            Storage::Gpu(g) => g.fd_to_share(),
             Storage::Cuda(c) => Some(c.fd()),
         }
     }

@@ -8,7 +8,7 @@
 //! `HWTENSOR_GPU_STAGING=1` forces the staged path, so it is exercised on lavapipe too.
 
 use std::os::fd::{AsFd, BorrowedFd, IntoRawFd, OwnedFd};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use ash::vk;
@@ -83,6 +83,11 @@ pub(crate) struct GpuMemory {
     uses: DeviceUse,
     /// The `last_write` the staging copy reflects.
     staged_at: AtomicU64,
+    /// Whether another process may write the memory (an import, or memory whose fd was handed
+    /// out): its writes never reach `last_write` here, so the staging copy cannot be trusted
+    /// and every CPU map downloads. (A consumer that acknowledged frames through CPU maps read
+    /// its own stale staging copy of the producer's next frame on NVIDIA.)
+    shared: AtomicBool,
     /// Who allocated the memory: this process, or the exporter an import came from.
     origin: GpuOrigin,
 }
@@ -455,6 +460,7 @@ impl GpuMemory {
             fd: None,
             uses: DeviceUse::default(),
             staged_at: AtomicU64::new(if imported { NEVER_STAGED } else { 0 }),
+            shared: AtomicBool::new(imported),
             origin: GpuOrigin {
                 pid: 0,
                 start_time: 0,
@@ -494,6 +500,12 @@ impl GpuMemory {
     }
     pub(crate) fn fd(&self) -> Option<BorrowedFd<'_>> {
         self.fd.as_ref().map(|f| f.as_fd())
+    }
+    /// The exported fd, for another process or API: from now on the memory may change behind
+    /// this process's back (see `shared`).
+    pub(crate) fn fd_to_share(&self) -> Option<BorrowedFd<'_>> {
+        self.shared.store(true, Ordering::Release);
+        self.fd()
     }
     pub(crate) fn origin(&self) -> GpuOrigin {
         self.origin
@@ -554,7 +566,8 @@ impl GpuMemory {
         let last = self.last_write();
         if let CpuView::Staged(_) = self.cpu {
             let staging = self.staging()?;
-            if self.staged_at.load(Ordering::Acquire) != last {
+            let stale = self.staged_at.load(Ordering::Acquire) != last;
+            if stale || self.shared.load(Ordering::Acquire) {
                 let (src, dst, len) = (self.buffer, staging.buffer, self.len as u64);
                 let v = self
                     .device
