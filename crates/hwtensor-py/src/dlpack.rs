@@ -8,7 +8,7 @@
 //! The capsule keeps the buffer (and so its CUDA import) alive until the consumer frees it.
 
 use dlpark::ffi::{
-    DLDataType, DLDataTypeCode, DLDevice, DLManagedTensor, DLManagedTensorVersioned,
+    DLDataType, DLDataTypeCode, DLDevice, DLDeviceType, DLManagedTensor, DLManagedTensorVersioned,
 };
 use dlpark::metadata::Dynamic;
 pub(crate) use dlpark::python::ExportRequest;
@@ -256,4 +256,78 @@ pub(crate) fn stream_of(stream: &Bound<'_, PyAny>) -> PyResult<usize> {
         v if v > 0 => v as usize,
         v => return Err(PyBufferError::new_err(format!("{v} is not a CUDA stream"))),
     })
+}
+
+/// The dtype of a DLPack element type, if hwtensor has it.
+fn dtype_of_dl(dt: DLDataType) -> Option<DType> {
+    DType::ALL
+        .into_iter()
+        .find(|&d| dl_dtype(d).is_ok_and(|ours| ours == dt))
+}
+
+/// Keeps a DLPack producer's tensor until hwtensor's last use, then hands it back with the GIL
+/// held: the last tensor may go on any thread, and a producer's deleter may touch Python
+/// objects (NumPy's drops a reference to its array).
+struct ProducerKeep(Option<dlpark::AllocationDeleter>);
+
+impl Drop for ProducerKeep {
+    fn drop(&mut self) {
+        if let Some(deleter) = self.0.take() {
+            Python::attach(|_| drop(deleter));
+        }
+    }
+}
+
+/// `hwtensor.from_dlpack(obj)`: a hwtensor tensor over the memory of a DLPack producer (a
+/// NumPy array, a PyTorch CPU tensor) without a copy, keeping the producer alive.
+pub(crate) fn import(obj: &Bound<'_, PyAny>) -> PyResult<TensorDyn> {
+    let imported = dlpark::python::from_dlpack(obj.as_borrowed(), None, None)?;
+    let view = imported
+        .validate()
+        .map_err(|e| PyBufferError::new_err(format!("a malformed DLPack tensor: {e}")))?;
+    let device = view.device();
+    if device.device_type != DLDeviceType::CPU && device.device_type != DLDeviceType::CUDAHOST {
+        return Err(crate::errors::Unavailable::new_err(format!(
+            "hwtensor wraps host memory from DLPack; this tensor is on device type {} (for a \
+             CUDA tensor: move it to the host, or make it a hwtensor tensor on cuda or gpu \
+             memory and export that)",
+            device.device_type.0
+        )));
+    }
+    let dt = view.dtype();
+    let dtype = dtype_of_dl(dt).ok_or_else(|| {
+        crate::errors::InvalidArgument::new_err(format!(
+            "DLPack element type (code {}, {} bits, {} lanes) has no hwtensor dtype",
+            dt.code.0, dt.bits, dt.lanes
+        ))
+    })?;
+    let elem = dtype.size();
+    let shape = view
+        .shape()
+        .iter()
+        .map(|&d| usize::try_from(d))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| crate::errors::InvalidArgument::new_err("a negative DLPack dimension"))?;
+    let element_strides = view
+        .strides_or_compact()
+        .map_err(|e| PyBufferError::new_err(format!("DLPack strides: {e}")))?;
+    let strides = element_strides
+        .iter()
+        .map(|&s| usize::try_from(s).ok().and_then(|s| s.checked_mul(elem)))
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| {
+            crate::errors::InvalidArgument::new_err(format!(
+                "strides {element_strides:?} cannot be wrapped (negative: a reversed view; copy \
+                 it first, e.g. numpy.ascontiguousarray)"
+            ))
+        })?;
+    let len = hwtensor::geometry::extent(&shape, &strides, elem).or_py()?;
+    let ptr = (view.data_ptr() as *mut u8).wrapping_add(view.byte_offset() as usize);
+    let writable = !imported.flags().contains(DlpackFlags::READ_ONLY);
+    let owner = Box::new(ProducerKeep(Some(imported.into_deleter())));
+    // SAFETY: a DLPack producer keeps its tensor's memory valid, on the host (checked
+    // above), until its deleter runs, which `owner` does when hwtensor's last use ends; the
+    // memory is written only when the producer did not mark it read-only.
+    unsafe { TensorDyn::from_foreign(ptr, len, &shape, Some(&strides), dtype, writable, owner) }
+        .or_py()
 }

@@ -29,6 +29,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(handoff::recv, m)?)?;
     m.add_function(wrap_pyfunction!(gpu::device, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_unavailable_reason, m)?)?;
+    m.add_function(wrap_pyfunction!(from_dlpack, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }
@@ -37,6 +38,14 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
 pub(crate) fn seconds(s: f64) -> PyResult<std::time::Duration> {
     std::time::Duration::try_from_secs_f64(s)
         .map_err(|_| errors::InvalidArgument::new_err(format!("bad timeout {s} (seconds, >= 0)")))
+}
+
+/// A hwtensor tensor over the memory of a DLPack producer on the host (a NumPy array, a
+/// PyTorch CPU tensor), without a copy; the producer stays alive while the tensor does.
+/// Read-only when the producer says so.
+#[pyfunction]
+fn from_dlpack(obj: &Bound<'_, PyAny>) -> PyResult<tensor::PyTensor> {
+    dlpack::import(obj).map(tensor::PyTensor::wrap)
 }
 
 /// Why CUDA is not usable here ("no libcuda.so.1", ...), or None when it is.

@@ -99,3 +99,9 @@ def test_a_python_process_receives_a_vulkan_frame_as_a_torch_cuda_tensor(cuda):
     answer = ours.recv(256).decode()
     assert child.wait(timeout=60) == 0
     assert answer == f"{5 * 1080 * 1920 * 4} True True"
+
+
+def test_a_torch_cuda_tensor_is_refused_by_from_dlpack_with_the_way_out(cuda):
+    torch = cuda
+    with pytest.raises(hwtensor.Unavailable, match="host memory"):
+        hwtensor.from_dlpack(torch.zeros(4, device="cuda"))

@@ -62,3 +62,70 @@ def test_a_stream_argument_that_names_no_stream_is_refused_by_name():
         t.cuda_done(object())
     with pytest.raises(BufferError, match="-5"):
         t.cuda_done(-5)
+
+
+def test_from_dlpack_wraps_a_numpy_array_without_a_copy():
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    t = hwtensor.from_dlpack(x)
+    assert (t.shape, t.dtype, t.strides, t.memory) == ((3, 4), "float32", (16, 4), "mem")
+    assert t.identity == ("heap", x.ctypes.data)
+    with t.map_write() as a:
+        a[0, 0] = 42
+    assert x[0, 0] == 42, "the write went to the array's own memory"
+
+
+def test_a_wrapped_array_lives_as_long_as_its_tensor():
+    x = np.full((1080, 1920, 4), 3, dtype=np.uint8)
+    t = hwtensor.from_dlpack(x)
+    del x
+    with t.map_read() as a:
+        assert int(a[-1, -1, -1]) == 3
+
+
+def test_a_strided_numpy_view_keeps_its_strides():
+    x = np.arange(64, dtype=np.int16).reshape(8, 8)[::2, 1:5]
+    t = hwtensor.from_dlpack(x)
+    assert t.strides == x.strides
+    with t.map_read() as a:
+        assert np.array_equal(a, x)
+
+
+def test_a_read_only_array_wraps_as_a_read_only_tensor():
+    x = np.zeros(16, dtype=np.uint8)
+    x.flags.writeable = False
+    t = hwtensor.from_dlpack(x)
+    assert t.access == "read"
+    with pytest.raises(hwtensor.AccessError):
+        with t.map_write():
+            pass
+
+
+def test_arrays_hwtensor_cannot_wrap_are_refused_by_name():
+    with pytest.raises(hwtensor.InvalidArgument, match="negative|reversed"):
+        hwtensor.from_dlpack(np.arange(8, dtype=np.int32)[::-1])
+    with pytest.raises(hwtensor.InvalidArgument, match="no hwtensor dtype"):
+        hwtensor.from_dlpack(np.zeros(4, dtype=np.complex64))
+    with pytest.raises(hwtensor.InvalidArgument, match="overlap"):
+        hwtensor.from_dlpack(np.broadcast_to(np.arange(4, dtype=np.int32), (3, 4)))
+
+
+def test_a_wrapped_array_travels_to_another_tensor_by_copy_from():
+    x = np.arange(256, dtype=np.uint16)
+    dst = hwtensor.Tensor((256,), "uint16", memory="shm")
+    dst.copy_from(hwtensor.from_dlpack(x))
+    with dst.map_read() as a:
+        assert np.array_equal(a, x)
+
+
+def test_a_pytorch_cpu_tensor_wraps_without_a_copy(request):
+    try:
+        import torch
+    except ImportError:
+        print(f"SKIPPED: {request.node.name} - no PyTorch here")
+        pytest.skip("no PyTorch")
+    x = torch.arange(12, dtype=torch.int32).reshape(3, 4)
+    t = hwtensor.from_dlpack(x)
+    assert (t.shape, t.dtype) == ((3, 4), "int32")
+    with t.map_write() as a:
+        a[2, 3] = -1
+    assert int(x[2, 3]) == -1

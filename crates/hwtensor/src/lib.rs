@@ -34,6 +34,7 @@ mod dtype;
 mod error;
 #[cfg(target_os = "linux")]
 mod fd;
+mod foreign;
 mod format;
 pub mod geometry;
 pub mod gpu;
@@ -62,6 +63,7 @@ pub use access::{CpuAccess, Direction};
 pub use buffer::BufferLiveness;
 pub use dtype::{DType, Element};
 pub use error::{Error, GpuErrorKind, Result};
+pub use foreign::ForeignOwner;
 pub use format::{fourcc, Layout, PixelFormat, Plane};
 pub use identity::BufferIdentity;
 pub use image::{ImageInfo, IMAGE_PITCH_ALIGN};

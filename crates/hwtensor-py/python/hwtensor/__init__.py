@@ -23,6 +23,7 @@ from ._native import (
     Unavailable,
     __version__,
     cuda_unavailable_reason,
+    from_dlpack,
     recv,
     send,
 )
@@ -45,6 +46,7 @@ __all__ = [
     "Unavailable",
     "__version__",
     "cuda_unavailable_reason",
+    "from_dlpack",
     "gpu",
     "recv",
     "send",

@@ -10,6 +10,7 @@
 //! Heap and GPU memory exist everywhere; the fd-backed kinds (memfd, DMA-BUF) are Unix only and
 //! live in [`unix`], so this file is the one place the platform split shows.
 
+pub(crate) mod foreign;
 pub(crate) mod mem;
 #[cfg(target_os = "linux")]
 pub(crate) mod unix;
@@ -22,12 +23,15 @@ use crate::identity::BufferIdentity;
 use crate::Direction;
 use crate::{Error, Result, TensorMemory};
 
+pub(crate) use foreign::ForeignHost;
 pub(crate) use mem::HeapBlock;
 
 /// The bytes of one buffer, mapped for the CPU.
 #[derive(Debug)]
 pub(crate) enum Storage {
     Heap(HeapBlock),
+    /// Host memory someone else owns, lent without a copy.
+    Foreign(ForeignHost),
     #[cfg(target_os = "linux")]
     Fd(FdMapping),
     Gpu(GpuMemory),
@@ -136,6 +140,7 @@ impl Storage {
     pub(crate) fn ptr(&self) -> *mut u8 {
         match self {
             Storage::Heap(h) => h.ptr(),
+            Storage::Foreign(f) => f.ptr(),
             #[cfg(target_os = "linux")]
             Storage::Fd(m) => m.ptr(),
             Storage::Gpu(g) => g.ptr(),
@@ -147,6 +152,7 @@ impl Storage {
     pub(crate) fn len(&self) -> usize {
         match self {
             Storage::Heap(h) => h.len(),
+            Storage::Foreign(f) => f.len(),
             #[cfg(target_os = "linux")]
             Storage::Fd(m) => m.len(),
             Storage::Gpu(g) => g.len(),
@@ -157,7 +163,7 @@ impl Storage {
 
     pub(crate) fn memory(&self) -> TensorMemory {
         match self {
-            Storage::Heap(_) => TensorMemory::Mem,
+            Storage::Heap(_) | Storage::Foreign(_) => TensorMemory::Mem,
             #[cfg(target_os = "linux")]
             Storage::Fd(m) => m.memory(),
             Storage::Gpu(_) => TensorMemory::Gpu,
@@ -169,6 +175,7 @@ impl Storage {
     pub(crate) fn identity(&self) -> Result<BufferIdentity> {
         match self {
             Storage::Heap(h) => Ok(BufferIdentity::heap(h.ptr() as usize)),
+            Storage::Foreign(f) => Ok(BufferIdentity::heap(f.ptr() as usize)),
             #[cfg(target_os = "linux")]
             Storage::Fd(m) => BufferIdentity::of_fd(m.fd()),
             Storage::Gpu(g) => Ok(device_identity(g.origin())),
@@ -183,6 +190,7 @@ impl Storage {
             #[cfg(target_os = "linux")]
             Storage::Fd(m) => m.writable(),
             Storage::Heap(_) | Storage::Gpu(_) => true,
+            Storage::Foreign(f) => f.writable(),
             #[cfg(target_os = "linux")]
             Storage::Cuda(_) => true,
         }
@@ -194,6 +202,8 @@ impl Storage {
     pub(crate) fn whole_pages(&self) -> bool {
         match self {
             Storage::Heap(h) => h.len() >= mem::PAGE_ALIGN_FROM,
+            // Not ours to pin: a device import would outlive no promise the owner made.
+            Storage::Foreign(_) => false,
             #[cfg(target_os = "linux")]
             Storage::Fd(m) => m.memory() == TensorMemory::Shm && m.len() > 0,
             Storage::Gpu(_) => false,
@@ -207,7 +217,7 @@ impl Storage {
     #[inline]
     pub(crate) fn begin_cpu(&self, direction: Direction) -> Result<Option<CpuAccessGuard<'_>>> {
         match self {
-            Storage::Heap(_) => Ok(None),
+            Storage::Heap(_) | Storage::Foreign(_) => Ok(None),
             Storage::Gpu(g) => g
                 .begin_cpu(direction != Direction::Read)
                 .map(|a| Some(CpuAccessGuard::Gpu(a))),

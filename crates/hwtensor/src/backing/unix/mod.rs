@@ -64,7 +64,7 @@ impl Storage {
 
     pub(crate) fn fd(&self) -> Option<BorrowedFd<'_>> {
         match self {
-            Storage::Heap(_) => None,
+            Storage::Heap(_) | Storage::Foreign(_) => None,
             Storage::Fd(m) => Some(m.fd()),
             Storage::Gpu(g) => g.fd_to_share(),
             Storage::Cuda(c) => Some(c.fd()),
