@@ -11,7 +11,9 @@ use dlpark::ffi::{
     DLDataType, DLDataTypeCode, DLDevice, DLDeviceType, DLManagedTensor, DLManagedTensorVersioned,
 };
 use dlpark::metadata::Dynamic;
+use dlpark::python::consumer::{DlpackStream, StreamArg};
 pub(crate) use dlpark::python::ExportRequest;
+use dlpark::python::ImportRequest;
 use dlpark::python::{export_dlpack, CudaStreamRequest, DlpackExporter};
 use dlpark::{DlpackFlags, Managed, ManagedTensorBase};
 use hwtensor::{DType, Direction, TensorDyn, TensorMemory};
@@ -278,22 +280,65 @@ impl Drop for ProducerKeep {
     }
 }
 
+/// The stream a CUDA producer is asked to order its pending writes on: hwtensor's import
+/// stream; no stream for host memory.
+struct ImportStream(usize);
+
+// SAFETY: the value is hwtensor's import stream, a live stream of the CUDA device the
+// producer's device was checked against, for the process's life; host imports pass none.
+unsafe impl DlpackStream for ImportStream {
+    fn as_python_arg(&self, _py: Python<'_>, device: DLDevice) -> PyResult<StreamArg> {
+        Ok(if device.device_type == DLDeviceType::CUDA {
+            dlpark::python::consumer::stream::cuda(self.0 as *mut _)
+        } else {
+            dlpark::python::consumer::stream::none()
+        })
+    }
+}
+
+/// The memory a DLPack producer's tensor is in, as hwtensor wraps it.
+enum Wrapped {
+    Host,
+    /// CUDA device memory, its pending writes ordered on this stream.
+    Cuda(usize),
+}
+
+/// Checks the producer's device: host memory, or memory of the CUDA device hwtensor uses.
+fn wrapped_as(device: DLDevice) -> PyResult<Wrapped> {
+    match device.device_type {
+        DLDeviceType::CPU | DLDeviceType::CUDAHOST => Ok(Wrapped::Host),
+        DLDeviceType::CUDA => {
+            let cuda = hwtensor::cuda::device().or_py()?;
+            if device.device_id != cuda.ordinal() {
+                return Err(crate::errors::Unavailable::new_err(format!(
+                    "the tensor is on CUDA device {}; hwtensor works on device {} (the one \
+                     matching the process GPU device)",
+                    device.device_id,
+                    cuda.ordinal()
+                )));
+            }
+            Ok(Wrapped::Cuda(cuda.import_stream().or_py()? as usize))
+        }
+        other => Err(crate::errors::Unavailable::new_err(format!(
+            "hwtensor wraps host and CUDA memory from DLPack; this tensor is on device type {}",
+            other.0
+        ))),
+    }
+}
+
 /// `hwtensor.from_dlpack(obj)`: a hwtensor tensor over the memory of a DLPack producer (a
-/// NumPy array, a PyTorch CPU tensor) without a copy, keeping the producer alive.
+/// NumPy array, a PyTorch CPU or CUDA tensor) without a copy, keeping the producer alive.
 pub(crate) fn import(obj: &Bound<'_, PyAny>) -> PyResult<TensorDyn> {
-    let imported = dlpark::python::from_dlpack(obj.as_borrowed(), None, None)?;
+    let request = ImportRequest::new(obj.as_borrowed())?;
+    let wrapped = wrapped_as(request.device()?)?;
+    let stream = ImportStream(match wrapped {
+        Wrapped::Cuda(s) => s,
+        Wrapped::Host => 0,
+    });
+    let imported = request.import(Some(&stream), None)?;
     let view = imported
         .validate()
         .map_err(|e| PyBufferError::new_err(format!("a malformed DLPack tensor: {e}")))?;
-    let device = view.device();
-    if device.device_type != DLDeviceType::CPU && device.device_type != DLDeviceType::CUDAHOST {
-        return Err(crate::errors::Unavailable::new_err(format!(
-            "hwtensor wraps host memory from DLPack; this tensor is on device type {} (for a \
-             CUDA tensor: move it to the host, or make it a hwtensor tensor on cuda or gpu \
-             memory and export that)",
-            device.device_type.0
-        )));
-    }
     let dt = view.dtype();
     let dtype = dtype_of_dl(dt).ok_or_else(|| {
         crate::errors::InvalidArgument::new_err(format!(
@@ -322,12 +367,42 @@ pub(crate) fn import(obj: &Bound<'_, PyAny>) -> PyResult<TensorDyn> {
             ))
         })?;
     let len = hwtensor::geometry::extent(&shape, &strides, elem).or_py()?;
-    let ptr = (view.data_ptr() as *mut u8).wrapping_add(view.byte_offset() as usize);
+    let address = (view.data_ptr() as usize).wrapping_add(view.byte_offset() as usize);
     let writable = !imported.flags().contains(DlpackFlags::READ_ONLY);
     let owner = Box::new(ProducerKeep(Some(imported.into_deleter())));
-    // SAFETY: a DLPack producer keeps its tensor's memory valid, on the host (checked
-    // above), until its deleter runs, which `owner` does when hwtensor's last use ends; the
-    // memory is written only when the producer did not mark it read-only.
-    unsafe { TensorDyn::from_foreign(ptr, len, &shape, Some(&strides), dtype, writable, owner) }
-        .or_py()
+    match wrapped {
+        // SAFETY: a DLPack producer keeps its tensor's memory valid, on the host (checked
+        // above), until its deleter runs, which `owner` does when hwtensor's last use ends;
+        // the memory is written only when the producer did not mark it read-only.
+        Wrapped::Host => unsafe {
+            TensorDyn::from_foreign(
+                address as *mut u8,
+                len,
+                &shape,
+                Some(&strides),
+                dtype,
+                writable,
+                owner,
+            )
+        },
+        Wrapped::Cuda(_) if !writable => Err(hwtensor::Error::InvalidArgument(
+            "read-only CUDA memory from DLPack is not wrapped: hwtensor's CUDA maps could \
+             write it"
+                .into(),
+        )),
+        // SAFETY: as above, on the CUDA device hwtensor uses (checked above), its pending
+        // writes ordered on the import stream the producer was given.
+        Wrapped::Cuda(stream) => unsafe {
+            TensorDyn::from_foreign_cuda(
+                address as u64,
+                len,
+                &shape,
+                Some(&strides),
+                dtype,
+                owner,
+                stream as *mut _,
+            )
+        },
+    }
+    .or_py()
 }

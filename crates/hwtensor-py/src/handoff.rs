@@ -64,12 +64,23 @@ fn readable_within(stream: &UnixStream, timeout: Option<Duration>) -> PyResult<(
 }
 
 /// Sends `tensor` on the connected Unix socket `sock` (a `socket.socket` or an fd): its
-/// description and its fds; the receiver maps the same memory.
+/// description and its fds, so the receiver maps the same memory; with `inline`, its bytes
+/// instead (for memory without an fd: heap, or CUDA memory of another library).
 #[pyfunction]
-pub fn send(py: Python<'_>, sock: &Bound<'_, PyAny>, tensor: &PyTensor) -> PyResult<()> {
+#[pyo3(signature = (sock, tensor, inline = false))]
+pub fn send(
+    py: Python<'_>,
+    sock: &Bound<'_, PyAny>,
+    tensor: &PyTensor,
+    inline: bool,
+) -> PyResult<()> {
     let stream = borrowed_stream(sock)?;
     let t = &tensor.inner;
-    py.detach(|| handoff::send(&stream, t)).or_py()
+    py.detach(|| match inline {
+        true => handoff::send_as(&stream, t, hwtensor::blob::Transport::Inline),
+        false => handoff::send(&stream, t),
+    })
+    .or_py()
 }
 
 /// Receives a tensor from `sock`, waiting at most `timeout` seconds (default: the socket's own

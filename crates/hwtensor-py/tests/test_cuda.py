@@ -101,7 +101,23 @@ def test_a_python_process_receives_a_vulkan_frame_as_a_torch_cuda_tensor(cuda):
     assert answer == f"{5 * 1080 * 1920 * 4} True True"
 
 
-def test_a_torch_cuda_tensor_is_refused_by_from_dlpack_with_the_way_out(cuda):
+def test_a_torch_cuda_tensor_wraps_as_cuda_memory_that_maps_and_copies(cuda):
     torch = cuda
-    with pytest.raises(hwtensor.Unavailable, match="host memory"):
-        hwtensor.from_dlpack(torch.zeros(4, device="cuda"))
+    x = torch.arange(1 << 20, dtype=torch.int32, device="cuda")
+    x.mul_(3)  # queued on torch's stream: the wrap must order behind it
+    t = hwtensor.from_dlpack(x)
+    assert (t.memory, t.shape, t.dtype) == ("cuda", (1 << 20,), "int32")
+    assert t.cuda_ptr() == x.data_ptr(), "no copy"
+    with t.map_read() as a:
+        assert int(a[12345]) == 3 * 12345
+    g = hwtensor.Tensor((1 << 20,), "int32", memory="gpu")
+    g.copy_from(t)  # on CUDA's copy engine, into Vulkan memory
+    with g.map_read() as b:
+        assert int(b[-1]) == 3 * ((1 << 20) - 1)
+    ours, theirs = socket.socketpair()
+    with pytest.raises(hwtensor.Unavailable, match="(?i)inline"):
+        hwtensor.send(ours, t)
+    hwtensor.send(ours, t, inline=True)  # its bytes travel instead
+    copy = hwtensor.recv(theirs, timeout=10)
+    with copy.map_read() as c:
+        assert int(c[7]) == 21

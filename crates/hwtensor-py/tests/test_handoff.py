@@ -84,3 +84,16 @@ def test_garbage_and_a_vanished_peer_raise_handoff_errors():
     theirs2.close()
     with pytest.raises(hwtensor.HandoffError):
         hwtensor.recv(ours2, timeout=1)
+
+
+def test_a_heap_tensor_travels_inline_and_refuses_a_reference():
+    ours, theirs = socket.socketpair()
+    t = hwtensor.Tensor((64,), "uint16", memory="mem")
+    with t.map_write() as a:
+        a[:] = np.arange(64)
+    with pytest.raises(hwtensor.Unavailable):
+        hwtensor.send(ours, t)
+    hwtensor.send(ours, t, inline=True)
+    got = hwtensor.recv(theirs, timeout=5)
+    with got.map_read() as b:
+        assert list(b) == list(range(64))

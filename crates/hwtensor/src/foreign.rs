@@ -66,6 +66,78 @@ impl<T: Element> Tensor<T> {
     }
 }
 
+#[cfg(target_os = "linux")]
+impl<T: Element> Tensor<T> {
+    /// A tensor of `shape` over `len` bytes of CUDA device memory at `device_ptr` that `owner`
+    /// keeps alive (a PyTorch or CuPy tensor's, through DLPack), with byte `strides` (C order
+    /// when `None`). It is `TensorMemory::Cuda`: CUDA maps are native, CPU maps go through
+    /// pinned staging, `copy_from` runs on CUDA's copy engines. It has no fd, so it travels to
+    /// another process only inline. Writes pending on it must be ordered on `ready` (ask the
+    /// producer to sync with [`CudaDevice::import_stream`](crate::cuda::CudaDevice::import_stream)):
+    /// hwtensor's first use follows what that stream has queued.
+    ///
+    /// # Safety
+    /// `device_ptr` must address `len` bytes of memory of the CUDA device hwtensor uses, valid
+    /// in its primary context until `owner` is dropped.
+    pub unsafe fn from_foreign_cuda(
+        device_ptr: u64,
+        len: usize,
+        shape: &[usize],
+        strides: Option<&[usize]>,
+        owner: ForeignOwner,
+        ready: crate::cuda::CudaStream,
+    ) -> Result<Self> {
+        if !device_ptr.is_multiple_of(std::mem::align_of::<T>() as u64) {
+            return Err(Error::InvalidArgument(format!(
+                "CUDA memory at {device_ptr:#x} is not aligned for {} elements",
+                T::DTYPE
+            )));
+        }
+        let strides = match strides {
+            Some(s) => s.to_vec(),
+            None => byte_strides(shape, Self::elem(), None)?,
+        };
+        let parts = Parts {
+            offset: 0,
+            shape: shape.to_vec(),
+            strides,
+            image: None,
+            access: CpuAccess::ReadWrite,
+            quantization: None,
+        };
+        let checked = parts.check(Self::elem(), len)?;
+        // SAFETY: the caller's contract, passed on.
+        let mem =
+            unsafe { crate::cuda::CudaMemory::foreign(device_ptr, len, owner, ready.cast()) }?;
+        Self::from_parts(Buffer::new(Storage::Cuda(mem))?, checked)
+    }
+}
+
+#[cfg(target_os = "linux")]
+impl TensorDyn {
+    /// See [`Tensor::from_foreign_cuda`].
+    ///
+    /// # Safety
+    /// As for [`Tensor::from_foreign_cuda`].
+    pub unsafe fn from_foreign_cuda(
+        device_ptr: u64,
+        len: usize,
+        shape: &[usize],
+        strides: Option<&[usize]>,
+        dtype: DType,
+        owner: ForeignOwner,
+        ready: crate::cuda::CudaStream,
+    ) -> Result<Self> {
+        // SAFETY: the caller's contract, passed on.
+        unsafe {
+            for_dtype!(
+                dtype,
+                from_foreign_cuda(device_ptr, len, shape, strides, owner, ready)
+            )
+        }
+    }
+}
+
 impl TensorDyn {
     /// See [`Tensor::from_foreign`].
     ///

@@ -752,3 +752,35 @@ fn a_strided_crop_copies_between_cuda_memory_and_the_gpu_run_by_run() {
         );
     }
 }
+
+#[test]
+fn cuda_memory_of_another_library_is_wrapped_without_a_copy_and_travels_only_inline() {
+    let _serial = serial();
+    let Some(cuda) = cuda_or_skip("cuda_memory_of_another_library_is_wrapped") else {
+        return;
+    };
+    let n = 1 << 20;
+    let data = numbered(n);
+    // "Another library's" memory: a CUDA tensor of ours, kept alive by the wrap as its owner.
+    let owner = Tensor::<u8>::new(&[n], Some(TensorMemory::Cuda)).unwrap();
+    owner.map_write().unwrap().copy_from_slice(&data);
+    let map = owner.cuda_map_read(std::ptr::null_mut()).unwrap();
+    let ptr = map.device_ptr();
+    map.finish().unwrap();
+    let ready = cuda.import_stream().unwrap();
+    // SAFETY: `ptr` is `n` bytes of the CUDA device's memory, kept by the owner we pass.
+    let wrapped = unsafe {
+        Tensor::<u8>::from_foreign_cuda(ptr, n, &[n], None, Box::new(owner.clone()), ready)
+    }
+    .unwrap();
+    assert_eq!(wrapped.memory(), TensorMemory::Cuda);
+    assert_eq!(wrapped.to_vec().unwrap(), data, "a CPU map through staging");
+    let map = wrapped.cuda_map_read(std::ptr::null_mut()).unwrap();
+    assert_eq!(map.device_ptr(), ptr, "a CUDA map is the memory itself");
+    drop(map);
+    let wrapped = TensorDyn::from(wrapped);
+    let err = hwtensor::blob::export(&wrapped, Transport::Reference).unwrap_err();
+    assert!(err.to_string().contains("inline"), "{err}");
+    let (bytes, fds) = hwtensor::blob::export(&wrapped, Transport::Inline).unwrap();
+    assert!(fds.is_empty() && bytes.len() > n);
+}

@@ -22,17 +22,13 @@ const NEVER_STAGED: u64 = u64::MAX;
 /// Serials of this copy's CUDA allocations (with the address mixed in, as for GPU memory).
 static SERIAL: AtomicU64 = AtomicU64::new(0);
 
-/// One VMM allocation of the CUDA device, mapped at `va`.
+/// Device memory of the CUDA device at `va`: a VMM allocation (ours or an import), or memory
+/// another library owns.
 pub(crate) struct CudaMemory {
     device: &'static CudaDevice,
-    handle: sys::CUmemGenericAllocationHandle,
+    backing: Backing,
     va: sys::CUdeviceptr,
-    /// Bytes reserved and mapped: `len` rounded up to the allocation granularity.
-    size: usize,
     len: usize,
-    /// The allocation exported as a POSIX fd (kept: a hand-off sends it), or the fd an import
-    /// came from.
-    fd: OwnedFd,
     /// Pinned host memory the CPU maps, made on the first CPU map.
     staging: OnceLock<Staging>,
     /// Serialises the staging copies of concurrent read maps.
@@ -41,6 +37,23 @@ pub(crate) struct CudaMemory {
     /// The `last_write` the staging copy reflects.
     staged_at: AtomicU64,
     origin: GpuOrigin,
+}
+
+/// Where the device memory comes from, and so what dropping it undoes.
+enum Backing {
+    /// A VMM allocation, ours or an import: unmapped, its address range freed and its handle
+    /// released at drop.
+    Vmm {
+        handle: sys::CUmemGenericAllocationHandle,
+        /// Bytes reserved and mapped: `len` rounded up to the allocation granularity.
+        size: usize,
+        /// The allocation exported as a POSIX fd (kept: a hand-off sends it), or the fd an
+        /// import came from.
+        fd: OwnedFd,
+    },
+    /// Memory another library allocated (a PyTorch or CuPy tensor through DLPack): its owner
+    /// is dropped at drop, after hwtensor's last use. It has no fd, so it travels only inline.
+    Foreign { _owner: crate::ForeignOwner },
 }
 
 /// Pinned host memory of the CUDA driver.
@@ -60,7 +73,7 @@ impl std::fmt::Debug for CudaMemory {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CudaMemory")
             .field("len", &self.len)
-            .field("size", &self.size)
+            .field("foreign", &matches!(self.backing, Backing::Foreign { .. }))
             .finish_non_exhaustive()
     }
 }
@@ -171,7 +184,8 @@ fn export_kind() -> Result<&'static FdKind> {
     static KIND: OnceLock<std::result::Result<FdKind, String>> = OnceLock::new();
     KIND.get_or_init(|| {
         let probe = CudaMemory::allocate(1).map_err(|e| e.to_string())?;
-        FdKind::of(probe.fd.as_fd()).map_err(|e| e.to_string())
+        let fd = probe.fd().ok_or("a new allocation has no fd")?;
+        FdKind::of(fd).map_err(|e| e.to_string())
     })
     .as_ref()
     .map_err(|e| Error::Unavailable {
@@ -275,19 +289,62 @@ impl CudaMemory {
             Some(given) => given,
             None => (export_fd(handle).map_err(undo)?, local_origin(va)),
         };
-        Ok(CudaMemory {
+        Ok(CudaMemory::over(
             device,
-            handle,
+            Backing::Vmm { handle, size, fd },
             va,
-            size,
             len,
-            fd,
+            origin,
+        ))
+    }
+
+    /// The memory around a backing mapped at `va`.
+    fn over(
+        device: &'static CudaDevice,
+        backing: Backing,
+        va: sys::CUdeviceptr,
+        len: usize,
+        origin: GpuOrigin,
+    ) -> CudaMemory {
+        CudaMemory {
+            device,
+            backing,
+            va,
+            len,
             staging: OnceLock::new(),
             staging_lock: Mutex::new(()),
             uses: DeviceUse::default(),
             staged_at: AtomicU64::new(NEVER_STAGED),
             origin,
-        })
+        }
+    }
+
+    /// Wraps `len` bytes of device memory at `va` that `owner` keeps alive. Pending writes to
+    /// it must be ordered on `ready` (hwtensor's import stream, which the producer was asked
+    /// to sync with): the timeline is signalled from it, and that value is the memory's first
+    /// write, so every later use follows them.
+    ///
+    /// # Safety
+    /// `va` must address `len` bytes of device memory valid in the CUDA device's primary
+    /// context until `owner` is dropped.
+    pub(crate) unsafe fn foreign(
+        va: sys::CUdeviceptr,
+        len: usize,
+        owner: crate::ForeignOwner,
+        ready: sys::CUstream,
+    ) -> Result<CudaMemory> {
+        let device = device()?;
+        let _current = device.enter()?;
+        let mem = CudaMemory::over(
+            device,
+            Backing::Foreign { _owner: owner },
+            va,
+            len,
+            local_origin(va),
+        );
+        let value = device.signal_from_stream(ready, 0)?;
+        mem.record(value, true);
+        Ok(mem)
     }
 
     /// Fills the memory with zeros before anyone can use it. The driver's plain memset runs
@@ -297,9 +354,13 @@ impl CudaMemory {
     /// first write (so a free waits for it even if this returns an error) and is waited for
     /// here, bounded: it costs a few microseconds against the allocation's hundred.
     fn zero(&self) -> Result<()> {
+        let size = match &self.backing {
+            Backing::Vmm { size, .. } => *size,
+            Backing::Foreign { .. } => self.len,
+        };
         let stream = super::copy::copy_stream(self.device)?;
         // SAFETY: the mapping is `size` bytes and accessible; hwtensor's own stream.
-        let r = unsafe { sys::cuMemsetD8Async(self.va, 0, self.size, stream) };
+        let r = unsafe { sys::cuMemsetD8Async(self.va, 0, size, stream) };
         check(r, "cuMemsetD8Async")?;
         let value = match self.device.signal_from_stream(stream, 0) {
             Ok(value) => value,
@@ -313,21 +374,32 @@ impl CudaMemory {
         self.record(value, true);
         self.device
             .gpu()
-            .wait_expecting(value, GPU_WAIT, expected_copy_time(self.size))
+            .wait_expecting(value, GPU_WAIT, expected_copy_time(size))
     }
 
-    /// The fd the memory is exported as (for hand-off).
-    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
+    /// The fd the memory is exported as (for hand-off); none for another library's memory.
+    pub(crate) fn fd(&self) -> Option<BorrowedFd<'_>> {
+        match &self.backing {
+            Backing::Vmm { fd, .. } => Some(fd.as_fd()),
+            Backing::Foreign { .. } => None,
+        }
     }
 
     /// The blob's GPU section for this memory sent by reference, and the fence fd to send with
     /// the value of its last write. Where the GPU device cannot export its fence, waits for that
     /// write first, so the receiver reads finished bytes.
     pub(crate) fn describe(&self) -> Result<(GpuReference, Option<(BorrowedFd<'_>, u64)>)> {
+        let Backing::Vmm { size, .. } = &self.backing else {
+            return Err(Error::Unavailable {
+                memory: TensorMemory::Cuda,
+                reason: "this CUDA memory belongs to another library (DLPack) and has no fd to \
+                         send by reference: send it inline, or copy it into cuda memory first"
+                    .into(),
+            });
+        };
         let gpu = self.device.gpu();
         let completion = gpu.peer_completion(self.uses.last_write())?;
-        Ok((gpu.reference(self.size as u64, self.origin), completion))
+        Ok((gpu.reference(*size as u64, self.origin), completion))
     }
 
     /// The device address of the first byte.
@@ -443,10 +515,13 @@ impl Drop for CudaMemory {
             return;
         };
         // SAFETY: no work uses the memory any more (waited above); each made once, undone once.
+        // Another library's memory is only let go of (its owner drops after this).
         unsafe {
-            sys::cuMemUnmap(self.va, self.size);
-            sys::cuMemAddressFree(self.va, self.size);
-            sys::cuMemRelease(self.handle);
+            if let Backing::Vmm { handle, size, .. } = &self.backing {
+                sys::cuMemUnmap(self.va, *size);
+                sys::cuMemAddressFree(self.va, *size);
+                sys::cuMemRelease(*handle);
+            }
             if let Some(s) = self.staging.get() {
                 sys::cuMemFreeHost(s.0.cast());
             }

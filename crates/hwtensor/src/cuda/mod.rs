@@ -51,6 +51,13 @@ pub(crate) use memory::{CudaCpuAccess, CudaMemory};
 pub type CudaStream = *mut std::ffi::c_void;
 
 impl CudaDevice {
+    /// hwtensor's own CUDA stream (non-blocking), on which it orders imports: a DLPack
+    /// producer asked to sync with it makes hwtensor's first use of the memory follow its
+    /// pending writes ([`Tensor::from_foreign_cuda`](crate::Tensor::from_foreign_cuda)).
+    pub fn import_stream(&self) -> crate::Result<CudaStream> {
+        copy::copy_stream(self).map(|s| s.cast())
+    }
+
     /// Waits (CPU) until the process timeline reaches `value`, such as a value
     /// [`CudaMap::finish`] returned, at most [`GPU_WAIT`](crate::gpu::GPU_WAIT).
     pub fn gpu_wait(&self, value: u64) -> crate::Result<()> {

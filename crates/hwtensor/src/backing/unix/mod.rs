@@ -67,7 +67,7 @@ impl Storage {
             Storage::Heap(_) | Storage::Foreign(_) => None,
             Storage::Fd(m) => Some(m.fd()),
             Storage::Gpu(g) => g.fd_to_share(),
-            Storage::Cuda(c) => Some(c.fd()),
+            Storage::Cuda(c) => c.fd(),
         }
     }
 }
