@@ -330,12 +330,32 @@ fn wrapped_as(device: DLDevice) -> PyResult<Wrapped> {
 /// NumPy array, a PyTorch CPU or CUDA tensor) without a copy, keeping the producer alive.
 pub(crate) fn import(obj: &Bound<'_, PyAny>) -> PyResult<TensorDyn> {
     let request = ImportRequest::new(obj.as_borrowed())?;
-    let wrapped = wrapped_as(request.device()?)?;
-    let stream = ImportStream(match wrapped {
-        Wrapped::Cuda(s) => s,
-        Wrapped::Host => 0,
-    });
-    let imported = request.import(Some(&stream), None)?;
+    let (imported, wrapped) = match request.device() {
+        Ok(device) => {
+            let wrapped = wrapped_as(device)?;
+            // Host memory needs no stream.
+            let stream = match wrapped {
+                Wrapped::Cuda(s) => Some(ImportStream(s)),
+                Wrapped::Host => None,
+            };
+            let stream = stream.as_ref().map(|s| s as &dyn DlpackStream);
+            (request.import(stream, None)?, wrapped)
+        }
+        // A capsule says its device only once opened, and negotiates no stream: its producer
+        // readied it on the legacy default stream (DLPack's rule for "no stream").
+        Err(_) => {
+            let imported = request.import(None, None)?;
+            let device = imported
+                .validate()
+                .map_err(|e| PyBufferError::new_err(format!("a malformed DLPack tensor: {e}")))?
+                .device();
+            let wrapped = match wrapped_as(device)? {
+                Wrapped::Cuda(_) => Wrapped::Cuda(0),
+                host => host,
+            };
+            (imported, wrapped)
+        }
+    };
     let view = imported
         .validate()
         .map_err(|e| PyBufferError::new_err(format!("a malformed DLPack tensor: {e}")))?;

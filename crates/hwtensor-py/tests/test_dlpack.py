@@ -129,3 +129,10 @@ def test_a_pytorch_cpu_tensor_wraps_without_a_copy(request):
     with t.map_write() as a:
         a[2, 3] = -1
     assert int(x[2, 3]) == -1
+
+
+def test_a_raw_capsule_of_host_memory_wraps_too():
+    x = np.arange(6, dtype=np.float64)
+    t = hwtensor.from_dlpack(x.__dlpack__())
+    with t.map_read() as a:
+        assert list(a) == list(x)
