@@ -5,6 +5,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 
 import numpy as np
 import pytest
@@ -117,7 +118,12 @@ def test_a_torch_cuda_tensor_wraps_as_cuda_memory_that_maps_and_copies(cuda):
     ours, theirs = socket.socketpair()
     with pytest.raises(hwtensor.Unavailable, match="(?i)inline"):
         hwtensor.send(ours, t)
-    hwtensor.send(ours, t, inline=True)  # its bytes travel instead
-    copy = hwtensor.recv(theirs, timeout=10)
-    with copy.map_read() as c:
+    # Its bytes travel instead: 4 MiB, more than the socket holds, so the receiver runs on
+    # its own thread (a send into an unread socket waits for the reader).
+    got = []
+    reader = threading.Thread(target=lambda: got.append(hwtensor.recv(theirs, timeout=30)))
+    reader.start()
+    hwtensor.send(ours, t, inline=True)
+    reader.join(timeout=60)
+    with got[0].map_read() as c:
         assert int(c[7]) == 21

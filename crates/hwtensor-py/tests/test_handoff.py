@@ -3,6 +3,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 
 import numpy as np
 import pytest
@@ -97,3 +98,19 @@ def test_a_heap_tensor_travels_inline_and_refuses_a_reference():
     got = hwtensor.recv(theirs, timeout=5)
     with got.map_read() as b:
         assert list(b) == list(range(64))
+
+
+def test_a_socket_with_a_python_timeout_sends_a_large_frame_whole():
+    ours, theirs = socket.socketpair()
+    ours.settimeout(5)  # which makes the fd non-blocking underneath
+    theirs.settimeout(5)
+    t = hwtensor.Tensor((1080, 1920, 4), memory="mem")
+    with t.map_write() as a:
+        a[:] = 7
+    got = []
+    reader = threading.Thread(target=lambda: got.append(hwtensor.recv(theirs)))
+    reader.start()
+    hwtensor.send(ours, t, inline=True)
+    reader.join(timeout=30)
+    with got[0].map_read() as b:
+        assert int(b[-1, -1, -1]) == 7

@@ -128,15 +128,21 @@ pub fn send_blob(stream: &UnixStream, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> R
             fds.len()
         )));
     }
-    let mut sent = 0;
+    // Never blocking in sendmsg: a full socket is waited on with a bound, so a peer that stops
+    // reading mid-message cannot hang the sender, and a socket the caller made non-blocking
+    // (Python's settimeout does) still sends a large inline frame whole.
+    let flags = SendFlags::NOSIGNAL | SendFlags::DONTWAIT;
+    let (mut sent, mut progress) = (0, Instant::now());
     while sent < bytes.len() {
         let iov = [IoSlice::new(&bytes[sent..])];
-        match rustix::net::sendmsg(stream, &iov, &mut control, SendFlags::NOSIGNAL) {
+        match rustix::net::sendmsg(stream, &iov, &mut control, flags) {
             Ok(n) => {
                 sent += n;
+                progress = Instant::now();
                 control.clear(); // the fds went with the first byte
             }
             Err(Errno::INTR) => continue,
+            Err(Errno::AGAIN) => wait_writable(stream, progress, sent, bytes.len())?,
             Err(e) => {
                 return Err(handoff(format!(
                     "send failed after {sent} of {} bytes: {e}",
@@ -146,6 +152,24 @@ pub fn send_blob(stream: &UnixStream, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> R
         }
     }
     Ok(())
+}
+
+/// Waits until the socket takes more bytes, at most [`MID_MESSAGE_TIMEOUT`] after the last
+/// progress: a peer that reads nothing for that long has hung or stopped reading.
+fn wait_writable(stream: &UnixStream, progress: Instant, sent: usize, want: usize) -> Result<()> {
+    let stalled = || {
+        handoff(format!(
+            "the peer stopped reading after {sent} of {want} bytes for {MID_MESSAGE_TIMEOUT:?}"
+        ))
+    };
+    let left = MID_MESSAGE_TIMEOUT.saturating_sub(progress.elapsed());
+    let timeout = rustix::event::Timespec::try_from(left).map_err(|_| stalled())?;
+    let mut pfd = [PollFd::new(stream, PollFlags::OUT)];
+    match poll(&mut pfd, Some(&timeout)) {
+        Ok(0) => Err(stalled()),
+        Ok(_) | Err(Errno::INTR) => Ok(()),
+        Err(e) => Err(handoff(format!("poll for writing failed: {e}"))),
+    }
 }
 
 /// Receives one blob and the fds that came with it.

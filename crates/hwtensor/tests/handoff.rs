@@ -140,6 +140,32 @@ fn a_peer_that_stalls_mid_message_is_given_up_on() {
     drop(a);
 }
 
+/// An inline 1080p frame: far more than a socket buffer holds.
+fn big_inline_frame() -> TensorDyn {
+    Tensor::<u8>::new(&[1080, 1920, 4], Some(TensorMemory::Mem))
+        .unwrap()
+        .into()
+}
+
+#[test]
+fn a_peer_that_stops_reading_mid_message_is_given_up_on() {
+    let (a, b) = UnixStream::pair().unwrap();
+    let started = Instant::now();
+    let err = send_as(&a, &big_inline_frame(), Transport::Inline).unwrap_err();
+    assert!(err.to_string().contains("stopped reading"), "{err}");
+    assert!(started.elapsed() < MID_MESSAGE_TIMEOUT + Duration::from_secs(2));
+    drop(b);
+}
+
+#[test]
+fn a_non_blocking_socket_still_sends_a_large_frame_whole() {
+    let (a, b) = UnixStream::pair().unwrap();
+    a.set_nonblocking(true).unwrap(); // as Python's settimeout leaves it
+    let reader = std::thread::spawn(move || recv(&b).unwrap());
+    send_as(&a, &big_inline_frame(), Transport::Inline).unwrap();
+    assert_eq!(reader.join().unwrap().shape(), &[1080, 1920, 4]);
+}
+
 #[test]
 fn more_fds_than_the_blob_names_is_an_error() {
     let (a, b) = UnixStream::pair().unwrap();
