@@ -1,0 +1,110 @@
+//! What travels with each frame besides the tensor: the publisher's sequence number and
+//! timestamp, who published it and on which host. A fixed 56-byte record: Zenoh's attachment
+//! for inline samples, the prefix of each frame on the one-host socket. Parsed as hostile input.
+
+use uuid::Uuid;
+
+/// "HWTZ": a sample on the key that is not ours fails here first.
+const MAGIC: [u8; 4] = *b"HWTZ";
+/// The record's layout version.
+const VERSION: u8 = 1;
+/// Bytes of the record.
+pub const INFO_LEN: usize = 56;
+
+/// The frame record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FrameInfo {
+    /// The publisher's sequence number (from 1, one per published frame).
+    pub seq: u64,
+    /// When it was published: nanoseconds of `CLOCK_REALTIME` on the publisher's host.
+    pub timestamp_ns: u64,
+    /// The publisher (a new id per `Publisher`, so a restarted one is a new sequence).
+    pub publisher: Uuid,
+    /// The publisher's host (boot and network namespace): a subscriber with the same host id
+    /// can take the frame by fd hand-off instead.
+    pub host: Uuid,
+}
+
+impl FrameInfo {
+    /// The 56 bytes.
+    pub fn encode(&self) -> [u8; INFO_LEN] {
+        let mut out = [0u8; INFO_LEN];
+        out[0..4].copy_from_slice(&MAGIC);
+        out[4] = VERSION;
+        out[8..16].copy_from_slice(&self.seq.to_le_bytes());
+        out[16..24].copy_from_slice(&self.timestamp_ns.to_le_bytes());
+        out[24..40].copy_from_slice(self.publisher.as_bytes());
+        out[40..56].copy_from_slice(self.host.as_bytes());
+        out
+    }
+
+    /// Parses a record, saying what is wrong with one that is not.
+    pub fn decode(bytes: &[u8]) -> Result<FrameInfo, String> {
+        let b: &[u8; INFO_LEN] = bytes.try_into().map_err(|_| {
+            format!(
+                "a frame record of {} bytes ({INFO_LEN} expected)",
+                bytes.len()
+            )
+        })?;
+        if b[0..4] != MAGIC {
+            return Err("no hwtensor frame record (bad magic)".into());
+        }
+        if b[4] != VERSION {
+            return Err(format!(
+                "frame record version {} (this reads {VERSION})",
+                b[4]
+            ));
+        }
+        if b[5..8] != [0, 0, 0] {
+            return Err("reserved bytes of the frame record are set".into());
+        }
+        let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or([0; 8]));
+        let uuid_at = |i: usize| Uuid::from_slice(&b[i..i + 16]).unwrap_or_default();
+        let info = FrameInfo {
+            seq: u64_at(8),
+            timestamp_ns: u64_at(16),
+            publisher: uuid_at(24),
+            host: uuid_at(40),
+        };
+        if info.seq == 0 || info.publisher.is_nil() {
+            return Err("a frame record without sequence number or publisher".into());
+        }
+        Ok(info)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> FrameInfo {
+        FrameInfo {
+            seq: 7,
+            timestamp_ns: 123,
+            publisher: Uuid::new_v4(),
+            host: Uuid::new_v4(),
+        }
+    }
+
+    #[test]
+    fn a_record_round_trips() {
+        let info = sample();
+        assert_eq!(FrameInfo::decode(&info.encode()), Ok(info));
+    }
+
+    #[test]
+    fn every_truncation_and_every_single_byte_corruption_of_the_header_is_refused() {
+        let bytes = sample().encode();
+        for n in 0..INFO_LEN {
+            assert!(FrameInfo::decode(&bytes[..n]).is_err(), "{n} bytes");
+        }
+        for i in 0..8 {
+            let mut bad = bytes;
+            bad[i] ^= 0x5a;
+            assert!(FrameInfo::decode(&bad).is_err(), "byte {i}");
+        }
+        let mut zero_seq = bytes;
+        zero_seq[8..16].fill(0);
+        assert!(FrameInfo::decode(&zero_seq).is_err());
+    }
+}

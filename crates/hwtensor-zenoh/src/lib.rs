@@ -1,0 +1,85 @@
+//! hwtensor tensors across machines, over [Zenoh](https://zenoh.io) (1.x, pinned).
+//!
+//! A [`Publisher`] puts tensors on a key expression; a [`Subscriber`] receives them as hwtensor
+//! tensors in the memory it asks for, with the publisher's sequence number and timestamp.
+//!
+//! - **Across hosts** a frame is an inline blob (description and bytes, the same wire format as
+//!   everywhere in hwtensor, images with strides and planes and quantization included) in a
+//!   Zenoh sample, with a 56-byte frame record as its attachment. GPU tensors are read after
+//!   their completion.
+//! - **On one host** (same boot and network namespace) the frame goes by hwtensor's own fd
+//!   hand-off on an abstract Unix socket the publisher announces through a Zenoh liveliness
+//!   token: no bytes are copied, so latency does not grow with frame size. Zenoh's own
+//!   shared-memory API is marked unstable and turns buffers back into bytes at the host
+//!   boundary; hwtensor's hand-off also carries GPU memory and its completion.
+//!   The publisher puts inline bytes on Zenoh only while a subscriber on another host (or one
+//!   that asked for no local delivery) is alive, so a one-host pipeline moves no frame bytes.
+//!
+//! The subscriber's code is the same either way. Samples are parsed as hostile input: a
+//! malformed or truncated one is dropped with a logged reason and counted
+//! ([`Subscriber::dropped`]). A frame whose sequence number is not newer than the last one from
+//! its publisher is stale and dropped; a restarted publisher is a new publisher. Sessions,
+//! modes and endpoints are Zenoh's own [`zenoh::Config`].
+//!
+//! Linux only (the one-host path passes fds).
+#![cfg(target_os = "linux")]
+
+mod host;
+mod info;
+mod publisher;
+mod subscriber;
+
+pub use host::host_id;
+pub use info::{FrameInfo, INFO_LEN};
+pub use publisher::{Publisher, PublisherOptions};
+pub use subscriber::{Received, Subscriber, SubscriberOptions};
+pub use zenoh;
+
+/// What can go wrong.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Zenoh refused or failed (its message).
+    #[error("zenoh: {0}")]
+    Zenoh(String),
+    /// hwtensor refused or failed.
+    #[error(transparent)]
+    Tensor(#[from] hwtensor::Error),
+    /// No frame came within the receive's timeout.
+    #[error("no frame within {0:?}")]
+    Timeout(std::time::Duration),
+    /// The subscriber's inputs are gone (its session closed).
+    #[error("the subscriber is closed")]
+    Closed,
+}
+
+/// This crate's result.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// A Zenoh error as ours.
+pub(crate) fn zenoh_err(e: impl std::fmt::Display) -> Error {
+    Error::Zenoh(e.to_string())
+}
+
+/// The liveliness key of a publisher or subscriber of `key`: `hwtensor-zenoh/<role>/<host>/
+/// <id>/<key>`, so each side finds the other's by key intersection.
+pub(crate) fn token_key(role: &str, host: &str, id: uuid::Uuid, key: &str) -> String {
+    format!("hwtensor-zenoh/{role}/{host}/{}/{key}", id.simple())
+}
+
+/// The chunk of a token key at `index` (0 is `hwtensor-zenoh`).
+pub(crate) fn token_chunk(token: &str, index: usize) -> Option<&str> {
+    token.split('/').nth(index)
+}
+
+/// The abstract socket a publisher hands frames out on.
+pub(crate) fn socket_name(publisher: uuid::Uuid) -> String {
+    format!("hwtensor-zenoh-{}", publisher.simple())
+}
+
+/// `CLOCK_REALTIME` in nanoseconds: comparable across hosts with synchronised clocks.
+pub(crate) fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}

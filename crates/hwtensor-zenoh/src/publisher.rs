@@ -1,0 +1,238 @@
+//! [`Publisher`]: puts tensors on a key; hands them by fd to subscribers on its host.
+
+use std::collections::HashSet;
+use std::io::Write;
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use hwtensor::blob::Transport;
+use hwtensor::handoff::{self, MID_MESSAGE_TIMEOUT};
+use hwtensor::TensorDyn;
+use uuid::Uuid;
+use zenoh::sample::SampleKind;
+use zenoh::{Session, Wait};
+
+use crate::info::FrameInfo;
+use crate::{host_id, now_ns, socket_name, token_chunk, token_key, zenoh_err, Result};
+
+/// How a publisher behaves.
+#[derive(Clone, Copy, Debug)]
+pub struct PublisherOptions {
+    /// Put inline bytes on Zenoh for every frame, even with no hwtensor subscriber on another
+    /// host (for plain Zenoh subscribers of the key, which announce nothing).
+    pub always_inline: bool,
+    /// Hand frames by fd to hwtensor subscribers on this host.
+    pub local_delivery: bool,
+}
+
+impl Default for PublisherOptions {
+    fn default() -> Self {
+        PublisherOptions {
+            always_inline: false,
+            local_delivery: true,
+        }
+    }
+}
+
+/// Publishes tensors on one key expression.
+pub struct Publisher {
+    publisher: zenoh::pubsub::Publisher<'static>,
+    /// Subscribers that need inline bytes (other hosts), by their liveliness key.
+    remote: Arc<Mutex<HashSet<String>>>,
+    /// Subscribers on this host, connected to the hand-off socket.
+    local: Arc<Mutex<Vec<UnixStream>>>,
+    accept: Option<(JoinHandle<()>, Arc<AtomicBool>)>,
+    options: PublisherOptions,
+    id: Uuid,
+    seq: u64,
+    // Dropped last: they announce the publisher and watch for subscribers.
+    _watch: zenoh::pubsub::Subscriber<()>,
+    _token: zenoh::liveliness::LivelinessToken,
+}
+
+impl Publisher {
+    /// A publisher of `key` on `session`.
+    pub fn new(session: &Session, key: &str, options: PublisherOptions) -> Result<Publisher> {
+        let id = Uuid::new_v4();
+        let host = host_id().simple().to_string();
+        let publisher = session
+            .declare_publisher(key.to_string())
+            .wait()
+            .map_err(zenoh_err)?;
+        let remote = Arc::new(Mutex::new(HashSet::new()));
+        let watch = watch_subscribers(session, key, &host, remote.clone())?;
+        let local = Arc::new(Mutex::new(Vec::new()));
+        let accept = match options.local_delivery {
+            true => Some(listen(id, local.clone())?),
+            false => None,
+        };
+        let token = session
+            .liveliness()
+            .declare_token(token_key("pub", &host, id, key))
+            .wait()
+            .map_err(zenoh_err)?;
+        Ok(Publisher {
+            publisher,
+            remote,
+            local,
+            accept,
+            options,
+            id,
+            seq: 0,
+            _watch: watch,
+            _token: token,
+        })
+    }
+
+    /// This publisher's id (new for each publisher: a restart is a new sequence).
+    pub fn id(&self) -> Uuid {
+        self.id
+    }
+
+    /// How many subscribers on this host take frames by fd.
+    pub fn local_subscribers(&self) -> usize {
+        self.local.lock().map_or(0, |l| l.len())
+    }
+
+    /// Whether frames currently go out as inline bytes on Zenoh.
+    pub fn publishes_inline(&self) -> bool {
+        self.options.always_inline || self.remote.lock().is_ok_and(|r| !r.is_empty())
+    }
+
+    /// Publishes `tensor` as the next frame; returns its sequence number. Subscribers on this
+    /// host get it by fd (they read the same memory: do not rewrite it while they may read);
+    /// others get its bytes, read after its GPU completion.
+    pub fn publish(&mut self, tensor: &TensorDyn) -> Result<u64> {
+        self.seq += 1;
+        let info = FrameInfo {
+            seq: self.seq,
+            timestamp_ns: now_ns(),
+            publisher: self.id,
+            host: host_id(),
+        }
+        .encode();
+        if let Ok(mut local) = self.local.lock() {
+            local.retain_mut(|s| match send_local(s, &info, tensor) {
+                Ok(()) => true,
+                Err(e) => {
+                    log::info!("hwtensor-zenoh: a local subscriber went away: {e}");
+                    false
+                }
+            });
+        }
+        if self.publishes_inline() {
+            let (blob, _) = hwtensor::blob::export(tensor, Transport::Inline)?;
+            self.publisher
+                .put(blob)
+                .attachment(info.to_vec())
+                .wait()
+                .map_err(zenoh_err)?;
+        }
+        Ok(self.seq)
+    }
+}
+
+impl Drop for Publisher {
+    fn drop(&mut self) {
+        if let Some((thread, stop)) = self.accept.take() {
+            stop.store(true, Ordering::SeqCst);
+            // Wakes the accept loop, which sees the stop and returns.
+            let _ = SocketAddr::from_abstract_name(socket_name(self.id))
+                .and_then(|a| UnixStream::connect_addr(&a));
+            let _ = thread.join();
+        }
+    }
+}
+
+/// One frame to a subscriber on this host: the record, then the tensor by fd (inline where
+/// its memory has no fd: heap).
+fn send_local(s: &mut UnixStream, info: &[u8], tensor: &TensorDyn) -> hwtensor::Result<()> {
+    s.write_all(info).map_err(|e| hwtensor::Error::Os {
+        op: "sending a frame record",
+        source: e,
+    })?;
+    match tensor.as_fd() {
+        Some(_) => handoff::send(s, tensor),
+        None => handoff::send_as(s, tensor, Transport::Inline),
+    }
+}
+
+/// Keeps `remote` the set of live subscribers of `key` that need inline bytes: those on other
+/// hosts, or that asked for no local delivery (they announce the host `remote`).
+fn watch_subscribers(
+    session: &Session,
+    key: &str,
+    host: &str,
+    remote: Arc<Mutex<HashSet<String>>>,
+) -> Result<zenoh::pubsub::Subscriber<()>> {
+    let host = host.to_string();
+    session
+        .liveliness()
+        .declare_subscriber(format!("hwtensor-zenoh/sub/*/*/{key}"))
+        .history(true)
+        .callback(move |sample| {
+            let token = sample.key_expr().as_str().to_string();
+            let elsewhere = token_chunk(&token, 2) != Some(host.as_str());
+            let Ok(mut remote) = remote.lock() else {
+                return;
+            };
+            match sample.kind() {
+                SampleKind::Put if elsewhere => {
+                    remote.insert(token);
+                }
+                SampleKind::Delete => {
+                    remote.remove(&token);
+                }
+                SampleKind::Put => {}
+            }
+        })
+        .wait()
+        .map_err(zenoh_err)
+}
+
+/// Listens on the publisher's abstract socket; subscribers of this user that connect are
+/// added to `local`. Others are refused: the socket hands out fds of the frames.
+fn listen(
+    id: Uuid,
+    local: Arc<Mutex<Vec<UnixStream>>>,
+) -> Result<(JoinHandle<()>, Arc<AtomicBool>)> {
+    let addr = SocketAddr::from_abstract_name(socket_name(id)).map_err(tensor_io)?;
+    let listener = UnixListener::bind_addr(&addr).map_err(tensor_io)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let stopping = stop.clone();
+    let thread = std::thread::Builder::new()
+        .name("hwtensor-zenoh-accept".into())
+        .spawn(move || {
+            for stream in listener.incoming() {
+                if stopping.load(Ordering::SeqCst) {
+                    return;
+                }
+                let Ok(stream) = stream else { continue };
+                if !same_user(&stream) {
+                    log::warn!("hwtensor-zenoh: refused a local subscriber of another user");
+                    continue;
+                }
+                // A subscriber that stops reading holds a publish up for this long at most.
+                let _ = stream.set_write_timeout(Some(MID_MESSAGE_TIMEOUT));
+                if let Ok(mut l) = local.lock() {
+                    l.push(stream);
+                }
+            }
+        })
+        .map_err(tensor_io)?;
+    Ok((thread, stop))
+}
+
+fn same_user(stream: &UnixStream) -> bool {
+    rustix::net::sockopt::socket_peercred(stream).is_ok_and(|c| c.uid == rustix::process::geteuid())
+}
+
+fn tensor_io(e: std::io::Error) -> crate::Error {
+    crate::Error::Tensor(hwtensor::Error::Os {
+        op: "the local hand-off socket",
+        source: e,
+    })
+}

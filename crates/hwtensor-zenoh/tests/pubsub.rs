@@ -1,0 +1,274 @@
+//! Publishers and subscribers on loopback (`tcp/127.0.0.1`, no scouting): frames on one host by
+//! fd, across "hosts" (a subscriber that takes no local delivery) as inline bytes, in two
+//! processes, and hostile samples on the key.
+
+#![cfg(target_os = "linux")]
+
+use std::net::TcpListener;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use hwtensor::{CpuAccess, PixelFormat, Tensor, TensorDyn, TensorMemory};
+use hwtensor_zenoh::zenoh::{self, Wait};
+use hwtensor_zenoh::{
+    FrameInfo, Publisher, PublisherOptions, Received, Subscriber, SubscriberOptions,
+};
+
+const WAIT: Duration = Duration::from_secs(10);
+const W: usize = 1920;
+const H: usize = 1080;
+
+/// A free loopback port (bound and let go: the session binds it next).
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A peer session that listens on `port`, or connects to it.
+fn session(port: u16, listen: bool) -> zenoh::Session {
+    let mut c = zenoh::Config::default();
+    let endpoint = format!("[\"tcp/127.0.0.1:{port}\"]");
+    let side = if listen {
+        "listen/endpoints"
+    } else {
+        "connect/endpoints"
+    };
+    c.insert_json5("mode", "\"peer\"").unwrap();
+    c.insert_json5(side, &endpoint).unwrap();
+    c.insert_json5("scouting/multicast/enabled", "false")
+        .unwrap();
+    zenoh::open(c).wait().unwrap()
+}
+
+fn pixel(seq: u64, i: usize) -> [u8; 4] {
+    ((seq as u32).wrapping_mul(0x9e37_79b1) ^ i as u32).to_le_bytes()
+}
+
+/// A 1080p RGBA frame of `seq`'s pattern.
+fn frame(seq: u64, memory: TensorMemory) -> TensorDyn {
+    let t =
+        Tensor::<u8>::image(W, H, PixelFormat::Rgba, Some(memory), CpuAccess::ReadWrite).unwrap();
+    for (i, px) in t.map_write().unwrap().chunks_exact_mut(4).enumerate() {
+        px.copy_from_slice(&pixel(seq, i));
+    }
+    t.into()
+}
+
+/// The first pixel of a received frame that is not its pattern.
+fn first_wrong(r: &Received) -> Option<usize> {
+    let t = r.tensor.as_tensor::<u8>().unwrap();
+    let m = t.map_read().unwrap();
+    m.chunks_exact(4)
+        .enumerate()
+        .position(|(i, px)| px != pixel(r.seq, i))
+}
+
+fn wait_until(what: &str, mut ready: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !ready() {
+        assert!(
+            started.elapsed() < WAIT,
+            "{what} did not happen within {WAIT:?}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn on_one_host_frames_go_by_fd_and_no_bytes_go_to_zenoh() {
+    let port = free_port();
+    let (a, b) = (session(port, true), session(port, false));
+    let mut publisher = Publisher::new(&a, "test/one-host", PublisherOptions::default()).unwrap();
+    let mut subscriber =
+        Subscriber::new(&b, "test/one-host", SubscriberOptions::default()).unwrap();
+    wait_until("the local connection", || {
+        publisher.local_subscribers() == 1
+    });
+    assert!(!publisher.publishes_inline(), "no subscriber elsewhere");
+    for _ in 0..10 {
+        let seq = publisher.publish(&frame(0, TensorMemory::Shm)).unwrap();
+        let r = subscriber.recv(WAIT).unwrap();
+        assert_eq!((r.seq, r.gap, r.zero_copy), (seq, 0, true));
+        assert_eq!(r.publisher, publisher.id());
+        assert_eq!(r.tensor.memory(), TensorMemory::Shm);
+        assert_eq!(subscriber.local_publishers(), 1);
+    }
+    assert_eq!(subscriber.dropped(), 0);
+}
+
+#[test]
+fn across_hosts_frames_travel_inline_into_the_memory_asked_for_with_every_pixel() {
+    let port = free_port();
+    let (a, b) = (session(port, true), session(port, false));
+    let mut publisher = Publisher::new(&a, "test/remote", PublisherOptions::default()).unwrap();
+    let options = SubscriberOptions {
+        memory: Some(TensorMemory::Shm),
+        local_delivery: false, // as a subscriber on another host is
+        ..SubscriberOptions::default()
+    };
+    let mut subscriber = Subscriber::new(&b, "test/remote", options).unwrap();
+    wait_until("the remote subscriber's announcement", || {
+        publisher.publishes_inline()
+    });
+    for n in 1..=8u64 {
+        let seq = publisher.publish(&frame(n, TensorMemory::Mem)).unwrap();
+        assert_eq!(seq, n);
+        let r = subscriber.recv(WAIT).unwrap();
+        assert_eq!((r.seq, r.gap, r.zero_copy), (n, 0, false));
+        assert_eq!(r.tensor.memory(), TensorMemory::Shm);
+        let info = r
+            .tensor
+            .image_info()
+            .expect("the image description travels");
+        assert_eq!(
+            (info.width, info.height, info.format),
+            (W, H, PixelFormat::Rgba)
+        );
+        assert_eq!(first_wrong(&r), None, "frame {n}");
+    }
+    assert_eq!((subscriber.gaps(), subscriber.dropped()), (0, 0));
+}
+
+#[test]
+fn hostile_and_stale_samples_on_the_key_are_dropped_and_counted() {
+    let port = free_port();
+    let (a, b) = (session(port, true), session(port, false));
+    let key = "test/hostile";
+    let options = SubscriberOptions {
+        local_delivery: false,
+        ..SubscriberOptions::default()
+    };
+    let mut subscriber = Subscriber::new(&b, key, options).unwrap();
+    let raw = a.declare_publisher(key).wait().unwrap();
+    wait_until("the raw publisher's match", || {
+        raw.matching_status().wait().unwrap().matching()
+    });
+    let fake = FrameInfo {
+        seq: 1,
+        timestamp_ns: 0,
+        publisher: uuid::Uuid::new_v4(),
+        host: uuid::Uuid::new_v4(),
+    };
+    let small: TensorDyn = Tensor::<u16>::new(&[64], Some(TensorMemory::Mem))
+        .unwrap()
+        .into();
+    let (blob, _) = hwtensor::blob::export(&small, hwtensor::blob::Transport::Inline).unwrap();
+    let record = fake.encode().to_vec();
+    raw.put(blob.clone()).wait().unwrap(); // no frame record
+    raw.put(blob.clone())
+        .attachment(vec![7u8; 56])
+        .wait()
+        .unwrap(); // a bad record
+    raw.put(b"not a blob".to_vec())
+        .attachment(record.clone())
+        .wait()
+        .unwrap();
+    raw.put(blob[..blob.len() - 3].to_vec())
+        .attachment(record.clone())
+        .wait()
+        .unwrap();
+    raw.put(blob.clone())
+        .attachment(record.clone())
+        .wait()
+        .unwrap(); // the one good frame
+    raw.put(blob.clone()).attachment(record).wait().unwrap(); // replayed: stale
+    let r = subscriber.recv(WAIT).unwrap();
+    assert_eq!((r.seq, r.publisher), (1, fake.publisher));
+    assert_eq!(r.tensor.shape(), &[64]);
+    assert!(matches!(
+        subscriber.recv(Duration::from_millis(300)),
+        Err(hwtensor_zenoh::Error::Timeout(_))
+    ));
+    assert_eq!(subscriber.dropped(), 5);
+}
+
+#[test]
+fn a_restarted_publisher_is_a_new_sequence_and_gaps_are_counted() {
+    let port = free_port();
+    let (a, b) = (session(port, true), session(port, false));
+    let options = SubscriberOptions {
+        queue: 1, // frames beyond one waiting are dropped: gaps
+        ..SubscriberOptions::default()
+    };
+    let mut subscriber = Subscriber::new(&b, "test/restart", options).unwrap();
+    let small = || -> TensorDyn {
+        Tensor::<u8>::new(&[4096], Some(TensorMemory::Shm))
+            .unwrap()
+            .into()
+    };
+    let mut first = Publisher::new(&a, "test/restart", PublisherOptions::default()).unwrap();
+    wait_until("the first publisher's connection", || {
+        first.local_subscribers() == 1
+    });
+    for _ in 0..4 {
+        first.publish(&small()).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(300)); // the reader queues 1, drops 2..4
+    assert_eq!(subscriber.recv(WAIT).unwrap().seq, 1);
+    first.publish(&small()).unwrap();
+    let r = subscriber.recv(WAIT).unwrap();
+    assert_eq!((r.seq, r.gap), (5, 3));
+    drop(first);
+    let mut second = Publisher::new(&a, "test/restart", PublisherOptions::default()).unwrap();
+    wait_until("the second publisher's connection", || {
+        second.local_subscribers() == 1
+    });
+    second.publish(&small()).unwrap();
+    let r = subscriber.recv(WAIT).unwrap();
+    assert_eq!((r.seq, r.gap, r.publisher), (1, 0, second.id()));
+    assert_eq!(subscriber.gaps(), 3);
+}
+
+/// The environment variable that makes this binary the subscriber process.
+const CHILD: &str = "HWTENSOR_ZENOH_TEST_CHILD";
+const ACROSS: &str = "a_subscriber_process_verifies_every_1080p_frame_both_ways";
+const ACROSS_FRAMES: u64 = 12;
+
+fn subscriber_process(args: &str) {
+    let (port, local) = args.split_once(',').unwrap();
+    let b = session(port.parse().unwrap(), false);
+    let options = SubscriberOptions {
+        local_delivery: local == "local",
+        ..SubscriberOptions::default()
+    };
+    let mut subscriber = Subscriber::new(&b, "test/process", options).unwrap();
+    for n in 1..=ACROSS_FRAMES {
+        let r = subscriber.recv(WAIT).unwrap();
+        assert_eq!(r.seq, n);
+        assert_eq!(r.zero_copy, local == "local");
+        assert_eq!(first_wrong(&r), None, "frame {n}");
+    }
+    assert_eq!((subscriber.gaps(), subscriber.dropped()), (0, 0));
+}
+
+#[test]
+fn a_subscriber_process_verifies_every_1080p_frame_both_ways() {
+    if let Ok(args) = std::env::var(CHILD) {
+        return subscriber_process(&args);
+    }
+    for how in ["local", "inline"] {
+        let port = free_port();
+        let a = session(port, true);
+        let mut publisher =
+            Publisher::new(&a, "test/process", PublisherOptions::default()).unwrap();
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([ACROSS, "--exact", "--nocapture", "--test-threads=1"])
+            .env(CHILD, format!("{port},{how}"))
+            .spawn()
+            .unwrap();
+        wait_until("the subscriber process", || {
+            publisher.local_subscribers() == 1 || publisher.publishes_inline()
+        });
+        for n in 1..=ACROSS_FRAMES {
+            publisher.publish(&frame(n, TensorMemory::Shm)).unwrap();
+            std::thread::sleep(Duration::from_millis(20)); // a camera's pace, not a flood
+        }
+        assert!(
+            child.wait().unwrap().success(),
+            "the {how} subscriber failed"
+        );
+    }
+}
