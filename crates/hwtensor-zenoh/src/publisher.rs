@@ -26,6 +26,9 @@ pub struct PublisherOptions {
     pub always_inline: bool,
     /// Hand frames by fd to hwtensor subscribers on this host.
     pub local_delivery: bool,
+    /// What Zenoh does with a frame its queue cannot take: drop it (Zenoh's default, the
+    /// subscriber sees a gap) or block the publisher until it can.
+    pub congestion: zenoh::qos::CongestionControl,
 }
 
 impl Default for PublisherOptions {
@@ -33,6 +36,7 @@ impl Default for PublisherOptions {
         PublisherOptions {
             always_inline: false,
             local_delivery: true,
+            congestion: zenoh::qos::CongestionControl::Drop,
         }
     }
 }
@@ -60,6 +64,7 @@ impl Publisher {
         let host = host_id().simple().to_string();
         let publisher = session
             .declare_publisher(key.to_string())
+            .congestion_control(options.congestion)
             .wait()
             .map_err(zenoh_err)?;
         let remote = Arc::new(Mutex::new(HashSet::new()));

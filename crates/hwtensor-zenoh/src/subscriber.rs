@@ -61,6 +61,15 @@ pub struct Received {
     pub zero_copy: bool,
 }
 
+/// A sample's payload in one piece: the bytes an inline frame is read from in place.
+struct Payload(zenoh::bytes::ZBytes);
+
+impl AsRef<[u8]> for Payload {
+    fn as_ref(&self) -> &[u8] {
+        self.0.slices().next().unwrap_or_default()
+    }
+}
+
 /// What the inputs hand to `recv`.
 enum Incoming {
     Remote(Sample),
@@ -215,9 +224,13 @@ impl Subscriber {
         if by_fd {
             return Ok(None);
         }
-        let bytes = sample.payload().to_bytes();
-        let tensor = hwtensor::blob::import(&bytes, Vec::new())
-            .map_err(|e| format!("frame {} of {}: {e}", info.seq, info.publisher))?;
+        let payload = sample.payload();
+        // A payload in one piece is read where Zenoh received it; one in pieces is joined.
+        let tensor = match payload.slices().count() {
+            1 => hwtensor::blob::import_inline_from(Payload(payload.clone())),
+            _ => hwtensor::blob::import_inline_from(payload.to_bytes().into_owned()),
+        }
+        .map_err(|e| format!("frame {} of {}: {e}", info.seq, info.publisher))?;
         Ok(Some((info, tensor)))
     }
 

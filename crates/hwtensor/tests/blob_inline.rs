@@ -179,3 +179,34 @@ fn an_inline_blob_of_a_crop_carries_only_the_crop() {
     assert_eq!(back.to_vec().unwrap(), crop.to_vec().unwrap());
     assert_eq!(back.width(), Some(16));
 }
+
+#[test]
+fn an_inline_blob_imported_from_its_owner_is_read_in_place_and_read_only() {
+    let t = numbered_image();
+    let bytes = blob::export_inline(&t.clone().into()).unwrap();
+    let range = bytes.as_ptr_range();
+    let got = blob::import_inline_from(bytes).unwrap();
+    let got = got.as_tensor::<u8>().unwrap();
+    assert_eq!(got.to_vec().unwrap(), t.to_vec().unwrap());
+    let at = got.map_read().unwrap().as_bytes().as_ptr();
+    assert!(
+        range.contains(&at),
+        "the pixels are read where the blob holds them"
+    );
+    assert_eq!(got.access(), CpuAccess::Read);
+    assert!(
+        got.map_write().is_err(),
+        "a receive buffer is lent read-only"
+    );
+}
+
+#[test]
+fn a_hostile_blob_imported_from_its_owner_is_refused_like_any() {
+    let bytes = blob::export_inline(&numbered_image().into()).unwrap();
+    for n in [0, 10, HEADER_LEN, bytes.len() - 1] {
+        assert!(
+            blob::import_inline_from(bytes[..n].to_vec()).is_err(),
+            "{n} bytes"
+        );
+    }
+}

@@ -101,6 +101,7 @@ mod wire;
 #[cfg(target_os = "linux")]
 pub use reference::{export, import, import_with};
 
+use crate::backing::{ForeignHost, Storage};
 use crate::buffer::Buffer;
 use crate::image::ImageInfo;
 use crate::tensor::{CheckedParts, Parts};
@@ -205,6 +206,39 @@ pub fn import_inline(blob: &[u8]) -> Result<TensorDyn> {
             "a reference blob names fds, and only an import with its fds can take it",
         )),
     }
+}
+
+/// [`import_inline`] without copying the bytes: the tensor is read-only memory inside `blob`,
+/// which it keeps until its last view goes (a network receive buffer, say). Where the data
+/// does not sit at an address its element type can be read at, they are copied after all.
+/// `blob`'s bytes must stay where they are while it lives unchanged (as a `Vec`'s, a boxed
+/// slice's or a shared byte buffer's do).
+// One unsafe step: the blob's bytes read through a pointer while the box that owns them moves
+// into the buffer (the heap bytes themselves do not move).
+#[allow(unsafe_code)]
+pub fn import_inline_from<B>(blob: B) -> Result<TensorDyn>
+where
+    B: AsRef<[u8]> + Send + Sync + 'static,
+{
+    let blob = Box::new(blob);
+    let whole = (*blob).as_ref();
+    let (at, len) = (whole.as_ptr(), whole.len());
+    // SAFETY: the bytes belong to `blob`, which is boxed (never moves), owned from here on by
+    // this function and then by the buffer, and never used mutably: they stay valid and
+    // unchanged until the buffer drops it, after every use of this slice.
+    let bytes: &[u8] = unsafe { std::slice::from_raw_parts(at, len) };
+    let d = Described::read(bytes)?;
+    let Some(data) = d.inline else {
+        return Err(bad(
+            "a reference blob names fds, and only an import with its fds can take it",
+        ));
+    };
+    if !(data.as_ptr() as usize).is_multiple_of(d.dtype.size()) {
+        return d.tensor(inline_buffer(data)?);
+    }
+    // SAFETY: as above: the data lie inside `blob`, which the buffer keeps; lent read-only.
+    let host = unsafe { ForeignHost::new(data.as_ptr().cast_mut(), data.len(), false, blob) }?;
+    d.tensor(Buffer::new(Storage::Foreign(host))?)
 }
 
 /// What a writer knows besides the tensor: how its bytes travel.
