@@ -53,6 +53,13 @@ enum Command {
         /// Unix socket) and `--gpu` appended: `examples/python/consumer.py`, say.
         #[arg(long)]
         consumer: Option<String>,
+        /// Publish the frames over Zenoh on loopback to a subscriber process (Linux): by fd
+        /// hand-off on one host, or with `--inline` as bytes, as to another host.
+        #[arg(long)]
+        zenoh: bool,
+        /// With `--zenoh`: the subscriber takes no local delivery (the path across hosts).
+        #[arg(long, requires = "zenoh")]
+        inline: bool,
     },
     /// Core and hand-off benchmarks, with the reference figures measured in the same run.
     Bench {
@@ -72,6 +79,17 @@ enum Command {
         spin: bool,
         #[arg(long)]
         socket: bool,
+    },
+    /// The subscriber half of `demo --zenoh` (started by the publisher).
+    #[cfg(target_os = "linux")]
+    #[command(hide = true)]
+    DemoZenohSubscriber {
+        #[arg(long)]
+        port: u16,
+        #[arg(long)]
+        frames: u32,
+        #[arg(long)]
+        inline: bool,
     },
     /// The consumer half of `demo` (started by the producer).
     #[command(hide = true)]
@@ -93,10 +111,23 @@ fn main() -> ExitCode {
         Command::Probe { json } => probe::run(json),
         Command::Demo {
             frames,
+            zenoh: true,
+            inline,
+            ..
+        } => zenoh_demo(frames, inline),
+        Command::Demo {
+            frames,
             gpu,
             cuda,
             consumer,
+            ..
         } => platform::demo::producer(frames, gpu || cuda, cuda, consumer.as_deref()),
+        #[cfg(target_os = "linux")]
+        Command::DemoZenohSubscriber {
+            port,
+            frames,
+            inline,
+        } => platform::zenoh_demo::subscriber(port, frames, inline),
         Command::Bench { quick } => bench::run(quick),
         Command::DemoConsumer { socket, gpu, cuda } => {
             platform::demo::consumer(&socket, gpu || cuda, cuda)
@@ -116,6 +147,14 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `demo --zenoh`: the publisher side (Linux: the one-host path passes fds).
+fn zenoh_demo(frames: u32, inline: bool) -> Result {
+    #[cfg(target_os = "linux")]
+    return platform::zenoh_demo::publisher(frames, inline);
+    #[cfg(not(target_os = "linux"))]
+    return Err(format!("demo --zenoh (inline: {inline}, {frames} frames) runs on Linux").into());
 }
 
 /// Errors of the command: a library error or a failed check, as one line.

@@ -21,18 +21,10 @@ const LATENCY_FRAMES: usize = 200;
 const FPS_FRAMES: usize = 300;
 
 fn session(port: u16, listen: bool) -> zenoh::Session {
-    let mut c = zenoh::Config::default();
-    let side = if listen {
-        "listen/endpoints"
-    } else {
-        "connect/endpoints"
-    };
-    c.insert_json5("mode", "\"peer\"").unwrap();
-    c.insert_json5(side, &format!("[\"tcp/127.0.0.1:{port}\"]"))
-        .unwrap();
-    c.insert_json5("scouting/multicast/enabled", "false")
-        .unwrap();
-    zenoh::open(c).wait().unwrap()
+    let endpoint = format!("tcp/127.0.0.1:{port}");
+    zenoh::open(hwtensor_zenoh::peer_config(&endpoint, listen).unwrap())
+        .wait()
+        .unwrap()
 }
 
 fn sessions() -> (zenoh::Session, zenoh::Session) {

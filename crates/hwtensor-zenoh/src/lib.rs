@@ -56,6 +56,24 @@ pub enum Error {
 /// This crate's result.
 pub type Result<T> = std::result::Result<T, Error>;
 
+/// A Zenoh peer configuration that listens on (or connects to) one `endpoint`, such as
+/// `tcp/127.0.0.1:7447`, with multicast scouting off: the explicit set-up of tests, demos and
+/// fixed deployments. Anything else is Zenoh's own [`zenoh::Config`].
+pub fn peer_config(endpoint: &str, listen: bool) -> Result<zenoh::Config> {
+    let mut c = zenoh::Config::default();
+    let side = if listen {
+        "listen/endpoints"
+    } else {
+        "connect/endpoints"
+    };
+    c.insert_json5("mode", "\"peer\"").map_err(zenoh_err)?;
+    c.insert_json5(side, &format!("[\"{endpoint}\"]"))
+        .map_err(zenoh_err)?;
+    c.insert_json5("scouting/multicast/enabled", "false")
+        .map_err(zenoh_err)?;
+    Ok(c)
+}
+
 /// A Zenoh error as ours.
 pub(crate) fn zenoh_err(e: impl std::fmt::Display) -> Error {
     Error::Zenoh(e.to_string())

@@ -29,18 +29,10 @@ fn free_port() -> u16 {
 
 /// A peer session that listens on `port`, or connects to it.
 fn session(port: u16, listen: bool) -> zenoh::Session {
-    let mut c = zenoh::Config::default();
-    let endpoint = format!("[\"tcp/127.0.0.1:{port}\"]");
-    let side = if listen {
-        "listen/endpoints"
-    } else {
-        "connect/endpoints"
-    };
-    c.insert_json5("mode", "\"peer\"").unwrap();
-    c.insert_json5(side, &endpoint).unwrap();
-    c.insert_json5("scouting/multicast/enabled", "false")
-        .unwrap();
-    zenoh::open(c).wait().unwrap()
+    let endpoint = format!("tcp/127.0.0.1:{port}");
+    zenoh::open(hwtensor_zenoh::peer_config(&endpoint, listen).unwrap())
+        .wait()
+        .unwrap()
 }
 
 fn pixel(seq: u64, i: usize) -> [u8; 4] {

@@ -8,6 +8,7 @@ pub mod demo;
 mod gpu;
 mod handoff;
 mod pattern;
+pub mod zenoh_demo;
 
 pub use gpu::{probe_json, probe_text};
 pub use handoff::run as bench;
