@@ -13,7 +13,7 @@ pub use crate::backing::foreign::ForeignOwner;
 use crate::backing::{ForeignHost, Storage};
 use crate::buffer::Buffer;
 use crate::geometry::byte_strides;
-use crate::tensor::{import_access, Parts};
+use crate::tensor::{import_access, CheckedParts, Parts};
 use crate::{CpuAccess, DType, Element, Error, Result, Tensor, TensorDyn};
 
 impl<T: Element> Tensor<T> {
@@ -40,14 +40,29 @@ impl<T: Element> Tensor<T> {
                 T::DTYPE
             )));
         }
-        let strides = match strides {
-            Some(s) => s.to_vec(),
-            None => byte_strides(shape, Self::elem(), None)?,
-        };
         let access = if writable {
             CpuAccess::ReadWrite
         } else {
             CpuAccess::Read
+        };
+        let checked = Self::foreign_parts(len, shape, strides, access)?;
+        // SAFETY: the caller's contract, passed on.
+        let host = unsafe { ForeignHost::new(ptr, len, writable, owner) }?;
+        let buffer = Buffer::new(Storage::Foreign(host))?;
+        debug_assert_eq!(import_access(&buffer), access);
+        Self::from_parts(buffer, checked)
+    }
+
+    /// The geometry of a foreign buffer of `len` bytes, checked (C order when no `strides`).
+    fn foreign_parts(
+        len: usize,
+        shape: &[usize],
+        strides: Option<&[usize]>,
+        access: CpuAccess,
+    ) -> Result<CheckedParts> {
+        let strides = match strides {
+            Some(s) => s.to_vec(),
+            None => byte_strides(shape, Self::elem(), None)?,
         };
         let parts = Parts {
             offset: 0,
@@ -57,12 +72,7 @@ impl<T: Element> Tensor<T> {
             access,
             quantization: None,
         };
-        let checked = parts.check(Self::elem(), len)?;
-        // SAFETY: the caller's contract, passed on.
-        let host = unsafe { ForeignHost::new(ptr, len, writable, owner) }?;
-        let buffer = Buffer::new(Storage::Foreign(host))?;
-        debug_assert_eq!(import_access(&buffer), access);
-        Self::from_parts(buffer, checked)
+        parts.check(Self::elem(), len)
     }
 }
 
@@ -93,19 +103,7 @@ impl<T: Element> Tensor<T> {
                 T::DTYPE
             )));
         }
-        let strides = match strides {
-            Some(s) => s.to_vec(),
-            None => byte_strides(shape, Self::elem(), None)?,
-        };
-        let parts = Parts {
-            offset: 0,
-            shape: shape.to_vec(),
-            strides,
-            image: None,
-            access: CpuAccess::ReadWrite,
-            quantization: None,
-        };
-        let checked = parts.check(Self::elem(), len)?;
+        let checked = Self::foreign_parts(len, shape, strides, CpuAccess::ReadWrite)?;
         // SAFETY: the caller's contract, passed on.
         let mem =
             unsafe { crate::cuda::CudaMemory::foreign(device_ptr, len, owner, ready.cast()) }?;

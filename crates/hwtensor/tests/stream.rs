@@ -230,6 +230,20 @@ const ACROSS: &str = "a_consumer_in_another_process_verifies_every_1080p_frame";
 const FRAME_BYTES: usize = 1920 * 1080 * 4;
 const ACROSS_FRAMES: u64 = 60;
 
+/// Runs `test` of this binary again as a peer process, its end of a socket pair named by the
+/// environment variable `env`; returns our end and the process.
+fn spawn_peer(test: &str, env: &str) -> (UnixStream, std::process::Child) {
+    use std::os::fd::AsRawFd;
+    let (a, b) = UnixStream::pair().unwrap();
+    let keep = rustix::io::dup(&b).unwrap(); // without CLOEXEC: the child's end
+    let child = Command::new(std::env::current_exe().unwrap())
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env(env, keep.as_raw_fd().to_string())
+        .spawn()
+        .unwrap();
+    (a, child)
+}
+
 /// The consumer process: every frame checked, its checksum sent back as the exit status.
 fn consumer_process(fd: &str) {
     use std::os::fd::FromRawFd;
@@ -255,15 +269,7 @@ fn a_consumer_in_another_process_verifies_every_1080p_frame() {
     if let Ok(fd) = std::env::var(PEER) {
         return consumer_process(&fd);
     }
-    let (a, b) = UnixStream::pair().unwrap();
-    let keep = rustix::io::dup(&b).unwrap(); // without CLOEXEC: the child's end
-    use std::os::fd::AsRawFd;
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([ACROSS, "--exact", "--nocapture", "--test-threads=1"])
-        .env(PEER, keep.as_raw_fd().to_string())
-        .spawn()
-        .unwrap();
-    drop((b, keep));
+    let (a, mut child) = spawn_peer(ACROSS, PEER);
     let mut producer = Producer::new(pool(TensorMemory::Shm, FRAME_BYTES)).unwrap();
     producer.attach(a).unwrap();
     for seq in 0..ACROSS_FRAMES {
@@ -329,15 +335,7 @@ fn gpu_frames_read_and_acknowledged_through_cpu_maps_across_processes() {
     if common::device_or_skip(GPU_ACROSS).is_none() {
         return;
     }
-    let (a, b) = UnixStream::pair().unwrap();
-    let keep = rustix::io::dup(&b).unwrap(); // without CLOEXEC: the child's end
-    use std::os::fd::AsRawFd;
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([GPU_ACROSS, "--exact", "--nocapture", "--test-threads=1"])
-        .env(GPU_PEER, keep.as_raw_fd().to_string())
-        .spawn()
-        .unwrap();
-    drop((b, keep));
+    let (a, mut child) = spawn_peer(GPU_ACROSS, GPU_PEER);
     let mut producer = Producer::new(pool(TensorMemory::Gpu, GPU_FRAME_BYTES)).unwrap();
     producer.attach(a).unwrap();
     let mut carried = [None; POOL];
