@@ -33,6 +33,7 @@ pub fn run(quick: bool) -> crate::Result {
     };
     println!("== core: [1, H, W, 4] u8 tensors (medians) ==");
     allocate_and_map(&s)?;
+    part_maps(&s)?;
     fill(&s)?;
     fresh_frames(&s)?;
     crate::platform::bench(&s)
@@ -77,6 +78,37 @@ fn allocate_and_map(s: &Samples) -> crate::Result {
             );
         }
     }
+    Ok(())
+}
+
+/// A map of a strip of a 1080p shm image (a byte-range claim) beside a map of the whole (the
+/// one-atomic path), with a neighbouring strip write-mapped meanwhile, as threads tiling an
+/// image hold them.
+fn part_maps(s: &Samples) -> crate::Result {
+    use hwtensor::{CpuAccess, PixelFormat, Region, TensorMemory};
+    let memory = *crate::platform::HOST_MEMORIES
+        .last()
+        .unwrap_or(&TensorMemory::Mem);
+    let (w, h) = (1920, 1080);
+    let t = Tensor::<u8>::image(w, h, PixelFormat::Rgba, Some(memory), CpuAccess::ReadWrite)?;
+    let whole = median_per_call(s.rounds, 1000, || {
+        drop(std::hint::black_box(t.map().unwrap()))
+    });
+    let top = t.view(Region::new(0, 0, w, h / 2))?;
+    let bottom = t.view(Region::new(0, h / 2, w, h / 2))?;
+    let held = top.map_write()?;
+    let strip = median_per_call(s.rounds, 1000, || {
+        drop(std::hint::black_box(bottom.map().unwrap()))
+    });
+    drop(held);
+    println!(
+        "1080p {} map: whole {} ({}), a strip beside a write-mapped strip {} ({:.2}x)",
+        memory.name(),
+        fmt(whole),
+        verdict(whole <= MAP_TARGET),
+        fmt(strip),
+        strip.as_secs_f64() / whole.as_secs_f64()
+    );
     Ok(())
 }
 

@@ -141,7 +141,9 @@ impl<'a> MapSite<'a> {
                 declared: self.access,
             });
         }
-        let access = self.buffer.begin_access(direction)?;
+        let access = self
+            .buffer
+            .begin_access_at(direction, self.offset, self.extent)?;
         let ptr = if self.empty {
             // An empty view at the far edge of an image may start past the buffer's end: it
             // maps nothing, so it gets no pointer into the buffer at all (an aligned dangling

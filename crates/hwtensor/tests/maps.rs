@@ -110,3 +110,56 @@ fn copy_from_flat_and_copy_to_flat_refuse_a_slice_of_the_wrong_length() {
     t.copy_from_flat(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).unwrap();
     assert_eq!(t.to_vec().unwrap(), vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
 }
+
+#[test]
+fn strips_of_one_image_are_written_from_threads_at_once() {
+    const STRIPS: usize = 4;
+    let (w, h) = (1920, 1080);
+    let t =
+        Tensor::<u8>::image(w, h, PixelFormat::Rgba, Some(SHARED), CpuAccess::ReadWrite).unwrap();
+    let rows = h / STRIPS;
+    let strips: Vec<_> = (0..STRIPS)
+        .map(|i| t.view(Region::new(0, i * rows, w, rows)).unwrap())
+        .collect();
+    // Every strip's write map is live at the same moment: the barrier waits for all of them.
+    let together = std::sync::Barrier::new(STRIPS);
+    std::thread::scope(|s| {
+        for (i, strip) in strips.iter().enumerate() {
+            let together = &together;
+            s.spawn(move || {
+                let mut m = strip
+                    .map_write()
+                    .expect("a disjoint strip maps for writing");
+                together.wait();
+                m.fill(i as u8 + 1);
+            });
+        }
+    });
+    let m = t.map_read().unwrap();
+    let row_bytes = w * 4;
+    for i in 0..STRIPS {
+        let first = i * rows * row_bytes;
+        assert_eq!(m[first], i as u8 + 1, "strip {i}");
+        assert_eq!(m[first + rows * row_bytes - 1], i as u8 + 1, "strip {i}");
+    }
+}
+
+#[test]
+fn a_write_map_of_a_strip_excludes_overlapping_views_and_the_whole() {
+    let t = Tensor::<u8>::new(&[8, 64], Some(SHARED)).unwrap();
+    let top = t.view(Region::new(0, 0, 64, 4)).unwrap();
+    let middle = t.view(Region::new(0, 2, 64, 4)).unwrap();
+    let bottom = t.view(Region::new(0, 4, 64, 4)).unwrap();
+    let _w = top.map_write().unwrap();
+    assert!(matches!(
+        middle.map_read(),
+        Err(Error::MapBusy {
+            held: "for writing"
+        })
+    ));
+    assert!(matches!(t.map_read(), Err(Error::MapBusy { .. })));
+    assert!(
+        bottom.map_write().is_ok(),
+        "rows 4..8 touch nothing of rows 0..4"
+    );
+}

@@ -212,6 +212,17 @@ impl Storage {
         }
     }
 
+    /// Whether maps of parts of it can be live at once: memory a CPU map reads in place, with
+    /// nothing opened around the whole buffer (a staged GPU map and a DMA-BUF bracket are).
+    pub(crate) fn claimable_in_parts(&self) -> bool {
+        match self {
+            Storage::Heap(_) | Storage::Foreign(_) => true,
+            #[cfg(target_os = "linux")]
+            Storage::Fd(m) => m.memory() != TensorMemory::DmaBuf,
+            _ => false,
+        }
+    }
+
     /// Opens what a CPU access in `direction` needs besides the pointer. Inlined: it is on
     /// every map's path, and for heap memory it is one comparison.
     #[inline]

@@ -1,6 +1,5 @@
 //! [`Buffer`]: one backing allocation shared by a tensor and all its views and batches.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 
 use crate::backing::{CpuAccessGuard, Storage};
@@ -11,11 +10,11 @@ use crate::Direction;
 use crate::{Error, Result, TensorMemory};
 
 // What only Unix buffers do: fds, the Vulkan host import, weak handles for the import cache.
+mod maps;
 #[cfg(target_os = "linux")]
 mod unix;
 
-/// The bit of [`BufferInner::maps`] that marks a live write map; the bits below count read maps.
-const WRITER: usize = 1 << (usize::BITS - 1);
+use maps::{Claim, Maps, Span};
 
 #[derive(Debug)]
 pub(crate) struct BufferInner {
@@ -29,10 +28,10 @@ pub(crate) struct BufferInner {
     cuda: OnceLock<crate::cuda::BufferImport>,
     storage: Storage,
     identity: BufferIdentity,
-    /// Live maps of this buffer: `WRITER`, or the number of read maps. Keeps Rust's aliasing
-    /// rules within this process across views: a `&mut [T]` from one view never coexists with a
-    /// `&[T]` from another view of the same bytes.
-    maps: AtomicUsize,
+    /// Live maps of this buffer, whole or by byte range. Keeps Rust's aliasing rules within
+    /// this process across views: a `&mut [T]` from one view never coexists with a `&[T]` from
+    /// another view of the same bytes.
+    maps: Maps,
 }
 
 /// A shared handle to one buffer.
@@ -53,7 +52,7 @@ impl Buffer {
             cuda: OnceLock::new(),
             storage,
             identity,
-            maps: AtomicUsize::new(0),
+            maps: Maps::default(),
         }))
     }
 
@@ -161,11 +160,36 @@ impl Buffer {
     /// Whether this is the buffer's last owner while a CPU map still claims it (see
     /// `Tensor::drop_would_free_a_mapped_buffer`).
     pub(crate) fn is_last_owner_while_mapped(&self) -> bool {
-        Arc::strong_count(&self.0) == 1 && self.0.maps.load(Ordering::Acquire) != 0
+        Arc::strong_count(&self.0) == 1 && self.0.maps.any()
     }
 
     pub(crate) fn begin_access(&self, direction: Direction) -> Result<AccessGuard<'_>> {
-        let claim = self.claim(direction)?;
+        self.begin_access_of(direction, Span::Whole)
+    }
+
+    /// [`Self::begin_access`] for the `len` bytes at `offset` (a view's, from its first element
+    /// to the end of its last): disjoint parts of heap and shm buffers can be mapped at once.
+    /// Other memory is claimed whole: a staged GPU map or a DMA-BUF sync bracket covers the
+    /// whole buffer.
+    #[inline]
+    pub(crate) fn begin_access_at(
+        &self,
+        direction: Direction,
+        offset: usize,
+        len: usize,
+    ) -> Result<AccessGuard<'_>> {
+        let whole = offset == 0 && len == self.len();
+        let span = if whole || !self.0.storage.claimable_in_parts() {
+            Span::Whole
+        } else {
+            Span::Part(offset, offset + len)
+        };
+        self.begin_access_of(direction, span)
+    }
+
+    #[inline]
+    fn begin_access_of(&self, direction: Direction, span: Span) -> Result<AccessGuard<'_>> {
+        let claim = self.0.maps.claim(span, direction != Direction::Read)?;
         // Host memory CUDA may still be using: its GPU memory counterpart waits in `begin_cpu`.
         #[cfg(target_os = "linux")]
         if let Some(cuda) = self.0.cuda.get() {
@@ -179,24 +203,7 @@ impl Buffer {
     }
 
     fn claim(&self, direction: Direction) -> Result<Claim<'_>> {
-        let maps = &self.0.maps;
-        let write = direction != Direction::Read;
-        let swapped = if write {
-            maps.compare_exchange(0, WRITER, Ordering::Acquire, Ordering::Relaxed)
-        } else {
-            maps.fetch_update(Ordering::Acquire, Ordering::Relaxed, |n| {
-                (n & WRITER == 0 && n + 1 < WRITER).then_some(n + 1)
-            })
-        };
-        match swapped {
-            Ok(_) => Ok(Claim { maps, write }),
-            Err(held) if held & WRITER != 0 => Err(Error::MapBusy {
-                held: "for writing",
-            }),
-            Err(_) => Err(Error::MapBusy {
-                held: "for reading",
-            }),
-        }
+        self.0.maps.claim(Span::Whole, direction != Direction::Read)
     }
 }
 
@@ -207,23 +214,6 @@ pub(crate) struct AccessGuard<'a> {
     // off other maps.
     _storage: Option<CpuAccessGuard<'a>>,
     _claim: Claim<'a>,
-}
-
-#[derive(Debug)]
-struct Claim<'a> {
-    maps: &'a AtomicUsize,
-    write: bool,
-}
-
-impl Drop for Claim<'_> {
-    #[inline]
-    fn drop(&mut self) {
-        if self.write {
-            self.maps.store(0, Ordering::Release);
-        } else {
-            self.maps.fetch_sub(1, Ordering::Release);
-        }
-    }
 }
 
 /// A weak handle that tells whether a buffer is still alive, without keeping it alive.
