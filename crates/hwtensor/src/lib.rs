@@ -53,6 +53,7 @@ mod os;
 mod policy;
 mod region;
 mod rendezvous;
+mod reshape;
 #[cfg(target_os = "linux")]
 pub mod stream;
 mod tensor;
