@@ -201,6 +201,37 @@ impl PyTensor {
         self.inner.batch(i).or_py().map(Self::wrap)
     }
 
+    /// The same elements in another shape (C order), sharing the buffer (contiguous tensors).
+    fn reshape(&self, shape: Vec<usize>) -> PyResult<Self> {
+        self.inner.reshape(&shape).or_py().map(Self::wrap)
+    }
+
+    /// The whole buffer under a new shape, or (with `format`) as a `width` x `height` image:
+    /// a pooled buffer re-pointed at a new geometry that fits its capacity.
+    #[pyo3(signature = (shape = None, *, width = None, height = None, format = None, row_stride = None))]
+    fn repoint(
+        &self,
+        shape: Option<Vec<usize>>,
+        width: Option<usize>,
+        height: Option<usize>,
+        format: Option<&str>,
+        row_stride: Option<usize>,
+    ) -> PyResult<Self> {
+        let t = match (shape, width, height, format) {
+            (Some(shape), None, None, None) => self.inner.repoint(&shape),
+            (None, Some(w), Some(h), Some(f)) => {
+                let format = PixelFormat::from_str(f).or_py()?;
+                self.inner.repoint_image(w, h, format, row_stride)
+            }
+            _ => {
+                return Err(InvalidArgument::new_err(
+                    "repoint takes a shape, or width, height and format",
+                ))
+            }
+        };
+        t.or_py().map(Self::wrap)
+    }
+
     /// Copies `src` (same shape and dtype) into this tensor, on whatever engine reaches both.
     fn copy_from(&self, py: Python<'_>, src: &PyTensor) -> PyResult<()> {
         py.detach(|| self.inner.copy_from(&src.inner)).or_py()

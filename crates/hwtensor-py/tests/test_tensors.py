@@ -84,3 +84,17 @@ def test_copy_from_copies_between_memories():
     dst.copy_from(src)
     with dst.map_read() as b:
         assert list(b) == list(range(16))
+
+
+def test_reshape_and_repoint_keep_the_buffer():
+    t = hwtensor.Tensor((4, 6), "uint16", memory="mem")
+    r = t.reshape((2, 12))
+    assert (r.shape, r.identity) == ((2, 12), t.identity)
+    nv12 = hwtensor.Tensor.image(64, 32, "rgba", memory="shm").repoint(
+        width=64, height=32, format="nv12", row_stride=128
+    )
+    assert (nv12.format, nv12.row_stride) == ("nv12", 128)
+    with pytest.raises(hwtensor.InvalidArgument):
+        t.reshape((5, 5))
+    with pytest.raises(hwtensor.InvalidArgument):
+        t.repoint((1000,))

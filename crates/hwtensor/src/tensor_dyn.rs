@@ -176,6 +176,27 @@ impl TensorDyn {
     pub fn batch(&self, index: usize) -> Result<Self> {
         each_tensor!(self, t => t.batch(index).map(Element::into_dyn))
     }
+
+    /// See [`Tensor::reshape`].
+    pub fn reshape(&self, shape: &[usize]) -> Result<Self> {
+        each_tensor!(self, t => t.reshape(shape).map(Element::into_dyn))
+    }
+
+    /// See [`Tensor::repoint`].
+    pub fn repoint(&self, shape: &[usize]) -> Result<Self> {
+        each_tensor!(self, t => t.repoint(shape).map(Element::into_dyn))
+    }
+
+    /// See [`Tensor::repoint_image`].
+    pub fn repoint_image(
+        &self,
+        w: usize,
+        h: usize,
+        format: PixelFormat,
+        row_stride: Option<usize>,
+    ) -> Result<Self> {
+        each_tensor!(self, t => t.repoint_image(w, h, format, row_stride).map(Element::into_dyn))
+    }
 }
 
 impl<T: Element> Tensor<T> {
