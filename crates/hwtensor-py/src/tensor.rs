@@ -6,7 +6,7 @@ use hwtensor::{
     BufferIdentity, CpuAccess, DType, Direction, PixelFormat, Region, TensorDyn, TensorMemory,
 };
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
+use pyo3::types::{PyDict, PyTuple};
 
 use crate::dlpack;
 use crate::errors::{InvalidArgument, OrPy};
@@ -148,6 +148,53 @@ impl PyTensor {
     #[getter]
     fn row_stride(&self) -> Option<usize> {
         self.inner.image_info().map(|i| i.row_stride)
+    }
+
+    /// The image's colorimetry as names (`{"primaries": "bt709", "transfer": "bt709",
+    /// "matrix": "bt709", "range": "limited"}`), or None for a plain tensor.
+    #[getter]
+    fn colorimetry<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let Some(c) = self.inner.image_info().map(|i| i.colorimetry) else {
+            return Ok(None);
+        };
+        let d = PyDict::new(py);
+        d.set_item("primaries", c.primaries.name())?;
+        d.set_item("transfer", c.transfer.name())?;
+        d.set_item("matrix", c.matrix.name())?;
+        d.set_item("range", c.range.name())?;
+        Ok(Some(d))
+    }
+
+    /// This image with its colorimetry said (names as `colorimetry` gives; the parts not
+    /// given are kept), sharing the buffer. It travels with the image in views and hand-offs.
+    #[pyo3(signature = (*, primaries = None, transfer = None, matrix = None, range = None))]
+    fn with_colorimetry(
+        &self,
+        primaries: Option<&str>,
+        transfer: Option<&str>,
+        matrix: Option<&str>,
+        range: Option<&str>,
+    ) -> PyResult<Self> {
+        let mut c = self
+            .inner
+            .image_info()
+            .map(|i| i.colorimetry)
+            .unwrap_or_default();
+        if let Some(p) = primaries {
+            c.primaries = p.parse().or_py()?;
+        }
+        if let Some(t) = transfer {
+            c.transfer = t.parse().or_py()?;
+        }
+        if let Some(m) = matrix {
+            c.matrix = m.parse().or_py()?;
+        }
+        if let Some(r) = range {
+            c.range = r.parse().or_py()?;
+        }
+        let mut t = self.inner.clone();
+        t.set_colorimetry(c).or_py()?;
+        Ok(Self::wrap(t))
     }
 
     /// The image's planes as `(offset, row_stride, rows, size)` tuples, in bytes.

@@ -98,3 +98,19 @@ def test_reshape_and_repoint_keep_the_buffer():
         t.reshape((5, 5))
     with pytest.raises(hwtensor.InvalidArgument):
         t.repoint((1000,))
+
+
+def test_colorimetry_is_said_once_and_travels_with_the_image():
+    t = hwtensor.Tensor.image(64, 32, "nv12", memory="shm")
+    assert t.colorimetry["matrix"] == "unspecified"
+    hd = t.with_colorimetry(primaries="bt709", transfer="bt709", matrix="bt709", range="limited")
+    assert hd.colorimetry == {
+        "primaries": "bt709",
+        "transfer": "bt709",
+        "matrix": "bt709",
+        "range": "limited",
+    }
+    assert hd.identity == t.identity, "the same buffer"
+    with pytest.raises(hwtensor.InvalidArgument, match="limited"):
+        t.with_colorimetry(range="studio")
+    assert hwtensor.Tensor((4,)).colorimetry is None

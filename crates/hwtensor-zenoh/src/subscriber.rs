@@ -243,14 +243,18 @@ impl Subscriber {
             return Ok(tensor);
         }
         let target = match tensor.image_info() {
-            Some(i) => TensorDyn::image(
-                i.width,
-                i.height,
-                i.format,
-                tensor.dtype(),
-                Some(memory),
-                CpuAccess::ReadWrite,
-            )?,
+            Some(i) => {
+                let mut image = TensorDyn::image(
+                    i.width,
+                    i.height,
+                    i.format,
+                    tensor.dtype(),
+                    Some(memory),
+                    CpuAccess::ReadWrite,
+                )?;
+                image.set_colorimetry(i.colorimetry)?;
+                image
+            }
             None => TensorDyn::new(tensor.shape(), tensor.dtype(), Some(memory))?,
         };
         target.copy_from(&tensor)?;

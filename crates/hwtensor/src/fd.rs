@@ -84,12 +84,7 @@ impl<T: Element> Tensor<T> {
             None => default_row_stride(format, w, elem, TensorMemory::Mem)?,
         };
         let (shape, strides) = image_geometry(None, format, w, h, elem, stride)?;
-        let info = ImageInfo {
-            format,
-            width: w,
-            height: h,
-            row_stride: stride,
-        };
+        let info = ImageInfo::new(format, w, h, stride);
         let mut t = Self::at_offset(
             fd,
             offset,

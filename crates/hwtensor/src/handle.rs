@@ -57,12 +57,7 @@ impl<T: Element> Tensor<T> {
         let stride = mem.pitch();
         let (shape, strides) = image_geometry(None, format, w, h, T::DTYPE.size(), stride)?;
         let buffer = Buffer::new(Storage::Gpu(mem))?;
-        let info = ImageInfo {
-            format,
-            width: w,
-            height: h,
-            row_stride: stride,
-        };
+        let info = ImageInfo::new(format, w, h, stride);
         Ok(Self::over(buffer, shape, strides, Some(info), access))
     }
 

@@ -13,8 +13,10 @@ use crate::{CpuAccess, Element, Error, PixelFormat, Result, Tensor, TensorMemory
 /// and 64 also satisfies every GPU's linear-image pitch rule we know of.
 pub const IMAGE_PITCH_ALIGN: usize = 64;
 
-/// What makes a tensor an image.
+/// What makes a tensor an image. `#[non_exhaustive]`: made by [`ImageInfo::new`], so a field
+/// added later (as colorimetry was) breaks no one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ImageInfo {
     /// The pixel format.
     pub format: PixelFormat,
@@ -25,6 +27,22 @@ pub struct ImageInfo {
     /// Bytes from one row to the next (always set here; [`Tensor::row_stride`] reports `None`
     /// when it equals the tight row).
     pub row_stride: usize,
+    /// How its numbers become colours (unspecified unless someone said).
+    pub colorimetry: crate::Colorimetry,
+}
+
+impl ImageInfo {
+    /// A `width` x `height` image of `format` with rows `row_stride` bytes apart, colorimetry
+    /// unspecified.
+    pub fn new(format: PixelFormat, width: usize, height: usize, row_stride: usize) -> ImageInfo {
+        ImageInfo {
+            format,
+            width,
+            height,
+            row_stride,
+            colorimetry: crate::Colorimetry::default(),
+        }
+    }
 }
 
 /// The row stride an image gets on `memory`: tight on the host, aligned for devices.
@@ -146,12 +164,7 @@ impl<T: Element> Tensor<T> {
             |m| geometry(m).and_then(|((shape, strides), _)| extent(&shape, &strides, elem));
         let (buffer, chosen) = allocate_choosing(Purpose::Image, memory, bytes, Some(&texture))?;
         let ((shape, strides), row_stride) = geometry(chosen)?;
-        let info = ImageInfo {
-            format,
-            width: w,
-            height: h,
-            row_stride,
-        };
+        let info = ImageInfo::new(format, w, h, row_stride);
         Ok(Self::over(buffer, shape, strides, Some(info), access))
     }
 
@@ -173,6 +186,25 @@ impl<T: Element> Tensor<T> {
     /// Height of an image in pixels.
     pub fn height(&self) -> Option<usize> {
         self.image.map(|i| i.height)
+    }
+
+    /// The image's colorimetry (`None` for a plain tensor).
+    pub fn colorimetry(&self) -> Option<crate::Colorimetry> {
+        self.image.map(|i| i.colorimetry)
+    }
+
+    /// Says how the image's numbers become colours; travels with it in views and blobs. A
+    /// plain tensor has no colours: an error.
+    pub fn set_colorimetry(&mut self, colorimetry: crate::Colorimetry) -> Result<()> {
+        match &mut self.image {
+            Some(info) => {
+                info.colorimetry = colorimetry;
+                Ok(())
+            }
+            None => Err(Error::Image(
+                "a plain tensor has no colorimetry; make it an image".into(),
+            )),
+        }
     }
 
     /// The row stride in bytes of an image whose rows are padded; `None` when they are tight

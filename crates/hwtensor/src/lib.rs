@@ -22,6 +22,7 @@ mod backing;
 pub mod blob;
 mod buffer;
 mod claim;
+mod color;
 mod copy;
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)] // the CUDA driver is called through raw handles
@@ -62,6 +63,7 @@ mod timeline;
 
 pub use access::{CpuAccess, Direction};
 pub use buffer::BufferLiveness;
+pub use color::{ColorMatrix, ColorPrimaries, ColorRange, Colorimetry, TransferFunction};
 pub use dtype::{DType, Element};
 pub use error::{Error, GpuErrorKind, Result};
 pub use foreign::ForeignOwner;

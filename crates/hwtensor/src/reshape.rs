@@ -60,12 +60,7 @@ impl<T: Element> Tensor<T> {
             None => tight,
         };
         let (shape, strides) = image_geometry(None, format, w, h, Self::elem(), pitch)?;
-        let info = ImageInfo {
-            format,
-            width: w,
-            height: h,
-            row_stride: pitch,
-        };
+        let info = ImageInfo::new(format, w, h, pitch);
         self.repointed(shape, strides, Some(info))
     }
 

@@ -177,6 +177,11 @@ impl TensorDyn {
         each_tensor!(self, t => t.batch(index).map(Element::into_dyn))
     }
 
+    /// See [`Tensor::set_colorimetry`].
+    pub fn set_colorimetry(&mut self, colorimetry: crate::Colorimetry) -> Result<()> {
+        each_tensor!(self, t => t.set_colorimetry(colorimetry))
+    }
+
     /// See [`Tensor::reshape`].
     pub fn reshape(&self, shape: &[usize]) -> Result<Self> {
         each_tensor!(self, t => t.reshape(shape).map(Element::into_dyn))

@@ -210,3 +210,27 @@ fn a_hostile_blob_imported_from_its_owner_is_refused_like_any() {
         );
     }
 }
+
+#[test]
+fn colorimetry_travels_with_an_image_and_its_views_and_an_unknown_code_is_refused() {
+    use hwtensor::{ColorRange, Colorimetry};
+    let mut t = numbered_image();
+    t.set_colorimetry(Colorimetry::BT709_LIMITED).unwrap();
+    let view = t.view(Region::new(2, 2, 4, 4)).unwrap();
+    assert_eq!(view.colorimetry(), Some(Colorimetry::BT709_LIMITED));
+    let bytes = blob::export_inline(&view.into()).unwrap();
+    let got = blob::import_inline(&bytes).unwrap();
+    let got = got.image_info().unwrap().colorimetry;
+    assert_eq!(got, Colorimetry::BT709_LIMITED);
+    assert_eq!(got.range, ColorRange::Limited);
+    // The range code (header byte 91) set to one no version defines.
+    let mut hostile = bytes.clone();
+    hostile[91] = 77;
+    let err = blob::import_inline(&hostile).unwrap_err();
+    assert!(err.to_string().contains("range code 77"), "{err}");
+    let mut plain = Tensor::<u8>::new(&[4], Some(TensorMemory::Mem)).unwrap();
+    assert!(
+        plain.set_colorimetry(Colorimetry::SRGB).is_err(),
+        "a plain tensor has no colours"
+    );
+}

@@ -86,6 +86,16 @@ class Tensor:
     @property
     def plane_table(self) -> list[Tuple[int, int, int, int]]: ...
     @property
+    def colorimetry(self) -> Optional[dict]: ...
+    def with_colorimetry(
+        self,
+        *,
+        primaries: Optional[str] = None,
+        transfer: Optional[str] = None,
+        matrix: Optional[str] = None,
+        range: Optional[str] = None,
+    ) -> "Tensor": ...
+    @property
     def identity(self) -> Tuple[Any, ...]: ...
     @property
     def nbytes(self) -> int: ...

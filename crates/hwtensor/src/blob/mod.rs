@@ -25,7 +25,7 @@
 //! | 4 | 2 | version | 1; another value is refused |
 //! | 6 | 2 | header_len | bytes of the fixed header; 168 in v1, larger when a later writer appended fields (a v1 reader skips them) |
 //! | 8 | 4 | total_len | bytes of the whole blob, this header included |
-//! | 12 | 4 | required | features the reader must understand (bit 0 image, 1 quantization, 2 completion); unknown bits make a reader refuse instead of misread |
+//! | 12 | 4 | required | features the reader must understand (bit 0 image, 1 quantization, 2 completion, 3 colorimetry); unknown bits make a reader refuse instead of misread |
 //! | 16 | 1 | dtype | [`DType`] code |
 //! | 17 | 1 | memory | [`TensorMemory`] code of the exporter's buffer |
 //! | 18 | 1 | mode | 0 reference, 1 inline |
@@ -44,7 +44,8 @@
 //! | 72 | 4 | completion_fd | fd-table index of the completion fence, `u32::MAX` for none |
 //! | 76 | 4 | reserved | 0 |
 //! | 80 | 8 | completion_value | timeline value to wait for, with required bit 2 |
-//! | 88 | 8 | reserved | 0 |
+//! | 88 | 4 | colorimetry | an image's colour primaries, transfer, matrix and range codes ([`Colorimetry`](crate::Colorimetry)), with required bit 3 |
+//! | 92 | 4 | reserved | 0 |
 //! | 96 | 16 | device_uuid | GPU or CUDA memory by reference: the Vulkan deviceUUID of the exporter's GPU (else 0) |
 //! | 112 | 16 | driver_uuid | GPU or CUDA memory by reference: the Vulkan driverUUID of the exporter (else 0) |
 //! | 128 | 8 | allocation_size | GPU or CUDA memory by reference: bytes of the exported allocation (else 0) |
@@ -130,8 +131,12 @@ pub const REQUIRES_IMAGE: u32 = 1 << 0;
 pub const REQUIRES_QUANTIZATION: u32 = 1 << 1;
 /// `required` bit: the tensor may be read only after a completion fence signals.
 pub const REQUIRES_COMPLETION: u32 = 1 << 2;
+/// `required` bit: the image says its colorimetry (a reader that cannot keep it must not
+/// drop it silently: the receiver would convert YUV wrongly).
+pub const REQUIRES_COLORIMETRY: u32 = 1 << 3;
 /// Every `required` bit this reader understands.
-const KNOWN_REQUIREMENTS: u32 = REQUIRES_IMAGE | REQUIRES_QUANTIZATION | REQUIRES_COMPLETION;
+const KNOWN_REQUIREMENTS: u32 =
+    REQUIRES_IMAGE | REQUIRES_QUANTIZATION | REQUIRES_COMPLETION | REQUIRES_COLORIMETRY;
 
 /// `mode` of a reference blob.
 const MODE_REFERENCE: u8 = 0;
@@ -190,6 +195,9 @@ fn tight_copy<T: Element>(t: &Tensor<T>) -> Result<Tensor<T>> {
         None => Tensor::<T>::new(t.shape(), Some(TensorMemory::Mem))?,
     };
     tight.copy_from(t)?;
+    if let Some(c) = t.colorimetry() {
+        tight.set_colorimetry(c)?;
+    }
     tight.set_quantization(t.quantization());
     tight.access = t.access();
     Ok(tight)
@@ -275,6 +283,10 @@ impl Outgoing {
             (self.completion.is_some(), REQUIRES_COMPLETION),
             (info.is_some(), REQUIRES_IMAGE),
             (quant.is_some(), REQUIRES_QUANTIZATION),
+            (
+                info.is_some_and(|i| i.colorimetry.is_specified()),
+                REQUIRES_COLORIMETRY,
+            ),
         ] {
             if present {
                 required |= bit;
@@ -308,6 +320,7 @@ impl Outgoing {
             buffer_len: self.buffer_len as u64,
             width: info.map_or(0, |i| i.width as u64),
             height: info.map_or(0, |i| i.height as u64),
+            colorimetry: info.map_or([0; 4], |i| i.colorimetry.codes()),
             row_stride: info.map_or(0, |i| i.row_stride as u64),
             quant_scale: q.scale,
             quant_zero_point: q.zero_point,

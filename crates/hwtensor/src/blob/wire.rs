@@ -3,8 +3,8 @@
 //! fuzzed, on every platform.
 
 use super::{
-    bad, KNOWN_REQUIREMENTS, MAGIC, MAX_FDS, MAX_PLANES, MAX_RANK, REQUIRES_COMPLETION,
-    REQUIRES_IMAGE, REQUIRES_QUANTIZATION, VERSION,
+    bad, KNOWN_REQUIREMENTS, MAGIC, MAX_FDS, MAX_PLANES, MAX_RANK, REQUIRES_COLORIMETRY,
+    REQUIRES_COMPLETION, REQUIRES_IMAGE, REQUIRES_QUANTIZATION, VERSION,
 };
 use crate::gpu::{GpuOrigin, GpuReference};
 use crate::image::ImageInfo;
@@ -54,7 +54,8 @@ header_fields! {
     F_COMPLETION_FD: 4 @ 72 = "completion_fd";
     F_RESERVED_76: 4 @ 76 = "reserved";
     F_COMPLETION_VALUE: 8 @ 80 = "completion_value";
-    F_RESERVED_88: 8 @ 88 = "reserved";
+    F_COLORIMETRY: 4 @ 88 = "colorimetry";
+    F_RESERVED_92: 4 @ 92 = "reserved";
     F_DEVICE_UUID: 16 @ 96 = "device_uuid";
     F_DRIVER_UUID: 16 @ 112 = "driver_uuid";
     F_ALLOCATION_SIZE: 8 @ 128 = "allocation_size";
@@ -94,6 +95,8 @@ pub(super) struct Header {
     pub width: u64,
     pub height: u64,
     pub row_stride: u64,
+    /// The image's colorimetry codes (zero: unspecified).
+    pub colorimetry: [u8; 4],
     pub quant_scale: f32,
     pub quant_zero_point: i32,
     pub completion_fd: u32,
@@ -137,6 +140,7 @@ impl Header {
         put(&mut h, F_WIDTH, self.width.to_le_bytes());
         put(&mut h, F_HEIGHT, self.height.to_le_bytes());
         put(&mut h, F_ROW_STRIDE, self.row_stride.to_le_bytes());
+        put(&mut h, F_COLORIMETRY, self.colorimetry);
         put(&mut h, F_QUANT_SCALE, self.quant_scale.to_le_bytes());
         put(
             &mut h,
@@ -213,6 +217,7 @@ impl Header {
             width: r.u64(F_WIDTH)?,
             height: r.u64(F_HEIGHT)?,
             row_stride: r.u64(F_ROW_STRIDE)?,
+            colorimetry: r.get(F_COLORIMETRY)?,
             quant_scale: f32::from_le_bytes(r.get(F_QUANT_SCALE)?),
             quant_zero_point: i32::from_le_bytes(r.get(F_QUANT_ZERO_POINT)?),
             completion_fd: r.u32(F_COMPLETION_FD)?,
@@ -233,7 +238,7 @@ impl Header {
         // semaphore word of early v1 writers is ignored (see the format table).
         let reserved = [
             r.u32(F_RESERVED_76)? as u64,
-            r.u64(F_RESERVED_88)?,
+            r.u32(F_RESERVED_92)? as u64,
             r.u32(F_RESERVED_140)? as u64,
         ];
         if reserved != [0; 3] {
@@ -276,6 +281,13 @@ impl Header {
         {
             return Err(bad("image fields are set without the image bit"));
         }
+        let colorimetry = self.required & REQUIRES_COLORIMETRY != 0;
+        if !colorimetry && self.colorimetry != [0; 4] {
+            return Err(bad("colorimetry is set without the colorimetry bit"));
+        }
+        if colorimetry && self.required & REQUIRES_IMAGE == 0 {
+            return Err(bad("colorimetry on a blob that is not an image"));
+        }
         if self.rank > MAX_RANK {
             return Err(bad(format!(
                 "rank {} is past the maximum of {MAX_RANK}",
@@ -308,12 +320,14 @@ impl Header {
         }
         let format = PixelFormat::from_code(self.format)
             .ok_or_else(|| bad(format!("unknown pixel format code {}", self.format)))?;
-        Ok(Some(ImageInfo {
+        let mut info = ImageInfo::new(
             format,
-            width: to_usize(self.width, "width")?,
-            height: to_usize(self.height, "height")?,
-            row_stride: to_usize(self.row_stride, "row_stride")?,
-        }))
+            to_usize(self.width, "width")?,
+            to_usize(self.height, "height")?,
+            to_usize(self.row_stride, "row_stride")?,
+        );
+        info.colorimetry = crate::Colorimetry::from_codes(self.colorimetry).map_err(bad)?;
+        Ok(Some(info))
     }
 }
 
