@@ -264,3 +264,45 @@ fn a_subscriber_process_verifies_every_1080p_frame_both_ways() {
         );
     }
 }
+
+#[test]
+fn a_dropped_subscriber_stops_the_bytes_and_a_late_one_gets_only_new_frames() {
+    let port = free_port();
+    let a = session(port, true);
+    let mut publisher = Publisher::new(&a, "test/late", PublisherOptions::default()).unwrap();
+    let remote = SubscriberOptions {
+        local_delivery: false,
+        ..SubscriberOptions::default()
+    };
+    let small = || -> TensorDyn {
+        Tensor::<u32>::new(&[256], Some(TensorMemory::Mem))
+            .unwrap()
+            .into()
+    };
+    {
+        let b = session(port, false);
+        let mut first = Subscriber::new(&b, "test/late", remote).unwrap();
+        wait_until("the first subscriber", || publisher.publishes_inline());
+        publisher.publish(&small()).unwrap();
+        assert_eq!(first.recv(WAIT).unwrap().seq, 1);
+        b.close().wait().unwrap(); // the connection drops with the session
+    }
+    wait_until("the publisher to see it gone", || {
+        !publisher.publishes_inline()
+    });
+    publisher.publish(&small()).unwrap(); // seq 2: no one to send bytes to
+    let c = session(port, false);
+    let mut late = Subscriber::new(&c, "test/late", remote).unwrap();
+    wait_until("the late subscriber", || publisher.publishes_inline());
+    publisher.publish(&small()).unwrap();
+    let r = late.recv(WAIT).unwrap();
+    assert_eq!(
+        (r.seq, r.gap),
+        (3, 0),
+        "a late subscriber starts at the next frame"
+    );
+    assert!(matches!(
+        late.recv(Duration::from_millis(200)),
+        Err(hwtensor_zenoh::Error::Timeout(_))
+    ));
+}
