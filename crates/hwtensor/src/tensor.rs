@@ -8,6 +8,7 @@ use crate::identity::BufferIdentity;
 use crate::image::ImageInfo;
 use crate::memory::Purpose;
 use crate::BufferLiveness;
+use crate::DType;
 use crate::{CpuAccess, Element, Error, Result, TensorMemory};
 
 /// A tensor of `T` over heap, shared or DMA memory.
@@ -38,6 +39,39 @@ pub struct Quantization {
     pub scale: f32,
     /// The stored integer that means zero.
     pub zero_point: i32,
+}
+
+impl Quantization {
+    /// Whether these parameters can describe a tensor of `dtype`, saying why not.
+    pub fn check(&self, dtype: DType) -> Result<()> {
+        let (min, max): (i64, i64) = match dtype {
+            DType::U8 => (0, u8::MAX.into()),
+            DType::I8 => (i8::MIN.into(), i8::MAX.into()),
+            DType::U16 => (0, u16::MAX.into()),
+            DType::I16 => (i16::MIN.into(), i16::MAX.into()),
+            DType::U32 | DType::U64 => (0, i64::MAX),
+            DType::I32 | DType::I64 => (i64::MIN, i64::MAX),
+            _ => {
+                return Err(Error::InvalidOperation(format!(
+                    "quantization describes integer tensors; a {dtype} tensor holds real values \
+                     already"
+                )))
+            }
+        };
+        if !(self.scale.is_finite() && self.scale > 0.0) {
+            return Err(Error::InvalidArgument(format!(
+                "a quantization scale must be a positive finite number, not {}",
+                self.scale
+            )));
+        }
+        if !(min..=max).contains(&i64::from(self.zero_point)) {
+            return Err(Error::InvalidArgument(format!(
+                "zero point {} does not fit a {dtype} element ({min} to {max})",
+                self.zero_point
+            )));
+        }
+        Ok(())
+    }
 }
 
 impl<T: Element> Tensor<T> {
@@ -148,9 +182,15 @@ impl<T: Element> Tensor<T> {
         self.quantization
     }
 
-    /// Sets (or clears) the quantization parameters.
-    pub fn set_quantization(&mut self, quantization: Option<Quantization>) {
+    /// Sets (or clears) the quantization parameters. Refused on floating-point tensors (their
+    /// values are real already), for a scale that is not a positive finite number, and for a
+    /// zero point the element type cannot hold.
+    pub fn set_quantization(&mut self, quantization: Option<Quantization>) -> Result<()> {
+        if let Some(q) = quantization {
+            q.check(T::DTYPE)?;
+        }
         self.quantization = quantization;
+        Ok(())
     }
 }
 

@@ -60,7 +60,8 @@ fn dtype_batches_and_quantization_survive_the_trip() {
     t.set_quantization(Some(Quantization {
         scale: 0.25,
         zero_point: -3,
-    }));
+    }))
+    .unwrap();
     let batch: TensorDyn = t.batch(2).unwrap().into();
     let (bytes, fds) = blob::export(&batch, Transport::Reference).unwrap();
     let got = blob::import(&bytes, owned(&fds)).unwrap();

@@ -66,7 +66,8 @@ fn dtype_access_and_quantization_survive_an_inline_trip() {
     t.set_quantization(Some(Quantization {
         scale: 0.25,
         zero_point: -3,
-    }));
+    }))
+    .unwrap();
     let batch: TensorDyn = t.batch(2).unwrap().into();
     let got = blob::import_inline(&blob::export_inline(&batch).unwrap()).unwrap();
     assert_eq!((got.dtype(), got.shape()), (DType::I8, &[4usize, 5, 2][..]));
@@ -233,4 +234,30 @@ fn colorimetry_travels_with_an_image_and_its_views_and_an_unknown_code_is_refuse
         plain.set_colorimetry(Colorimetry::SRGB).is_err(),
         "a plain tensor has no colours"
     );
+}
+
+#[test]
+fn quantization_is_for_integers_with_a_positive_scale_and_a_zero_point_that_fits() {
+    let q = |scale, zero_point| Some(Quantization { scale, zero_point });
+    let mut u = Tensor::<u8>::new(&[4], Some(TensorMemory::Mem)).unwrap();
+    assert!(u.set_quantization(q(0.5, 128)).is_ok());
+    assert!(
+        u.set_quantization(q(0.5, 256)).is_err(),
+        "a u8 cannot hold 256"
+    );
+    assert!(u.set_quantization(q(0.5, -1)).is_err());
+    assert!(u.set_quantization(q(0.0, 0)).is_err());
+    assert!(u.set_quantization(q(f32::NAN, 0)).is_err());
+    let mut f = Tensor::<f32>::new(&[4], Some(TensorMemory::Mem)).unwrap();
+    assert!(matches!(
+        f.set_quantization(q(0.5, 0)),
+        Err(hwtensor::Error::InvalidOperation(_))
+    ));
+    // A hostile blob saying so is refused too: scale (header bytes 64..68) set to -1.
+    let mut i = Tensor::<i8>::new(&[4], Some(TensorMemory::Mem)).unwrap();
+    i.set_quantization(q(0.25, -3)).unwrap();
+    let mut bytes = blob::export_inline(&i.into()).unwrap();
+    bytes[64..68].copy_from_slice(&(-1.0f32).to_le_bytes());
+    let err = blob::import_inline(&bytes).unwrap_err();
+    assert!(err.to_string().contains("scale"), "{err}");
 }

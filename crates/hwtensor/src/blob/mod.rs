@@ -198,7 +198,7 @@ fn tight_copy<T: Element>(t: &Tensor<T>) -> Result<Tensor<T>> {
     if let Some(c) = t.colorimetry() {
         tight.set_colorimetry(c)?;
     }
-    tight.set_quantization(t.quantization());
+    tight.set_quantization(t.quantization())?;
     tight.access = t.access();
     Ok(tight)
 }
@@ -463,6 +463,10 @@ impl<'a> Described<'a> {
             scale: h.quant_scale,
             zero_point: h.quant_zero_point,
         });
+        if let Some(q) = quantization {
+            q.check(dtype)
+                .map_err(|e| bad(format!("quantization: {e}")))?;
+        }
         let has_fence = h.required & REQUIRES_COMPLETION != 0;
         let device_memory = matches!(memory, TensorMemory::Gpu | TensorMemory::Cuda);
         if has_fence && (h.completion_fd != 1 || !device_memory || h.mode != MODE_REFERENCE) {
