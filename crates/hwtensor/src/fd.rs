@@ -34,6 +34,13 @@ impl<T: Element> Tensor<T> {
         Self::at_offset(fd, 0, shape.to_vec(), strides, None, policy)
     }
 
+    /// The dma-heap this tensor's DMA-BUF came from (`linux,cma`, `system`, ...), as
+    /// `HWTENSOR_DMA_HEAP` and the tensor's declared CPU access chose it; `None` for other
+    /// memory and for imported DMA-BUFs.
+    pub fn dma_heap(&self) -> Option<&str> {
+        self.buffer.dma_heap()
+    }
+
     /// The buffer's fd, borrowed (heap memory has none).
     pub fn as_fd(&self) -> Option<BorrowedFd<'_>> {
         self.buffer.fd()

@@ -162,7 +162,9 @@ impl<T: Element> Tensor<T> {
         };
         let bytes =
             |m| geometry(m).and_then(|((shape, strides), _)| extent(&shape, &strides, elem));
-        let (buffer, chosen) = allocate_choosing(Purpose::Image, memory, bytes, Some(&texture))?;
+        let cpu_reads = access.allows(crate::Direction::Read);
+        let (buffer, chosen) =
+            allocate_choosing(Purpose::Image, memory, bytes, Some(&texture), cpu_reads)?;
         let ((shape, strides), row_stride) = geometry(chosen)?;
         let info = ImageInfo::new(format, w, h, row_stride);
         Ok(Self::over(buffer, shape, strides, Some(info), access))

@@ -84,7 +84,7 @@ impl<T: Element> Tensor<T> {
             .ok_or_else(|| {
                 Error::Shape(format!("{shape:?} of {} overflows usize bytes", T::DTYPE))
             })?;
-        let buffer = allocate_choosing(Purpose::Plain, memory, |_| Ok(bytes), None)?.0;
+        let buffer = allocate_choosing(Purpose::Plain, memory, |_| Ok(bytes), None, true)?.0;
         Ok(Self::over(
             buffer,
             shape.to_vec(),

@@ -110,11 +110,13 @@ fn device_identity(o: crate::gpu::GpuOrigin) -> BufferIdentity {
 }
 
 impl Storage {
-    /// Allocates `len` zeroed bytes of `memory`.
+    /// Allocates `len` zeroed bytes of `memory`; `cpu_reads` says whether the CPU will read
+    /// them (only the DMA-BUF heap choice asks, on Linux).
     pub(crate) fn allocate(
         memory: TensorMemory,
         len: usize,
         texture: Option<&TextureRequest>,
+        #[cfg_attr(not(target_os = "linux"), allow(unused_variables))] cpu_reads: bool,
     ) -> Result<Storage> {
         memory.ensure_available()?;
         match memory {
@@ -124,7 +126,7 @@ impl Storage {
             TensorMemory::Cuda => crate::cuda::CudaMemory::allocate(len).map(Storage::Cuda),
             #[cfg(target_os = "linux")]
             TensorMemory::Shm | TensorMemory::DmaBuf => {
-                unix::allocate(memory, len).map(Storage::Fd)
+                unix::allocate(memory, len, cpu_reads).map(Storage::Fd)
             }
             #[cfg(not(target_os = "linux"))]
             TensorMemory::Shm | TensorMemory::DmaBuf | TensorMemory::Cuda => {

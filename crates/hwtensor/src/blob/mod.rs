@@ -585,7 +585,7 @@ fn check_planes(
 }
 
 fn inline_buffer(data: &[u8]) -> Result<Buffer> {
-    let buffer = Buffer::allocate(TensorMemory::Mem, data.len(), None)?;
+    let buffer = Buffer::allocate(TensorMemory::Mem, data.len(), None, true)?;
     let bytes = Tensor::<u8>::over(
         buffer.clone(),
         vec![data.len()],

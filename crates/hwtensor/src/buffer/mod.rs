@@ -56,12 +56,15 @@ impl Buffer {
         }))
     }
 
+    /// A new zeroed buffer of `len` bytes of `memory`; `cpu_reads` says whether the CPU will
+    /// read it (a DMA-BUF the CPU never reads comes from an uncached heap first).
     pub(crate) fn allocate(
         memory: TensorMemory,
         len: usize,
         texture: Option<&TextureRequest>,
+        cpu_reads: bool,
     ) -> Result<Buffer> {
-        let buffer = Buffer::new(Storage::allocate(memory, len, texture)?)?;
+        let buffer = Buffer::new(Storage::allocate(memory, len, texture, cpu_reads)?)?;
         // A GPU buffer handed out and back again comes home as itself, not as an import.
         #[cfg(target_os = "linux")]
         if buffer.gpu().is_some() {
@@ -239,16 +242,17 @@ pub(crate) fn allocate_choosing(
     memory: Option<TensorMemory>,
     bytes: impl Fn(TensorMemory) -> Result<usize>,
     texture: Option<&TextureRequest>,
+    cpu_reads: bool,
 ) -> Result<(Buffer, TensorMemory)> {
     if let Some(m) = memory {
-        return Ok((Buffer::allocate(m, bytes(m)?, texture)?, m));
+        return Ok((Buffer::allocate(m, bytes(m)?, texture, cpu_reads)?, m));
     }
     let mut last = None;
     for &m in auto_candidates(purpose, force_mem_requested()) {
         if !m.is_available() {
             continue;
         }
-        match Buffer::allocate(m, bytes(m)?, texture) {
+        match Buffer::allocate(m, bytes(m)?, texture, cpu_reads) {
             Ok(b) => return Ok((b, m)),
             Err(e) => {
                 log::debug!("automatic selection: {m} failed ({e}), trying the next backing");

@@ -59,6 +59,10 @@ impl Buffer {
         self.0.storage.fd()
     }
 
+    pub(crate) fn dma_heap(&self) -> Option<&str> {
+        self.0.storage.dma_heap()
+    }
+
     pub(crate) fn downgrade(&self) -> WeakBuffer {
         WeakBuffer(Arc::downgrade(&self.0))
     }

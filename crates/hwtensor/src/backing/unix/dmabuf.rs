@@ -69,10 +69,47 @@ pub(crate) fn direction_flags(direction: Direction) -> u64 {
     }
 }
 
-/// The heaps to try, best first, among the heap names present on this machine.
-pub(crate) fn heap_order(present: &[String]) -> Vec<String> {
+/// Heaps that hand out write-combined (uncached) memory: right for buffers the CPU writes or
+/// never touches (a CPU read of uncached memory is ~10x slower), and no cache maintenance.
+pub(crate) const UNCACHED_MARK: &str = "uncached";
+
+/// `HWTENSOR_DMA_HEAP`: `contiguous` forbids the scattered-page fallback (a device without an
+/// IOMMU cannot use scattered pages, and would fail in its DMA rather than here); a heap's
+/// name (as in /dev/dma_heap) allows only that heap.
+pub const DMA_HEAP_ENV: &str = "HWTENSOR_DMA_HEAP";
+
+/// Which heaps a DMA-BUF allocation may come from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum HeapPolicy {
+    /// Contiguous first, scattered pages as the fallback.
+    Any,
+    /// Contiguous (CMA) heaps only.
+    ContiguousOnly,
+    /// This heap only.
+    Named(String),
+}
+
+impl HeapPolicy {
+    /// The policy `HWTENSOR_DMA_HEAP` sets (`Any` without it).
+    pub(crate) fn from_env() -> HeapPolicy {
+        match std::env::var(DMA_HEAP_ENV) {
+            Ok(v) if v.eq_ignore_ascii_case("contiguous") => HeapPolicy::ContiguousOnly,
+            Ok(v) if !v.trim().is_empty() => HeapPolicy::Named(v.trim().to_string()),
+            _ => HeapPolicy::Any,
+        }
+    }
+}
+
+/// The heaps to try, best first, among the heap names present on this machine, for a buffer
+/// the CPU reads (`cpu_reads`) or not, under `policy`. Contiguous memory comes first; for a
+/// buffer the CPU never reads, uncached heaps come before cached ones; for one it reads, they
+/// come last (they still beat no buffer at all).
+pub(crate) fn heap_order(present: &[String], cpu_reads: bool, policy: &HeapPolicy) -> Vec<String> {
+    if let HeapPolicy::Named(name) = policy {
+        return present.iter().filter(|p| *p == name).cloned().collect();
+    }
     let has = |name: &str| present.iter().any(|p| p == name);
-    let mut order: Vec<String> = CMA_HEAP_NAMES
+    let mut contiguous: Vec<String> = CMA_HEAP_NAMES
         .iter()
         .filter(|n| has(n))
         .map(|n| n.to_string())
@@ -80,12 +117,34 @@ pub(crate) fn heap_order(present: &[String]) -> Vec<String> {
     // A board-specific CMA region we do not know by name is still contiguous memory.
     let unknown_cma: Vec<String> = present
         .iter()
-        .filter(|p| p.contains("cma") && !order.contains(p))
+        .filter(|p| p.contains("cma") && !contiguous.contains(p))
         .cloned()
         .collect();
-    order.extend(unknown_cma);
-    if has(SYSTEM_HEAP_NAME) {
-        order.push(SYSTEM_HEAP_NAME.to_string());
+    contiguous.extend(unknown_cma);
+    let mut scattered: Vec<String> = match policy {
+        HeapPolicy::ContiguousOnly => Vec::new(),
+        _ => present
+            .iter()
+            .filter(|p| p.starts_with(SYSTEM_HEAP_NAME))
+            .cloned()
+            .collect(),
+    };
+    // Cached first where the CPU reads, uncached first where it does not (stable: the
+    // known-name order within each kind is kept).
+    let uncached_first =
+        |v: &mut Vec<String>| v.sort_by_key(|n| n.contains(UNCACHED_MARK) == cpu_reads);
+    uncached_first(&mut contiguous);
+    uncached_first(&mut scattered);
+    let mut order = contiguous;
+    if cpu_reads {
+        // Uncached memory of any kind after every cached heap.
+        let (cached, uncached): (Vec<_>, Vec<_>) = order
+            .into_iter()
+            .chain(scattered)
+            .partition(|n| !n.contains(UNCACHED_MARK));
+        order = cached.into_iter().chain(uncached).collect();
+    } else {
+        order.extend(scattered);
     }
     order
 }
@@ -110,7 +169,7 @@ fn probe() -> Option<String> {
         Ok(p) => p,
         Err(e) => return Some(format!("no dma-heap: cannot list {DMA_HEAP_DIR} ({e})")),
     };
-    let order = heap_order(&present);
+    let order = heap_order(&present, true, &HeapPolicy::from_env());
     if order.is_empty() {
         return Some(format!(
             "{DMA_HEAP_DIR} has no CMA or system heap (found: {present:?})"
@@ -128,13 +187,15 @@ fn open_heap(name: &str) -> rustix::io::Result<OwnedFd> {
     )
 }
 
-/// Allocates a DMA-BUF of `len` bytes from the best heap that will give one.
-pub(crate) fn allocate(len: usize) -> Result<OwnedFd> {
-    let order = heap_order(&present_heaps().unwrap_or_default());
+/// Allocates a DMA-BUF of `len` bytes from the best heap that will give one (see
+/// [`heap_order`]); returns it with the heap's name.
+pub(crate) fn allocate(len: usize, cpu_reads: bool) -> Result<(OwnedFd, String)> {
+    let present = present_heaps().unwrap_or_default();
+    let order = heap_order(&present, cpu_reads, &HeapPolicy::from_env());
     let mut last = None;
     for name in &order {
         match open_heap(name).and_then(|heap| allocate_from(heap.as_fd(), len)) {
-            Ok(fd) => return Ok(fd),
+            Ok(fd) => return Ok((fd, name.clone())),
             Err(e) => {
                 log::debug!("dma-heap {name}: allocation of {len} bytes failed: {e}");
                 last = Some(e);
@@ -224,22 +285,65 @@ mod tests {
         v.iter().map(|s| s.to_string()).collect()
     }
 
+    const ANY: HeapPolicy = HeapPolicy::Any;
+
     #[test]
     fn the_cma_heap_comes_before_the_system_heap() {
-        let order = heap_order(&names(&["system", "linux,cma"]));
+        let order = heap_order(&names(&["system", "linux,cma"]), true, &ANY);
         assert_eq!(order, names(&["linux,cma", "system"]));
     }
 
     #[test]
     fn an_unknown_cma_region_still_counts_as_contiguous() {
-        let order = heap_order(&names(&["system", "vendor-cma@0", "system-uncached"]));
+        let order = heap_order(&names(&["system", "vendor-cma@0"]), true, &ANY);
         assert_eq!(order, names(&["vendor-cma@0", "system"]));
     }
 
     #[test]
+    fn a_buffer_the_cpu_never_reads_takes_uncached_memory_first_and_one_it_reads_last() {
+        let present = names(&[
+            "system",
+            "system-uncached",
+            "linux,cma",
+            "linux,cma-uncached",
+        ]);
+        assert_eq!(
+            heap_order(&present, false, &ANY),
+            names(&[
+                "linux,cma-uncached",
+                "linux,cma",
+                "system-uncached",
+                "system"
+            ])
+        );
+        assert_eq!(
+            heap_order(&present, true, &ANY),
+            names(&[
+                "linux,cma",
+                "system",
+                "linux,cma-uncached",
+                "system-uncached"
+            ])
+        );
+    }
+
+    #[test]
+    fn a_device_without_an_iommu_can_forbid_scattered_pages_or_name_its_heap() {
+        let present = names(&["system", "linux,cma", "vendor-cma@0"]);
+        let contiguous = heap_order(&present, true, &HeapPolicy::ContiguousOnly);
+        assert_eq!(contiguous, names(&["linux,cma", "vendor-cma@0"]));
+        let named = HeapPolicy::Named("vendor-cma@0".into());
+        assert_eq!(
+            heap_order(&present, false, &named),
+            names(&["vendor-cma@0"])
+        );
+        assert!(heap_order(&present, false, &HeapPolicy::Named("nope".into())).is_empty());
+    }
+
+    #[test]
     fn no_heaps_means_no_candidates() {
-        assert!(heap_order(&[]).is_empty());
-        assert!(heap_order(&names(&["secure"])).is_empty());
+        assert!(heap_order(&[], true, &ANY).is_empty());
+        assert!(heap_order(&names(&["secure"]), true, &ANY).is_empty());
     }
 
     #[test]
@@ -253,7 +357,7 @@ mod tests {
         let reason = unavailable_reason().expect("no dma-heap, so unavailable");
         assert!(reason.contains(DMA_HEAP_DIR), "{reason}");
         assert!(matches!(
-            allocate(4096),
+            allocate(4096, true),
             Err(Error::Alloc {
                 memory: TensorMemory::DmaBuf,
                 ..

@@ -15,6 +15,8 @@ pub(crate) struct FdMapping {
     len: usize,
     memory: TensorMemory,
     writable: bool,
+    /// The dma-heap a DMA-BUF of ours came from (`None` for shm and imports).
+    heap: Option<String>,
 }
 
 impl FdMapping {
@@ -29,6 +31,7 @@ impl FdMapping {
                 len,
                 memory,
                 writable: true,
+                heap: None,
             });
         }
         let opts = {
@@ -52,7 +55,18 @@ impl FdMapping {
             len,
             memory,
             writable,
+            heap: None,
         })
+    }
+
+    /// Records the dma-heap this DMA-BUF was allocated from.
+    pub(crate) fn set_heap(&mut self, heap: String) {
+        self.heap = Some(heap);
+    }
+
+    /// The dma-heap this DMA-BUF of ours came from.
+    pub(crate) fn heap(&self) -> Option<&str> {
+        self.heap.as_deref()
     }
 
     pub(crate) fn ptr(&self) -> *mut u8 {

@@ -21,12 +21,16 @@ pub(crate) fn unavailable_reason(memory: TensorMemory) -> Option<String> {
 }
 
 /// Allocates and maps `len` zeroed bytes of a memfd or a DMA-BUF.
-pub(crate) fn allocate(memory: TensorMemory, len: usize) -> Result<FdMapping> {
-    let fd = match memory {
-        TensorMemory::Shm => shm::create(len)?,
-        _ => dmabuf::allocate(len)?,
-    };
-    FdMapping::new(fd, len, memory)
+pub(crate) fn allocate(memory: TensorMemory, len: usize, cpu_reads: bool) -> Result<FdMapping> {
+    match memory {
+        TensorMemory::Shm => FdMapping::new(shm::create(len)?, len, memory),
+        _ => {
+            let (fd, heap) = dmabuf::allocate(len, cpu_reads)?;
+            let mut mapping = FdMapping::new(fd, len, memory)?;
+            mapping.set_heap(heap);
+            Ok(mapping)
+        }
+    }
 }
 
 impl Storage {
@@ -60,6 +64,14 @@ impl Storage {
         let size = usize::try_from(size)
             .map_err(|_| Error::Fd(format!("an fd of {size} bytes cannot be mapped here")))?;
         FdMapping::new(fd, size, memory).map(Storage::Fd)
+    }
+
+    /// The dma-heap a DMA-BUF of ours came from (`None` for any other memory and for imports).
+    pub(crate) fn dma_heap(&self) -> Option<&str> {
+        match self {
+            Storage::Fd(m) => m.heap(),
+            _ => None,
+        }
     }
 
     pub(crate) fn fd(&self) -> Option<BorrowedFd<'_>> {
