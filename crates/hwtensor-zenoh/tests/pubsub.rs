@@ -35,6 +35,15 @@ fn session(port: u16, listen: bool) -> zenoh::Session {
         .unwrap()
 }
 
+/// A publisher that waits rather than drops when Zenoh's queue is full: these tests count
+/// every frame, and a loaded machine (CI's two cores) fills the queue with 8 MB frames.
+fn every_frame() -> PublisherOptions {
+    PublisherOptions {
+        congestion: zenoh::qos::CongestionControl::Block,
+        ..PublisherOptions::default()
+    }
+}
+
 fn pixel(seq: u64, i: usize) -> [u8; 4] {
     ((seq as u32).wrapping_mul(0x9e37_79b1) ^ i as u32).to_le_bytes()
 }
@@ -73,7 +82,7 @@ fn wait_until(what: &str, mut ready: impl FnMut() -> bool) {
 fn on_one_host_frames_go_by_fd_and_no_bytes_go_to_zenoh() {
     let port = free_port();
     let (a, b) = (session(port, true), session(port, false));
-    let mut publisher = Publisher::new(&a, "test/one-host", PublisherOptions::default()).unwrap();
+    let mut publisher = Publisher::new(&a, "test/one-host", every_frame()).unwrap();
     let mut subscriber =
         Subscriber::new(&b, "test/one-host", SubscriberOptions::default()).unwrap();
     wait_until("the local connection", || {
@@ -95,7 +104,7 @@ fn on_one_host_frames_go_by_fd_and_no_bytes_go_to_zenoh() {
 fn across_hosts_frames_travel_inline_into_the_memory_asked_for_with_every_pixel() {
     let port = free_port();
     let (a, b) = (session(port, true), session(port, false));
-    let mut publisher = Publisher::new(&a, "test/remote", PublisherOptions::default()).unwrap();
+    let mut publisher = Publisher::new(&a, "test/remote", every_frame()).unwrap();
     let options = SubscriberOptions {
         memory: Some(TensorMemory::Shm),
         local_delivery: false, // as a subscriber on another host is
@@ -191,7 +200,7 @@ fn a_restarted_publisher_is_a_new_sequence_and_gaps_are_counted() {
             .unwrap()
             .into()
     };
-    let mut first = Publisher::new(&a, "test/restart", PublisherOptions::default()).unwrap();
+    let mut first = Publisher::new(&a, "test/restart", every_frame()).unwrap();
     wait_until("the first publisher's connection", || {
         first.local_subscribers() == 1
     });
@@ -204,7 +213,7 @@ fn a_restarted_publisher_is_a_new_sequence_and_gaps_are_counted() {
     let r = subscriber.recv(WAIT).unwrap();
     assert_eq!((r.seq, r.gap), (5, 3));
     drop(first);
-    let mut second = Publisher::new(&a, "test/restart", PublisherOptions::default()).unwrap();
+    let mut second = Publisher::new(&a, "test/restart", every_frame()).unwrap();
     wait_until("the second publisher's connection", || {
         second.local_subscribers() == 1
     });
@@ -245,7 +254,7 @@ fn a_subscriber_process_verifies_every_1080p_frame_both_ways() {
         let port = free_port();
         let a = session(port, true);
         let mut publisher =
-            Publisher::new(&a, "test/process", PublisherOptions::default()).unwrap();
+            Publisher::new(&a, "test/process", every_frame()).unwrap();
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args([ACROSS, "--exact", "--nocapture", "--test-threads=1"])
             .env(CHILD, format!("{port},{how}"))
@@ -269,7 +278,7 @@ fn a_subscriber_process_verifies_every_1080p_frame_both_ways() {
 fn a_dropped_subscriber_stops_the_bytes_and_a_late_one_gets_only_new_frames() {
     let port = free_port();
     let a = session(port, true);
-    let mut publisher = Publisher::new(&a, "test/late", PublisherOptions::default()).unwrap();
+    let mut publisher = Publisher::new(&a, "test/late", every_frame()).unwrap();
     let remote = SubscriberOptions {
         local_delivery: false,
         ..SubscriberOptions::default()
