@@ -160,6 +160,7 @@ impl<'a> MapSite<'a> {
     /// A byte map in `direction`: one arm per direction, each claiming with a constant (a
     /// caller outside Rust passes the direction at run time, and the branches on it were a
     /// third of a map's cost).
+    #[inline]
     pub(crate) fn byte_map(self, direction: Direction) -> Result<ByteMap<'a>> {
         match direction {
             Direction::Read => self.byte_map_in(Direction::Read),
@@ -223,11 +224,13 @@ impl<T: Element> Tensor<T> {
     /// What a map needs of this tensor, its element type set aside.
     #[inline]
     pub(crate) fn map_site(&self) -> MapSite<'_> {
+        let extent = self.byte_extent();
         MapSite {
             buffer: &self.buffer,
             offset: self.offset,
-            extent: self.byte_extent(),
-            empty: self.is_empty(),
+            extent,
+            // Only a tensor with no elements has no extent (an element is at least a byte).
+            empty: extent == 0,
             access: self.access,
             align: std::mem::align_of::<T>(),
         }
