@@ -253,8 +253,7 @@ fn a_subscriber_process_verifies_every_1080p_frame_both_ways() {
     for how in ["local", "inline"] {
         let port = free_port();
         let a = session(port, true);
-        let mut publisher =
-            Publisher::new(&a, "test/process", every_frame()).unwrap();
+        let mut publisher = Publisher::new(&a, "test/process", every_frame()).unwrap();
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args([ACROSS, "--exact", "--nocapture", "--test-threads=1"])
             .env(CHILD, format!("{port},{how}"))

@@ -118,7 +118,9 @@ pub trait Element:
     const DTYPE: DType;
     /// Borrows a dtype-erased tensor as `Tensor<Self>` when it holds this type.
     fn from_dyn(t: &TensorDyn) -> Option<&Tensor<Self>>;
-    /// Takes a dtype-erased tensor as `Tensor<Self>`, or gives it back.
+    /// Takes a dtype-erased tensor as `Tensor<Self>`, or gives it back (by design: see
+    /// `TensorDyn::into_tensor`).
+    #[allow(clippy::result_large_err)]
     fn from_dyn_owned(t: TensorDyn) -> Result<Tensor<Self>, TensorDyn>;
     /// Erases the element type.
     fn into_dyn(t: Tensor<Self>) -> TensorDyn;

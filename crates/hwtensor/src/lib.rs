@@ -52,6 +52,7 @@ mod native;
 mod os;
 #[cfg(target_os = "linux")]
 mod policy;
+mod quantization;
 mod region;
 mod rendezvous;
 mod reshape;
@@ -77,8 +78,9 @@ pub use map::{
 pub use memory::{TensorMemory, FORCE_MEM_ENV};
 #[cfg(target_os = "linux")]
 pub use policy::ImportPolicy;
+pub use quantization::{ChannelQuantization, Quantization, MAX_QUANT_CHANNELS};
 pub use region::Region;
-pub use tensor::{Quantization, Tensor};
+pub use tensor::Tensor;
 pub use tensor_dyn::TensorDyn;
 
 pub use half::f16;

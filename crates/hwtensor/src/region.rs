@@ -67,6 +67,11 @@ impl<T: Element> Tensor<T> {
             height: region.height,
             ..i
         });
+        // Per-channel quantization on a row or column axis keeps the channels in the region.
+        view.quantization = self.quantization.as_ref().map(|q| {
+            q.sliced(h_dim, region.y, region.height)
+                .sliced(w_dim, region.x, region.width)
+        });
         debug_assert!(view.is_empty() || view.offset + view.byte_extent() <= self.buffer.len());
         Ok(view)
     }
@@ -98,6 +103,7 @@ impl<T: Element> Tensor<T> {
         item.offset = start;
         item.shape.remove(0);
         item.strides.remove(0);
+        item.quantization = self.quantization.as_ref().map(|q| q.without_dim(0, index));
         Ok(item)
     }
 

@@ -21,6 +21,17 @@ impl<T: Element> Tensor<T> {
                 self.shape, self.strides
             )));
         }
+        if self
+            .quantization
+            .as_ref()
+            .is_some_and(|q| q.channels.is_some())
+        {
+            return Err(Error::Shape(
+                "a per-channel-quantized tensor cannot be reshaped: its channel axis would lose \
+                 its meaning"
+                    .into(),
+            ));
+        }
         if element_count(shape)? != self.len() {
             return Err(Error::Shape(format!(
                 "{shape:?} holds {} elements, the tensor {}",
@@ -84,7 +95,7 @@ impl<T: Element> Tensor<T> {
             strides,
             image,
             access: self.access,
-            quantization: self.quantization,
+            quantization: self.quantization.clone(),
         };
         let checked = parts
             .check(Self::elem(), self.buffer.len())

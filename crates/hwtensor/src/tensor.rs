@@ -7,8 +7,8 @@ use crate::geometry::{byte_strides, element_count, extent};
 use crate::identity::BufferIdentity;
 use crate::image::ImageInfo;
 use crate::memory::Purpose;
+use crate::quantization::Quantization;
 use crate::BufferLiveness;
-use crate::DType;
 use crate::{CpuAccess, Element, Error, Result, TensorMemory};
 
 /// A tensor of `T` over heap, shared or DMA memory.
@@ -29,49 +29,6 @@ pub struct Tensor<T: Element> {
     pub(crate) access: CpuAccess,
     pub(crate) quantization: Option<Quantization>,
     pub(crate) _elem: PhantomData<T>,
-}
-
-/// Affine quantization of an integer tensor: `real = scale * (q - zero_point)`, as TFLite and
-/// most NPU toolchains describe their inputs and outputs.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Quantization {
-    /// The real value of one step of the stored integer.
-    pub scale: f32,
-    /// The stored integer that means zero.
-    pub zero_point: i32,
-}
-
-impl Quantization {
-    /// Whether these parameters can describe a tensor of `dtype`, saying why not.
-    pub fn check(&self, dtype: DType) -> Result<()> {
-        let (min, max): (i64, i64) = match dtype {
-            DType::U8 => (0, u8::MAX.into()),
-            DType::I8 => (i8::MIN.into(), i8::MAX.into()),
-            DType::U16 => (0, u16::MAX.into()),
-            DType::I16 => (i16::MIN.into(), i16::MAX.into()),
-            DType::U32 | DType::U64 => (0, i64::MAX),
-            DType::I32 | DType::I64 => (i64::MIN, i64::MAX),
-            _ => {
-                return Err(Error::InvalidOperation(format!(
-                    "quantization describes integer tensors; a {dtype} tensor holds real values \
-                     already"
-                )))
-            }
-        };
-        if !(self.scale.is_finite() && self.scale > 0.0) {
-            return Err(Error::InvalidArgument(format!(
-                "a quantization scale must be a positive finite number, not {}",
-                self.scale
-            )));
-        }
-        if !(min..=max).contains(&i64::from(self.zero_point)) {
-            return Err(Error::InvalidArgument(format!(
-                "zero point {} does not fit a {dtype} element ({min} to {max})",
-                self.zero_point
-            )));
-        }
-        Ok(())
-    }
 }
 
 impl<T: Element> Tensor<T> {
@@ -190,15 +147,18 @@ impl<T: Element> Tensor<T> {
 
     /// The quantization parameters, if any were set.
     pub fn quantization(&self) -> Option<Quantization> {
-        self.quantization
+        self.quantization.clone()
     }
 
     /// Sets (or clears) the quantization parameters. Refused on floating-point tensors (their
     /// values are real already), for a scale that is not a positive finite number, and for a
     /// zero point the element type cannot hold.
+    ///
+    /// Per-channel parameters must name an axis of the tensor and one pair per index along it.
     pub fn set_quantization(&mut self, quantization: Option<Quantization>) -> Result<()> {
-        if let Some(q) = quantization {
+        if let Some(q) = &quantization {
             q.check(T::DTYPE)?;
+            q.check_shape(&self.shape)?;
         }
         self.quantization = quantization;
         Ok(())
@@ -226,6 +186,9 @@ impl Parts {
     pub(crate) fn check(self, elem: usize, buffer_len: usize) -> Result<CheckedParts> {
         let (shape, strides) = (&self.shape, &self.strides);
         check_strides(shape, strides, elem)?;
+        if let Some(q) = &self.quantization {
+            q.check_shape(shape)?;
+        }
         crate::geometry::check_reach(shape, strides, self.offset, elem)?;
         let end = extent(shape, strides, elem)?
             .checked_add(self.offset)

@@ -82,6 +82,8 @@ impl TensorDyn {
     }
 
     /// Takes the typed tensor out, or gives `self` back.
+    // The tensor itself comes back on a mismatch, by design: boxing it would cost every caller.
+    #[allow(clippy::result_large_err)]
     pub fn into_tensor<T: Element>(self) -> std::result::Result<Tensor<T>, TensorDyn> {
         T::from_dyn_owned(self)
     }

@@ -57,24 +57,15 @@ fn heap_memory_cannot_travel_by_reference() {
 #[test]
 fn dtype_batches_and_quantization_survive_the_trip() {
     let mut t = Tensor::<i8>::new(&[3, 4, 5, 2], Some(TensorMemory::Shm)).unwrap();
-    t.set_quantization(Some(Quantization {
-        scale: 0.25,
-        zero_point: -3,
-    }))
-    .unwrap();
+    t.set_quantization(Some(Quantization::per_tensor(0.25, -3)))
+        .unwrap();
     let batch: TensorDyn = t.batch(2).unwrap().into();
     let (bytes, fds) = blob::export(&batch, Transport::Reference).unwrap();
     let got = blob::import(&bytes, owned(&fds)).unwrap();
     assert_eq!(got.dtype(), DType::I8);
     assert_eq!(got.shape(), &[4, 5, 2]);
     assert_eq!(got.byte_offset(), 80);
-    assert_eq!(
-        got.quantization(),
-        Some(Quantization {
-            scale: 0.25,
-            zero_point: -3
-        })
-    );
+    assert_eq!(got.quantization(), Some(Quantization::per_tensor(0.25, -3)));
     let f = TensorDyn::image(
         6,
         4,

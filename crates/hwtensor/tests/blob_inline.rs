@@ -63,11 +63,8 @@ fn every_format_round_trips_inline() {
 #[test]
 fn dtype_access_and_quantization_survive_an_inline_trip() {
     let mut t = Tensor::<i8>::new(&[3, 4, 5, 2], Some(TensorMemory::Mem)).unwrap();
-    t.set_quantization(Some(Quantization {
-        scale: 0.25,
-        zero_point: -3,
-    }))
-    .unwrap();
+    t.set_quantization(Some(Quantization::per_tensor(0.25, -3)))
+        .unwrap();
     let batch: TensorDyn = t.batch(2).unwrap().into();
     let got = blob::import_inline(&blob::export_inline(&batch).unwrap()).unwrap();
     assert_eq!((got.dtype(), got.shape()), (DType::I8, &[4usize, 5, 2][..]));
@@ -238,7 +235,7 @@ fn colorimetry_travels_with_an_image_and_its_views_and_an_unknown_code_is_refuse
 
 #[test]
 fn quantization_is_for_integers_with_a_positive_scale_and_a_zero_point_that_fits() {
-    let q = |scale, zero_point| Some(Quantization { scale, zero_point });
+    let q = |scale, zero_point| Some(Quantization::per_tensor(scale, zero_point));
     let mut u = Tensor::<u8>::new(&[4], Some(TensorMemory::Mem)).unwrap();
     assert!(u.set_quantization(q(0.5, 128)).is_ok());
     assert!(
@@ -260,4 +257,37 @@ fn quantization_is_for_integers_with_a_positive_scale_and_a_zero_point_that_fits
     bytes[64..68].copy_from_slice(&(-1.0f32).to_le_bytes());
     let err = blob::import_inline(&bytes).unwrap_err();
     assert!(err.to_string().contains("scale"), "{err}");
+}
+
+#[test]
+fn per_channel_quantization_travels_and_follows_batch_items_and_views() {
+    // Four output channels of a conv layer's weights, quantized each on its own (axis 0).
+    let mut w = Tensor::<i8>::new(&[4, 3, 3], Some(TensorMemory::Mem)).unwrap();
+    let q =
+        Quantization::per_channel(0, vec![0.5, 0.25, 0.125, 0.0625], vec![0, 1, -1, 2]).unwrap();
+    w.set_quantization(Some(q.clone())).unwrap();
+    let got = blob::import_inline(&blob::export_inline(&w.clone().into()).unwrap()).unwrap();
+    assert_eq!(got.quantization(), Some(q));
+    let item = w.batch(2).unwrap();
+    assert_eq!(
+        item.quantization(),
+        Some(Quantization::per_tensor(0.125, -1)),
+        "a channel's item is quantized as that channel"
+    );
+    // Channels on the last axis of an image-like [h, w, c] tensor: views keep them all.
+    let mut hwc = Tensor::<u8>::new(&[4, 4, 2], Some(TensorMemory::Mem)).unwrap();
+    let q2 = Quantization::per_channel(2, vec![1.0, 2.0], vec![3, 4]).unwrap();
+    hwc.set_quantization(Some(q2.clone())).unwrap();
+    let view = hwc.view(Region::new(1, 1, 2, 2)).unwrap();
+    assert_eq!(view.quantization(), Some(q2));
+    assert!(
+        hwc.reshape(&[32]).is_err(),
+        "the channel axis would lose its meaning"
+    );
+    // Parameters for a different channel count are refused, in a tensor and in a blob.
+    let wrong = Quantization::per_channel(0, vec![1.0; 3], vec![0; 3]).unwrap();
+    assert!(w.set_quantization(Some(wrong)).is_err());
+    let mut bytes = blob::export_inline(&w.into()).unwrap();
+    bytes[76..80].copy_from_slice(&5u32.to_le_bytes()); // quant_channels: 5 of a 4-channel axis
+    assert!(blob::import_inline(&bytes).is_err());
 }

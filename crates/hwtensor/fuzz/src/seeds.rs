@@ -9,7 +9,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = std::env::args().nth(1).ok_or("usage: seeds DIR")?;
     std::fs::create_dir_all(&dir)?;
     let mut q = Tensor::<i8>::new(&[2, 3, 4], Some(TensorMemory::Shm))?;
-    q.set_quantization(Some(Quantization { scale: 0.5, zero_point: 1 }))?;
+    q.set_quantization(Some(Quantization::per_tensor(0.5, 1)))?;
     let image = Tensor::<u8>::image(16, 8, PixelFormat::Rgba, Some(TensorMemory::Shm), CpuAccess::ReadWrite)?;
     let tensors: Vec<TensorDyn> = vec![
         q.into(),

@@ -25,7 +25,7 @@
 //! | 4 | 2 | version | 1; another value is refused |
 //! | 6 | 2 | header_len | bytes of the fixed header; 168 in v1, larger when a later writer appended fields (a v1 reader skips them) |
 //! | 8 | 4 | total_len | bytes of the whole blob, this header included |
-//! | 12 | 4 | required | features the reader must understand (bit 0 image, 1 quantization, 2 completion, 3 colorimetry); unknown bits make a reader refuse instead of misread |
+//! | 12 | 4 | required | features the reader must understand (bit 0 image, 1 quantization, 2 completion, 3 colorimetry, 4 per-channel quantization); unknown bits make a reader refuse instead of misread |
 //! | 16 | 1 | dtype | [`DType`] code |
 //! | 17 | 1 | memory | [`TensorMemory`] code of the exporter's buffer |
 //! | 18 | 1 | mode | 0 reference, 1 inline |
@@ -42,7 +42,7 @@
 //! | 64 | 4 | quant_scale | f32, with required bit 1 |
 //! | 68 | 4 | quant_zero_point | i32, with required bit 1 |
 //! | 72 | 4 | completion_fd | fd-table index of the completion fence, `u32::MAX` for none |
-//! | 76 | 4 | reserved | 0 |
+//! | 76 | 4 | quant_channels | per-channel quantization: the channel count, with required bit 4 (else 0) |
 //! | 80 | 8 | completion_value | timeline value to wait for, with required bit 2 |
 //! | 88 | 4 | colorimetry | an image's colour primaries, transfer, matrix and range codes ([`Colorimetry`](crate::Colorimetry)), with required bit 3 |
 //! | 92 | 4 | reserved | 0 |
@@ -50,7 +50,7 @@
 //! | 112 | 16 | driver_uuid | GPU or CUDA memory by reference: the Vulkan driverUUID of the exporter (else 0) |
 //! | 128 | 8 | allocation_size | GPU or CUDA memory by reference: bytes of the exported allocation (else 0) |
 //! | 136 | 4 | producer_pid | GPU or CUDA memory by reference: the allocating process (else 0) |
-//! | 140 | 4 | reserved | 0 |
+//! | 140 | 4 | quant_axis | per-channel quantization: the channel axis, with required bit 4 (else 0) |
 //! | 144 | 8 | producer_start | GPU or CUDA memory by reference: that process's start time (else 0) |
 //! | 152 | 8 | producer_serial | GPU or CUDA memory by reference: the allocation's serial there (else 0) |
 //! | 160 | 8 | producer_semaphore | written 0; early v1 writers put their timeline's handle here, and readers ignore it (a handle value of another process proves nothing: under the validation layer every process has the same ones) |
@@ -78,8 +78,8 @@
 //!
 //! Then, from `header_len`: `rank` u64 dimensions, `rank` u64 byte strides, `plane_count` plane
 //! records of 32 bytes (u32 fd index, u32 reserved, u64 offset in the buffer, u64 row stride,
-//! u64 bytes from the plane's first byte to its last), and in inline mode `buffer_len` bytes of
-//! data. A plane's handle is always an index into the fd table, never an fd number.
+//! u64 bytes from the plane's first byte to its last), with required bit 4 `quant_channels`
+//! pairs of f32 scale and i32 zero point, and in inline mode `buffer_len` bytes of data. A plane's handle is always an index into the fd table, never an fd number.
 //!
 //! # Example
 //!
@@ -134,9 +134,17 @@ pub const REQUIRES_COMPLETION: u32 = 1 << 2;
 /// `required` bit: the image says its colorimetry (a reader that cannot keep it must not
 /// drop it silently: the receiver would convert YUV wrongly).
 pub const REQUIRES_COLORIMETRY: u32 = 1 << 3;
+/// `required` bit: the quantization is per channel (with bit 1): `quant_channels` pairs of
+/// scale and zero point follow the plane records.
+pub const REQUIRES_PER_CHANNEL: u32 = 1 << 4;
 /// Every `required` bit this reader understands.
-const KNOWN_REQUIREMENTS: u32 =
-    REQUIRES_IMAGE | REQUIRES_QUANTIZATION | REQUIRES_COMPLETION | REQUIRES_COLORIMETRY;
+const KNOWN_REQUIREMENTS: u32 = REQUIRES_IMAGE
+    | REQUIRES_QUANTIZATION
+    | REQUIRES_COMPLETION
+    | REQUIRES_COLORIMETRY
+    | REQUIRES_PER_CHANNEL;
+/// Bytes of one per-channel pair: f32 scale, i32 zero point.
+const CHANNEL_LEN: usize = 8;
 
 /// `mode` of a reference blob.
 const MODE_REFERENCE: u8 = 0;
@@ -284,6 +292,10 @@ impl Outgoing {
             (info.is_some(), REQUIRES_IMAGE),
             (quant.is_some(), REQUIRES_QUANTIZATION),
             (
+                quant.as_ref().is_some_and(|q| q.channels.is_some()),
+                REQUIRES_PER_CHANNEL,
+            ),
+            (
                 info.is_some_and(|i| i.colorimetry.is_specified()),
                 REQUIRES_COLORIMETRY,
             ),
@@ -293,17 +305,21 @@ impl Outgoing {
             }
         }
         let rank = t.shape().len();
-        let total =
-            HEADER_LEN + 2 * 8 * rank + PLANE_LEN * planes.len() + data.map_or(0, <[u8]>::len);
+        let channels = quant.as_ref().and_then(|q| q.channels.as_ref());
+        let channel_count = channels.map_or(0, |c| c.scales.len());
+        let total = HEADER_LEN
+            + 2 * 8 * rank
+            + PLANE_LEN * planes.len()
+            + CHANNEL_LEN * channel_count
+            + data.map_or(0, <[u8]>::len);
         if u32::try_from(total).is_err() {
             return Err(bad(format!(
                 "a {total}-byte blob is past the 4 GiB format limit"
             )));
         }
-        let q = quant.unwrap_or(Quantization {
-            scale: 0.0,
-            zero_point: 0,
-        });
+        let q = quant
+            .clone()
+            .unwrap_or_else(|| Quantization::per_tensor(0.0, 0));
         let header = Header {
             header_len: HEADER_LEN,
             total_len: total,
@@ -324,6 +340,8 @@ impl Outgoing {
             row_stride: info.map_or(0, |i| i.row_stride as u64),
             quant_scale: q.scale,
             quant_zero_point: q.zero_point,
+            quant_channels: channel_count as u32,
+            quant_axis: channels.map_or(0, |c| c.axis as u32),
             completion_fd: self.completion.map_or(NO_FENCE, |_| 1),
             completion_value: self.completion.unwrap_or(0),
             gpu: self.gpu,
@@ -335,6 +353,12 @@ impl Outgoing {
         }
         for p in &planes {
             p.write(&mut b);
+        }
+        if let Some(c) = channels {
+            for (s, z) in c.scales.iter().zip(&c.zero_points) {
+                b.extend_from_slice(&s.to_le_bytes());
+                b.extend_from_slice(&z.to_le_bytes());
+            }
         }
         if let Some(data) = data {
             b.extend_from_slice(data);
@@ -459,11 +483,8 @@ impl<'a> Described<'a> {
         let byte_offset = wire::to_usize(h.byte_offset, "byte_offset")?;
         let buffer_len = wire::to_usize(h.buffer_len, "buffer_len")?;
         let image = h.image_info()?;
-        let quantization = (h.required & REQUIRES_QUANTIZATION != 0).then_some(Quantization {
-            scale: h.quant_scale,
-            zero_point: h.quant_zero_point,
-        });
-        if let Some(q) = quantization {
+        let quantization = read_quantization(&h, &mut c)?;
+        if let Some(q) = &quantization {
             q.check(dtype)
                 .map_err(|e| bad(format!("quantization: {e}")))?;
         }
@@ -523,6 +544,38 @@ impl<'a> Described<'a> {
     fn tensor(self, buffer: Buffer) -> Result<TensorDyn> {
         for_dtype!(self.dtype, from_parts(buffer, self.parts))
     }
+}
+
+/// The quantization the header says, with the per-channel pairs read from `c`.
+fn read_quantization(h: &Header, c: &mut Cursor<'_>) -> Result<Option<Quantization>> {
+    if h.required & REQUIRES_QUANTIZATION == 0 {
+        return Ok(None);
+    }
+    if h.required & REQUIRES_PER_CHANNEL == 0 {
+        return Ok(Some(Quantization::per_tensor(
+            h.quant_scale,
+            h.quant_zero_point,
+        )));
+    }
+    let count = h.quant_channels as usize; // bounded by the header check
+    let bytes = c.take(count * CHANNEL_LEN, "the per-channel quantization")?;
+    let word = |at: usize| {
+        let mut w = [0u8; 4];
+        w.copy_from_slice(&bytes[at..at + 4]);
+        w
+    };
+    let (scales, zero_points) = (0..count)
+        .map(|i| {
+            let at = i * CHANNEL_LEN;
+            (
+                f32::from_le_bytes(word(at)),
+                i32::from_le_bytes(word(at + 4)),
+            )
+        })
+        .unzip();
+    Quantization::per_channel(h.quant_axis as usize, scales, zero_points)
+        .map(Some)
+        .map_err(|e| bad(format!("quantization: {e}")))
 }
 
 fn access_from_code(code: u8) -> Result<CpuAccess> {

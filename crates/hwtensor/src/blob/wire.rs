@@ -4,10 +4,11 @@
 
 use super::{
     bad, KNOWN_REQUIREMENTS, MAGIC, MAX_FDS, MAX_PLANES, MAX_RANK, REQUIRES_COLORIMETRY,
-    REQUIRES_COMPLETION, REQUIRES_IMAGE, REQUIRES_QUANTIZATION, VERSION,
+    REQUIRES_COMPLETION, REQUIRES_IMAGE, REQUIRES_PER_CHANNEL, REQUIRES_QUANTIZATION, VERSION,
 };
 use crate::gpu::{GpuOrigin, GpuReference};
 use crate::image::ImageInfo;
+use crate::MAX_QUANT_CHANNELS;
 use crate::{PixelFormat, Result, TensorMemory};
 
 /// A field of the fixed header: its name and offset, its width in the type. The writer can
@@ -52,7 +53,7 @@ header_fields! {
     F_QUANT_SCALE: 4 @ 64 = "quant_scale";
     F_QUANT_ZERO_POINT: 4 @ 68 = "quant_zero_point";
     F_COMPLETION_FD: 4 @ 72 = "completion_fd";
-    F_RESERVED_76: 4 @ 76 = "reserved";
+    F_QUANT_CHANNELS: 4 @ 76 = "quant_channels";
     F_COMPLETION_VALUE: 8 @ 80 = "completion_value";
     F_COLORIMETRY: 4 @ 88 = "colorimetry";
     F_RESERVED_92: 4 @ 92 = "reserved";
@@ -60,7 +61,7 @@ header_fields! {
     F_DRIVER_UUID: 16 @ 112 = "driver_uuid";
     F_ALLOCATION_SIZE: 8 @ 128 = "allocation_size";
     F_PRODUCER_PID: 4 @ 136 = "producer_pid";
-    F_RESERVED_140: 4 @ 140 = "reserved";
+    F_QUANT_AXIS: 4 @ 140 = "quant_axis";
     F_PRODUCER_START: 8 @ 144 = "producer_start";
     F_PRODUCER_SERIAL: 8 @ 152 = "producer_serial";
     F_PRODUCER_SEMAPHORE: 8 @ 160 = "producer_semaphore";
@@ -99,6 +100,9 @@ pub(super) struct Header {
     pub colorimetry: [u8; 4],
     pub quant_scale: f32,
     pub quant_zero_point: i32,
+    /// Per-channel quantization: channel count and axis (0 without it).
+    pub quant_channels: u32,
+    pub quant_axis: u32,
     pub completion_fd: u32,
     pub completion_value: u64,
     pub gpu: GpuFields,
@@ -147,6 +151,8 @@ impl Header {
             F_QUANT_ZERO_POINT,
             self.quant_zero_point.to_le_bytes(),
         );
+        put(&mut h, F_QUANT_CHANNELS, self.quant_channels.to_le_bytes());
+        put(&mut h, F_QUANT_AXIS, self.quant_axis.to_le_bytes());
         put(&mut h, F_COMPLETION_FD, self.completion_fd.to_le_bytes());
         put(
             &mut h,
@@ -220,6 +226,8 @@ impl Header {
             colorimetry: r.get(F_COLORIMETRY)?,
             quant_scale: f32::from_le_bytes(r.get(F_QUANT_SCALE)?),
             quant_zero_point: i32::from_le_bytes(r.get(F_QUANT_ZERO_POINT)?),
+            quant_channels: r.u32(F_QUANT_CHANNELS)?,
+            quant_axis: r.u32(F_QUANT_AXIS)?,
             completion_fd: r.u32(F_COMPLETION_FD)?,
             completion_value: r.u64(F_COMPLETION_VALUE)?,
             gpu: GpuFields {
@@ -236,12 +244,7 @@ impl Header {
         // Reserved fields must be zero: a writer that fills them is one this reader does not
         // understand, and silently ignoring what it meant is how misreads happen. The
         // semaphore word of early v1 writers is ignored (see the format table).
-        let reserved = [
-            r.u32(F_RESERVED_76)? as u64,
-            r.u32(F_RESERVED_92)? as u64,
-            r.u32(F_RESERVED_140)? as u64,
-        ];
-        if reserved != [0; 3] {
+        if r.u32(F_RESERVED_92)? != 0 {
             return Err(bad("reserved header fields are not zero"));
         }
         let producer_semaphore = r.u64(F_PRODUCER_SEMAPHORE)?;
@@ -280,6 +283,27 @@ impl Header {
             && (self.width, self.height, self.row_stride) != (0, 0, 0)
         {
             return Err(bad("image fields are set without the image bit"));
+        }
+        let per_channel = self.required & REQUIRES_PER_CHANNEL != 0;
+        if !per_channel && (self.quant_channels, self.quant_axis) != (0, 0) {
+            return Err(bad(
+                "per-channel quantization fields are set without the per-channel bit",
+            ));
+        }
+        if per_channel && self.required & REQUIRES_QUANTIZATION == 0 {
+            return Err(bad("per-channel quantization without the quantization bit"));
+        }
+        if per_channel && !(1..=MAX_QUANT_CHANNELS).contains(&(self.quant_channels as usize)) {
+            return Err(bad(format!(
+                "{} quantization channels (1 to {MAX_QUANT_CHANNELS} allowed)",
+                self.quant_channels
+            )));
+        }
+        if per_channel && self.quant_axis as usize >= self.rank {
+            return Err(bad(format!(
+                "quantization axis {} of a rank-{} tensor",
+                self.quant_axis, self.rank
+            )));
         }
         let colorimetry = self.required & REQUIRES_COLORIMETRY != 0;
         if !colorimetry && self.colorimetry != [0; 4] {
