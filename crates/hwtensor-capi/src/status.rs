@@ -86,6 +86,9 @@ pub(crate) fn from_error(e: Error) -> HwtStatus {
         | Error::UnknownName { .. }
         | Error::Shape(_)
         | Error::OutOfBounds(_)
+        | Error::RegionOutside { .. }
+        | Error::IndexOutside { .. }
+        | Error::TooSmall { .. }
         | Error::RowStride(_)
         | Error::Image(_)
         | Error::DType { .. }

@@ -62,6 +62,9 @@ pub fn to_py(e: hwtensor::Error) -> PyErr {
     match e {
         E::Shape(_)
         | E::OutOfBounds(_)
+        | E::RegionOutside { .. }
+        | E::IndexOutside { .. }
+        | E::TooSmall { .. }
         | E::RowStride(_)
         | E::Image(_)
         | E::UnknownName { .. }

@@ -37,9 +37,40 @@ pub enum Error {
     #[error("invalid shape: {0}")]
     Shape(String),
 
-    /// A view, batch index or region that lies outside its parent.
+    /// A view, batch index or region that lies outside its parent (where no structured
+    /// variant below says more: an offset that overflows).
     #[error("out of bounds: {0}")]
     OutOfBounds(String),
+
+    /// A region that does not fit in the `width` x `height` it was applied to.
+    #[error("out of bounds: {region:?} does not fit in {width} x {height} (width x height)")]
+    RegionOutside {
+        /// The region asked for.
+        region: crate::Region,
+        /// Width of what it was applied to.
+        width: usize,
+        /// Height of what it was applied to.
+        height: usize,
+    },
+
+    /// An index past the end of a dimension (a batch item).
+    #[error("out of bounds: index {index} of a dimension of {len}")]
+    IndexOutside {
+        /// The index asked for.
+        index: usize,
+        /// The dimension's length.
+        len: usize,
+    },
+
+    /// A geometry that needs more bytes than the buffer holds (an import, a re-pointed pool
+    /// buffer, wrapped foreign memory).
+    #[error("out of bounds: the tensor needs {needed} bytes, the buffer holds {capacity}")]
+    TooSmall {
+        /// Bytes the geometry reaches, from the buffer's start.
+        needed: usize,
+        /// Bytes the buffer holds.
+        capacity: usize,
+    },
 
     /// A row stride below the format minimum, past the buffer, or misaligned.
     #[error("invalid row stride: {0}")]

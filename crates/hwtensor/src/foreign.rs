@@ -221,7 +221,16 @@ mod tests {
         let ptr = data.as_mut_ptr().cast::<u8>();
         // SAFETY: `data` outlives the call; refused calls drop their owner at once.
         let past = unsafe { Tensor::<u32>::from_foreign(ptr, 16, &[5], None, true, Box::new(())) };
-        assert!(matches!(past, Err(Error::OutOfBounds(_))), "{past:?}");
+        assert!(
+            matches!(
+                past,
+                Err(Error::TooSmall {
+                    needed: 20,
+                    capacity: 16
+                })
+            ),
+            "{past:?}"
+        );
         // SAFETY: as above.
         let odd = unsafe {
             Tensor::<u32>::from_foreign(ptr.wrapping_add(1), 8, &[2], None, true, Box::new(()))

@@ -47,10 +47,11 @@ impl<T: Element> Tensor<T> {
                 .is_some_and(|end| end <= self.shape[dim])
         };
         if !fits(region.y, region.height, h_dim) || !fits(region.x, region.width, w_dim) {
-            return Err(Error::OutOfBounds(format!(
-                "{region:?} does not fit in {} x {} (width x height)",
-                self.shape[w_dim], self.shape[h_dim]
-            )));
+            return Err(Error::RegionOutside {
+                region,
+                width: self.shape[w_dim],
+                height: self.shape[h_dim],
+            });
         }
         let start = region
             .y
@@ -91,9 +92,7 @@ impl<T: Element> Tensor<T> {
             }
         }
         if index >= n {
-            return Err(Error::OutOfBounds(format!(
-                "batch {index} of a batch of {n}"
-            )));
+            return Err(Error::IndexOutside { index, len: n });
         }
         let start = index
             .checked_mul(self.strides[0])

@@ -97,14 +97,7 @@ impl<T: Element> Tensor<T> {
             access: self.access,
             quantization: self.quantization.clone(),
         };
-        let checked = parts
-            .check(Self::elem(), self.buffer.len())
-            .map_err(|e| match e {
-                Error::OutOfBounds(why) => Error::OutOfBounds(format!(
-                    "{why}: the new geometry does not fit the buffer's capacity"
-                )),
-                other => other,
-            })?;
+        let checked = parts.check(Self::elem(), self.buffer.len())?;
         Tensor::from_parts(self.buffer.clone(), checked)
     }
 }

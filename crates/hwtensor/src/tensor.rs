@@ -194,9 +194,10 @@ impl Parts {
             .checked_add(self.offset)
             .ok_or_else(|| Error::Shape("offset plus extent overflows".into()))?;
         if !shape.contains(&0) && end > buffer_len {
-            return Err(Error::OutOfBounds(format!(
-                "the tensor ends at byte {end} of a {buffer_len}-byte buffer"
-            )));
+            return Err(Error::TooSmall {
+                needed: end,
+                capacity: buffer_len,
+            });
         }
         if let Some(info) = &self.image {
             check_image_parts(info, shape, strides, elem)?;
