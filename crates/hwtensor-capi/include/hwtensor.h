@@ -507,6 +507,30 @@ typedef struct HwtIdentity {
   uint64_t c;
 } HwtIdentity;
 
+/**
+ * An image's colorimetry as four codes, each 0 when unspecified: primaries (1 BT.709,
+ * 2 BT.601, 3 BT.2020, 4 Display P3), transfer (1 BT.709, 2 sRGB, 3 PQ, 4 HLG, 5 linear),
+ * matrix (1 RGB, 2 BT.709, 3 BT.601, 4 BT.2020), range (1 limited, 2 full).
+ */
+typedef struct HwtColorimetry {
+  /**
+   * Colour primaries code.
+   */
+  uint8_t primaries;
+  /**
+   * Transfer function code.
+   */
+  uint8_t transfer;
+  /**
+   * YUV matrix code.
+   */
+  uint8_t matrix;
+  /**
+   * Range code.
+   */
+  uint8_t range;
+} HwtColorimetry;
+
 #if defined(HWT_LINUX)
 /**
  * The Vulkan objects of the process device, for a host that records its own work on it. All
@@ -802,6 +826,66 @@ enum HwtStatus hwt_tensor_view(const struct HwtTensor *t,
  * `t` must be a live handle; `out` valid for one write.
  */
 enum HwtStatus hwt_tensor_batch(const struct HwtTensor *t, size_t index, struct HwtTensor **out);
+
+/**
+ * The same elements in another shape (`ndim` sizes, C order), sharing the buffer: `t` must
+ * be contiguous and the element count unchanged. A new tensor holding its own reference.
+ *
+ * # Safety
+ * `t` must be a live handle; `shape` must hold `ndim` sizes; `out` valid for one write.
+ */
+enum HwtStatus hwt_tensor_reshape(const struct HwtTensor *t,
+                                  const size_t *shape,
+                                  size_t ndim,
+                                  struct HwtTensor **out);
+
+/**
+ * The whole buffer of `t` under a new shape (`ndim` sizes, C order from its first byte): a
+ * pooled buffer re-pointed at a new geometry, which must fit its capacity. A new tensor.
+ *
+ * # Safety
+ * `t` must be a live handle; `shape` must hold `ndim` sizes; `out` valid for one write.
+ */
+enum HwtStatus hwt_tensor_repoint(const struct HwtTensor *t,
+                                  const size_t *shape,
+                                  size_t ndim,
+                                  struct HwtTensor **out);
+
+/**
+ * The whole buffer of `t` as a `width` x `height` image of `format` (an `HwtPixelFormat`) with
+ * rows `row_stride` bytes apart (0: tight): a pooled buffer re-pointed at a new frame
+ * format, which must fit its capacity. A new tensor.
+ *
+ * # Safety
+ * `t` must be a live handle; `out` valid for one write.
+ */
+enum HwtStatus hwt_tensor_repoint_image(const struct HwtTensor *t,
+                                        size_t width,
+                                        size_t height,
+                                        uint32_t format,
+                                        size_t row_stride,
+                                        struct HwtTensor **out);
+
+/**
+ * The colorimetry of the image `t` into `*out`; `HWT_STATUS_INVALID_ARGUMENT` for a plain
+ * tensor.
+ *
+ * # Safety
+ * `t` must be a live handle; `out` valid for one write.
+ */
+enum HwtStatus hwt_tensor_colorimetry(const struct HwtTensor *t, struct HwtColorimetry *out);
+
+/**
+ * The image `t` with its colorimetry said (codes as `hwt_tensor_colorimetry` gives them): a
+ * new tensor over the same buffer, carrying it through views and hand-offs. An unknown code
+ * or a plain tensor is `HWT_STATUS_INVALID_ARGUMENT`.
+ *
+ * # Safety
+ * `t` must be a live handle; `colorimetry` valid for one read; `out` valid for one write.
+ */
+enum HwtStatus hwt_tensor_with_colorimetry(const struct HwtTensor *t,
+                                           const struct HwtColorimetry *colorimetry,
+                                           struct HwtTensor **out);
 
 /**
  * Copies `src` into `dst` (same element type and shape; strides may differ), on the GPU or

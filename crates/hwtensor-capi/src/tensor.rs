@@ -570,6 +570,144 @@ pub unsafe extern "C" fn hwt_tensor_batch(
     guard(|| hand_out(out, tensor(t, "the tensor")?.batch(index).or_status()?))
 }
 
+/// The same elements in another shape (`ndim` sizes, C order), sharing the buffer: `t` must
+/// be contiguous and the element count unchanged. A new tensor holding its own reference.
+///
+/// # Safety
+/// `t` must be a live handle; `shape` must hold `ndim` sizes; `out` valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn hwt_tensor_reshape(
+    t: *const HwtTensor,
+    shape: *const usize,
+    ndim: usize,
+    out: *mut *mut HwtTensor,
+) -> HwtStatus {
+    guard(|| {
+        // SAFETY: the caller's contract (`ndim` sizes at `shape`), bounded by HWT_MAX_DIMS.
+        let shape = unsafe { slice_in(shape, ndim, "the shape", HWT_MAX_DIMS) }?;
+        hand_out(out, tensor(t, "the tensor")?.reshape(shape).or_status()?)
+    })
+}
+
+/// The whole buffer of `t` under a new shape (`ndim` sizes, C order from its first byte): a
+/// pooled buffer re-pointed at a new geometry, which must fit its capacity. A new tensor.
+///
+/// # Safety
+/// `t` must be a live handle; `shape` must hold `ndim` sizes; `out` valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn hwt_tensor_repoint(
+    t: *const HwtTensor,
+    shape: *const usize,
+    ndim: usize,
+    out: *mut *mut HwtTensor,
+) -> HwtStatus {
+    guard(|| {
+        // SAFETY: the caller's contract (`ndim` sizes at `shape`), bounded by HWT_MAX_DIMS.
+        let shape = unsafe { slice_in(shape, ndim, "the shape", HWT_MAX_DIMS) }?;
+        hand_out(out, tensor(t, "the tensor")?.repoint(shape).or_status()?)
+    })
+}
+
+/// The whole buffer of `t` as a `width` x `height` image of `format` (an `HwtPixelFormat`) with
+/// rows `row_stride` bytes apart (0: tight): a pooled buffer re-pointed at a new frame
+/// format, which must fit its capacity. A new tensor.
+///
+/// # Safety
+/// `t` must be a live handle; `out` valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn hwt_tensor_repoint_image(
+    t: *const HwtTensor,
+    width: usize,
+    height: usize,
+    format: u32,
+    row_stride: usize,
+    out: *mut *mut HwtTensor,
+) -> HwtStatus {
+    guard(|| {
+        let format = format_of(format)?;
+        let pitch = (row_stride != 0).then_some(row_stride);
+        let t = tensor(t, "the tensor")?;
+        hand_out(
+            out,
+            t.repoint_image(width, height, format, pitch).or_status()?,
+        )
+    })
+}
+
+/// An image's colorimetry as four codes, each 0 when unspecified: primaries (1 BT.709,
+/// 2 BT.601, 3 BT.2020, 4 Display P3), transfer (1 BT.709, 2 sRGB, 3 PQ, 4 HLG, 5 linear),
+/// matrix (1 RGB, 2 BT.709, 3 BT.601, 4 BT.2020), range (1 limited, 2 full).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HwtColorimetry {
+    /// Colour primaries code.
+    pub primaries: u8,
+    /// Transfer function code.
+    pub transfer: u8,
+    /// YUV matrix code.
+    pub matrix: u8,
+    /// Range code.
+    pub range: u8,
+}
+
+/// The colorimetry of the image `t` into `*out`; `HWT_STATUS_INVALID_ARGUMENT` for a plain
+/// tensor.
+///
+/// # Safety
+/// `t` must be a live handle; `out` valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn hwt_tensor_colorimetry(
+    t: *const HwtTensor,
+    out: *mut HwtColorimetry,
+) -> HwtStatus {
+    guard(|| {
+        let info = tensor(t, "the tensor")?
+            .image_info()
+            .ok_or_else(|| invalid("a plain tensor has no colorimetry"))?;
+        let c = info.colorimetry;
+        let codes = HwtColorimetry {
+            primaries: c.primaries.code(),
+            transfer: c.transfer.code(),
+            matrix: c.matrix.code(),
+            range: c.range.code(),
+        };
+        put(out, "out", codes)
+    })
+}
+
+/// The image `t` with its colorimetry said (codes as `hwt_tensor_colorimetry` gives them): a
+/// new tensor over the same buffer, carrying it through views and hand-offs. An unknown code
+/// or a plain tensor is `HWT_STATUS_INVALID_ARGUMENT`.
+///
+/// # Safety
+/// `t` must be a live handle; `colorimetry` valid for one read; `out` valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn hwt_tensor_with_colorimetry(
+    t: *const HwtTensor,
+    colorimetry: *const HwtColorimetry,
+    out: *mut *mut HwtTensor,
+) -> HwtStatus {
+    guard(|| {
+        // SAFETY: null is refused; otherwise the caller's contract (one readable struct).
+        let c =
+            unsafe { colorimetry.as_ref() }.ok_or_else(|| invalid("the colorimetry is null"))?;
+        let unknown = |what: &str, code: u8| invalid(format!("{code} is not a colour {what} code"));
+        let colorimetry = hwtensor::Colorimetry {
+            primaries: hwtensor::ColorPrimaries::from_code(c.primaries)
+                .ok_or_else(|| unknown("primaries", c.primaries))?,
+            transfer: hwtensor::TransferFunction::from_code(c.transfer)
+                .ok_or_else(|| unknown("transfer", c.transfer))?,
+            matrix: hwtensor::ColorMatrix::from_code(c.matrix)
+                .ok_or_else(|| unknown("matrix", c.matrix))?,
+            range: hwtensor::ColorRange::from_code(c.range)
+                .ok_or_else(|| unknown("range", c.range))?,
+        };
+        let mut t = tensor(t, "the tensor")?.clone();
+        t.set_colorimetry(colorimetry).or_status()?;
+        hand_out(out, t)
+    })
+}
+
 /// Copies `src` into `dst` (same element type and shape; strides may differ), on the GPU or
 /// CUDA where a side is device memory, ordered behind both tensors' earlier work.
 ///

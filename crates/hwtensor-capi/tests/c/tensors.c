@@ -556,6 +556,35 @@ static int gpu_tensors_expose_their_buffer_queue_and_timeline(void) {
     return 0;
 }
 
+static int a_pooled_buffer_is_reshaped_repointed_and_says_its_colours(void) {
+    size_t shape[2] = {4, 6}, flat[1] = {24}, big[1] = {1000}, got[HWT_MAX_DIMS], ndim = 0;
+    HwtTensor *t = NULL, *r = NULL, *img = NULL, *nv12 = NULL, *hd = NULL, *bad = NULL;
+    CHECK(hwt_tensor_new(shape, 2, HWT_D_TYPE_U8, HWT_MEMORY_MEM, &t));
+    CHECK(hwt_tensor_reshape(t, flat, 1, &r));
+    CHECK(hwt_tensor_ndim(r, &ndim));
+    CHECK(hwt_tensor_shape(r, got, HWT_MAX_DIMS));
+    ASSERT(ndim == 1 && got[0] == 24);
+    EXPECT(hwt_tensor_repoint(t, big, 1, &bad), HWT_STATUS_INVALID_ARGUMENT);
+    CHECK(hwt_tensor_new_image(64, 32, HWT_PIXEL_FORMAT_RGBA, HWT_D_TYPE_U8, 0, HWT_MEMORY_SHM,
+                               HWT_ACCESS_READ_WRITE, &img));
+    CHECK(hwt_tensor_repoint_image(img, 64, 32, HWT_PIXEL_FORMAT_NV12, 128, &nv12));
+    HwtColorimetry c = {0}, want = {1, 1, 2, 1}; /* BT.709 primaries, transfer, matrix; limited */
+    CHECK(hwt_tensor_colorimetry(nv12, &c));
+    ASSERT(c.primaries == 0 && c.range == 0); /* unspecified until said */
+    CHECK(hwt_tensor_with_colorimetry(nv12, &want, &hd));
+    CHECK(hwt_tensor_colorimetry(hd, &c));
+    ASSERT(c.primaries == 1 && c.transfer == 1 && c.matrix == 2 && c.range == 1);
+    HwtColorimetry unknown = {9, 0, 0, 0};
+    EXPECT(hwt_tensor_with_colorimetry(nv12, &unknown, &bad), HWT_STATUS_INVALID_ARGUMENT);
+    EXPECT(hwt_tensor_colorimetry(t, &c), HWT_STATUS_INVALID_ARGUMENT); /* a plain tensor */
+    hwt_tensor_release(hd);
+    hwt_tensor_release(nv12);
+    hwt_tensor_release(img);
+    hwt_tensor_release(r);
+    hwt_tensor_release(t);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "--child") == 0) return child(atoi(argv[2]));
     if (argc == 3 && strcmp(argv[1], "--channel-child") == 0) return channel_child(atoi(argv[2]));
@@ -568,6 +597,7 @@ int main(int argc, char **argv) {
     if (a_batch_item_and_a_copy_see_the_same_bytes()) return 1;
     if (an_inline_blob_round_trips_and_a_hostile_one_is_refused()) return 1;
     if (an_fd_imports_from_a_byte_offset()) return 1;
+    if (a_pooled_buffer_is_reshaped_repointed_and_says_its_colours()) return 1;
     if (every_bad_input_is_a_status_with_a_message_and_leaks_no_fd()) return 1;
     if (a_child_process_answers_in_the_same_buffer(argv[0])) return 1;
     if (a_child_process_consumes_frames_through_the_pooled_channel(argv[0])) return 1;
