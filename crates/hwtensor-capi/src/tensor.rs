@@ -582,10 +582,25 @@ pub unsafe extern "C" fn hwt_tensor_reshape(
     ndim: usize,
     out: *mut *mut HwtTensor,
 ) -> HwtStatus {
+    // SAFETY: the caller's contract, passed on.
+    unsafe { with_shape(t, shape, ndim, out, TensorDyn::reshape) }
+}
+
+/// `t` under the `ndim` sizes at `shape` as `make` lays them out, handed out as a new tensor.
+///
+/// # Safety
+/// As for `hwt_tensor_reshape`.
+unsafe fn with_shape(
+    t: *const HwtTensor,
+    shape: *const usize,
+    ndim: usize,
+    out: *mut *mut HwtTensor,
+    make: fn(&TensorDyn, &[usize]) -> hwtensor::Result<TensorDyn>,
+) -> HwtStatus {
     guard(|| {
         // SAFETY: the caller's contract (`ndim` sizes at `shape`), bounded by HWT_MAX_DIMS.
         let shape = unsafe { slice_in(shape, ndim, "the shape", HWT_MAX_DIMS) }?;
-        hand_out(out, tensor(t, "the tensor")?.reshape(shape).or_status()?)
+        hand_out(out, make(tensor(t, "the tensor")?, shape).or_status()?)
     })
 }
 
@@ -601,11 +616,8 @@ pub unsafe extern "C" fn hwt_tensor_repoint(
     ndim: usize,
     out: *mut *mut HwtTensor,
 ) -> HwtStatus {
-    guard(|| {
-        // SAFETY: the caller's contract (`ndim` sizes at `shape`), bounded by HWT_MAX_DIMS.
-        let shape = unsafe { slice_in(shape, ndim, "the shape", HWT_MAX_DIMS) }?;
-        hand_out(out, tensor(t, "the tensor")?.repoint(shape).or_status()?)
-    })
+    // SAFETY: the caller's contract, passed on.
+    unsafe { with_shape(t, shape, ndim, out, TensorDyn::repoint) }
 }
 
 /// The whole buffer of `t` as a `width` x `height` image of `format` (an `HwtPixelFormat`) with

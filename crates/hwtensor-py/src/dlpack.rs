@@ -13,8 +13,8 @@ use dlpark::ffi::{
 use dlpark::metadata::Dynamic;
 use dlpark::python::consumer::{DlpackStream, StreamArg};
 pub(crate) use dlpark::python::ExportRequest;
-use dlpark::python::ImportRequest;
 use dlpark::python::{export_dlpack, CudaStreamRequest, DlpackExporter};
+use dlpark::python::{ImportRequest, ImportedDlpack};
 use dlpark::{DlpackFlags, Managed, ManagedTensorBase};
 use hwtensor::{DType, Direction, TensorDyn, TensorMemory};
 use pyo3::exceptions::PyBufferError;
@@ -135,11 +135,7 @@ impl DlpackExporter for Export<'_> {
         let address = if self.device == DLDevice::CPU {
             host_address(self.tensor)?
         } else {
-            let stream = cuda_stream(request.cuda_stream()?);
-            let t = self.tensor;
-            py.detach(|| t.cuda_order(Direction::ReadWrite, stream as *mut _))
-                .or_py()?
-                .0
+            order_on(self.tensor, py, cuda_stream(request.cuda_stream()?))?.0
         };
         self.address.set(address);
         Ok(())
@@ -221,7 +217,12 @@ fn ordered_on(
     py: Python<'_>,
     stream: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<(u64, u64)> {
-    let stream = stream.map(stream_of).transpose()?.unwrap_or(0);
+    order_on(t, py, stream.map(stream_of).transpose()?.unwrap_or(0))
+}
+
+/// [`TensorDyn::cuda_order`] on the raw stream `stream` (0: the legacy default), the GIL
+/// released: the device address and the timeline value.
+fn order_on(t: &TensorDyn, py: Python<'_>, stream: usize) -> PyResult<(u64, u64)> {
     py.detach(|| t.cuda_order(Direction::ReadWrite, stream as *mut _))
         .or_py()
 }
@@ -326,6 +327,13 @@ fn wrapped_as(device: DLDevice) -> PyResult<Wrapped> {
     }
 }
 
+/// The imported tensor's description, checked by dlpark.
+fn validated(imported: &ImportedDlpack) -> PyResult<dlpark::TensorRef<'_>> {
+    imported
+        .validate()
+        .map_err(|e| PyBufferError::new_err(format!("a malformed DLPack tensor: {e}")))
+}
+
 /// `hwtensor.from_dlpack(obj)`: a hwtensor tensor over the memory of a DLPack producer (a
 /// NumPy array, a PyTorch CPU or CUDA tensor) without a copy, keeping the producer alive.
 pub(crate) fn import(obj: &Bound<'_, PyAny>) -> PyResult<TensorDyn> {
@@ -345,10 +353,7 @@ pub(crate) fn import(obj: &Bound<'_, PyAny>) -> PyResult<TensorDyn> {
         // readied it on the legacy default stream (DLPack's rule for "no stream").
         Err(_) => {
             let imported = request.import(None, None)?;
-            let device = imported
-                .validate()
-                .map_err(|e| PyBufferError::new_err(format!("a malformed DLPack tensor: {e}")))?
-                .device();
+            let device = validated(&imported)?.device();
             let wrapped = match wrapped_as(device)? {
                 Wrapped::Cuda(_) => Wrapped::Cuda(0),
                 host => host,
@@ -356,9 +361,7 @@ pub(crate) fn import(obj: &Bound<'_, PyAny>) -> PyResult<TensorDyn> {
             (imported, wrapped)
         }
     };
-    let view = imported
-        .validate()
-        .map_err(|e| PyBufferError::new_err(format!("a malformed DLPack tensor: {e}")))?;
+    let view = validated(&imported)?;
     let dt = view.dtype();
     let dtype = dtype_of_dl(dt).ok_or_else(|| {
         crate::errors::InvalidArgument::new_err(format!(

@@ -2,7 +2,7 @@
 //! passed as hwtensor passes them in Rust. The GIL is released while the bytes move.
 
 use std::mem::ManuallyDrop;
-use std::os::fd::{FromRawFd, RawFd};
+use std::os::fd::RawFd;
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
@@ -12,30 +12,15 @@ use pyo3::prelude::*;
 use crate::errors::{HandoffError, OrPy, TimeoutError};
 use crate::tensor::PyTensor;
 
-/// The caller's connected Unix stream socket, borrowed by fd number: checked to be a socket
-/// (a closed fd, a pipe or a file is refused by name), never closed here.
+/// The caller's connected Unix stream socket (a socket object or an fd number), borrowed:
+/// checked to be a socket, never closed here (see `handoff::borrow_socket`).
 pub(crate) fn borrowed_stream(sock: &Bound<'_, PyAny>) -> PyResult<ManuallyDrop<UnixStream>> {
-    // A socket object, or a plain fd number.
     let fd: RawFd = match sock.extract::<RawFd>() {
         Ok(fd) => fd,
         Err(_) => sock.call_method0("fileno")?.extract()?,
     };
-    if fd < 0 {
-        return Err(HandoffError::new_err(format!(
-            "fd {fd} is not a socket (closed?)"
-        )));
-    }
-    // SAFETY: `fd` is only borrowed for this call; fstat on any number is harmless.
-    let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
-    let stat = rustix::fs::fstat(borrowed)
-        .map_err(|e| HandoffError::new_err(format!("fd {fd} is not usable: {e}")))?;
-    if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::Socket {
-        return Err(HandoffError::new_err(format!(
-            "fd {fd} is not a socket; hand-off needs a connected Unix stream socket"
-        )));
-    }
-    // SAFETY: the stream is never dropped (ManuallyDrop), so the caller's fd stays theirs.
-    Ok(ManuallyDrop::new(unsafe { UnixStream::from_raw_fd(fd) }))
+    // SAFETY: the caller's socket, kept open by its Python object for this call.
+    unsafe { handoff::borrow_socket(fd) }.or_py()
 }
 
 /// The socket's Python timeout (`sock.settimeout`), if it has one.

@@ -144,10 +144,14 @@ impl Drop for Publisher {
     fn drop(&mut self) {
         if let Some((thread, stop)) = self.accept.take() {
             stop.store(true, Ordering::SeqCst);
-            // Wakes the accept loop, which sees the stop and returns.
-            let _ = SocketAddr::from_abstract_name(socket_name(self.id))
+            // Wakes the accept loop, which sees the stop and returns. Without the wake-up
+            // (no fd left to connect with) the thread is left to end at the next connection
+            // rather than joined: a join would wait for ever.
+            let woken = SocketAddr::from_abstract_name(socket_name(self.id))
                 .and_then(|a| UnixStream::connect_addr(&a));
-            let _ = thread.join();
+            if woken.is_ok() {
+                let _ = thread.join();
+            }
         }
     }
 }

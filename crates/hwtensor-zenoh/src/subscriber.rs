@@ -9,7 +9,7 @@ use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use hwtensor::{CpuAccess, TensorDyn, TensorMemory};
+use hwtensor::{TensorDyn, TensorMemory};
 use uuid::Uuid;
 use zenoh::sample::{Sample, SampleKind};
 use zenoh::{Session, Wait};
@@ -236,29 +236,10 @@ impl Subscriber {
 
     /// The tensor in the memory asked for: as it is, or copied into a new tensor there.
     fn in_memory(&self, tensor: TensorDyn) -> Result<TensorDyn> {
-        let Some(memory) = self.options.memory else {
-            return Ok(tensor);
-        };
-        if tensor.memory() == memory {
-            return Ok(tensor);
+        match self.options.memory {
+            Some(memory) if tensor.memory() != memory => Ok(tensor.to_memory(memory)?),
+            _ => Ok(tensor),
         }
-        let target = match tensor.image_info() {
-            Some(i) => {
-                let mut image = TensorDyn::image(
-                    i.width,
-                    i.height,
-                    i.format,
-                    tensor.dtype(),
-                    Some(memory),
-                    CpuAccess::ReadWrite,
-                )?;
-                image.set_colorimetry(i.colorimetry)?;
-                image
-            }
-            None => TensorDyn::new(tensor.shape(), tensor.dtype(), Some(memory))?,
-        };
-        target.copy_from(&tensor)?;
-        Ok(target)
     }
 }
 

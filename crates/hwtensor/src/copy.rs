@@ -7,9 +7,33 @@
 
 use crate::gpu::{self, CopyPlan, Placement};
 use crate::Direction;
-use crate::{Element, Error, Result, Tensor};
+use crate::{CpuAccess, Element, Error, Result, Tensor, TensorMemory};
 
 impl<T: Element> Tensor<T> {
+    /// A tight copy of this tensor (a view's elements only) in a new buffer of `memory`, the
+    /// image description (colorimetry included), quantization and declared access kept: how a
+    /// frame moves to the memory its user asked for.
+    pub fn to_memory(&self, memory: TensorMemory) -> Result<Tensor<T>> {
+        let mut copy = match self.image_info() {
+            Some(i) => {
+                let mut image = Tensor::<T>::image(
+                    i.width,
+                    i.height,
+                    i.format,
+                    Some(memory),
+                    CpuAccess::ReadWrite,
+                )?;
+                image.set_colorimetry(i.colorimetry)?;
+                image
+            }
+            None => Tensor::<T>::new(self.shape(), Some(memory))?,
+        };
+        copy.copy_from(self)?;
+        copy.set_quantization(self.quantization())?;
+        copy.access = self.access();
+        Ok(copy)
+    }
+
     /// Copies `src` into this tensor. The shapes must match; either side may be a strided view
     /// (a crop of a padded image), copied as one region per contiguous run.
     pub fn copy_from(&self, src: &Tensor<T>) -> Result<()> {

@@ -29,8 +29,8 @@
 //! ```
 
 use std::io::{IoSlice, IoSliceMut};
-use std::mem::MaybeUninit;
-use std::os::fd::{BorrowedFd, OwnedFd};
+use std::mem::{ManuallyDrop, MaybeUninit};
+use std::os::fd::{BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
@@ -67,6 +67,32 @@ const RECV_CHUNK: usize = 1 << 20;
 
 fn handoff(what: impl Into<String>) -> Error {
     Error::Handoff(what.into())
+}
+
+/// The caller's connected socket `fd` as a stream to hand tensors over, borrowed: never closed
+/// here. One `fstat` proves it open and a socket (a closed fd, a pipe or a file is refused by
+/// number; a duplicate to look at would cost two more syscalls per hand-off). For bindings that
+/// get a socket as a number (the C ABI, Python).
+///
+/// # Safety
+/// `fd` must stay open, and the caller's, while the stream is used.
+#[allow(unsafe_code)]
+pub unsafe fn borrow_socket(fd: RawFd) -> Result<ManuallyDrop<UnixStream>> {
+    if fd < 0 {
+        return Err(Error::Fd(format!("fd {fd} is not an fd")));
+    }
+    // SAFETY: only looked at (fstat); a closed number is an error, not a use.
+    let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
+    let st = rustix::fs::fstat(borrowed)
+        .map_err(|e| Error::Fd(format!("fd {fd}: fstat failed: {e}")))?;
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::Socket {
+        return Err(Error::Fd(format!(
+            "fd {fd} is not a socket; hand-off needs a connected Unix stream socket"
+        )));
+    }
+    // SAFETY: an open socket the caller keeps open for the stream's use (the contract);
+    // ManuallyDrop never closes it.
+    Ok(ManuallyDrop::new(unsafe { UnixStream::from_raw_fd(fd) }))
 }
 
 /// Sends `tensor` zero-copy: its fd by SCM_RIGHTS. Memory without an fd (heap, CUDA memory)

@@ -186,6 +186,11 @@ impl TensorDyn {
         each_tensor!(self, t => t.set_colorimetry(colorimetry))
     }
 
+    /// See [`Tensor::to_memory`].
+    pub fn to_memory(&self, memory: TensorMemory) -> Result<Self> {
+        each_tensor!(self, t => t.to_memory(memory).map(Element::into_dyn))
+    }
+
     /// See [`Tensor::reshape`].
     pub fn reshape(&self, shape: &[usize]) -> Result<Self> {
         each_tensor!(self, t => t.reshape(shape).map(Element::into_dyn))

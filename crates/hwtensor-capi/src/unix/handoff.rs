@@ -2,8 +2,7 @@
 //! it) and whole tensors sent and received on a connected Unix stream socket, with timeouts.
 
 use std::mem::ManuallyDrop;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::fs::FileTypeExt;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::Duration;
@@ -169,23 +168,10 @@ pub unsafe extern "C" fn hwt_blob_import(
     })
 }
 
-/// The caller's connected socket as a stream, never closed here. One `fstat` proves it open
-/// and a socket (a duplicate to look at would cost two more syscalls per hand-off).
+/// The caller's connected socket as a stream, never closed here (see `handoff::borrow_socket`).
 fn socket(fd: i32) -> Result<ManuallyDrop<UnixStream>, HwtStatus> {
-    if fd < 0 {
-        return Err(fail(HwtStatus::BadFd, format!("fd {fd} is not an fd")));
-    }
-    // SAFETY: the caller's fd, only looked at (fstat) and never closed: ManuallyDrop.
-    let file = ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(fd) });
-    let kind = file
-        .metadata()
-        .map_err(|e| fail(HwtStatus::BadFd, format!("fd {fd}: fstat failed: {e}")))?
-        .file_type();
-    if !kind.is_socket() {
-        return Err(fail(HwtStatus::BadFd, format!("fd {fd} is not a socket")));
-    }
-    // SAFETY: an open socket fd of the caller's; ManuallyDrop never closes it.
-    Ok(ManuallyDrop::new(unsafe { UnixStream::from_raw_fd(fd) }))
+    // SAFETY: the caller's socket, open for this call (the ABI's contract for `fd`).
+    unsafe { hwtensor::handoff::borrow_socket(fd) }.or_status()
 }
 
 /// `timeout_ns` as a socket timeout: `HWT_WAIT_FOREVER` is none, and 0 the shortest the

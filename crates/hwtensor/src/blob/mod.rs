@@ -172,7 +172,7 @@ pub fn export_inline(tensor: &TensorDyn) -> Result<Vec<u8>> {
     each_tensor!(tensor, t => {
         let packed;
         let t = if is_spread_view(t) {
-            packed = tight_copy(t)?;
+            packed = t.to_memory(TensorMemory::Mem)?;
             &packed
         } else {
             t
@@ -187,28 +187,6 @@ pub fn export_inline(tensor: &TensorDyn) -> Result<Vec<u8>> {
 fn is_spread_view<T: Element>(t: &Tensor<T>) -> bool {
     let part = t.byte_offset() != 0 || t.byte_extent() < t.buffer_len();
     part && !t.is_contiguous()
-}
-
-/// `t`'s elements in a tight heap tensor of the same shape (an image keeps its description),
-/// its quantization and declared access.
-fn tight_copy<T: Element>(t: &Tensor<T>) -> Result<Tensor<T>> {
-    let mut tight = match t.image_info() {
-        Some(i) => Tensor::<T>::image(
-            i.width,
-            i.height,
-            i.format,
-            Some(TensorMemory::Mem),
-            crate::CpuAccess::ReadWrite,
-        )?,
-        None => Tensor::<T>::new(t.shape(), Some(TensorMemory::Mem))?,
-    };
-    tight.copy_from(t)?;
-    if let Some(c) = t.colorimetry() {
-        tight.set_colorimetry(c)?;
-    }
-    tight.set_quantization(t.quantization())?;
-    tight.access = t.access();
-    Ok(tight)
 }
 
 /// Turns an inline blob into a heap tensor holding its bytes. Every platform; hostile bytes

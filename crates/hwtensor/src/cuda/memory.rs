@@ -218,7 +218,7 @@ impl CudaMemory {
         check(r, "cuMemCreate")?;
         let va = map_handle(device, handle, size)?;
         let made = CudaMemory::assemble(device, handle, va, size, len, None)?;
-        made.zero()?;
+        made.zero(size)?;
         Ok(made)
     }
 
@@ -353,11 +353,8 @@ impl CudaMemory {
     /// memory unmapped under the fill). The fill runs on hwtensor's stream, is recorded as the
     /// first write (so a free waits for it even if this returns an error) and is waited for
     /// here, bounded: it costs a few microseconds against the allocation's hundred.
-    fn zero(&self) -> Result<()> {
-        let size = match &self.backing {
-            Backing::Vmm { size, .. } => *size,
-            Backing::Foreign { .. } => self.len,
-        };
+    /// `size`: the bytes mapped, the allocation's whole granules.
+    fn zero(&self, size: usize) -> Result<()> {
         let stream = super::copy::copy_stream(self.device)?;
         // SAFETY: the mapping is `size` bytes and accessible; hwtensor's own stream.
         let r = unsafe { sys::cuMemsetD8Async(self.va, 0, size, stream) };
