@@ -3,8 +3,9 @@
  * Rules that hold for every function (each function's comment adds its own):
  * - Every function returns an HwtStatus (or a value that cannot fail). On failure the reason is
  *   kept per thread: hwt_last_error(buf, len). Out-pointers are written only on success.
- * - Handles (HwtTensor*, HwtMap*, HwtBlob*, HwtCudaMap*) are freed by their own release, end or
- *   free call; NULL is accepted there and ignored. Freeing one twice is undefined, as for free().
+ * - Handles (HwtTensor*, HwtBlob*, HwtCudaMap*) are freed by their own release, end or free
+ *   call; NULL is accepted there and ignored. Freeing one twice is undefined, as for free().
+ *   A CPU map (HwtMap) lives in memory the caller provides; ending one twice is refused.
  * - fds passed in are duplicated, never taken: the caller closes its own. fds handed out are
  *   the caller's to close, unless the function says they are borrowed.
  * - uint32_t parameters named dtype, memory, format, cpu_access, mode and transport take the
@@ -28,6 +29,12 @@
 #define HWT_LINUX 1
 #endif
 #endif
+
+/**
+ * Words of an `HwtMap` that hold the library's state of a live map. Room to spare: the state
+ * is 11 words today, and a map the caller allocates fixes this size in its programs.
+ */
+#define HWT_MAP_PRIVATE_WORDS 16
 
 /**
  * The most dimensions a shape may have: more is taken for a wrong `ndim`, not a tensor.
@@ -437,16 +444,6 @@ typedef struct HwtCudaMap HwtCudaMap;
 typedef struct HwtFrame HwtFrame;
 #endif
 
-/**
- * A live CPU map (opaque). End it before the last release of its tensor; a release that
- * would free a buffer a map still claims keeps the tensor instead (a leak, logged), so a late
- * `hwt_map_end` still touches live memory.
- *
- * The map takes no reference of its own: an atomic increment and decrement per map were a
- * third of a C map's cost (a 1080p map + unmap: 40 ns without them, 49 ns with).
- */
-typedef struct HwtMap HwtMap;
-
 #if defined(HWT_LINUX)
 /**
  * The sending side of a channel (opaque). One thread at a time uses it.
@@ -458,6 +455,38 @@ typedef struct HwtProducer HwtProducer;
  * A tensor (opaque): see the module's ownership rules.
  */
 typedef struct HwtTensor HwtTensor;
+
+/**
+ * A CPU map, in memory the caller provides (a local variable, as a `GstMapInfo` is): no
+ * allocation per map. `hwt_tensor_map` fills it; `data` and `len` are the caller's to read;
+ * `hwt_map_end` ends it. A live map must not be copied (end the struct that was mapped into);
+ * it stays valid however long it is kept, but end it before the last release of its tensor
+ * (a release that would free a buffer a map still claims keeps the tensor instead: a leak,
+ * logged).
+ *
+ * Why caller memory and no reference of its own: a C map of a 1080p frame is a few tens of
+ * nanoseconds, and an atomic increment and decrement per map cost 9 ns of it, a heap
+ * allocation per map another 10 (40 -> 30 ns with neither, beside a Rust map's 20).
+ */
+typedef struct HwtMap {
+  /**
+   * The tensor's first element; null when not mapped.
+   */
+  void *data;
+  /**
+   * Bytes from the first element to the end of the last (row padding included: address
+   * them through the byte strides).
+   */
+  size_t len;
+  /**
+   * Private: whether the map is live.
+   */
+  uint64_t state;
+  /**
+   * Private: the library's state of a live map.
+   */
+  uint64_t private_[HWT_MAP_PRIVATE_WORDS];
+} HwtMap;
 
 /**
  * One plane of an image, relative to the image's first byte.
@@ -630,28 +659,29 @@ enum HwtStatus hwt_gpu_completed_value(uint64_t *out_value);
 enum HwtStatus hwt_gpu_wait(uint64_t value, uint64_t timeout_ns);
 
 /**
- * Maps `t` for the CPU in `mode` (an `HwtAccess`: READ, WRITE or READ_WRITE). On success
- * `*out_map` is the map, `*out_ptr` the tensor's first element and `*out_len` the bytes from
- * it to the last element (row padding included: address it through the byte strides).
+ * Maps `t` for the CPU in `mode` (an `HwtAccess`: READ, WRITE or READ_WRITE) into `*map`
+ * (memory the caller provides; its previous contents are ignored). On success `map->data` is
+ * the tensor's first element and `map->len` the bytes from it to the end of the last.
  * `HWT_STATUS_BUSY` when another map of the buffer excludes this one; `HWT_STATUS_INVALID_OPERATION`
  * when the tensor's CPU access does not allow `mode`. A READ map must not be written through.
  * End it with `hwt_map_end` (after a write, that is when the bytes reach a device buffer).
+ * On failure `*map` is left not live: ending it is refused, harmlessly.
  *
  * # Safety
- * `t` must be a live handle; each out-pointer valid for one write.
+ * `t` must be a live handle; `map` valid for writing one `HwtMap`, and not a live map.
  */
 enum HwtStatus hwt_tensor_map(const struct HwtTensor *t,
                               uint32_t mode,
-                              struct HwtMap **out_map,
-                              void **out_ptr,
-                              size_t *out_len);
+                              struct HwtMap *map);
 
 /**
  * Ends a map: a write map's bytes are then the buffer's (copied to device memory where the
- * tensor lives there). Null is ignored. Ending a map twice is undefined behaviour.
+ * tensor lives there), and `map->data` is null. Null is ignored. A map that is not live (ended
+ * already, or never made) is `HWT_STATUS_INVALID_OPERATION`, not a second end.
  *
  * # Safety
- * `map` must be null or a map from `hwt_tensor_map` not yet ended.
+ * `map` must be null or point at an `HwtMap` that `hwt_tensor_map` was given (live or ended),
+ * not a copy of a live one.
  */
 enum HwtStatus hwt_map_end(struct HwtMap *map);
 

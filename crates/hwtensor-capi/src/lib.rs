@@ -5,9 +5,10 @@
 //! but `HWT_STATUS_OK` the reason is kept per thread for [`hwt_last_error`]. Out-pointers are
 //! written only on success. No panic crosses the boundary: a bug inside becomes
 //! `HWT_STATUS_FAILED` with its message. Ownership is written beside each function: handles
-//! (`HwtTensor*`, `HwtMap*`, `HwtBlob*`, `HwtCudaMap*`) are freed by their own release or end
-//! call, fds a function hands out are the caller's to close, and fds a caller passes in are
-//! duplicated, never taken.
+//! (`HwtTensor*`, `HwtBlob*`, `HwtCudaMap*`) are freed by their own release or end call; CPU
+//! maps (`HwtMap`) live in memory the caller provides and end with `hwt_map_end`; fds a
+//! function hands out are the caller's to close, and fds a caller passes in are duplicated,
+//! never taken.
 //!
 //! This library is also the "second copy" of hwtensor in tests: loaded with `dlopen(RTLD_LOCAL)`
 //! beside a statically linked copy, it must find and share the same device, counter and fence.

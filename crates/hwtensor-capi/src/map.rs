@@ -5,7 +5,7 @@ use std::ffi::c_void;
 
 use hwtensor::{ByteMap, TensorDyn};
 
-use crate::status::{guard, invalid, put, HwtStatus, OrStatus};
+use crate::status::{fail, guard, invalid, HwtStatus, OrStatus};
 use crate::tensor::{direction_of, tensor, HwtTensor};
 
 /// The tensor behind a live handle, for a map that outlives the borrow.
@@ -20,60 +20,119 @@ fn tensor_unbound(t: *const HwtTensor) -> Result<&'static TensorDyn, HwtStatus> 
     Ok(unsafe { &*(borrowed as *const TensorDyn) })
 }
 
-/// A live CPU map (opaque). End it before the last release of its tensor; a release that
-/// would free a buffer a map still claims keeps the tensor instead (a leak, logged), so a late
-/// `hwt_map_end` still touches live memory.
+/// Words of an `HwtMap` that hold the library's state of a live map. Room to spare: the state
+/// is 11 words today, and a map the caller allocates fixes this size in its programs.
+pub const HWT_MAP_PRIVATE_WORDS: usize = 16;
+
+/// What `HwtMap.state` holds while the map is live; anything else is refused by `hwt_map_end`
+/// (a map ended twice, one never made, a zeroed struct). A value no pointer or count takes.
+const MAP_LIVE: u64 = 0x6877_745f_6d61_7021; // "hwt_map!"
+/// What `HwtMap.state` holds once the map has ended.
+const MAP_ENDED: u64 = 0;
+
+// The library's state of a live map fits the room the struct gives it, aligned.
+const _: () = assert!(
+    size_of::<ByteMap<'static>>() <= HWT_MAP_PRIVATE_WORDS * size_of::<u64>()
+        && align_of::<ByteMap<'static>>() <= align_of::<u64>()
+);
+
+/// A CPU map, in memory the caller provides (a local variable, as a `GstMapInfo` is): no
+/// allocation per map. `hwt_tensor_map` fills it; `data` and `len` are the caller's to read;
+/// `hwt_map_end` ends it. A live map must not be copied (end the struct that was mapped into);
+/// it stays valid however long it is kept, but end it before the last release of its tensor
+/// (a release that would free a buffer a map still claims keeps the tensor instead: a leak,
+/// logged).
 ///
-/// The map takes no reference of its own: an atomic increment and decrement per map were a
-/// third of a C map's cost (a 1080p map + unmap: 40 ns without them, 49 ns with).
+/// Why caller memory and no reference of its own: a C map of a 1080p frame is a few tens of
+/// nanoseconds, and an atomic increment and decrement per map cost 9 ns of it, a heap
+/// allocation per map another 10 (40 -> 30 ns with neither, beside a Rust map's 20).
+#[repr(C)]
 pub struct HwtMap {
-    _map: ByteMap<'static>,
+    /// The tensor's first element; null when not mapped.
+    pub data: *mut c_void,
+    /// Bytes from the first element to the end of the last (row padding included: address
+    /// them through the byte strides).
+    pub len: usize,
+    /// Private: whether the map is live.
+    pub state: u64,
+    /// Private: the library's state of a live map.
+    pub private_: [u64; HWT_MAP_PRIVATE_WORDS],
 }
 
-/// Maps `t` for the CPU in `mode` (an `HwtAccess`: READ, WRITE or READ_WRITE). On success
-/// `*out_map` is the map, `*out_ptr` the tensor's first element and `*out_len` the bytes from
-/// it to the last element (row padding included: address it through the byte strides).
+impl std::fmt::Debug for HwtMap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HwtMap")
+            .field("data", &self.data)
+            .field("len", &self.len)
+            .field("live", &(self.state == MAP_LIVE))
+            .finish()
+    }
+}
+
+/// Maps `t` for the CPU in `mode` (an `HwtAccess`: READ, WRITE or READ_WRITE) into `*map`
+/// (memory the caller provides; its previous contents are ignored). On success `map->data` is
+/// the tensor's first element and `map->len` the bytes from it to the end of the last.
 /// `HWT_STATUS_BUSY` when another map of the buffer excludes this one; `HWT_STATUS_INVALID_OPERATION`
 /// when the tensor's CPU access does not allow `mode`. A READ map must not be written through.
 /// End it with `hwt_map_end` (after a write, that is when the bytes reach a device buffer).
+/// On failure `*map` is left not live: ending it is refused, harmlessly.
 ///
 /// # Safety
-/// `t` must be a live handle; each out-pointer valid for one write.
+/// `t` must be a live handle; `map` valid for writing one `HwtMap`, and not a live map.
 #[no_mangle]
 pub unsafe extern "C" fn hwt_tensor_map(
     t: *const HwtTensor,
     mode: u32,
-    out_map: *mut *mut HwtMap,
-    out_ptr: *mut *mut c_void,
-    out_len: *mut usize,
+    map: *mut HwtMap,
 ) -> HwtStatus {
     guard(|| {
-        let direction = direction_of(mode)?;
-        if out_map.is_null() || out_ptr.is_null() || out_len.is_null() {
-            return Err(invalid("an out-pointer of hwt_tensor_map is null"));
+        if map.is_null() {
+            return Err(invalid("the HwtMap of hwt_tensor_map is null"));
         }
-        let tensor: &'static hwtensor::TensorDyn = tensor_unbound(t)?;
-        let map = tensor.map_bytes(direction).or_status()?;
-        let (ptr, len) = (map.as_ptr(), map.len());
-        let handle = Box::into_raw(Box::new(HwtMap { _map: map }));
-        put(out_ptr, "out_ptr", ptr.cast::<c_void>())?;
-        put(out_len, "out_len", len)?;
-        put(out_map, "out_map", handle)
+        // The caller's struct may be uninitialised: it is written through raw pointers only.
+        // SAFETY: non-null, and valid for one HwtMap (the contract).
+        unsafe { (&raw mut (*map).state).write(MAP_ENDED) };
+        let direction = direction_of(mode)?;
+        let mapped = tensor_unbound(t)?.map_bytes(direction).or_status()?;
+        // SAFETY: as above. The private words hold a ByteMap (size and alignment asserted
+        // above); it is read back once, by the end call that sees MAP_LIVE and clears it.
+        unsafe {
+            (&raw mut (*map).data).write(mapped.as_ptr().cast::<c_void>());
+            (&raw mut (*map).len).write(mapped.len());
+            (&raw mut (*map).private_)
+                .cast::<ByteMap<'static>>()
+                .write(mapped);
+            (&raw mut (*map).state).write(MAP_LIVE);
+        }
+        Ok(())
     })
 }
 
 /// Ends a map: a write map's bytes are then the buffer's (copied to device memory where the
-/// tensor lives there). Null is ignored. Ending a map twice is undefined behaviour.
+/// tensor lives there), and `map->data` is null. Null is ignored. A map that is not live (ended
+/// already, or never made) is `HWT_STATUS_INVALID_OPERATION`, not a second end.
 ///
 /// # Safety
-/// `map` must be null or a map from `hwt_tensor_map` not yet ended.
+/// `map` must be null or point at an `HwtMap` that `hwt_tensor_map` was given (live or ended),
+/// not a copy of a live one.
 #[no_mangle]
 pub unsafe extern "C" fn hwt_map_end(map: *mut HwtMap) -> HwtStatus {
     guard(|| {
-        if !map.is_null() {
-            // SAFETY: a map this library made with Box::into_raw, ended once (the contract).
-            drop(unsafe { Box::from_raw(map) });
+        // SAFETY: null is ignored; otherwise an HwtMap (the contract).
+        let Some(map) = (unsafe { map.as_mut() }) else {
+            return Ok(());
+        };
+        if map.state != MAP_LIVE {
+            return Err(fail(
+                HwtStatus::InvalidOperation,
+                "hwt_map_end of a map that is not live (ended already, or never made)",
+            ));
         }
+        map.state = MAP_ENDED;
+        map.data = std::ptr::null_mut();
+        // SAFETY: a live map holds the ByteMap hwt_tensor_map wrote; marked ended above, so it
+        // is read (and dropped, ending the map) once.
+        drop(unsafe { std::ptr::read(map.private_.as_ptr().cast::<ByteMap<'static>>()) });
         Ok(())
     })
 }
@@ -101,16 +160,17 @@ mod tests {
         t
     }
 
-    fn map(t: *const HwtTensor, mode: Direction) -> Result<*mut HwtMap, HwtStatus> {
-        let (mut m, mut p, mut n) = (std::ptr::null_mut(), std::ptr::null_mut(), 0);
+    fn map(t: *const HwtTensor, mode: Direction) -> Result<Box<HwtMap>, HwtStatus> {
         let code = match mode {
             Direction::Read => 1,
             Direction::Write => 2,
             Direction::ReadWrite => 3,
         };
-        // SAFETY: a live handle and valid out-pointers.
-        match unsafe { hwt_tensor_map(t, code, &mut m, &mut p, &mut n) } {
-            HwtStatus::Ok => Ok(m),
+        let mut m = Box::new(std::mem::MaybeUninit::<HwtMap>::uninit());
+        // SAFETY: a live handle and room for one HwtMap; read back only once it is written.
+        match unsafe { hwt_tensor_map(t, code, m.as_mut_ptr()) } {
+            // SAFETY: a successful map wrote every field.
+            HwtStatus::Ok => Ok(unsafe { m.assume_init() }),
             other => Err(other),
         }
     }
@@ -120,7 +180,7 @@ mod tests {
         let t = new_tensor();
         // SAFETY: a live handle.
         let liveness = unsafe { &(*t).tensor }.liveness();
-        let m = map(t, Direction::Write).unwrap();
+        let mut m = map(t, Direction::Write).unwrap();
         // SAFETY: the handle's one reference, given back while the map lives.
         unsafe { hwt_tensor_release(t) };
         assert!(
@@ -128,7 +188,7 @@ mod tests {
             "the mapped buffer was freed under its map"
         );
         // SAFETY: the live map, ended once.
-        assert_eq!(unsafe { hwt_map_end(m) }, HwtStatus::Ok);
+        assert_eq!(unsafe { hwt_map_end(&mut *m) }, HwtStatus::Ok);
     }
 
     #[test]
@@ -136,10 +196,10 @@ mod tests {
         let t = new_tensor();
         // SAFETY: a live handle.
         let liveness = unsafe { &(*t).tensor }.liveness();
-        let m = map(t, Direction::Read).unwrap();
+        let mut m = map(t, Direction::Read).unwrap();
         // SAFETY: the live map, ended once; then the handle's one reference.
         unsafe {
-            assert_eq!(hwt_map_end(m), HwtStatus::Ok);
+            assert_eq!(hwt_map_end(&mut *m), HwtStatus::Ok);
             hwt_tensor_release(t);
         }
         assert!(!liveness.is_alive());
@@ -148,14 +208,50 @@ mod tests {
     #[test]
     fn a_write_map_excludes_every_other_map_until_it_ends() {
         let t = new_tensor();
-        let w = map(t, Direction::Write).unwrap();
+        let mut w = map(t, Direction::Write).unwrap();
         assert_eq!(map(t, Direction::Read).unwrap_err(), HwtStatus::Busy);
         assert_eq!(map(t, Direction::ReadWrite).unwrap_err(), HwtStatus::Busy);
         // SAFETY: live maps and handle, each ended or released once.
         unsafe {
-            hwt_map_end(w);
-            let r = map(t, Direction::Read).unwrap();
-            hwt_map_end(r);
+            hwt_map_end(&mut *w);
+            let mut r = map(t, Direction::Read).unwrap();
+            hwt_map_end(&mut *r);
+            hwt_tensor_release(t);
+        }
+    }
+
+    #[test]
+    fn a_map_ended_twice_is_refused_the_second_time_and_frees_nothing_twice() {
+        let t = new_tensor();
+        let mut w = map(t, Direction::Write).unwrap();
+        // SAFETY: a live map, then the same struct once it has ended; then the handle.
+        unsafe {
+            assert_eq!(hwt_map_end(&mut *w), HwtStatus::Ok);
+            assert!(w.data.is_null());
+            assert_eq!(hwt_map_end(&mut *w), HwtStatus::InvalidOperation);
+            // Had the second end released the claim again, the counter would be off and this
+            // write map refused or (worse) two writers let in.
+            let mut again = map(t, Direction::Write).unwrap();
+            assert_eq!(map(t, Direction::Write).unwrap_err(), HwtStatus::Busy);
+            hwt_map_end(&mut *again);
+            hwt_tensor_release(t);
+        }
+    }
+
+    #[test]
+    fn a_refused_map_leaves_a_struct_whose_end_is_refused() {
+        let t = new_tensor();
+        let mut w = map(t, Direction::Write).unwrap();
+        let mut refused = Box::new(std::mem::MaybeUninit::<HwtMap>::uninit());
+        // SAFETY: a live handle, room for a map; the refused struct read only as the end call
+        // reads it (its state word, written on failure too).
+        unsafe {
+            assert_eq!(hwt_tensor_map(t, 1, refused.as_mut_ptr()), HwtStatus::Busy);
+            assert_eq!(
+                hwt_map_end(refused.as_mut_ptr()),
+                HwtStatus::InvalidOperation
+            );
+            hwt_map_end(&mut *w);
             hwt_tensor_release(t);
         }
     }

@@ -160,7 +160,7 @@ impl<'a> MapSite<'a> {
     /// A byte map in `direction`: one arm per direction, each claiming with a constant (a
     /// caller outside Rust passes the direction at run time, and the branches on it were a
     /// third of a map's cost).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn byte_map(self, direction: Direction) -> Result<ByteMap<'a>> {
         match direction {
             Direction::Read => self.byte_map_in(Direction::Read),

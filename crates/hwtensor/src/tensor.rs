@@ -103,7 +103,7 @@ impl<T: Element> Tensor<T> {
     ///
     /// On every map's path, so computed without `extent`'s overflow checks: every tensor's
     /// geometry passed them when it (or the tensor it is a view of) was made.
-    #[inline]
+    #[inline(always)] // on every map's path
     pub fn byte_extent(&self) -> usize {
         let mut end = Self::elem();
         for (&d, &s) in self.shape.iter().zip(&self.strides) {

@@ -154,8 +154,9 @@ impl TensorDyn {
     }
 
     /// See [`Tensor::map_bytes`]. Inlined into the caller's crate (the C ABI, the Python
-    /// binding): a call across the crate boundary cost a third of a byte map.
-    #[inline]
+    /// binding), down to the claim: a plain `#[inline]` was not taken in the C library, whose
+    /// byte map then cost 44 ns against 17 ns in a Rust binary (20 ns inlined).
+    #[inline(always)]
     pub fn map_bytes(&self, direction: crate::Direction) -> Result<crate::map::ByteMap<'_>> {
         // Only the site depends on the element type: the claim is one body for all.
         each_tensor!(self, t => t.map_site()).byte_map(direction)

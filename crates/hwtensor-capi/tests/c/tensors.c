@@ -89,25 +89,23 @@ static int plain_tensors_map_and_refuse_a_second_writer(void) {
     ASSERT(ndim == 2 && got[0] == 4 && got[1] == 6 && strides[0] == 6 && strides[1] == 1);
     ASSERT(dtype == HWT_D_TYPE_U8 && memory == HWT_MEMORY_MEM && format == HWT_PIXEL_FORMAT_NONE);
 
-    HwtMap *w = NULL, *other = NULL;
-    void *ptr = NULL;
-    size_t len = 0;
-    CHECK(hwt_tensor_map(t, HWT_ACCESS_WRITE, &w, &ptr, &len));
-    ASSERT(len == 24);
-    for (size_t i = 0; i < len; i++) ((uint8_t *)ptr)[i] = (uint8_t)i;
-    void *p2 = NULL;
-    size_t l2 = 0;
-    EXPECT(hwt_tensor_map(t, HWT_ACCESS_WRITE, &other, &p2, &l2), HWT_STATUS_BUSY);
-    EXPECT(hwt_tensor_map(t, HWT_ACCESS_READ, &other, &p2, &l2), HWT_STATUS_BUSY);
-    CHECK(hwt_map_end(w));
-    HwtMap *r1 = NULL, *r2 = NULL;
-    CHECK(hwt_tensor_map(t, HWT_ACCESS_READ, &r1, &ptr, &len));
-    CHECK(hwt_tensor_map(t, HWT_ACCESS_READ, &r2, &p2, &l2)); /* readers share */
-    for (size_t i = 0; i < len; i++) ASSERT(((const uint8_t *)ptr)[i] == (uint8_t)i);
-    ASSERT(((const uint8_t *)p2)[23] == 23);
+    HwtMap w, other, r1, r2;
+    CHECK(hwt_tensor_map(t, HWT_ACCESS_WRITE, &w));
+    ASSERT(w.len == 24);
+    for (size_t i = 0; i < w.len; i++) ((uint8_t *)w.data)[i] = (uint8_t)i;
+    EXPECT(hwt_tensor_map(t, HWT_ACCESS_WRITE, &other), HWT_STATUS_BUSY);
+    EXPECT(hwt_tensor_map(t, HWT_ACCESS_READ, &other), HWT_STATUS_BUSY);
+    EXPECT(hwt_map_end(&other), HWT_STATUS_INVALID_OPERATION); /* a refused map is not live */
+    CHECK(hwt_map_end(&w));
+    ASSERT(w.data == NULL);
+    EXPECT(hwt_map_end(&w), HWT_STATUS_INVALID_OPERATION); /* a second end is caught */
+    CHECK(hwt_tensor_map(t, HWT_ACCESS_READ, &r1));
+    CHECK(hwt_tensor_map(t, HWT_ACCESS_READ, &r2)); /* readers share */
+    for (size_t i = 0; i < r1.len; i++) ASSERT(((const uint8_t *)r1.data)[i] == (uint8_t)i);
+    ASSERT(((const uint8_t *)r2.data)[23] == 23);
     /* Maps end before the tensor's last release. */
-    CHECK(hwt_map_end(r1));
-    CHECK(hwt_map_end(r2));
+    CHECK(hwt_map_end(&r1));
+    CHECK(hwt_map_end(&r2));
     hwt_tensor_release(t);
     return 0;
 }
@@ -140,20 +138,18 @@ static int a_view_of_an_image_writes_only_its_region(void) {
     CHECK(hwt_tensor_shape(view, vshape, HWT_MAX_DIMS));
     CHECK(hwt_tensor_strides(view, vs, HWT_MAX_DIMS));
     ASSERT(vshape[0] == 8 && vshape[1] == 8 && vshape[2] == 4 && vs[0] == stride);
-    HwtMap *m = NULL;
-    void *ptr = NULL;
-    size_t len = 0;
-    CHECK(hwt_tensor_map(view, HWT_ACCESS_WRITE, &m, &ptr, &len));
-    for (size_t y = 0; y < 8; y++) memset((uint8_t *)ptr + y * vs[0], 0xAB, 8 * 4);
-    CHECK(hwt_map_end(m));
+    HwtMap m;
+    CHECK(hwt_tensor_map(view, HWT_ACCESS_WRITE, &m));
+    for (size_t y = 0; y < 8; y++) memset((uint8_t *)m.data + y * vs[0], 0xAB, 8 * 4);
+    CHECK(hwt_map_end(&m));
     hwt_tensor_release(view);
 
-    CHECK(hwt_tensor_map(img, HWT_ACCESS_READ, &m, &ptr, &len));
+    CHECK(hwt_tensor_map(img, HWT_ACCESS_READ, &m));
     size_t inside = 0;
     for (size_t y = 0; y < 32; y++)
         for (size_t x = 0; x < 64 * 4; x++)
-            if (((const uint8_t *)ptr)[y * stride + x] == 0xAB) inside++;
-    CHECK(hwt_map_end(m));
+            if (((const uint8_t *)m.data)[y * stride + x] == 0xAB) inside++;
+    CHECK(hwt_map_end(&m));
     hwt_tensor_release(img);
     ASSERT(inside == 8 * 8 * 4);
     return 0;
@@ -163,19 +159,17 @@ static int a_batch_item_and_a_copy_see_the_same_bytes(void) {
     const size_t shape[3] = {3, 4, 5};
     HwtTensor *batch = NULL, *item = NULL, *copy = NULL;
     CHECK(hwt_tensor_new(shape, 3, HWT_D_TYPE_F32, HWT_MEMORY_AUTO, &batch));
-    HwtMap *m = NULL;
-    void *ptr = NULL;
-    size_t len = 0;
-    CHECK(hwt_tensor_map(batch, HWT_ACCESS_WRITE, &m, &ptr, &len));
-    for (size_t i = 0; i < 60; i++) ((float *)ptr)[i] = (float)i;
-    CHECK(hwt_map_end(m));
+    HwtMap m;
+    CHECK(hwt_tensor_map(batch, HWT_ACCESS_WRITE, &m));
+    for (size_t i = 0; i < 60; i++) ((float *)m.data)[i] = (float)i;
+    CHECK(hwt_map_end(&m));
     CHECK(hwt_tensor_batch(batch, 2, &item));
     const size_t item_shape[2] = {4, 5};
     CHECK(hwt_tensor_new(item_shape, 2, HWT_D_TYPE_F32, HWT_MEMORY_MEM, &copy));
     CHECK(hwt_tensor_copy_from(copy, item));
-    CHECK(hwt_tensor_map(copy, HWT_ACCESS_READ, &m, &ptr, &len));
-    ASSERT(len == 20 * sizeof(float) && ((const float *)ptr)[0] == 40.0f && ((const float *)ptr)[19] == 59.0f);
-    CHECK(hwt_map_end(m));
+    CHECK(hwt_tensor_map(copy, HWT_ACCESS_READ, &m));
+    ASSERT(m.len == 20 * sizeof(float) && ((const float *)m.data)[0] == 40.0f && ((const float *)m.data)[19] == 59.0f);
+    CHECK(hwt_map_end(&m));
     HwtIdentity a, b;
     CHECK(hwt_tensor_identity(batch, &a));
     CHECK(hwt_tensor_identity(item, &b));
@@ -190,12 +184,10 @@ static int an_inline_blob_round_trips_and_a_hostile_one_is_refused(void) {
     const size_t shape[2] = {16, 16};
     HwtTensor *t = NULL, *back = NULL;
     CHECK(hwt_tensor_new(shape, 2, HWT_D_TYPE_U16, HWT_MEMORY_MEM, &t));
-    HwtMap *m = NULL;
-    void *ptr = NULL;
-    size_t len = 0;
-    CHECK(hwt_tensor_map(t, HWT_ACCESS_WRITE, &m, &ptr, &len));
-    for (size_t i = 0; i < 256; i++) ((uint16_t *)ptr)[i] = (uint16_t)(i * 257);
-    CHECK(hwt_map_end(m));
+    HwtMap m;
+    CHECK(hwt_tensor_map(t, HWT_ACCESS_WRITE, &m));
+    for (size_t i = 0; i < 256; i++) ((uint16_t *)m.data)[i] = (uint16_t)(i * 257);
+    CHECK(hwt_map_end(&m));
     HwtBlob *blob = NULL;
     CHECK(hwt_blob_export(t, HWT_TRANSPORT_INLINE, &blob));
     const uint8_t *data = NULL;
@@ -205,9 +197,9 @@ static int an_inline_blob_round_trips_and_a_hostile_one_is_refused(void) {
     CHECK(hwt_blob_fds(blob, &fds, &nfds));
     ASSERT(nfds == 0 && bytes > 512);
     CHECK(hwt_blob_import(data, bytes, NULL, 0, 0, &back));
-    CHECK(hwt_tensor_map(back, HWT_ACCESS_READ, &m, &ptr, &len));
-    ASSERT(((const uint16_t *)ptr)[255] == (uint16_t)(255 * 257));
-    CHECK(hwt_map_end(m));
+    CHECK(hwt_tensor_map(back, HWT_ACCESS_READ, &m));
+    ASSERT(((const uint16_t *)m.data)[255] == (uint16_t)(255 * 257));
+    CHECK(hwt_map_end(&m));
     hwt_tensor_release(back);
 
     EXPECT(hwt_blob_import(data, bytes - 1, NULL, 0, 0, &back), HWT_STATUS_BAD_BLOB);
@@ -246,12 +238,10 @@ static int an_fd_imports_from_a_byte_offset(void) {
     const size_t shape[2] = {8, 8};
     HwtTensor *t = NULL;
     CHECK(hwt_tensor_from_fd(fd, 4096, shape, 2, HWT_D_TYPE_U8, &t));
-    HwtMap *m = NULL;
-    void *ptr = NULL;
-    size_t len = 0;
-    CHECK(hwt_tensor_map(t, HWT_ACCESS_READ, &m, &ptr, &len));
-    ASSERT(len == 64 && memcmp(ptr, frame, 64) == 0);
-    CHECK(hwt_map_end(m));
+    HwtMap m;
+    CHECK(hwt_tensor_map(t, HWT_ACCESS_READ, &m));
+    ASSERT(m.len == 64 && memcmp(m.data, frame, 64) == 0);
+    CHECK(hwt_map_end(&m));
     hwt_tensor_release(t);
     HwtTensor *bad = NULL;
     EXPECT(hwt_tensor_from_fd(fd, 8190, shape, 2, HWT_D_TYPE_U8, &bad), HWT_STATUS_BAD_FD); /* past the end */
@@ -277,11 +267,9 @@ static int every_bad_input_is_a_status_with_a_message_and_leaks_no_fd(void) {
     CHECK(hwt_tensor_new(shape, 2, HWT_D_TYPE_U8, HWT_MEMORY_MEM, &t));
     size_t one[1];
     EXPECT(hwt_tensor_shape(t, one, 1), HWT_STATUS_INVALID_ARGUMENT); /* a short buffer */
-    HwtMap *m = NULL;
-    void *ptr = NULL;
-    size_t len = 0;
-    EXPECT(hwt_tensor_map(t, 0, &m, &ptr, &len), HWT_STATUS_INVALID_ARGUMENT);
-    EXPECT(hwt_tensor_map(t, HWT_ACCESS_READ, NULL, &ptr, &len), HWT_STATUS_INVALID_ARGUMENT);
+    HwtMap m;
+    EXPECT(hwt_tensor_map(t, 0, &m), HWT_STATUS_INVALID_ARGUMENT);
+    EXPECT(hwt_tensor_map(t, HWT_ACCESS_READ, NULL), HWT_STATUS_INVALID_ARGUMENT);
     HwtTensor *v = NULL;
     EXPECT(hwt_tensor_view(t, 3, 3, 4, 4, &v), HWT_STATUS_INVALID_ARGUMENT);
     EXPECT(hwt_tensor_batch(t, 9, &v), HWT_STATUS_INVALID_ARGUMENT);
@@ -299,7 +287,7 @@ static int every_bad_input_is_a_status_with_a_message_and_leaks_no_fd(void) {
 
     HwtTensor *ro = NULL;
     CHECK(hwt_tensor_new_image(8, 8, HWT_PIXEL_FORMAT_GREY, HWT_D_TYPE_U8, 0, HWT_MEMORY_MEM, HWT_ACCESS_READ, &ro));
-    EXPECT(hwt_tensor_map(ro, HWT_ACCESS_WRITE, &m, &ptr, &len), HWT_STATUS_INVALID_OPERATION);
+    EXPECT(hwt_tensor_map(ro, HWT_ACCESS_WRITE, &m), HWT_STATUS_INVALID_OPERATION);
     hwt_tensor_release(ro);
 
     int p[2];
@@ -360,13 +348,11 @@ static int child(int sock) {
     CHECK(hwt_recv(sock, HANDOFF_TIMEOUT_NS, 0, &t));
     size_t w = 0, h = 0, stride = 0;
     CHECK(hwt_tensor_image_size(t, &w, &h, &stride));
-    HwtMap *m = NULL;
-    void *ptr = NULL;
-    size_t len = 0;
-    CHECK(hwt_tensor_map(t, HWT_ACCESS_READ_WRITE, &m, &ptr, &len));
+    HwtMap m;
+    CHECK(hwt_tensor_map(t, HWT_ACCESS_READ_WRITE, &m));
     for (size_t y = 0; y < h; y++)
-        for (size_t x = 0; x < w * 4; x++) ((uint8_t *)ptr)[y * stride + x]++;
-    CHECK(hwt_map_end(m));
+        for (size_t x = 0; x < w * 4; x++) ((uint8_t *)m.data)[y * stride + x]++;
+    CHECK(hwt_map_end(&m));
     CHECK(hwt_send(sock, t, HWT_TRANSPORT_REFERENCE, HANDOFF_TIMEOUT_NS));
     hwt_tensor_release(t);
     char done;
@@ -379,13 +365,11 @@ static int a_child_process_answers_in_the_same_buffer(const char *self) {
                                HWT_ACCESS_READ_WRITE, &img));
     size_t w = 0, h = 0, stride = 0;
     CHECK(hwt_tensor_image_size(img, &w, &h, &stride));
-    HwtMap *m = NULL;
-    void *ptr = NULL;
-    size_t len = 0;
-    CHECK(hwt_tensor_map(img, HWT_ACCESS_WRITE, &m, &ptr, &len));
+    HwtMap m;
+    CHECK(hwt_tensor_map(img, HWT_ACCESS_WRITE, &m));
     for (size_t y = 0; y < h; y++)
-        for (size_t x = 0; x < w * 4; x++) ((uint8_t *)ptr)[y * stride + x] = pattern(y, x);
-    CHECK(hwt_map_end(m));
+        for (size_t x = 0; x < w * 4; x++) ((uint8_t *)m.data)[y * stride + x] = pattern(y, x);
+    CHECK(hwt_map_end(&m));
 
     int sv[2];
     pid_t pid = spawn_self(self, "--child", sv);
@@ -396,12 +380,12 @@ static int a_child_process_answers_in_the_same_buffer(const char *self) {
     CHECK(hwt_tensor_identity(img, &a));
     CHECK(hwt_tensor_identity(back, &b));
     ASSERT(a.kind == 1 && a.a == b.a && a.b == b.b); /* the same buffer came home */
-    CHECK(hwt_tensor_map(back, HWT_ACCESS_READ, &m, &ptr, &len));
+    CHECK(hwt_tensor_map(back, HWT_ACCESS_READ, &m));
     size_t wrong = 0;
     for (size_t y = 0; y < h; y++)
         for (size_t x = 0; x < w * 4; x++)
-            if (((const uint8_t *)ptr)[y * stride + x] != (uint8_t)(pattern(y, x) + 1)) wrong++;
-    CHECK(hwt_map_end(m));
+            if (((const uint8_t *)m.data)[y * stride + x] != (uint8_t)(pattern(y, x) + 1)) wrong++;
+    CHECK(hwt_map_end(&m));
     ASSERT(write(sv[0], "x", 1) == 1);
     int status = 0;
     ASSERT(waitpid(pid, &status, 0) == pid);
@@ -430,12 +414,10 @@ static int channel_child(int sock) {
         ASSERT(meta.seq == seq && meta.payload_len == 4 && memcmp(meta.payload, "ping", 4) == 0 && slot < 2);
         HwtTensor *t = NULL;
         CHECK(hwt_frame_tensor(f, &t));
-        HwtMap *m = NULL;
-        void *ptr = NULL;
-        size_t len = 0;
-        CHECK(hwt_tensor_map(t, HWT_ACCESS_READ, &m, &ptr, &len));
-        for (size_t i = 0; i < len; i++) ASSERT(((const uint8_t *)ptr)[i] == pattern(seq, i));
-        CHECK(hwt_map_end(m));
+        HwtMap m;
+        CHECK(hwt_tensor_map(t, HWT_ACCESS_READ, &m));
+        for (size_t i = 0; i < m.len; i++) ASSERT(((const uint8_t *)m.data)[i] == pattern(seq, i));
+        CHECK(hwt_map_end(&m));
         hwt_tensor_release(t);
         hwt_frame_release(f); /* hands the buffer back */
     }
@@ -461,12 +443,10 @@ static int a_child_process_consumes_frames_through_the_pooled_channel(const char
         uint32_t slot = 0;
         HwtTensor *t = NULL;
         CHECK(hwt_producer_acquire(p, HANDOFF_TIMEOUT_NS, &slot, &t));
-        HwtMap *m = NULL;
-        void *ptr = NULL;
-        size_t len = 0;
-        CHECK(hwt_tensor_map(t, HWT_ACCESS_WRITE, &m, &ptr, &len));
-        for (size_t i = 0; i < len; i++) ((uint8_t *)ptr)[i] = pattern(seq, i);
-        CHECK(hwt_map_end(m));
+        HwtMap m;
+        CHECK(hwt_tensor_map(t, HWT_ACCESS_WRITE, &m));
+        for (size_t i = 0; i < m.len; i++) ((uint8_t *)m.data)[i] = pattern(seq, i);
+        CHECK(hwt_map_end(&m));
         hwt_tensor_release(t);
         HwtFrameMeta meta = {.seq = seq, .timestamp_ns = 0, .payload_len = 4};
         memcpy(meta.payload, "ping", 4);
@@ -513,12 +493,10 @@ static int gpu_tensors_expose_their_buffer_queue_and_timeline(void) {
     HwtTensor *host = NULL, *gpu = NULL;
     CHECK(hwt_tensor_new(shape, 1, HWT_D_TYPE_U8, HWT_MEMORY_MEM, &host));
     CHECK(hwt_tensor_new(shape, 1, HWT_D_TYPE_U8, HWT_MEMORY_GPU, &gpu));
-    HwtMap *m = NULL;
-    void *ptr = NULL;
-    size_t len = 0;
-    CHECK(hwt_tensor_map(host, HWT_ACCESS_WRITE, &m, &ptr, &len));
-    for (size_t i = 0; i < len; i++) ((uint8_t *)ptr)[i] = (uint8_t)(i * 3);
-    CHECK(hwt_map_end(m));
+    HwtMap m;
+    CHECK(hwt_tensor_map(host, HWT_ACCESS_WRITE, &m));
+    for (size_t i = 0; i < m.len; i++) ((uint8_t *)m.data)[i] = (uint8_t)(i * 3);
+    CHECK(hwt_map_end(&m));
     CHECK(hwt_tensor_copy_from(gpu, host));
     uint64_t buffer = 0, offset = 1, after = 0, value = 0, last = 0;
     CHECK(hwt_tensor_vk_buffer(gpu, &buffer, &offset));
@@ -536,9 +514,9 @@ static int gpu_tensors_expose_their_buffer_queue_and_timeline(void) {
     s = hwt_tensor_gpu_completion(gpu, &fence, &after);
     ASSERT(s == HWT_STATUS_OK || s == HWT_STATUS_UNAVAILABLE); /* lavapipe exports no fence */
     if (s == HWT_STATUS_OK) close(fence);
-    CHECK(hwt_tensor_map(gpu, HWT_ACCESS_READ, &m, &ptr, &len));
-    for (size_t i = 0; i < len; i++) ASSERT(((const uint8_t *)ptr)[i] == (uint8_t)(i * 3));
-    CHECK(hwt_map_end(m));
+    CHECK(hwt_tensor_map(gpu, HWT_ACCESS_READ, &m));
+    for (size_t i = 0; i < m.len; i++) ASSERT(((const uint8_t *)m.data)[i] == (uint8_t)(i * 3));
+    CHECK(hwt_map_end(&m));
 
     HwtCudaMap *cm = NULL;
     uint64_t device_ptr = 0;

@@ -62,17 +62,16 @@ Tensor image(size_t w, size_t h, uint32_t memory) {
 // A CPU map that ends when it goes out of scope.
 class Map {
   public:
-    Map(const Tensor &t, uint32_t mode) { check(hwt_tensor_map(t.get(), mode, &map_, &ptr_, &len_), "hwt_tensor_map"); }
-    ~Map() { hwt_map_end(map_); }
+    Map(const Tensor &t, uint32_t mode) { check(hwt_tensor_map(t.get(), mode, &map_), "hwt_tensor_map"); }
+    ~Map() { hwt_map_end(&map_); }
+    // A live HwtMap must not be copied (each copy would end it).
     Map(const Map &) = delete;
     Map &operator=(const Map &) = delete;
-    uint8_t *bytes() const { return static_cast<uint8_t *>(ptr_); }
-    size_t size() const { return len_; }
+    uint8_t *bytes() const { return static_cast<uint8_t *>(map_.data); }
+    size_t size() const { return map_.len; }
 
   private:
-    HwtMap *map_ = nullptr;
-    void *ptr_ = nullptr;
-    size_t len_ = 0;
+    HwtMap map_;
 };
 
 struct Geometry {
@@ -118,10 +117,8 @@ void errors_are_statuses_with_messages() {
     const uint8_t junk[64] = {1, 2, 3};
     expect(hwt_blob_import(junk, sizeof junk, nullptr, 0, 0, &t), HWT_STATUS_BAD_BLOB, "a hostile blob");
     Map w(img, HWT_ACCESS_WRITE);
-    HwtMap *other = nullptr;
-    void *p = nullptr;
-    size_t n = 0;
-    expect(hwt_tensor_map(img.get(), HWT_ACCESS_READ, &other, &p, &n), HWT_STATUS_BUSY, "a map beside a write map");
+    HwtMap other;
+    expect(hwt_tensor_map(img.get(), HWT_ACCESS_READ, &other), HWT_STATUS_BUSY, "a map beside a write map");
     require(hwt_last_error(nullptr, 0) > 0, "no message for a busy map");
 }
 

@@ -40,9 +40,17 @@ pub fn load() -> Result<Library, String> {
 }
 
 type NewFn = unsafe extern "C" fn(*const usize, usize, u32, u32, *mut *mut c_void) -> i32;
-type MapFn =
-    unsafe extern "C" fn(*const c_void, u32, *mut *mut c_void, *mut *mut c_void, *mut usize) -> i32;
-type EndFn = unsafe extern "C" fn(*mut c_void) -> i32;
+type MapFn = unsafe extern "C" fn(*const c_void, u32, *mut HwtMap) -> i32;
+type EndFn = unsafe extern "C" fn(*mut HwtMap) -> i32;
+
+/// The C ABI's `HwtMap`, as a C caller declares it (a local variable, written by the map call).
+#[repr(C)]
+struct HwtMap {
+    data: *mut c_void,
+    len: usize,
+    state: u64,
+    private: [u64; 16],
+}
 type ReleaseFn = unsafe extern "C" fn(*const c_void);
 
 /// A 1080p shm tensor made through the C ABI, and the functions that map it.
@@ -92,18 +100,14 @@ impl<'l> CTensor<'l> {
 
     /// One map and its end, as a C caller writes them.
     fn map_and_end(&self) {
-        let (mut map, mut ptr, mut len) = (std::ptr::null_mut(), std::ptr::null_mut(), 0usize);
-        // SAFETY: a live handle and valid out-pointers; the map is ended at once.
+        let mut map = std::mem::MaybeUninit::<HwtMap>::uninit();
+        // SAFETY: a live handle and room for one map, read only after the call wrote it; the
+        // map is ended at once.
         unsafe {
-            let status = (self.map)(
-                self.handle,
-                HWT_ACCESS_READ_WRITE,
-                &mut map,
-                &mut ptr,
-                &mut len,
-            );
+            let status = (self.map)(self.handle, HWT_ACCESS_READ_WRITE, map.as_mut_ptr());
             assert_eq!(status, 0, "hwt_tensor_map failed");
-            std::hint::black_box((ptr, len));
+            let map = map.assume_init_mut();
+            std::hint::black_box((map.data, map.len));
             (self.end)(map);
         }
     }

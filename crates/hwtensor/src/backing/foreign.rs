@@ -58,6 +58,7 @@ impl ForeignHost {
         })
     }
 
+    #[inline]
     pub(crate) fn ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()
     }

@@ -142,6 +142,7 @@ impl HeapBlock {
         Ok(HeapBlock::Small { ptr, layout })
     }
 
+    #[inline]
     pub(crate) fn ptr(&self) -> *mut u8 {
         match self {
             HeapBlock::Small { ptr, .. } => ptr.as_ptr(),

@@ -138,7 +138,7 @@ impl Storage {
         }
     }
 
-    #[inline]
+    #[inline(always)] // on every map's path; a call cost a C map 2 ns
     pub(crate) fn ptr(&self) -> *mut u8 {
         match self {
             Storage::Heap(h) => h.ptr(),
@@ -225,10 +225,21 @@ impl Storage {
         }
     }
 
-    /// Opens what a CPU access in `direction` needs besides the pointer. Inlined: it is on
-    /// every map's path, and for heap memory it is one comparison.
-    #[inline]
+    /// Opens what a CPU access in `direction` needs besides the pointer. The memory that needs
+    /// nothing (heap, foreign, shm: most maps) is answered inline; the rest is a call.
+    #[inline(always)]
     pub(crate) fn begin_cpu(&self, direction: Direction) -> Result<Option<CpuAccessGuard<'_>>> {
+        match self {
+            Storage::Heap(_) | Storage::Foreign(_) => Ok(None),
+            #[cfg(target_os = "linux")]
+            Storage::Fd(m) if m.memory() != TensorMemory::DmaBuf => Ok(None),
+            _ => self.begin_cpu_bracketed(direction),
+        }
+    }
+
+    /// [`Self::begin_cpu`] of the memory whose CPU access is bracketed (staged, or synced).
+    #[inline(never)]
+    fn begin_cpu_bracketed(&self, direction: Direction) -> Result<Option<CpuAccessGuard<'_>>> {
         match self {
             Storage::Heap(_) | Storage::Foreign(_) => Ok(None),
             Storage::Gpu(g) => g

@@ -140,7 +140,9 @@ impl Maps {
 }
 
 impl Drop for Claim<'_> {
-    #[inline]
+    /// Inlined into every map's end: a whole-buffer claim is given back with one atomic
+    /// operation; parts, which take the lock, are a call.
+    #[inline(always)]
     fn drop(&mut self) {
         let word = &self.maps.word;
         match (self.span, self.write) {
@@ -148,16 +150,20 @@ impl Drop for Claim<'_> {
             (Span::Whole, false) => {
                 word.fetch_sub(ONE_WHOLE_READ, Ordering::Release);
             }
-            (Span::Part(start, end), write) => {
-                if let Ok(mut parts) = self.maps.parts.lock() {
-                    if let Some(i) = parts.iter().position(|&p| p == (start, end, write)) {
-                        parts.swap_remove(i);
-                    }
-                }
-                let one = if write { ONE_PART_WRITE } else { ONE_PART_READ };
-                word.fetch_sub(one, Ordering::Release);
+            (Span::Part(start, end), write) => self.maps.release_part(start, end, write),
+        }
+    }
+}
+
+impl Maps {
+    fn release_part(&self, start: usize, end: usize, write: bool) {
+        if let Ok(mut parts) = self.parts.lock() {
+            if let Some(i) = parts.iter().position(|&p| p == (start, end, write)) {
+                parts.swap_remove(i);
             }
         }
+        let one = if write { ONE_PART_WRITE } else { ONE_PART_READ };
+        self.word.fetch_sub(one, Ordering::Release);
     }
 }
 

@@ -73,7 +73,7 @@ impl Buffer {
         Ok(buffer)
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn ptr(&self) -> *mut u8 {
         self.0.storage.ptr()
     }
@@ -174,7 +174,7 @@ impl Buffer {
     /// to the end of its last): disjoint parts of heap and shm buffers can be mapped at once.
     /// Other memory is claimed whole: a staged GPU map or a DMA-BUF sync bracket covers the
     /// whole buffer.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn begin_access_at(
         &self,
         direction: Direction,
@@ -190,7 +190,7 @@ impl Buffer {
         self.begin_access_of(direction, span)
     }
 
-    #[inline]
+    #[inline(always)]
     fn begin_access_of(&self, direction: Direction, span: Span) -> Result<AccessGuard<'_>> {
         let claim = self.0.maps.claim(span, direction != Direction::Read)?;
         // Host memory CUDA may still be using: its GPU memory counterpart waits in `begin_cpu`.

@@ -69,6 +69,7 @@ impl FdMapping {
         self.heap.as_deref()
     }
 
+    #[inline]
     pub(crate) fn ptr(&self) -> *mut u8 {
         match &self.map {
             Some(m) => m.as_mut_ptr(),
@@ -84,6 +85,7 @@ impl FdMapping {
         self.fd.as_fd()
     }
 
+    #[inline]
     pub(crate) fn memory(&self) -> TensorMemory {
         self.memory
     }
