@@ -225,21 +225,21 @@ impl Storage {
         }
     }
 
-    /// Opens what a CPU access in `direction` needs besides the pointer. The memory that needs
-    /// nothing (heap, foreign, shm: most maps) is answered inline; the rest is a call.
+    /// Whether a CPU access opens and closes something (a staging copy, a DMA-BUF sync): not
+    /// for heap, foreign and shm memory, most maps, which then skip the call to `begin_cpu`.
     #[inline(always)]
-    pub(crate) fn begin_cpu(&self, direction: Direction) -> Result<Option<CpuAccessGuard<'_>>> {
+    pub(crate) fn cpu_access_is_bracketed(&self) -> bool {
         match self {
-            Storage::Heap(_) | Storage::Foreign(_) => Ok(None),
+            Storage::Heap(_) | Storage::Foreign(_) => false,
             #[cfg(target_os = "linux")]
-            Storage::Fd(m) if m.memory() != TensorMemory::DmaBuf => Ok(None),
-            _ => self.begin_cpu_bracketed(direction),
+            Storage::Fd(m) => m.memory() == TensorMemory::DmaBuf,
+            _ => true,
         }
     }
 
-    /// [`Self::begin_cpu`] of the memory whose CPU access is bracketed (staged, or synced).
-    #[inline(never)]
-    fn begin_cpu_bracketed(&self, direction: Direction) -> Result<Option<CpuAccessGuard<'_>>> {
+    /// Opens what a CPU access in `direction` needs besides the pointer, for the memory whose
+    /// access [is bracketed](Self::cpu_access_is_bracketed) (`None` for the rest).
+    pub(crate) fn begin_cpu(&self, direction: Direction) -> Result<Option<CpuAccessGuard<'_>>> {
         match self {
             Storage::Heap(_) | Storage::Foreign(_) => Ok(None),
             Storage::Gpu(g) => g

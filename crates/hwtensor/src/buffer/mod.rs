@@ -198,7 +198,12 @@ impl Buffer {
         if let Some(cuda) = self.0.cuda.get() {
             cuda.wait_idle()?;
         }
-        let storage = self.0.storage.begin_cpu(direction)?;
+        // Decided here rather than in `begin_cpu`'s result: a `Result<Option<_>>` built on the
+        // fast path went through the stack and stalled every map on a store-forwarding miss.
+        let storage = match self.0.storage.cpu_access_is_bracketed() {
+            true => self.0.storage.begin_cpu(direction)?,
+            false => None,
+        };
         Ok(AccessGuard {
             _storage: storage,
             _claim: claim,
