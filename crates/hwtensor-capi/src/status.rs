@@ -89,6 +89,7 @@ pub(crate) fn from_error(e: Error) -> HwtStatus {
         | Error::RegionOutside { .. }
         | Error::IndexOutside { .. }
         | Error::TooSmall { .. }
+        | Error::NotContiguous { .. }
         | Error::RowStride(_)
         | Error::Image(_)
         | Error::DType { .. }

@@ -101,6 +101,18 @@ pub enum Error {
         held: &'static str,
     },
 
+    /// A slice map of a tensor whose elements are not contiguous (a view of part of its rows,
+    /// an image with padded rows): a slice would reach the bytes between the elements, which
+    /// belong to another view or are padding. [`Tensor::map_strided`](crate::Tensor::map_strided)
+    /// maps any tensor, by rows and ndarray views.
+    #[error("the tensor's elements are not contiguous (shape {shape:?}, byte strides {strides:?}), so it has no slice map; map it with map_strided, map_strided_read or map_strided_write")]
+    NotContiguous {
+        /// The tensor's shape.
+        shape: Vec<usize>,
+        /// The tensor's byte strides.
+        strides: Vec<usize>,
+    },
+
     /// A typed borrow of a [`TensorDyn`](crate::TensorDyn) with the wrong element type.
     #[error("dtype mismatch: the tensor holds {actual}, {expected} was asked for")]
     DType {

@@ -72,8 +72,8 @@ pub use format::{fourcc, Layout, PixelFormat, Plane};
 pub use identity::BufferIdentity;
 pub use image::{ImageInfo, IMAGE_PITCH_ALIGN};
 pub use map::{
-    ByteMap, MapDirection, MapRead, MapReadWrite, MapWrite, ReadOnly, ReadWrite, TensorMap,
-    Writable, WriteOnly,
+    ByteMap, MapDirection, MapRead, MapReadWrite, MapWrite, ReadOnly, ReadWrite, StridedMap,
+    StridedRead, StridedReadWrite, StridedWrite, TensorMap, Writable, WriteOnly,
 };
 pub use memory::{TensorMemory, FORCE_MEM_ENV};
 #[cfg(target_os = "linux")]

@@ -60,11 +60,9 @@ impl MapDirection for ReadWrite {
 impl Writable for WriteOnly {}
 impl Writable for ReadWrite {}
 
-/// A live CPU map of a tensor. See [`MapRead`], [`MapWrite`], [`MapReadWrite`].
-///
-/// Derefs to the elements from the tensor's first to its last; for a padded image or a view
-/// that includes the row padding in between, so address it through its strides (or through
-/// [`view`](TensorMap::view) with the `ndarray` feature).
+/// A live CPU map of a tensor whose elements are contiguous, as a slice of them. See
+/// [`MapRead`], [`MapWrite`], [`MapReadWrite`]; a tensor with gaps between its elements is
+/// mapped as a [`StridedMap`].
 pub struct TensorMap<'a, T: Element, D: MapDirection> {
     tensor: &'a Tensor<T>,
     ptr: *mut T,
@@ -188,19 +186,81 @@ pub type MapWrite<'a, T> = TensorMap<'a, T, WriteOnly>;
 /// A read-write map.
 pub type MapReadWrite<'a, T> = TensorMap<'a, T, ReadWrite>;
 
+/// A read map of a tensor of any layout: rows and ndarray views, no slice.
+pub type StridedRead<'a, T> = StridedMap<'a, T, ReadOnly>;
+/// A write map of a tensor of any layout.
+pub type StridedWrite<'a, T> = StridedMap<'a, T, WriteOnly>;
+/// A read-write map of a tensor of any layout.
+pub type StridedReadWrite<'a, T> = StridedMap<'a, T, ReadWrite>;
+
 impl<T: Element> Tensor<T> {
-    /// Maps the tensor for reading.
+    /// Maps the tensor for reading, as a slice of its elements. The elements must be
+    /// contiguous ([`Error::NotContiguous`] otherwise: a view of part of the rows, an image
+    /// with padded rows); [`Tensor::map_strided_read`] maps any tensor.
     pub fn map_read(&self) -> Result<MapRead<'_, T>> {
+        self.check_contiguous()?;
         self.map_as()
     }
 
-    /// Maps the tensor for writing.
+    /// Maps the tensor for writing, as a slice (contiguous tensors only, as for
+    /// [`Tensor::map_read`]).
     pub fn map_write(&self) -> Result<MapWrite<'_, T>> {
+        self.check_contiguous()?;
         self.map_as()
     }
 
-    /// Maps the tensor for reading and writing.
+    /// Maps the tensor for reading and writing, as a slice (contiguous tensors only, as for
+    /// [`Tensor::map_read`]).
     pub fn map(&self) -> Result<MapReadWrite<'_, T>> {
+        self.check_contiguous()?;
+        self.map_as()
+    }
+
+    /// Maps a tensor of any layout for reading: its rows (each maximal contiguous run of
+    /// elements) and, with the `ndarray` feature, an ndarray view. Never a slice, which for a
+    /// view or a padded image would reach bytes that are not its elements.
+    pub fn map_strided_read(&self) -> Result<StridedRead<'_, T>> {
+        self.map_as().map(StridedMap)
+    }
+
+    /// Maps a tensor of any layout for writing (see [`Tensor::map_strided_read`]).
+    pub fn map_strided_write(&self) -> Result<StridedWrite<'_, T>> {
+        self.map_as().map(StridedMap)
+    }
+
+    /// Maps a tensor of any layout for reading and writing (see [`Tensor::map_strided_read`]).
+    pub fn map_strided(&self) -> Result<StridedReadWrite<'_, T>> {
+        self.map_as().map(StridedMap)
+    }
+
+    /// Refuses a slice map of a tensor whose elements have gaps between them. On every slice
+    /// map's path, so a loop over the dimensions with no allocation.
+    #[inline]
+    fn check_contiguous(&self) -> Result<()> {
+        let mut tight = Self::elem();
+        for (&d, &s) in self.shape.iter().zip(&self.strides).rev() {
+            if d == 0 {
+                return Ok(()); // no elements: nothing between them
+            }
+            if d > 1 && s != tight {
+                return Err(Error::NotContiguous {
+                    shape: self.shape.clone(),
+                    strides: self.strides.clone(),
+                });
+            }
+            tight *= d;
+        }
+        Ok(())
+    }
+
+    /// The span map the internal copies use: the elements from the first to the last, with
+    /// whatever lies between them, addressed through the strides (`for_each_run`).
+    pub(crate) fn map_span_read(&self) -> Result<MapRead<'_, T>> {
+        self.map_as()
+    }
+
+    /// [`Self::map_span_read`] for writing.
+    pub(crate) fn map_span_write(&self) -> Result<MapWrite<'_, T>> {
         self.map_as()
     }
 
@@ -260,7 +320,7 @@ impl<T: Element> Tensor<T> {
                 dst.len()
             )));
         }
-        let map = self.map_read()?;
+        let map = self.map_span_read()?;
         let elem = Self::elem();
         let mut at = 0;
         for_each_run(&self.shape, &self.strides, elem, |offset, bytes| {
@@ -287,7 +347,7 @@ impl<T: Element> Tensor<T> {
                 src.len()
             )));
         }
-        let mut map = self.map_write()?;
+        let mut map = self.map_span_write()?;
         let elem = Self::elem();
         let mut at = 0;
         for_each_run(&self.shape, &self.strides, elem, |offset, bytes| {
@@ -392,6 +452,116 @@ impl<T: Element, D: MapDirection> std::fmt::Debug for TensorMap<'_, T, D> {
         f.debug_struct("TensorMap")
             .field("shape", &self.shape())
             .field("len", &self.len)
+            .finish()
+    }
+}
+
+/// A live CPU map of a tensor of any layout ([`Tensor::map_strided`]): its elements by rows, by
+/// index, or as an ndarray view, and nothing between them. There is no slice of a strided map:
+///
+/// ```compile_fail
+/// use hwtensor::{Region, Tensor, TensorMemory};
+/// let t = Tensor::<u8>::new(&[8, 8], Some(TensorMemory::Mem)).unwrap();
+/// let view = t.view(Region::new(0, 0, 4, 4)).unwrap();
+/// let mut m = view.map_strided().unwrap();
+/// *m.get_mut(&[0, 0]).unwrap() = 1; // this much compiles
+/// m[0] = 1; // error: a strided map is no slice (it would reach the rest of each row)
+/// ```
+pub struct StridedMap<'a, T: Element, D: MapDirection>(TensorMap<'a, T, D>);
+
+impl<T: Element, D: MapDirection> StridedMap<'_, T, D> {
+    /// The tensor's shape.
+    pub fn shape(&self) -> &[usize] {
+        self.0.shape()
+    }
+
+    /// The tensor's byte strides.
+    pub fn strides(&self) -> &[usize] {
+        self.0.strides()
+    }
+
+    /// The element offset (from the first) of each row, and its length in elements: every
+    /// maximal run of contiguous elements, in logical order (one for a contiguous tensor).
+    fn runs(&self) -> Vec<(usize, usize)> {
+        let elem = T::DTYPE.size();
+        let mut runs = Vec::new();
+        for_each_run(self.shape(), self.strides(), elem, |offset, bytes| {
+            runs.push((offset / elem, bytes / elem))
+        });
+        runs
+    }
+
+    /// The rows: each maximal run of contiguous elements, in logical order. A padded image's
+    /// rows hold its pixels without the padding; a tight tensor is one row.
+    pub fn rows(&self) -> impl Iterator<Item = &[T]> + '_ {
+        let span: &[T] = &self.0;
+        self.runs()
+            .into_iter()
+            .map(move |(at, n)| &span[at..at + n])
+    }
+
+    /// The element at `index` (one coordinate per dimension), `None` outside the shape.
+    pub fn get(&self, index: &[usize]) -> Option<&T> {
+        let at = self.element_at(index)?;
+        Some(&self.0[at])
+    }
+
+    /// The span offset, in elements, of the element at `index`.
+    fn element_at(&self, index: &[usize]) -> Option<usize> {
+        if index.len() != self.shape().len() || index.iter().zip(self.shape()).any(|(i, d)| i >= d)
+        {
+            return None;
+        }
+        let bytes: usize = index.iter().zip(self.strides()).map(|(i, s)| i * s).sum();
+        Some(bytes / T::DTYPE.size())
+    }
+
+    /// The tensor as an ndarray view with its real strides.
+    #[cfg(feature = "ndarray")]
+    pub fn view(&self) -> ndarray::ArrayViewD<'_, T> {
+        self.0.view()
+    }
+}
+
+impl<T: Element, D: Writable> StridedMap<'_, T, D> {
+    /// The rows, mutably (see [`StridedMap::rows`]).
+    pub fn rows_mut(&mut self) -> impl Iterator<Item = &mut [T]> + '_ {
+        let runs = self.runs();
+        let base = self.0.ptr;
+        // SAFETY: each run lies inside the mapped span (the span is computed from the same
+        // shape and strides) and no two runs overlap (distinct indices of a tensor never share
+        // an element: its strides come from a shape, a view or a reshape of one); `&mut self`
+        // is the only access through this map, whose write claim excludes every other map of
+        // these bytes, for as long as the rows are borrowed.
+        runs.into_iter()
+            .map(move |(at, n)| unsafe { std::slice::from_raw_parts_mut(base.add(at), n) })
+    }
+
+    /// The element at `index`, mutably; `None` outside the shape.
+    pub fn get_mut(&mut self, index: &[usize]) -> Option<&mut T> {
+        let at = self.element_at(index)?;
+        Some(&mut self.0[at])
+    }
+
+    /// Sets every element to `value`, and nothing between them.
+    pub fn fill(&mut self, value: T) {
+        for row in self.rows_mut() {
+            row.fill(value);
+        }
+    }
+
+    /// The tensor as a mutable ndarray view with its real strides.
+    #[cfg(feature = "ndarray")]
+    pub fn view_mut(&mut self) -> ndarray::ArrayViewMutD<'_, T> {
+        self.0.view_mut()
+    }
+}
+
+impl<T: Element, D: MapDirection> std::fmt::Debug for StridedMap<'_, T, D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StridedMap")
+            .field("shape", &self.shape())
+            .field("strides", &self.strides())
             .finish()
     }
 }

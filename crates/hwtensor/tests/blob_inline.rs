@@ -149,9 +149,11 @@ fn an_inline_blob_of_a_crop_carries_only_the_crop() {
     )
     .unwrap();
     {
-        let mut m = parent.map_write().unwrap();
-        for (i, b) in m.iter_mut().enumerate() {
-            *b = (i % 251) as u8;
+        let mut m = parent.map_strided_write().unwrap();
+        for (y, row) in m.rows_mut().enumerate() {
+            for (x, b) in row.iter_mut().enumerate() {
+                *b = ((y * 512 + x) % 251) as u8;
+            }
         }
     }
     let crop = parent

@@ -244,14 +244,19 @@ fn an_nv12_frame_at_a_data_offset_with_a_padded_stride_imports_as_v4l2_lays_it_o
     .unwrap();
     assert_eq!(t.byte_offset(), offset);
     let planes = t.plane_table().unwrap();
-    let m = t.map_read().unwrap();
-    let bytes = m.as_bytes();
-    assert_eq!(bytes[0], luma[0]);
-    assert_eq!(bytes[3 * stride + 5], luma[3 * stride + 5]);
     assert_eq!(
-        bytes[planes[1].offset + 2 * stride + 7],
-        chroma[2 * stride + 7]
+        planes[1].offset,
+        h * stride,
+        "the chroma rows follow the luma rows"
     );
+    // NV12 is [rows of luma, then rows of chroma], each row its pixels without the padding.
+    let m = t.map_strided_read().unwrap();
+    let rows: Vec<&[u8]> = m.rows().collect();
+    assert_eq!(rows.len(), h + h / 2);
+    assert!(rows.iter().all(|r| r.len() == w));
+    assert_eq!(rows[0][0], luma[0]);
+    assert_eq!(rows[3][5], luma[3 * stride + 5]);
+    assert_eq!(rows[h + 2][7], chroma[2 * stride + 7]);
 }
 
 #[test]

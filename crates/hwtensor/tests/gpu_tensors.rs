@@ -100,7 +100,7 @@ fn gpu_images_get_a_64_byte_pitch() {
     )
     .unwrap();
     assert_eq!(t.row_stride(), Some(320));
-    t.map_write().unwrap().fill(9);
+    t.map_strided_write().unwrap().fill(9);
     assert!(t.to_vec().unwrap().iter().all(|&b| b == 9));
 }
 

@@ -121,10 +121,10 @@ fn a_padded_image_from_an_fd_strips_its_padding_for_an_npu() {
     assert_eq!(t.row_stride(), Some(64));
     assert_eq!(t.strides(), &[64, 3, 1]);
     {
-        let mut m = t.map_write().unwrap();
+        let mut m = t.map_strided_write().unwrap();
         for y in 0..h {
             for x in 0..w * 3 {
-                m[y * stride + x] = (y * 100 + x) as u8;
+                *m.get_mut(&[y, x / 3, x % 3]).unwrap() = (y * 100 + x) as u8;
             }
         }
     }
@@ -168,9 +168,11 @@ fn a_view_offset_in_x_that_touches_the_last_row_maps_and_reads_correctly() {
         .flat_map(|y| (16..32).map(move |x| (y * 32 + x) as u8))
         .collect();
     assert_eq!(v.to_vec().unwrap(), expected);
-    let m = v.map_read().unwrap();
-    assert_eq!(m.len(), 48);
+    let m = v.map_strided_read().unwrap();
+    assert_eq!(m.rows().map(<[u8]>::len).collect::<Vec<_>>(), [16, 16]);
     assert_eq!(m.view()[[1, 3, 3]], 127);
+    assert_eq!(m.get(&[1, 3, 3]), Some(&127));
+    assert_eq!(m.get(&[2, 0, 0]), None, "an index outside the view");
 }
 
 #[test]
@@ -182,7 +184,11 @@ fn views_nest_relative_to_their_parent_and_share_its_buffer() {
     assert_eq!(inner.to_vec().unwrap(), direct.to_vec().unwrap());
     assert_eq!(inner.identity(), t.identity());
     assert_eq!(inner.width(), Some(4));
-    inner.map_write().unwrap()[0] = 255;
+    *inner
+        .map_strided_write()
+        .unwrap()
+        .get_mut(&[0, 0, 0])
+        .unwrap() = 255;
     assert_eq!(
         t.map_read().unwrap()[4 * 48 + 3 * 3],
         255,
@@ -282,8 +288,10 @@ proptest! {
     ) {
         let stride = w * 3 + pad;
         let t = Tensor::<u8>::image_from_fd(memfd((stride * h) as u64), w, h, PixelFormat::Rgb, Some(stride), RW).unwrap();
-        for (i, b) in t.map_write().unwrap().iter_mut().enumerate() {
-            *b = (i % 251) as u8;
+        for (y, row) in t.map_strided_write().unwrap().rows_mut().enumerate() {
+            for (x, b) in row.iter_mut().enumerate() {
+                *b = ((y * stride + x) % 251) as u8;
+            }
         }
         let region = Region::new(rx, ry, rw, rh);
         match t.view(region) {

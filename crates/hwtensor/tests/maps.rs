@@ -42,8 +42,8 @@ fn read_maps_share_and_a_write_map_excludes_every_other_map_of_the_buffer() {
     let left = t.view(Region::new(0, 0, 4, 4)).unwrap();
     let right = t.view(Region::new(4, 0, 4, 4)).unwrap();
     {
-        let _a = left.map_read().unwrap();
-        let _b = right.map_read().unwrap();
+        let _a = left.map_strided_read().unwrap();
+        let _b = right.map_strided_read().unwrap();
         assert!(matches!(
             t.map_write(),
             Err(Error::MapBusy {
@@ -52,9 +52,9 @@ fn read_maps_share_and_a_write_map_excludes_every_other_map_of_the_buffer() {
         ));
     }
     {
-        let _w = left.map_write().unwrap();
+        let _w = left.map_strided_write().unwrap();
         assert!(matches!(
-            right.map_read(),
+            right.map_strided_read(),
             Err(Error::MapBusy {
                 held: "for writing"
             })
@@ -62,6 +62,34 @@ fn read_maps_share_and_a_write_map_excludes_every_other_map_of_the_buffer() {
         assert!(matches!(t.map(), Err(Error::MapBusy { .. })));
     }
     assert!(t.map().is_ok(), "dropping the maps releases the buffer");
+}
+
+#[test]
+fn a_view_of_part_of_the_rows_has_no_slice_map_and_its_strided_map_fills_only_its_pixels() {
+    let t = image(CpuAccess::ReadWrite);
+    let crop = t.view(Region::new(2, 1, 3, 2)).unwrap();
+    assert!(matches!(crop.map_write(), Err(Error::NotContiguous { .. })));
+    assert!(matches!(crop.map_read(), Err(Error::NotContiguous { .. })));
+    crop.map_strided_write().unwrap().fill(9);
+    let whole = t.to_vec().unwrap();
+    let nines = whole.iter().filter(|&&b| b == 9).count();
+    assert_eq!(
+        nines,
+        3 * 2 * 4,
+        "the crop's 6 RGBA pixels, not the parent's bytes between its rows"
+    );
+    let rows: Vec<Vec<u8>> = crop
+        .map_strided_read()
+        .unwrap()
+        .rows()
+        .map(<[u8]>::to_vec)
+        .collect();
+    assert_eq!(rows, vec![vec![9; 12]; 2]);
+    let strip = t.view(Region::new(0, 1, 8, 2)).unwrap();
+    assert!(
+        strip.map_read().is_ok(),
+        "whole rows of a tight image are contiguous"
+    );
 }
 
 #[test]

@@ -76,6 +76,13 @@ fn use_as<T: Element>(t: &TensorDyn, knobs: &[u8]) {
         m.as_bytes_mut().fill(0x5a);
         let _ = m.view_mut().len();
     }
+    if let Ok(mut m) = t.map_strided_write() {
+        for row in m.rows_mut() {
+            row.fill(T::default());
+        }
+        let _ = m.get_mut(&vec![usize::MAX; t.shape().len()]);
+        let _ = m.view_mut().len();
+    }
     let regions = [
         Region::new(k(0), k(1), k(2), k(3)),
         Region::new(0, 0, k(4), k(5)),
@@ -121,5 +128,9 @@ fn read_everything<T: Element>(t: &Tensor<T>) {
         let bytes = m.as_bytes();
         std::hint::black_box(bytes.iter().fold(0u8, |a, b| a ^ b));
         std::hint::black_box(m.view().iter().count());
+    }
+    if let Ok(m) = t.map_strided_read() {
+        std::hint::black_box(m.rows().map(<[T]>::len).sum::<usize>());
+        std::hint::black_box(m.get(&vec![0; t.shape().len()]));
     }
 }

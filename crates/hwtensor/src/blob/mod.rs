@@ -177,7 +177,7 @@ pub fn export_inline(tensor: &TensorDyn) -> Result<Vec<u8>> {
         } else {
             t
         };
-        let map = t.map_read()?;
+        let map = t.map_span_read()?;
         let bytes = map.as_bytes();
         Outgoing::inline(bytes.len()).write(t, Some(bytes))
     })
