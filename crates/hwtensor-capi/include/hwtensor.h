@@ -474,8 +474,8 @@ typedef struct HwtMap {
    */
   void *data;
   /**
-   * Bytes from the first element to the end of the last (row padding included: address
-   * them through the byte strides).
+   * Bytes from the first element to the end of the last (what lies between the elements
+   * is not the map's: address them through the byte strides).
    */
   size_t len;
   /**
@@ -661,7 +661,9 @@ enum HwtStatus hwt_gpu_wait(uint64_t value, uint64_t timeout_ns);
 /**
  * Maps `t` for the CPU in `mode` (an `HwtAccess`: READ, WRITE or READ_WRITE) into `*map`
  * (memory the caller provides; its previous contents are ignored). On success `map->data` is
- * the tensor's first element and `map->len` the bytes from it to the end of the last.
+ * the tensor's first element and `map->len` the bytes from it to the end of the last. Only
+ * the elements, addressed through the byte strides, are the map's: between them lie row
+ * padding or, for a crop, pixels of the parent another map may be writing.
  * `HWT_STATUS_BUSY` when another map of the buffer excludes this one; `HWT_STATUS_INVALID_OPERATION`
  * when the tensor's CPU access does not allow `mode`. A READ map must not be written through.
  * End it with `hwt_map_end` (after a write, that is when the bytes reach a device buffer).

@@ -17,7 +17,7 @@
 use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 
-use crate::buffer::AccessGuard;
+use crate::buffer::{AccessGuard, Footprint};
 use crate::geometry::for_each_run;
 use crate::{Direction, Element, Error, Result, Tensor};
 
@@ -114,6 +114,10 @@ impl ByteMap<'_> {
 #[derive(Clone, Copy)]
 pub(crate) struct MapSite<'a> {
     buffer: &'a crate::buffer::Buffer,
+    /// The tensor's shape and byte strides: the footprint a map of a part claims.
+    shape: &'a [usize],
+    strides: &'a [usize],
+    elem: usize,
     offset: usize,
     /// Bytes from the first element to the end of the last.
     extent: usize,
@@ -139,9 +143,13 @@ impl<'a> MapSite<'a> {
                 declared: self.access,
             });
         }
+        let footprint = || {
+            let (shape, strides) = (self.shape, self.strides);
+            Footprint::of(shape, strides, self.elem, self.offset, self.extent)
+        };
         let access = self
             .buffer
-            .begin_access_at(direction, self.offset, self.extent)?;
+            .begin_access_at(direction, self.offset, self.extent, footprint)?;
         let ptr = if self.empty {
             // An empty view at the far edge of an image may start past the buffer's end: it
             // maps nothing, so it gets no pointer into the buffer at all (an aligned dangling
@@ -197,6 +205,7 @@ impl<T: Element> Tensor<T> {
     /// Maps the tensor for reading, as a slice of its elements. The elements must be
     /// contiguous ([`Error::NotContiguous`] otherwise: a view of part of the rows, an image
     /// with padded rows); [`Tensor::map_strided_read`] maps any tensor.
+    #[inline(always)]
     pub fn map_read(&self) -> Result<MapRead<'_, T>> {
         self.check_contiguous()?;
         self.map_as()
@@ -204,6 +213,7 @@ impl<T: Element> Tensor<T> {
 
     /// Maps the tensor for writing, as a slice (contiguous tensors only, as for
     /// [`Tensor::map_read`]).
+    #[inline(always)]
     pub fn map_write(&self) -> Result<MapWrite<'_, T>> {
         self.check_contiguous()?;
         self.map_as()
@@ -211,6 +221,7 @@ impl<T: Element> Tensor<T> {
 
     /// Maps the tensor for reading and writing, as a slice (contiguous tensors only, as for
     /// [`Tensor::map_read`]).
+    #[inline(always)]
     pub fn map(&self) -> Result<MapReadWrite<'_, T>> {
         self.check_contiguous()?;
         self.map_as()
@@ -235,7 +246,7 @@ impl<T: Element> Tensor<T> {
 
     /// Refuses a slice map of a tensor whose elements have gaps between them. On every slice
     /// map's path, so a loop over the dimensions with no allocation.
-    #[inline]
+    #[inline(always)]
     fn check_contiguous(&self) -> Result<()> {
         let mut tight = Self::elem();
         for (&d, &s) in self.shape.iter().zip(&self.strides).rev() {
@@ -253,17 +264,13 @@ impl<T: Element> Tensor<T> {
         Ok(())
     }
 
-    /// The span map the internal copies use: the elements from the first to the last, with
-    /// whatever lies between them, addressed through the strides (`for_each_run`).
+    /// A map of the span from the first element to the last, whatever lies between: for a
+    /// whole buffer's bytes (an inline blob of a padded image carries its padding).
     pub(crate) fn map_span_read(&self) -> Result<MapRead<'_, T>> {
         self.map_as()
     }
 
-    /// [`Self::map_span_read`] for writing.
-    pub(crate) fn map_span_write(&self) -> Result<MapWrite<'_, T>> {
-        self.map_as()
-    }
-
+    #[inline(always)] // the typed maps' hot path, as `byte_map` is the byte maps'
     fn map_as<D: MapDirection>(&self) -> Result<TensorMap<'_, T, D>> {
         let (ptr, bytes, access) = self.begin_map(D::DIRECTION)?;
         Ok(TensorMap {
@@ -277,16 +284,20 @@ impl<T: Element> Tensor<T> {
 
     /// Claims the buffer for a CPU access in `direction`: the first element's address, the
     /// mapped extent in bytes, and the claim.
+    #[inline(always)]
     fn begin_map(&self, direction: Direction) -> Result<(*mut u8, usize, AccessGuard<'_>)> {
         self.map_site().claim(direction)
     }
 
     /// What a map needs of this tensor, its element type set aside.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn map_site(&self) -> MapSite<'_> {
         let extent = self.byte_extent();
         MapSite {
             buffer: &self.buffer,
+            shape: &self.shape,
+            strides: &self.strides,
+            elem: Self::elem(),
             offset: self.offset,
             extent,
             // Only a tensor with no elements has no extent (an element is at least a byte).
@@ -320,14 +331,12 @@ impl<T: Element> Tensor<T> {
                 dst.len()
             )));
         }
-        let map = self.map_span_read()?;
-        let elem = Self::elem();
+        let map = self.map_strided_read()?;
         let mut at = 0;
-        for_each_run(&self.shape, &self.strides, elem, |offset, bytes| {
-            let (src, n) = (offset / elem, bytes / elem);
-            dst[at..at + n].copy_from_slice(&map[src..src + n]);
-            at += n;
-        });
+        for row in map.rows() {
+            dst[at..at + row.len()].copy_from_slice(row);
+            at += row.len();
+        }
         Ok(())
     }
 
@@ -347,14 +356,12 @@ impl<T: Element> Tensor<T> {
                 src.len()
             )));
         }
-        let mut map = self.map_span_write()?;
-        let elem = Self::elem();
+        let mut map = self.map_strided_write()?;
         let mut at = 0;
-        for_each_run(&self.shape, &self.strides, elem, |offset, bytes| {
-            let (dst, n) = (offset / elem, bytes / elem);
-            map[dst..dst + n].copy_from_slice(&src[at..at + n]);
-            at += n;
-        });
+        for row in map.rows_mut() {
+            row.copy_from_slice(&src[at..at + row.len()]);
+            at += row.len();
+        }
         Ok(())
     }
 }
@@ -494,16 +501,22 @@ impl<T: Element, D: MapDirection> StridedMap<'_, T, D> {
     /// The rows: each maximal run of contiguous elements, in logical order. A padded image's
     /// rows hold its pixels without the padding; a tight tensor is one row.
     pub fn rows(&self) -> impl Iterator<Item = &[T]> + '_ {
-        let span: &[T] = &self.0;
+        let base = self.0.ptr.cast_const();
+        // SAFETY: each run lies inside the mapped span (computed from the same shape and
+        // strides), aligned for T, every bit pattern a valid T; the map's claim covers exactly
+        // these runs (a sibling crop may be written between them, so no reference to the span
+        // as a whole is ever made) and `&self` keeps it for the rows' life.
         self.runs()
             .into_iter()
-            .map(move |(at, n)| &span[at..at + n])
+            .map(move |(at, n)| unsafe { std::slice::from_raw_parts(base.add(at), n) })
     }
 
     /// The element at `index` (one coordinate per dimension), `None` outside the shape.
     pub fn get(&self, index: &[usize]) -> Option<&T> {
         let at = self.element_at(index)?;
-        Some(&self.0[at])
+        // SAFETY: an element of the tensor (index checked against the shape), so inside its
+        // claimed runs; aligned, valid, and kept by `&self` as in `rows`.
+        Some(unsafe { &*self.0.ptr.add(at) })
     }
 
     /// The span offset, in elements, of the element at `index`.
@@ -528,11 +541,10 @@ impl<T: Element, D: Writable> StridedMap<'_, T, D> {
     pub fn rows_mut(&mut self) -> impl Iterator<Item = &mut [T]> + '_ {
         let runs = self.runs();
         let base = self.0.ptr;
-        // SAFETY: each run lies inside the mapped span (the span is computed from the same
-        // shape and strides) and no two runs overlap (distinct indices of a tensor never share
-        // an element: its strides come from a shape, a view or a reshape of one); `&mut self`
-        // is the only access through this map, whose write claim excludes every other map of
-        // these bytes, for as long as the rows are borrowed.
+        // SAFETY: as in `rows`; no two runs overlap (distinct indices of a tensor never share
+        // an element: its strides come from a shape, a view or a reshape of one), and `&mut
+        // self` is the only access through this map, whose write claim excludes every other
+        // map of these bytes, for as long as the rows are borrowed.
         runs.into_iter()
             .map(move |(at, n)| unsafe { std::slice::from_raw_parts_mut(base.add(at), n) })
     }
@@ -540,7 +552,8 @@ impl<T: Element, D: Writable> StridedMap<'_, T, D> {
     /// The element at `index`, mutably; `None` outside the shape.
     pub fn get_mut(&mut self, index: &[usize]) -> Option<&mut T> {
         let at = self.element_at(index)?;
-        Some(&mut self.0[at])
+        // SAFETY: as in `get`; the write claim and `&mut self` make it the only access.
+        Some(unsafe { &mut *self.0.ptr.add(at) })
     }
 
     /// Sets every element to `value`, and nothing between them.

@@ -37,10 +37,11 @@ fn a_map_in_an_undeclared_direction_is_refused() {
 }
 
 #[test]
-fn read_maps_share_and_a_write_map_excludes_every_other_map_of_the_buffer() {
+fn read_maps_share_and_a_write_map_excludes_every_map_it_overlaps() {
     let t = image(CpuAccess::ReadWrite);
     let left = t.view(Region::new(0, 0, 4, 4)).unwrap();
     let right = t.view(Region::new(4, 0, 4, 4)).unwrap();
+    let across = t.view(Region::new(2, 1, 4, 2)).unwrap();
     {
         let _a = left.map_strided_read().unwrap();
         let _b = right.map_strided_read().unwrap();
@@ -53,8 +54,12 @@ fn read_maps_share_and_a_write_map_excludes_every_other_map_of_the_buffer() {
     }
     {
         let _w = left.map_strided_write().unwrap();
+        assert!(
+            right.map_strided_write().is_ok(),
+            "the right half shares no byte with the left half's rows"
+        );
         assert!(matches!(
-            right.map_strided_read(),
+            across.map_strided_read(),
             Err(Error::MapBusy {
                 held: "for writing"
             })
@@ -62,6 +67,42 @@ fn read_maps_share_and_a_write_map_excludes_every_other_map_of_the_buffer() {
         assert!(matches!(t.map(), Err(Error::MapBusy { .. })));
     }
     assert!(t.map().is_ok(), "dropping the maps releases the buffer");
+}
+
+#[test]
+fn tiles_of_one_image_are_written_from_threads_at_once() {
+    const SIDE: usize = 2;
+    let (w, h) = (640, 480);
+    let t =
+        Tensor::<u8>::image(w, h, PixelFormat::Rgba, Some(SHARED), CpuAccess::ReadWrite).unwrap();
+    let (tw, th) = (w / SIDE, h / SIDE);
+    let tiles: Vec<_> = (0..SIDE * SIDE)
+        .map(|i| {
+            let (x, y) = (i % SIDE * tw, i / SIDE * th);
+            t.view(Region::new(x, y, tw, th)).unwrap()
+        })
+        .collect();
+    // Every tile's write map is live at the same moment: the barrier waits for all of them.
+    let together = std::sync::Barrier::new(tiles.len());
+    std::thread::scope(|s| {
+        for (i, tile) in tiles.iter().enumerate() {
+            let together = &together;
+            s.spawn(move || {
+                let mut m = tile
+                    .map_strided_write()
+                    .expect("a disjoint tile maps for writing");
+                together.wait();
+                m.fill(i as u8 + 1);
+            });
+        }
+    });
+    let m = t.map_read().unwrap();
+    for (i, _) in tiles.iter().enumerate() {
+        let (x, y) = (i % SIDE * tw, i / SIDE * th);
+        let corner = |dx: usize, dy: usize| m[((y + dy) * w + x + dx) * 4];
+        assert_eq!(corner(0, 0), i as u8 + 1, "tile {i}");
+        assert_eq!(corner(tw - 1, th - 1), i as u8 + 1, "tile {i}");
+    }
 }
 
 #[test]

@@ -14,6 +14,7 @@ mod maps;
 #[cfg(target_os = "linux")]
 mod unix;
 
+pub(crate) use maps::Footprint;
 use maps::{Claim, Maps, Span};
 
 #[derive(Debug)]
@@ -171,21 +172,23 @@ impl Buffer {
     }
 
     /// [`Self::begin_access`] for the `len` bytes at `offset` (a view's, from its first element
-    /// to the end of its last): disjoint parts of heap and shm buffers can be mapped at once.
-    /// Other memory is claimed whole: a staged GPU map or a DMA-BUF sync bracket covers the
-    /// whole buffer.
+    /// to the end of its last), claiming only the bytes `footprint` says its elements occupy:
+    /// disjoint parts of heap and shm buffers (crops, strips, batch items) can be mapped at
+    /// once. Other memory is claimed whole: a staged GPU map or a DMA-BUF sync bracket covers
+    /// the whole buffer. `footprint` is asked only for a part (the whole map is the hot path).
     #[inline(always)]
     pub(crate) fn begin_access_at(
         &self,
         direction: Direction,
         offset: usize,
         len: usize,
+        footprint: impl FnOnce() -> Footprint,
     ) -> Result<AccessGuard<'_>> {
         let whole = offset == 0 && len == self.len();
         let span = if whole || !self.0.storage.claimable_in_parts() {
             Span::Whole
         } else {
-            Span::Part(offset, offset + len)
+            Span::Part(footprint())
         };
         self.begin_access_of(direction, span)
     }
