@@ -51,6 +51,8 @@ mod memory;
 mod native;
 mod os;
 #[cfg(target_os = "linux")]
+mod planes;
+#[cfg(target_os = "linux")]
 mod policy;
 mod quantization;
 mod region;
@@ -77,6 +79,8 @@ pub use map::{
 };
 pub use memory::{TensorMemory, FORCE_MEM_ENV};
 #[cfg(target_os = "linux")]
+#[cfg(target_os = "linux")]
+pub use planes::PlaneFd;
 pub use policy::ImportPolicy;
 pub use quantization::{ChannelQuantization, Quantization, MAX_QUANT_CHANNELS};
 pub use region::Region;

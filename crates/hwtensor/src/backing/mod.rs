@@ -34,6 +34,9 @@ pub(crate) enum Storage {
     Foreign(ForeignHost),
     #[cfg(target_os = "linux")]
     Fd(FdMapping),
+    /// An image whose planes are in several fds, mapped as one (Linux).
+    #[cfg(target_os = "linux")]
+    Planes(unix::PlaneMapping),
     Gpu(GpuMemory),
     /// CUDA device memory (Linux).
     #[cfg(target_os = "linux")]
@@ -49,6 +52,9 @@ pub(crate) enum CpuAccessGuard<'a> {
     Cuda(#[allow(dead_code)] crate::cuda::CudaCpuAccess<'a>),
     #[cfg(target_os = "linux")]
     Bracket(#[allow(dead_code)] dmabuf::SyncBracket<'a>),
+    /// The brackets of the DMA-BUFs among an image's planes.
+    #[cfg(target_os = "linux")]
+    Brackets(#[allow(dead_code)] Vec<dmabuf::SyncBracket<'a>>),
 }
 
 impl TensorMemory {
@@ -145,6 +151,8 @@ impl Storage {
             Storage::Foreign(f) => f.ptr(),
             #[cfg(target_os = "linux")]
             Storage::Fd(m) => m.ptr(),
+            #[cfg(target_os = "linux")]
+            Storage::Planes(m) => m.ptr(),
             Storage::Gpu(g) => g.ptr(),
             #[cfg(target_os = "linux")]
             Storage::Cuda(c) => c.ptr(),
@@ -157,6 +165,8 @@ impl Storage {
             Storage::Foreign(f) => f.len(),
             #[cfg(target_os = "linux")]
             Storage::Fd(m) => m.len(),
+            #[cfg(target_os = "linux")]
+            Storage::Planes(m) => m.len(),
             Storage::Gpu(g) => g.len(),
             #[cfg(target_os = "linux")]
             Storage::Cuda(c) => c.len(),
@@ -168,6 +178,8 @@ impl Storage {
             Storage::Heap(_) | Storage::Foreign(_) => TensorMemory::Mem,
             #[cfg(target_os = "linux")]
             Storage::Fd(m) => m.memory(),
+            #[cfg(target_os = "linux")]
+            Storage::Planes(m) => m.memory(),
             Storage::Gpu(_) => TensorMemory::Gpu,
             #[cfg(target_os = "linux")]
             Storage::Cuda(_) => TensorMemory::Cuda,
@@ -180,6 +192,8 @@ impl Storage {
             Storage::Foreign(f) => Ok(BufferIdentity::heap(f.ptr() as usize)),
             #[cfg(target_os = "linux")]
             Storage::Fd(m) => BufferIdentity::of_fd(m.fd()),
+            #[cfg(target_os = "linux")]
+            Storage::Planes(m) => BufferIdentity::of_fd(m.first_fd()),
             Storage::Gpu(g) => Ok(device_identity(g.origin())),
             #[cfg(target_os = "linux")]
             Storage::Cuda(c) => Ok(device_identity(c.origin())),
@@ -191,6 +205,8 @@ impl Storage {
         match self {
             #[cfg(target_os = "linux")]
             Storage::Fd(m) => m.writable(),
+            #[cfg(target_os = "linux")]
+            Storage::Planes(m) => m.writable(),
             Storage::Heap(_) | Storage::Gpu(_) => true,
             Storage::Foreign(f) => f.writable(),
             #[cfg(target_os = "linux")]
@@ -208,6 +224,9 @@ impl Storage {
             Storage::Foreign(_) => false,
             #[cfg(target_os = "linux")]
             Storage::Fd(m) => m.memory() == TensorMemory::Shm && m.len() > 0,
+            // Several files' pages: a device import of the range is not promised to work.
+            #[cfg(target_os = "linux")]
+            Storage::Planes(_) => false,
             Storage::Gpu(_) => false,
             #[cfg(target_os = "linux")]
             Storage::Cuda(_) => false,
@@ -221,6 +240,8 @@ impl Storage {
             Storage::Heap(_) | Storage::Foreign(_) => true,
             #[cfg(target_os = "linux")]
             Storage::Fd(m) => m.memory() != TensorMemory::DmaBuf,
+            #[cfg(target_os = "linux")]
+            Storage::Planes(m) => m.memory() != TensorMemory::DmaBuf,
             _ => false,
         }
     }
@@ -233,6 +254,8 @@ impl Storage {
             Storage::Heap(_) | Storage::Foreign(_) => false,
             #[cfg(target_os = "linux")]
             Storage::Fd(m) => m.memory() == TensorMemory::DmaBuf,
+            #[cfg(target_os = "linux")]
+            Storage::Planes(m) => m.memory() == TensorMemory::DmaBuf,
             _ => true,
         }
     }
@@ -256,6 +279,10 @@ impl Storage {
             }
             #[cfg(target_os = "linux")]
             Storage::Fd(_) => Ok(None),
+            #[cfg(target_os = "linux")]
+            Storage::Planes(m) => m
+                .begin_cpu(direction)
+                .map(|b| Some(CpuAccessGuard::Brackets(b))),
         }
     }
 }

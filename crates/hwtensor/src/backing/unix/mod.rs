@@ -3,11 +3,13 @@
 pub(crate) mod classify;
 pub(crate) mod dmabuf;
 pub(crate) mod mapping;
+pub(crate) mod planes;
 pub(crate) mod shm;
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 pub(crate) use mapping::FdMapping;
+pub(crate) use planes::{PlaneMapping, PlaneSource};
 
 use super::Storage;
 use crate::{Error, Result, TensorMemory};
@@ -76,7 +78,8 @@ impl Storage {
 
     pub(crate) fn fd(&self) -> Option<BorrowedFd<'_>> {
         match self {
-            Storage::Heap(_) | Storage::Foreign(_) => None,
+            // An image in several fds has no one fd to hand on: it travels inline.
+            Storage::Heap(_) | Storage::Foreign(_) | Storage::Planes(_) => None,
             Storage::Fd(m) => Some(m.fd()),
             Storage::Gpu(g) => g.fd_to_share(),
             Storage::Cuda(c) => c.fd(),

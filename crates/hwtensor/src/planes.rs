@@ -1,0 +1,159 @@
+//! Images whose planes arrive in separate fds (Linux): V4L2's multi-planar formats (`NM12`,
+//! one DMA-BUF per plane, each with its own `data_offset` and `bytesperline`) and libcamera
+//! frame buffers (a plane list of fd, offset, length), imported without a copy.
+
+use std::os::fd::{AsFd, OwnedFd};
+
+use crate::backing::unix::{classify, planes, PlaneMapping, PlaneSource};
+use crate::backing::Storage;
+use crate::buffer::Buffer;
+use crate::identity::BufferIdentity;
+use crate::image::{check_row_stride, image_geometry, ImageInfo};
+use crate::tensor::import_access;
+use crate::{CpuAccess, DType, Element, Error, PixelFormat, Result, Tensor, TensorDyn};
+
+/// One plane of an image as its producer hands it over: the fd it is in, the byte its first
+/// row starts at (V4L2's `data_offset`, libcamera's plane offset) and its row stride
+/// (`bytesperline`). `#[non_exhaustive]`: made by [`PlaneFd::new`].
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct PlaneFd {
+    /// The fd the plane is in (taken; closed with the image).
+    pub fd: OwnedFd,
+    /// Where the plane's first row starts in the fd.
+    pub offset: usize,
+    /// Bytes from one row of the plane to the next.
+    pub row_stride: usize,
+}
+
+impl PlaneFd {
+    /// The plane at `offset` of `fd`, rows `row_stride` bytes apart.
+    pub fn new(fd: OwnedFd, offset: usize, row_stride: usize) -> PlaneFd {
+        PlaneFd {
+            fd,
+            offset,
+            row_stride,
+        }
+    }
+}
+
+impl<T: Element> Tensor<T> {
+    /// A `w` x `h` image of `format` whose planes are given one by one, each in an fd (the same
+    /// fd for planes of one buffer, or one per plane), without a copy.
+    ///
+    /// The image keeps one row stride, the first plane's: every other plane's must be the one
+    /// the format derives from it (the chroma plane of NV12 and NV16 has the luma's, NV24's
+    /// twice it), as V4L2 and libcamera report it. Planes laid out in one fd as one buffer
+    /// are imported as that buffer ([`Tensor::image_from_fd_at`]); planes in separate buffers
+    /// are mapped side by side, which needs each to start on a page (refused otherwise, with
+    /// the fix named). Every fd must hold the bytes its planes need, and is checked as any
+    /// import is (its kind, shared memory sealed against shrinking).
+    ///
+    /// An image in several buffers maps, views and copies like any image; it has no single fd,
+    /// so it travels to another process inline ([`Tensor::as_fd`] is `None`).
+    pub fn image_from_planes(
+        planes: Vec<PlaneFd>,
+        w: usize,
+        h: usize,
+        format: PixelFormat,
+        access: CpuAccess,
+    ) -> Result<Self> {
+        let elem = Self::elem();
+        let first = planes
+            .first()
+            .ok_or_else(|| Error::Image("an image needs at least one plane".into()))?;
+        let stride = check_row_stride(format, w, elem, first.row_stride)?;
+        let model = format.plane_table(w, h, stride)?;
+        check_planes(&planes, &model, format)?;
+        if !first.offset.is_multiple_of(std::mem::align_of::<T>()) {
+            return Err(Error::InvalidArgument(format!(
+                "a {} image cannot start at byte {}: its elements align to {} bytes",
+                T::DTYPE,
+                first.offset,
+                std::mem::align_of::<T>()
+            )));
+        }
+        let (shape, strides) = image_geometry(None, format, w, h, elem, stride)?;
+        let info = ImageInfo::new(format, w, h, stride);
+        if one_buffer(&planes, &model)? {
+            let first = planes.into_iter().next().expect("checked above");
+            return Self::image_from_fd_at(
+                first.fd,
+                first.offset,
+                w,
+                h,
+                format,
+                Some(stride),
+                access,
+            );
+        }
+        let identity = BufferIdentity::of_fd(planes[0].fd.as_fd())?;
+        let sources = planes
+            .into_iter()
+            .map(|p| PlaneSource {
+                fd: p.fd,
+                offset: p.offset,
+            })
+            .collect();
+        let policy = crate::ImportPolicy::STRICT;
+        let (mapping, lead) = PlaneMapping::new(sources, &model, policy.unsealed_shm)?;
+        let buffer = Buffer::with_identity(Storage::Planes(mapping), identity);
+        let mut t = Self::over(buffer, shape, strides, Some(info), CpuAccess::ReadWrite);
+        t.access = access.narrowed_to(import_access(&t.buffer));
+        t.offset = lead;
+        Ok(t)
+    }
+}
+
+impl TensorDyn {
+    /// See [`Tensor::image_from_planes`].
+    pub fn image_from_planes(
+        planes: Vec<PlaneFd>,
+        w: usize,
+        h: usize,
+        format: PixelFormat,
+        dtype: DType,
+        access: CpuAccess,
+    ) -> Result<Self> {
+        for_dtype!(dtype, image_from_planes(planes, w, h, format, access))
+    }
+}
+
+/// One fd per plane of the format, each with the row stride the image's one stride implies.
+fn check_planes(planes: &[PlaneFd], model: &[crate::Plane], format: PixelFormat) -> Result<()> {
+    if planes.len() != model.len() {
+        return Err(Error::Image(format!(
+            "{format} has {} plane(s); {} were given",
+            model.len(),
+            planes.len()
+        )));
+    }
+    for (k, (p, m)) in planes.iter().zip(model).enumerate().skip(1) {
+        if p.row_stride != m.row_stride {
+            return Err(Error::RowStride(format!(
+                "plane {k}'s row stride is {} bytes, but a {format} image whose first plane's \
+                 rows are {} bytes apart has {}-byte rows there (an image here has one row stride)",
+                p.row_stride, planes[0].row_stride, m.row_stride
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Whether the planes lie in one fd exactly as one buffer of the image has them.
+fn one_buffer(planes: &[PlaneFd], model: &[crate::Plane]) -> Result<bool> {
+    let files = planes
+        .iter()
+        .map(|p| classify::stat(p.fd.as_fd()).map(|st| (st.st_dev, st.st_ino)))
+        .collect::<Result<Vec<_>>>()?;
+    let same: Vec<bool> = (0..planes.len())
+        .map(|k| k > 0 && files[k] == files[k - 1])
+        .collect();
+    let offsets: Vec<usize> = planes.iter().map(|p| p.offset).collect();
+    let page = rustix::param::page_size();
+    Ok(match planes::layout(model, &offsets, &same, page) {
+        Ok((_, groups)) => groups.len() == 1,
+        // Planes that cannot be mapped side by side: PlaneMapping says why.
+        Err(_) => false,
+    })
+}
