@@ -64,6 +64,13 @@
 
 #if defined(HWT_LINUX)
 /**
+ * Most planes an image has (planar RGBA).
+ */
+#define HWT_MAX_PLANES 4
+#endif
+
+#if defined(HWT_LINUX)
+/**
  * Import flag: the sender is trusted (GPU and CUDA memory by reference, whose content the
  * driver trusts, and shared memory that cannot be sealed). Without it, `hwt_recv` accepts
  * device memory only from a peer of this user, and `hwt_blob_import` not at all.
@@ -562,6 +569,28 @@ typedef struct HwtColorimetry {
 
 #if defined(HWT_LINUX)
 /**
+ * One plane of an image as its producer hands it over (`hwt_tensor_image_from_planes`): the
+ * fd it is in (duplicated; the caller keeps its own), the byte its first row starts at (V4L2's
+ * `data_offset`, libcamera's plane offset) and its row stride (`bytesperline`).
+ */
+typedef struct HwtPlaneFd {
+  /**
+   * The fd the plane is in.
+   */
+  int32_t fd;
+  /**
+   * Where the plane's first row starts in the fd.
+   */
+  size_t offset;
+  /**
+   * Bytes from one row of the plane to the next.
+   */
+  size_t row_stride;
+} HwtPlaneFd;
+#endif
+
+#if defined(HWT_LINUX)
+/**
  * The Vulkan objects of the process device, for a host that records its own work on it. All
  * borrowed: hwtensor owns and outlives them (the process device is never destroyed).
  */
@@ -1020,6 +1049,29 @@ enum HwtStatus hwt_tensor_image_from_fd(int32_t fd,
                                         size_t row_stride,
                                         uint32_t cpu_access,
                                         struct HwtTensor **out);
+#endif
+
+#if defined(HWT_LINUX)
+/**
+ * A `width` x `height` image of `format` whose `count` planes are listed in `planes`, one fd
+ * each (V4L2 MPLANE: a buffer per plane) or the same fd at several offsets (libcamera), with
+ * `cpu_access` (an `HwtAccess`), without a copy. The first plane's row stride is the image's;
+ * every other plane's must be the one the format derives from it. Planes in separate buffers
+ * must each start on a page (`HWT_STATUS_INVALID_ARGUMENT` otherwise, with the fix in
+ * `hwt_last_error`: pad the stride or the height). Such an image has no single fd
+ * (`hwt_tensor_clone_fd` is `HWT_STATUS_UNAVAILABLE`) and is sent inline.
+ *
+ * # Safety
+ * `planes` must hold `count` entries; `out` must be valid for one write.
+ */
+enum HwtStatus hwt_tensor_image_from_planes(const struct HwtPlaneFd *planes,
+                                            size_t count,
+                                            size_t width,
+                                            size_t height,
+                                            uint32_t format,
+                                            uint32_t dtype,
+                                            uint32_t cpu_access,
+                                            struct HwtTensor **out);
 #endif
 
 #if defined(HWT_LINUX)

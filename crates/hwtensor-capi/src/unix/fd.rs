@@ -2,7 +2,7 @@
 
 use std::os::fd::{BorrowedFd, IntoRawFd, OwnedFd, RawFd};
 
-use hwtensor::TensorDyn;
+use hwtensor::{PlaneFd, TensorDyn};
 
 use crate::status::{fail, guard, put, HwtStatus, OrStatus};
 use crate::tensor::{
@@ -85,6 +85,59 @@ pub unsafe extern "C" fn hwt_tensor_image_from_fd(
             access,
         )
         .or_status()?;
+        hand_out(out, t)
+    })
+}
+
+/// One plane of an image as its producer hands it over (`hwt_tensor_image_from_planes`): the
+/// fd it is in (duplicated; the caller keeps its own), the byte its first row starts at (V4L2's
+/// `data_offset`, libcamera's plane offset) and its row stride (`bytesperline`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct HwtPlaneFd {
+    /// The fd the plane is in.
+    pub fd: i32,
+    /// Where the plane's first row starts in the fd.
+    pub offset: usize,
+    /// Bytes from one row of the plane to the next.
+    pub row_stride: usize,
+}
+
+/// Most planes an image has (planar RGBA).
+pub const HWT_MAX_PLANES: usize = 4;
+
+/// A `width` x `height` image of `format` whose `count` planes are listed in `planes`, one fd
+/// each (V4L2 MPLANE: a buffer per plane) or the same fd at several offsets (libcamera), with
+/// `cpu_access` (an `HwtAccess`), without a copy. The first plane's row stride is the image's;
+/// every other plane's must be the one the format derives from it. Planes in separate buffers
+/// must each start on a page (`HWT_STATUS_INVALID_ARGUMENT` otherwise, with the fix in
+/// `hwt_last_error`: pad the stride or the height). Such an image has no single fd
+/// (`hwt_tensor_clone_fd` is `HWT_STATUS_UNAVAILABLE`) and is sent inline.
+///
+/// # Safety
+/// `planes` must hold `count` entries; `out` must be valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn hwt_tensor_image_from_planes(
+    planes: *const HwtPlaneFd,
+    count: usize,
+    width: usize,
+    height: usize,
+    format: u32,
+    dtype: u32,
+    cpu_access: u32,
+    out: *mut *mut HwtTensor,
+) -> HwtStatus {
+    guard(|| {
+        let format = format_of(format)?;
+        let (dtype, access) = (dtype_of(dtype)?, access_of(cpu_access)?);
+        // SAFETY: the caller's contract, bounded by HWT_MAX_PLANES.
+        let planes = unsafe { slice_in(planes, count, "the planes", HWT_MAX_PLANES) }?;
+        let owned = planes
+            .iter()
+            .map(|p| dup_callers(p.fd).map(|fd| PlaneFd::new(fd, p.offset, p.row_stride)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let t = TensorDyn::image_from_planes(owned, width, height, format, dtype, access)
+            .or_status()?;
         hand_out(out, t)
     })
 }

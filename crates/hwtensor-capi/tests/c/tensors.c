@@ -251,6 +251,57 @@ static int an_fd_imports_from_a_byte_offset(void) {
     return 0;
 }
 
+/* A sealable memfd of `len` bytes whose byte i is `base + i` (mod 256). */
+static int patterned_memfd(size_t len, uint8_t base) {
+    int fd = memfd_create("hwt-plane", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0 || ftruncate(fd, (off_t)len) != 0) return -1;
+    uint8_t *bytes = malloc(len);
+    if (!bytes) return -1;
+    for (size_t i = 0; i < len; i++) bytes[i] = (uint8_t)(base + i);
+    ssize_t written = pwrite(fd, bytes, len, 0);
+    free(bytes);
+    return written == (ssize_t)len ? fd : -1;
+}
+
+static int an_nv12m_frame_in_two_buffers_imports_as_one_image(void) {
+    size_t before = open_fds();
+    const size_t w = 640, h = 480;
+    int y = patterned_memfd(w * h, 0), uv = patterned_memfd(w * h / 2, 100);
+    ASSERT(y >= 0 && uv >= 0);
+    const HwtPlaneFd planes[2] = {{.fd = y, .offset = 0, .row_stride = w}, {.fd = uv, .offset = 0, .row_stride = w}};
+    HwtTensor *t = NULL;
+    CHECK(hwt_tensor_image_from_planes(planes, 2, w, h, HWT_PIXEL_FORMAT_NV12, HWT_D_TYPE_U8, HWT_ACCESS_READ_WRITE, &t));
+    HwtMap m;
+    CHECK(hwt_tensor_map(t, HWT_ACCESS_READ, &m));
+    const uint8_t *px = m.data;
+    ASSERT(m.len == w * h * 3 / 2 && px[5] == 5 && px[w * h] == 100 && px[w * h + 7] == 107);
+    CHECK(hwt_map_end(&m));
+    int fd = -1;
+    EXPECT(hwt_tensor_clone_fd(t, &fd), HWT_STATUS_UNAVAILABLE); /* no single fd: sent inline */
+    hwt_tensor_release(t);
+
+    HwtTensor *bad = NULL;
+    const HwtPlaneFd skewed[2] = {{.fd = y, .offset = 0, .row_stride = w}, {.fd = uv, .offset = 0, .row_stride = w + 64}};
+    EXPECT(hwt_tensor_image_from_planes(skewed, 2, w, h, HWT_PIXEL_FORMAT_NV12, HWT_D_TYPE_U8, HWT_ACCESS_READ, &bad),
+           HWT_STATUS_INVALID_ARGUMENT);
+    EXPECT(hwt_tensor_image_from_planes(planes, 1, w, h, HWT_PIXEL_FORMAT_NV12, HWT_D_TYPE_U8, HWT_ACCESS_READ, &bad),
+           HWT_STATUS_INVALID_ARGUMENT); /* NV12 has two planes */
+    EXPECT(hwt_tensor_image_from_planes(planes, 99, w, h, HWT_PIXEL_FORMAT_NV12, HWT_D_TYPE_U8, HWT_ACCESS_READ, &bad),
+           HWT_STATUS_INVALID_ARGUMENT);
+    EXPECT(hwt_tensor_image_from_planes(NULL, 2, w, h, HWT_PIXEL_FORMAT_NV12, HWT_D_TYPE_U8, HWT_ACCESS_READ, &bad),
+           HWT_STATUS_INVALID_ARGUMENT);
+    /* 1920x1080 luma does not end on a page: its chroma buffer cannot follow it. */
+    EXPECT(hwt_tensor_image_from_planes(planes, 2, 1920, 1080, HWT_PIXEL_FORMAT_NV12, HWT_D_TYPE_U8, HWT_ACCESS_READ, &bad),
+           HWT_STATUS_INVALID_ARGUMENT);
+    /* A closed plane fd (the first: a later one's number would be reused by the first's dup). */
+    close(y);
+    EXPECT(hwt_tensor_image_from_planes(planes, 2, w, h, HWT_PIXEL_FORMAT_NV12, HWT_D_TYPE_U8, HWT_ACCESS_READ, &bad),
+           HWT_STATUS_BAD_FD);
+    close(uv);
+    ASSERT(open_fds() == before);
+    return 0;
+}
+
 static int every_bad_input_is_a_status_with_a_message_and_leaks_no_fd(void) {
     size_t before = open_fds();
     const size_t shape[2] = {4, 4};
@@ -575,6 +626,7 @@ int main(int argc, char **argv) {
     if (a_batch_item_and_a_copy_see_the_same_bytes()) return 1;
     if (an_inline_blob_round_trips_and_a_hostile_one_is_refused()) return 1;
     if (an_fd_imports_from_a_byte_offset()) return 1;
+    if (an_nv12m_frame_in_two_buffers_imports_as_one_image()) return 1;
     if (a_pooled_buffer_is_reshaped_repointed_and_says_its_colours()) return 1;
     if (every_bad_input_is_a_status_with_a_message_and_leaks_no_fd()) return 1;
     if (a_child_process_answers_in_the_same_buffer(argv[0])) return 1;
