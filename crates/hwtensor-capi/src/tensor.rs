@@ -704,16 +704,15 @@ pub unsafe extern "C" fn hwt_tensor_with_colorimetry(
         let c =
             unsafe { colorimetry.as_ref() }.ok_or_else(|| invalid("the colorimetry is null"))?;
         let unknown = |what: &str, code: u8| invalid(format!("{code} is not a colour {what} code"));
-        let colorimetry = hwtensor::Colorimetry {
-            primaries: hwtensor::ColorPrimaries::from_code(c.primaries)
+        let colorimetry = hwtensor::Colorimetry::new(
+            hwtensor::ColorPrimaries::from_code(c.primaries)
                 .ok_or_else(|| unknown("primaries", c.primaries))?,
-            transfer: hwtensor::TransferFunction::from_code(c.transfer)
+            hwtensor::TransferFunction::from_code(c.transfer)
                 .ok_or_else(|| unknown("transfer", c.transfer))?,
-            matrix: hwtensor::ColorMatrix::from_code(c.matrix)
+            hwtensor::ColorMatrix::from_code(c.matrix)
                 .ok_or_else(|| unknown("matrix", c.matrix))?,
-            range: hwtensor::ColorRange::from_code(c.range)
-                .ok_or_else(|| unknown("range", c.range))?,
-        };
+            hwtensor::ColorRange::from_code(c.range).ok_or_else(|| unknown("range", c.range))?,
+        );
         let mut t = tensor(t, "the tensor")?.clone();
         t.set_colorimetry(colorimetry).or_status()?;
         hand_out(out, t)

@@ -76,8 +76,10 @@ pub enum ColorRange {
     Full = 2,
 }
 
-/// An image's colorimetry. `Colorimetry::default()` says nothing.
+/// An image's colorimetry. `Colorimetry::default()` says nothing. `#[non_exhaustive]` (chroma
+/// siting may join it): made by [`Colorimetry::new`] or taken from a constant.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct Colorimetry {
     /// The primaries.
     pub primaries: ColorPrimaries,
@@ -135,6 +137,21 @@ color_codes!(ColorMatrix, "colour matrix": Unspecified = "unspecified", Rgb = "r
 color_codes!(ColorRange, "colour range": Unspecified = "unspecified", Limited = "limited", Full = "full");
 
 impl Colorimetry {
+    /// The colorimetry of these four parts.
+    pub const fn new(
+        primaries: ColorPrimaries,
+        transfer: TransferFunction,
+        matrix: ColorMatrix,
+        range: ColorRange,
+    ) -> Colorimetry {
+        Colorimetry {
+            primaries,
+            transfer,
+            matrix,
+            range,
+        }
+    }
+
     /// HD video as cameras and decoders deliver it: BT.709 primaries, transfer and matrix,
     /// limited range.
     pub const BT709_LIMITED: Colorimetry = Colorimetry {

@@ -56,6 +56,7 @@ pub enum PixelFormat {
 
 /// One plane of an image: where it starts in the buffer and how its rows are laid out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Plane {
     /// Byte offset of the plane's first row from the start of the image.
     pub offset: usize,

@@ -79,8 +79,8 @@ pub use map::{
 };
 pub use memory::{TensorMemory, FORCE_MEM_ENV};
 #[cfg(target_os = "linux")]
-#[cfg(target_os = "linux")]
 pub use planes::PlaneFd;
+#[cfg(target_os = "linux")]
 pub use policy::ImportPolicy;
 pub use quantization::{ChannelQuantization, Quantization, MAX_QUANT_CHANNELS};
 pub use region::Region;

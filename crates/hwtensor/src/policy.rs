@@ -19,8 +19,11 @@
 //! a caller that knows where its fds came from says so with
 //! [`blob::import_with`](crate::blob::import_with).
 
-/// What an import accepts beyond plain, sealable shared memory and DMA-BUFs.
+/// What an import accepts beyond plain, sealable shared memory and DMA-BUFs. `#[non_exhaustive]`:
+/// start from [`ImportPolicy::STRICT`] (or `TRUSTED_PEER`) and say what else to accept, as in
+/// `ImportPolicy::STRICT.with_unsealed_shm(true)`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ImportPolicy {
     /// Accept GPU memory (and its completion fence) by reference: the peer is trusted as this
     /// process is. `handoff::recv` sets it for peers of this user.
@@ -42,4 +45,16 @@ impl ImportPolicy {
         gpu_memory: true,
         unsealed_shm: false,
     };
+
+    /// The same policy, accepting GPU memory by reference or not.
+    pub const fn with_gpu_memory(mut self, accept: bool) -> ImportPolicy {
+        self.gpu_memory = accept;
+        self
+    }
+
+    /// The same policy, accepting shared memory that cannot be sealed or not.
+    pub const fn with_unsealed_shm(mut self, accept: bool) -> ImportPolicy {
+        self.unsealed_shm = accept;
+        self
+    }
 }

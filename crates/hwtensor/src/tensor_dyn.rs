@@ -9,6 +9,7 @@ use crate::{CpuAccess, DType, Element, Error, PixelFormat, Region, Result, Tenso
 
 /// A tensor of any [`DType`].
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub enum TensorDyn {
     /// A `u8` tensor.
     U8(Tensor<u8>),

@@ -148,10 +148,7 @@ fn a_handle_that_is_not_a_shared_texture_is_refused_on_import() {
     let event = unsafe { CreateEventW(None, true, false, None) }.unwrap();
     // SAFETY: a fresh handle nothing else owns.
     let event = unsafe { OwnedHandle::from_raw_handle(event.0) };
-    let completion = hwtensor::gpu::GpuCompletion {
-        fence: None,
-        value: 0,
-    };
+    let completion = hwtensor::gpu::GpuCompletion::new(None, 0);
     let err = Tensor::<u8>::image_from_gpu_share(
         event.as_handle(),
         &completion,

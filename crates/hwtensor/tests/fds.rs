@@ -147,10 +147,7 @@ fn memory_that_cannot_be_sealed_is_refused_by_default_and_accepted_when_the_call
     rustix::fs::ftruncate(&fd, 64).unwrap();
     let again = fd.try_clone().unwrap();
     assert!(refusal(fd).contains("MFD_ALLOW_SEALING"));
-    let policy = ImportPolicy {
-        unsealed_shm: true,
-        ..ImportPolicy::STRICT
-    };
+    let policy = ImportPolicy::STRICT.with_unsealed_shm(true);
     let t = Tensor::<u8>::from_fd_with(again, &[64], &policy).unwrap();
     assert_eq!(t.memory(), TensorMemory::Shm);
 }

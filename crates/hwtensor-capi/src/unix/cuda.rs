@@ -81,6 +81,10 @@ fn begin_any(t: &'static TensorDyn, d: Direction, stream: *mut c_void) -> hwtens
         TensorDyn::F16(t) => begin(t, d, stream),
         TensorDyn::F32(t) => begin(t, d, stream),
         TensorDyn::F64(t) => begin(t, d, stream),
+        other => Err(hwtensor::Error::InvalidArgument(format!(
+            "CUDA maps of {} tensors are not supported by this C library",
+            other.dtype()
+        ))),
     }
 }
 

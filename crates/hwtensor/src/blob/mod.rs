@@ -153,6 +153,7 @@ const MODE_INLINE: u8 = 1;
 
 /// How the tensor's bytes travel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Transport {
     /// The buffer's fd travels beside the blob (SCM_RIGHTS, inheritance): zero-copy. Linux.
     Reference,

@@ -19,12 +19,21 @@ pub type FenceHandle = std::os::windows::io::OwnedHandle;
 
 /// A point on the process timeline: the exported fence (where there is one) and the value a
 /// consumer waits for. A value is never paired with the wrong fence: no fence, no pairing.
+/// `#[non_exhaustive]`: made by [`GpuCompletion::new`].
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct GpuCompletion {
     /// The timeline's exported fence, where the device can export it.
     pub fence: Option<FenceHandle>,
     /// The timeline value to wait for.
     pub value: u64,
+}
+
+impl GpuCompletion {
+    /// `value` on `fence` (as received from the process that made it), or with no fence.
+    pub fn new(fence: Option<FenceHandle>, value: u64) -> GpuCompletion {
+        GpuCompletion { fence, value }
+    }
 }
 
 /// Optional capabilities the device was created with; each backend defines its bits as
@@ -64,6 +73,7 @@ impl std::fmt::Debug for Features {
 
 /// How this copy came by its device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Origin {
     /// This copy created it.
     Created,

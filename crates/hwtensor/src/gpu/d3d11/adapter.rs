@@ -18,6 +18,7 @@ const DISCRETE_MEMORY_FROM: usize = 512 << 20;
 
 /// The kind of device an adapter is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum AdapterKind {
     /// A GPU of its own.
     Discrete,
@@ -29,6 +30,7 @@ pub enum AdapterKind {
 
 /// One DXGI adapter, described.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct AdapterInfo {
     /// The adapter's description.
     pub name: String,

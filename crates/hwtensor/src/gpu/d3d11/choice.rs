@@ -3,6 +3,7 @@
 
 /// What `HWTENSOR_GPU_ADAPTER` asks for on Windows.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum AdapterChoice {
     /// Unset, empty or `hardware`: the default adapter (the one DXGI lists first).
     Hardware,

@@ -9,6 +9,7 @@ pub const ADAPTER_ENV: &str = "HWTENSOR_GPU_ADAPTER";
 
 /// The kind of device an adapter is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum AdapterKind {
     /// A GPU of its own (PCIe card).
     Discrete,
@@ -46,6 +47,7 @@ impl AdapterKind {
 
 /// One Vulkan physical device, described.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct AdapterInfo {
     /// The driver's name for the device.
     pub name: String,
@@ -200,6 +202,7 @@ fn c_chars(chars: &[std::ffi::c_char]) -> String {
 
 /// What `HWTENSOR_GPU_ADAPTER` asks for.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum AdapterChoice {
     /// Unset or `hardware`: the best hardware device; the software one if there is none.
     Hardware,
