@@ -16,9 +16,13 @@ use common::{device_or_skip, skip_unless_required};
 const GPU: Option<TensorMemory> = Some(TensorMemory::Gpu);
 const RW: CpuAccess = CpuAccess::ReadWrite;
 
+/// Writes a pattern over every element (a staging texture's rows are padded to its pitch).
 fn pattern(t: &Tensor<u8>, seed: u8) {
-    for (i, b) in t.map_write().unwrap().iter_mut().enumerate() {
-        *b = (i as u8).wrapping_mul(7).wrapping_add(seed);
+    let mut m = t.map_strided_write().unwrap();
+    for (y, row) in m.rows_mut().enumerate() {
+        for (x, b) in row.iter_mut().enumerate() {
+            *b = ((y * 131 + x) as u8).wrapping_mul(7).wrapping_add(seed);
+        }
     }
 }
 

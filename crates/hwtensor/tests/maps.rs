@@ -69,6 +69,24 @@ fn read_maps_share_and_a_write_map_excludes_every_map_it_overlaps() {
     assert!(t.map().is_ok(), "dropping the maps releases the buffer");
 }
 
+/// Fills part `i` with `i + 1` from a thread of its own, every part's write map live at the
+/// same moment (a barrier waits for all of them): each must map beside the others.
+fn fill_at_once(parts: &[Tensor<u8>]) {
+    let together = std::sync::Barrier::new(parts.len());
+    std::thread::scope(|s| {
+        for (i, part) in parts.iter().enumerate() {
+            let together = &together;
+            s.spawn(move || {
+                let mut m = part
+                    .map_strided_write()
+                    .expect("a disjoint part maps for writing");
+                together.wait();
+                m.fill(i as u8 + 1);
+            });
+        }
+    });
+}
+
 #[test]
 fn tiles_of_one_image_are_written_from_threads_at_once() {
     const SIDE: usize = 2;
@@ -82,20 +100,7 @@ fn tiles_of_one_image_are_written_from_threads_at_once() {
             t.view(Region::new(x, y, tw, th)).unwrap()
         })
         .collect();
-    // Every tile's write map is live at the same moment: the barrier waits for all of them.
-    let together = std::sync::Barrier::new(tiles.len());
-    std::thread::scope(|s| {
-        for (i, tile) in tiles.iter().enumerate() {
-            let together = &together;
-            s.spawn(move || {
-                let mut m = tile
-                    .map_strided_write()
-                    .expect("a disjoint tile maps for writing");
-                together.wait();
-                m.fill(i as u8 + 1);
-            });
-        }
-    });
+    fill_at_once(&tiles);
     let m = t.map_read().unwrap();
     for (i, _) in tiles.iter().enumerate() {
         let (x, y) = (i % SIDE * tw, i / SIDE * th);
@@ -190,20 +195,7 @@ fn strips_of_one_image_are_written_from_threads_at_once() {
     let strips: Vec<_> = (0..STRIPS)
         .map(|i| t.view(Region::new(0, i * rows, w, rows)).unwrap())
         .collect();
-    // Every strip's write map is live at the same moment: the barrier waits for all of them.
-    let together = std::sync::Barrier::new(STRIPS);
-    std::thread::scope(|s| {
-        for (i, strip) in strips.iter().enumerate() {
-            let together = &together;
-            s.spawn(move || {
-                let mut m = strip
-                    .map_write()
-                    .expect("a disjoint strip maps for writing");
-                together.wait();
-                m.fill(i as u8 + 1);
-            });
-        }
-    });
+    fill_at_once(&strips);
     let m = t.map_read().unwrap();
     let row_bytes = w * 4;
     for i in 0..STRIPS {
