@@ -1076,6 +1076,26 @@ enum HwtStatus hwt_tensor_image_from_planes(const struct HwtPlaneFd *planes,
 
 #if defined(HWT_LINUX)
 /**
+ * The image `hwt_tensor_image_from_planes` describes, copied into a new image on `memory` (an
+ * `HwtMemory`; `HWT_MEMORY_AUTO` to choose) with the first plane's row stride: for planes in
+ * separate buffers that cannot be joined in place (a 1920x1080 NV12M frame with 1920-byte
+ * rows). The fds are duplicated and read; the caller keeps its own.
+ *
+ * # Safety
+ * `planes` must hold `count` entries; `out` must be valid for one write.
+ */
+enum HwtStatus hwt_tensor_image_copied_from_planes(const struct HwtPlaneFd *planes,
+                                                   size_t count,
+                                                   size_t width,
+                                                   size_t height,
+                                                   uint32_t format,
+                                                   uint32_t dtype,
+                                                   uint32_t memory,
+                                                   struct HwtTensor **out);
+#endif
+
+#if defined(HWT_LINUX)
+/**
  * A new close-on-exec fd of the tensor's buffer (for V4L2, EGL, Vulkan or another process);
  * the caller closes it. Heap and CUDA memory have none (`HWT_STATUS_UNAVAILABLE`).
  *

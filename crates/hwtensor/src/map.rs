@@ -270,6 +270,11 @@ impl<T: Element> Tensor<T> {
         self.map_as()
     }
 
+    /// [`Self::map_span_read`] for writing (an image composed plane by plane).
+    pub(crate) fn map_span_write(&self) -> Result<MapWrite<'_, T>> {
+        self.map_as()
+    }
+
     #[inline(always)] // the typed maps' hot path, as `byte_map` is the byte maps'
     fn map_as<D: MapDirection>(&self) -> Result<TensorMap<'_, T, D>> {
         let (ptr, bytes, access) = self.begin_map(D::DIRECTION)?;

@@ -105,7 +105,74 @@ impl<T: Element> Tensor<T> {
     }
 }
 
+impl<T: Element> Tensor<T> {
+    /// The image [`Tensor::image_from_planes`] describes, copied into a new image on `memory`
+    /// (automatic when `None`) with the first plane's row stride: for planes in separate
+    /// buffers that cannot be joined in place (a 1920x1080 NV12M frame with 1920-byte rows).
+    /// A copy of the whole frame, made because the caller asked for it; the fds are closed
+    /// when it is done. The planes are checked as for the zero-copy import.
+    pub fn image_copied_from_planes(
+        planes: Vec<PlaneFd>,
+        w: usize,
+        h: usize,
+        format: PixelFormat,
+        memory: Option<crate::TensorMemory>,
+    ) -> Result<Self> {
+        let elem = Self::elem();
+        let first = planes
+            .first()
+            .ok_or_else(|| Error::Image("an image needs at least one plane".into()))?;
+        let stride = check_row_stride(format, w, elem, first.row_stride)?;
+        let model = format.plane_table(w, h, stride)?;
+        check_planes(&planes, &model, format)?;
+        let image = Self::image_with_pitch(w, h, format, stride, memory, CpuAccess::ReadWrite)?;
+        // Composed on the host, then copied where it lives (one upload for device memory).
+        let host = match image.memory() {
+            crate::TensorMemory::Mem | crate::TensorMemory::Shm | crate::TensorMemory::DmaBuf => {
+                None
+            }
+            _ => Some(Self::image_with_pitch(
+                w,
+                h,
+                format,
+                stride,
+                Some(crate::TensorMemory::Mem),
+                CpuAccess::ReadWrite,
+            )?),
+        };
+        {
+            let target = host.as_ref().unwrap_or(&image);
+            let mut map = target.map_span_write()?;
+            let bytes = map.as_bytes_mut();
+            for (plane, source) in model.iter().zip(planes) {
+                let src = Tensor::<u8>::from_fd_at(source.fd, source.offset, &[plane.size])?;
+                let src = src.map_read()?;
+                bytes[plane.offset..plane.offset + plane.size].copy_from_slice(&src);
+            }
+        }
+        if let Some(host) = &host {
+            image.copy_from(host)?;
+        }
+        Ok(image)
+    }
+}
+
 impl TensorDyn {
+    /// See [`Tensor::image_copied_from_planes`].
+    pub fn image_copied_from_planes(
+        planes: Vec<PlaneFd>,
+        w: usize,
+        h: usize,
+        format: PixelFormat,
+        dtype: DType,
+        memory: Option<crate::TensorMemory>,
+    ) -> Result<Self> {
+        for_dtype!(
+            dtype,
+            image_copied_from_planes(planes, w, h, format, memory)
+        )
+    }
+
     /// See [`Tensor::image_from_planes`].
     pub fn image_from_planes(
         planes: Vec<PlaneFd>,

@@ -214,3 +214,43 @@ fn an_image_in_two_buffers_uploads_to_gpu_memory_and_back() {
     assert_eq!(gpu.to_vec().unwrap(), t.to_vec().unwrap());
     t.copy_from(&gpu).unwrap();
 }
+
+#[test]
+fn a_frame_that_cannot_be_joined_in_place_is_copied_when_the_caller_asks() {
+    let (w, h) = (1920usize, 1080usize);
+    let (y, uv) = nv12m(h, w);
+    let planes = || vec![PlaneFd::new(dup(&y), 0, w), PlaneFd::new(dup(&uv), 0, w)];
+    let err = Tensor::<u8>::image_from_planes(planes(), w, h, PixelFormat::Nv12, RW).unwrap_err();
+    assert!(
+        err.to_string().contains("image_copied_from_planes"),
+        "{err}"
+    );
+    let t =
+        Tensor::<u8>::image_copied_from_planes(planes(), w, h, PixelFormat::Nv12, None).unwrap();
+    let m = t.map_read().unwrap();
+    assert!((0..w * h).all(|i| m[i] == luma(i)), "the luma rows");
+    assert!(
+        (0..w * h / 2).all(|i| m[w * h + i] == chroma(i)),
+        "the chroma rows"
+    );
+    drop(m);
+    let short = vec![PlaneFd::new(dup(&y), 0, w), PlaneFd::new(memfd(16), 0, w)];
+    let err = Tensor::<u8>::image_copied_from_planes(short, w, h, PixelFormat::Nv12, None);
+    assert!(err.is_err(), "a chroma fd too small for its plane");
+    if common::device_or_skip(
+        "a_frame_that_cannot_be_joined_in_place_is_copied_when_the_caller_asks",
+    )
+    .is_none()
+    {
+        return;
+    }
+    let gpu = Tensor::<u8>::image_copied_from_planes(
+        planes(),
+        w,
+        h,
+        PixelFormat::Nv12,
+        Some(TensorMemory::Gpu),
+    )
+    .unwrap();
+    assert_eq!(gpu.to_vec().unwrap(), t.to_vec().unwrap());
+}

@@ -6,7 +6,7 @@ use hwtensor::{PlaneFd, TensorDyn};
 
 use crate::status::{fail, guard, put, HwtStatus, OrStatus};
 use crate::tensor::{
-    access_of, dtype_of, format_of, hand_out, slice_in, tensor, HwtTensor, HWT_MAX_DIMS,
+    access_of, dtype_of, format_of, hand_out, memory_of, slice_in, tensor, HwtTensor, HWT_MAX_DIMS,
 };
 
 /// A duplicate of the caller's `fd` (close-on-exec), which the caller keeps: a negative or
@@ -130,16 +130,54 @@ pub unsafe extern "C" fn hwt_tensor_image_from_planes(
     guard(|| {
         let format = format_of(format)?;
         let (dtype, access) = (dtype_of(dtype)?, access_of(cpu_access)?);
-        // SAFETY: the caller's contract, bounded by HWT_MAX_PLANES.
-        let planes = unsafe { slice_in(planes, count, "the planes", HWT_MAX_PLANES) }?;
-        let owned = planes
-            .iter()
-            .map(|p| dup_callers(p.fd).map(|fd| PlaneFd::new(fd, p.offset, p.row_stride)))
-            .collect::<Result<Vec<_>, _>>()?;
+        // SAFETY: the caller's contract.
+        let owned = unsafe { plane_fds(planes, count) }?;
         let t = TensorDyn::image_from_planes(owned, width, height, format, dtype, access)
             .or_status()?;
         hand_out(out, t)
     })
+}
+
+/// The image `hwt_tensor_image_from_planes` describes, copied into a new image on `memory` (an
+/// `HwtMemory`; `HWT_MEMORY_AUTO` to choose) with the first plane's row stride: for planes in
+/// separate buffers that cannot be joined in place (a 1920x1080 NV12M frame with 1920-byte
+/// rows). The fds are duplicated and read; the caller keeps its own.
+///
+/// # Safety
+/// `planes` must hold `count` entries; `out` must be valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn hwt_tensor_image_copied_from_planes(
+    planes: *const HwtPlaneFd,
+    count: usize,
+    width: usize,
+    height: usize,
+    format: u32,
+    dtype: u32,
+    memory: u32,
+    out: *mut *mut HwtTensor,
+) -> HwtStatus {
+    guard(|| {
+        let format = format_of(format)?;
+        let (dtype, memory) = (dtype_of(dtype)?, memory_of(memory)?);
+        // SAFETY: the caller's contract, bounded by HWT_MAX_PLANES.
+        let owned = unsafe { plane_fds(planes, count) }?;
+        let t = TensorDyn::image_copied_from_planes(owned, width, height, format, dtype, memory)
+            .or_status()?;
+        hand_out(out, t)
+    })
+}
+
+/// The caller's plane list, each fd duplicated.
+///
+/// # Safety
+/// `planes` must hold `count` entries.
+unsafe fn plane_fds(planes: *const HwtPlaneFd, count: usize) -> Result<Vec<PlaneFd>, HwtStatus> {
+    // SAFETY: the caller's contract, bounded by HWT_MAX_PLANES.
+    let planes = unsafe { slice_in(planes, count, "the planes", HWT_MAX_PLANES) }?;
+    planes
+        .iter()
+        .map(|p| dup_callers(p.fd).map(|fd| PlaneFd::new(fd, p.offset, p.row_stride)))
+        .collect()
 }
 
 /// A new close-on-exec fd of the tensor's buffer (for V4L2, EGL, Vulkan or another process);

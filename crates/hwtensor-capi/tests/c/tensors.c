@@ -290,9 +290,22 @@ static int an_nv12m_frame_in_two_buffers_imports_as_one_image(void) {
            HWT_STATUS_INVALID_ARGUMENT);
     EXPECT(hwt_tensor_image_from_planes(NULL, 2, w, h, HWT_PIXEL_FORMAT_NV12, HWT_D_TYPE_U8, HWT_ACCESS_READ, &bad),
            HWT_STATUS_INVALID_ARGUMENT);
-    /* 1920x1080 luma does not end on a page: its chroma buffer cannot follow it. */
-    EXPECT(hwt_tensor_image_from_planes(planes, 2, 1920, 1080, HWT_PIXEL_FORMAT_NV12, HWT_D_TYPE_U8, HWT_ACCESS_READ, &bad),
+    /* 1920x1080 luma does not end on a page: its chroma buffer cannot follow it in place... */
+    const size_t fw = 1920, fh = 1080;
+    int fy = patterned_memfd(fw * fh, 0), fuv = patterned_memfd(fw * fh / 2, 100);
+    ASSERT(fy >= 0 && fuv >= 0);
+    const HwtPlaneFd full[2] = {{.fd = fy, .offset = 0, .row_stride = fw}, {.fd = fuv, .offset = 0, .row_stride = fw}};
+    EXPECT(hwt_tensor_image_from_planes(full, 2, fw, fh, HWT_PIXEL_FORMAT_NV12, HWT_D_TYPE_U8, HWT_ACCESS_READ, &bad),
            HWT_STATUS_INVALID_ARGUMENT);
+    /* ...so the caller asks for a copy. */
+    CHECK(hwt_tensor_image_copied_from_planes(full, 2, fw, fh, HWT_PIXEL_FORMAT_NV12, HWT_D_TYPE_U8, HWT_MEMORY_MEM, &t));
+    CHECK(hwt_tensor_map(t, HWT_ACCESS_READ, &m));
+    px = m.data;
+    ASSERT(px[fw * 3 + 1] == (uint8_t)(fw * 3 + 1) && px[fw * fh + 5] == 105);
+    CHECK(hwt_map_end(&m));
+    hwt_tensor_release(t);
+    close(fy);
+    close(fuv);
     /* A closed plane fd (the first: a later one's number would be reused by the first's dup). */
     close(y);
     EXPECT(hwt_tensor_image_from_planes(planes, 2, w, h, HWT_PIXEL_FORMAT_NV12, HWT_D_TYPE_U8, HWT_ACCESS_READ, &bad),
