@@ -62,13 +62,18 @@ thread_local! {
     static LAST_ERROR: RefCell<String> = const { RefCell::new(String::new()) };
 }
 
-/// Keeps `message` as this thread's last error and returns `status`.
+/// Keeps `message` as this thread's last error and returns `status`. Cold and out of line, as
+/// are the other error paths: inlined, they made every entry point's frame (and a C map) bigger.
+#[cold]
+#[inline(never)]
 pub(crate) fn fail(status: HwtStatus, message: impl Into<String>) -> HwtStatus {
     LAST_ERROR.with(|e| *e.borrow_mut() = message.into());
     status
 }
 
 /// The status of a library error (its message kept for `hwt_last_error`).
+#[cold]
+#[inline(never)]
 pub(crate) fn from_error(e: Error) -> HwtStatus {
     let status = match &e {
         Error::Gpu { kind, .. } => match kind {
@@ -140,6 +145,8 @@ impl<T> OrStatus<T> for hwtensor::Result<T> {
 }
 
 /// A refusal of an argument, as a guarded body returns it.
+#[cold]
+#[inline(never)]
 pub(crate) fn invalid(message: impl Into<String>) -> HwtStatus {
     fail(HwtStatus::InvalidArgument, message)
 }
