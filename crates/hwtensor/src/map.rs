@@ -107,6 +107,13 @@ impl ByteMap<'_> {
     pub fn direction(&self) -> Direction {
         self.direction
     }
+    /// Whether ending the map does more than give back its claim: a staged GPU or CUDA map's
+    /// write-back, a DMA-BUF's sync. Ending a map that is not bracketed is an atomic operation
+    /// (for a part, a short list update under a lock) and runs no driver code.
+    #[inline]
+    pub fn is_bracketed(&self) -> bool {
+        self._access.is_bracketed()
+    }
 }
 
 /// What a map needs of a tensor, its element type set aside: one body of code claims every

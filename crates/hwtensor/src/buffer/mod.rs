@@ -227,6 +227,14 @@ pub(crate) struct AccessGuard<'a> {
     _claim: Claim<'a>,
 }
 
+impl AccessGuard<'_> {
+    /// Whether the storage holds something open besides the claim.
+    #[inline]
+    pub(crate) fn is_bracketed(&self) -> bool {
+        self._storage.is_some()
+    }
+}
+
 /// A weak handle that tells whether a buffer is still alive, without keeping it alive.
 ///
 /// A cache stores one next to each entry and drops the entry once the buffer is gone.
