@@ -581,6 +581,15 @@ static int gpu_tensors_expose_their_buffer_queue_and_timeline(void) {
     CHECK(hwt_tensor_map(gpu, HWT_ACCESS_READ, &m));
     for (size_t i = 0; i < m.len; i++) ASSERT(((const uint8_t *)m.data)[i] == (uint8_t)(i * 3));
     CHECK(hwt_map_end(&m));
+    /* A write map of GPU memory ends with a write-back (the guarded end), once. */
+    CHECK(hwt_tensor_map(gpu, HWT_ACCESS_WRITE, &m));
+    ((uint8_t *)m.data)[0] = 0xEE;
+    CHECK(hwt_map_end(&m));
+    EXPECT(hwt_map_end(&m), HWT_STATUS_INVALID_OPERATION);
+    CHECK(hwt_tensor_copy_from(host, gpu));
+    CHECK(hwt_tensor_map(host, HWT_ACCESS_READ, &m));
+    ASSERT(((const uint8_t *)m.data)[0] == 0xEE && ((const uint8_t *)m.data)[1] == 3);
+    CHECK(hwt_map_end(&m));
 
     HwtCudaMap *cm = NULL;
     uint64_t device_ptr = 0;
