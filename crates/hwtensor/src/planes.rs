@@ -59,12 +59,8 @@ impl<T: Element> Tensor<T> {
         access: CpuAccess,
     ) -> Result<Self> {
         let elem = Self::elem();
-        let first = planes
-            .first()
-            .ok_or_else(|| Error::Image("an image needs at least one plane".into()))?;
-        let stride = check_row_stride(format, w, elem, first.row_stride)?;
-        let model = format.plane_table(w, h, stride)?;
-        check_planes(&planes, &model, format)?;
+        let (stride, model) = plane_model(&planes, w, h, format, elem)?;
+        let first = &planes[0];
         if !first.offset.is_multiple_of(std::mem::align_of::<T>()) {
             return Err(Error::InvalidArgument(format!(
                 "a {} image cannot start at byte {}: its elements align to {} bytes",
@@ -118,13 +114,7 @@ impl<T: Element> Tensor<T> {
         format: PixelFormat,
         memory: Option<crate::TensorMemory>,
     ) -> Result<Self> {
-        let elem = Self::elem();
-        let first = planes
-            .first()
-            .ok_or_else(|| Error::Image("an image needs at least one plane".into()))?;
-        let stride = check_row_stride(format, w, elem, first.row_stride)?;
-        let model = format.plane_table(w, h, stride)?;
-        check_planes(&planes, &model, format)?;
+        let (stride, model) = plane_model(&planes, w, h, format, Self::elem())?;
         let image = Self::image_with_pitch(w, h, format, stride, memory, CpuAccess::ReadWrite)?;
         // Composed on the host, then copied where it lives (one upload for device memory).
         let host = match image.memory() {
@@ -184,6 +174,24 @@ impl TensorDyn {
     ) -> Result<Self> {
         for_dtype!(dtype, image_from_planes(planes, w, h, format, access))
     }
+}
+
+/// The image's row stride (the first plane's) and its plane layout, with the list checked
+/// against it.
+fn plane_model(
+    planes: &[PlaneFd],
+    w: usize,
+    h: usize,
+    format: PixelFormat,
+    elem: usize,
+) -> Result<(usize, Vec<crate::Plane>)> {
+    let first = planes
+        .first()
+        .ok_or_else(|| Error::Image("an image needs at least one plane".into()))?;
+    let stride = check_row_stride(format, w, elem, first.row_stride)?;
+    let model = format.plane_table(w, h, stride)?;
+    check_planes(planes, &model, format)?;
+    Ok((stride, model))
 }
 
 /// One fd per plane of the format, each with the row stride the image's one stride implies.
