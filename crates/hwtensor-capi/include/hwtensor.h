@@ -32,7 +32,7 @@
 
 /**
  * Words of an `HwtMap` that hold the library's state of a live map. Room to spare: the state
- * is 11 words today, and a map the caller allocates fixes this size in its programs.
+ * is 9 words today, and a map the caller allocates fixes this size in its programs.
  */
 #define HWT_MAP_PRIVATE_WORDS 16
 
@@ -472,7 +472,7 @@ typedef struct HwtTensor HwtTensor;
  * logged).
  *
  * Why caller memory and no reference of its own: a C map + unmap of a 1080p frame is about
- * 20 ns (a Rust map's 17), and an atomic increment and decrement per map cost 9 ns, a heap
+ * 20 ns (a Rust map's 14-16), and an atomic increment and decrement per map cost 9 ns, a heap
  * allocation per map another 10.
  */
 typedef struct HwtMap {

@@ -1,5 +1,5 @@
 //! CPU maps: a pointer and a length, ended by `hwt_map_end`, under the same exclusivity rules
-//! as Rust's maps (a write map excludes every other map of the buffer in the process).
+//! as Rust's maps (a write map excludes every map in the process that shares a byte with it).
 
 use std::ffi::c_void;
 
@@ -21,7 +21,7 @@ fn tensor_unbound(t: *const HwtTensor) -> Result<&'static TensorDyn, HwtStatus> 
 }
 
 /// Words of an `HwtMap` that hold the library's state of a live map. Room to spare: the state
-/// is 11 words today, and a map the caller allocates fixes this size in its programs.
+/// is 9 words today, and a map the caller allocates fixes this size in its programs.
 pub const HWT_MAP_PRIVATE_WORDS: usize = 16;
 
 /// What `HwtMap.state` holds while the map is live; anything else is refused by `hwt_map_end`
@@ -47,7 +47,7 @@ const _: () = assert!(
 /// logged).
 ///
 /// Why caller memory and no reference of its own: a C map + unmap of a 1080p frame is about
-/// 20 ns (a Rust map's 17), and an atomic increment and decrement per map cost 9 ns, a heap
+/// 20 ns (a Rust map's 14-16), and an atomic increment and decrement per map cost 9 ns, a heap
 /// allocation per map another 10.
 #[repr(C)]
 pub struct HwtMap {

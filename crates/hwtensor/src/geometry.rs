@@ -123,6 +123,21 @@ pub fn check_reach(shape: &[usize], strides: &[usize], offset: usize, elem: usiz
     Ok(())
 }
 
+/// The trailing dimensions whose elements follow one another (a dimension of one element
+/// always does): the bytes of one run over them, and how many dimensions lie outside it. A
+/// tensor whose elements are contiguous has none outside. No allocation: on every slice map's
+/// path.
+#[inline(always)]
+pub(crate) fn contiguous_tail(shape: &[usize], strides: &[usize], elem: usize) -> (usize, usize) {
+    let mut run = elem;
+    let mut outer = shape.len();
+    while outer > 0 && (strides[outer - 1] == run || shape[outer - 1] == 1) {
+        run *= shape[outer - 1];
+        outer -= 1;
+    }
+    (run, outer)
+}
+
 /// Calls `f(byte_offset, byte_len)` for each maximal contiguous run of the tensor's elements,
 /// in logical (C) order. A tight tensor is one run; a padded image is one run per row.
 pub(crate) fn for_each_run(

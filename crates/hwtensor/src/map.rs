@@ -18,7 +18,7 @@ use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 
 use crate::buffer::{AccessGuard, Footprint};
-use crate::geometry::for_each_run;
+use crate::geometry::{contiguous_tail, for_each_run};
 use crate::{Direction, Element, Error, Result, Tensor};
 
 /// Marker of a map's direction.
@@ -255,20 +255,15 @@ impl<T: Element> Tensor<T> {
     /// map's path, so a loop over the dimensions with no allocation.
     #[inline(always)]
     fn check_contiguous(&self) -> Result<()> {
-        let mut tight = Self::elem();
-        for (&d, &s) in self.shape.iter().zip(&self.strides).rev() {
-            if d == 0 {
-                return Ok(()); // no elements: nothing between them
-            }
-            if d > 1 && s != tight {
-                return Err(Error::NotContiguous {
-                    shape: self.shape.clone(),
-                    strides: self.strides.clone(),
-                });
-            }
-            tight *= d;
+        let (_, outside) = contiguous_tail(&self.shape, &self.strides, Self::elem());
+        // A tensor with no elements has nothing between them.
+        if outside == 0 || self.shape.contains(&0) {
+            return Ok(());
         }
-        Ok(())
+        Err(Error::NotContiguous {
+            shape: self.shape.clone(),
+            strides: self.strides.clone(),
+        })
     }
 
     /// A map of the span from the first element to the last, whatever lies between: for a

@@ -4,13 +4,15 @@
 
 use std::os::fd::{AsFd, OwnedFd};
 
-use crate::backing::unix::{classify, planes, PlaneMapping, PlaneSource};
+use crate::backing::unix::{Plan, PlaneMapping, PlaneSource};
 use crate::backing::Storage;
 use crate::buffer::Buffer;
 use crate::identity::BufferIdentity;
 use crate::image::{check_row_stride, image_geometry, ImageInfo};
 use crate::tensor::import_access;
-use crate::{CpuAccess, DType, Element, Error, PixelFormat, Result, Tensor, TensorDyn};
+use crate::{
+    CpuAccess, DType, Element, Error, ImportPolicy, PixelFormat, Result, Tensor, TensorDyn,
+};
 
 /// One plane of an image as its producer hands it over: the fd it is in, the byte its first
 /// row starts at (V4L2's `data_offset`, libcamera's plane offset) and its row stride
@@ -71,8 +73,16 @@ impl<T: Element> Tensor<T> {
         }
         let (shape, strides) = image_geometry(None, format, w, h, elem, stride)?;
         let info = ImageInfo::new(format, w, h, stride);
-        if one_buffer(&planes, &model)? {
-            let first = planes.into_iter().next().expect("checked above");
+        let sources: Vec<PlaneSource> = planes
+            .into_iter()
+            .map(|p| PlaneSource {
+                fd: p.fd,
+                offset: p.offset,
+            })
+            .collect();
+        let plan = Plan::of(&sources, &model)?;
+        if plan.is_one_buffer() {
+            let first = sources.into_iter().next().expect("checked above");
             return Self::image_from_fd_at(
                 first.fd,
                 first.offset,
@@ -83,20 +93,12 @@ impl<T: Element> Tensor<T> {
                 access,
             );
         }
-        let identity = BufferIdentity::of_fd(planes[0].fd.as_fd())?;
-        let sources = planes
-            .into_iter()
-            .map(|p| PlaneSource {
-                fd: p.fd,
-                offset: p.offset,
-            })
-            .collect();
-        let policy = crate::ImportPolicy::STRICT;
-        let (mapping, lead) = PlaneMapping::new(sources, &model, policy.unsealed_shm)?;
+        let identity = BufferIdentity::of_fd(sources[0].fd.as_fd())?;
+        let mapping = PlaneMapping::new(sources, &plan, ImportPolicy::STRICT.unsealed_shm)?;
         let buffer = Buffer::with_identity(Storage::Planes(mapping), identity);
-        let mut t = Self::over(buffer, shape, strides, Some(info), CpuAccess::ReadWrite);
-        t.access = access.narrowed_to(import_access(&t.buffer));
-        t.offset = lead;
+        let access = access.narrowed_to(import_access(&buffer));
+        let mut t = Self::over(buffer, shape, strides, Some(info), access);
+        t.offset = plan.lead;
         Ok(t)
     }
 }
@@ -213,22 +215,4 @@ fn check_planes(planes: &[PlaneFd], model: &[crate::Plane], format: PixelFormat)
         }
     }
     Ok(())
-}
-
-/// Whether the planes lie in one fd exactly as one buffer of the image has them.
-fn one_buffer(planes: &[PlaneFd], model: &[crate::Plane]) -> Result<bool> {
-    let files = planes
-        .iter()
-        .map(|p| classify::stat(p.fd.as_fd()).map(|st| (st.st_dev, st.st_ino)))
-        .collect::<Result<Vec<_>>>()?;
-    let same: Vec<bool> = (0..planes.len())
-        .map(|k| k > 0 && files[k] == files[k - 1])
-        .collect();
-    let offsets: Vec<usize> = planes.iter().map(|p| p.offset).collect();
-    let page = rustix::param::page_size();
-    Ok(match planes::layout(model, &offsets, &same, page) {
-        Ok((_, groups)) => groups.len() == 1,
-        // Planes that cannot be mapped side by side: PlaneMapping says why.
-        Err(_) => false,
-    })
 }

@@ -5,7 +5,7 @@
 //! fits their capacity.
 
 use crate::geometry::{byte_strides, element_count};
-use crate::image::{check_row_stride, image_geometry, ImageInfo};
+use crate::image::{check_row_stride, default_row_stride, image_geometry, ImageInfo};
 use crate::tensor::Parts;
 use crate::{Element, Error, PixelFormat, Result, Tensor};
 
@@ -63,12 +63,9 @@ impl<T: Element> Tensor<T> {
         format: PixelFormat,
         row_stride: Option<usize>,
     ) -> Result<Self> {
-        let tight = format
-            .min_row_bytes(w, Self::elem())
-            .ok_or_else(|| Error::Shape(format!("a {w}-pixel {format} row overflows usize")))?;
         let pitch = match row_stride {
             Some(p) => check_row_stride(format, w, Self::elem(), p)?,
-            None => tight,
+            None => default_row_stride(format, w, Self::elem(), crate::TensorMemory::Mem)?,
         };
         let (shape, strides) = image_geometry(None, format, w, h, Self::elem(), pitch)?;
         let info = ImageInfo::new(format, w, h, pitch);

@@ -236,14 +236,7 @@ impl Storage {
     /// Whether maps of parts of it can be live at once: memory a CPU map reads in place, with
     /// nothing opened around the whole buffer (a staged GPU map and a DMA-BUF bracket are).
     pub(crate) fn claimable_in_parts(&self) -> bool {
-        match self {
-            Storage::Heap(_) | Storage::Foreign(_) => true,
-            #[cfg(target_os = "linux")]
-            Storage::Fd(m) => m.memory() != TensorMemory::DmaBuf,
-            #[cfg(target_os = "linux")]
-            Storage::Planes(m) => m.memory() != TensorMemory::DmaBuf,
-            _ => false,
-        }
+        !self.cpu_access_is_bracketed()
     }
 
     /// Whether a CPU access opens and closes something (a staging copy, a DMA-BUF sync): not

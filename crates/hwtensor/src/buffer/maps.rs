@@ -102,13 +102,7 @@ impl Footprint {
         if extent == 0 {
             return whole_range;
         }
-        // Trailing dimensions whose elements follow one another make one run.
-        let mut run = elem;
-        let mut outer = shape.len();
-        while outer > 0 && (strides[outer - 1] == run || shape[outer - 1] == 1) {
-            run *= shape[outer - 1];
-            outer -= 1;
-        }
+        let (run, outer) = crate::geometry::contiguous_tail(shape, strides, elem);
         let mut spread = (0..outer).filter(|&d| shape[d] > 1);
         match (spread.next(), spread.next()) {
             (Some(d), None) if strides[d] > 0 => Footprint {

@@ -9,7 +9,7 @@ pub(crate) mod shm;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 pub(crate) use mapping::FdMapping;
-pub(crate) use planes::{PlaneMapping, PlaneSource};
+pub(crate) use planes::{Plan, PlaneMapping, PlaneSource};
 
 use super::Storage;
 use crate::{Error, Result, TensorMemory};

@@ -112,33 +112,59 @@ unsafe impl Send for PlaneMapping {}
 // SAFETY: as above; `&PlaneMapping` hands out only the address.
 unsafe impl Sync for PlaneMapping {}
 
-impl PlaneMapping {
-    /// Maps `planes` (one source per plane of `model`) so the image's first byte is at the
-    /// returned offset of the range. Each fd is checked as an import is (its kind, sealed
-    /// against shrinking, holding the bytes its planes need).
-    pub(crate) fn new(
-        planes: Vec<PlaneSource>,
-        model: &[Plane],
-        allow_unsealed: bool,
-    ) -> Result<(PlaneMapping, usize)> {
-        let page = rustix::param::page_size();
+/// How a plane list lies: each fd's kind, and where each run of planes goes in the range.
+#[derive(Debug)]
+pub(crate) struct Plan {
+    /// Where the image's first byte lies in the range.
+    pub lead: usize,
+    groups: Vec<Group>,
+    kinds: Vec<TensorMemory>,
+}
+
+impl Plan {
+    /// Looks at each fd once (its kind, and which fd it shares a file with) and lays the
+    /// planes out over `model`; refuses a plane that cannot start on a page.
+    pub(crate) fn of(planes: &[PlaneSource], model: &[Plane]) -> Result<Plan> {
         let mut kinds = Vec::with_capacity(planes.len());
         let mut files = Vec::with_capacity(planes.len());
-        for p in &planes {
+        for p in planes {
             let st = classify::stat(p.fd.as_fd())?;
-            let kind = classify::inspect_with(p.fd.as_fd(), &st)?;
-            if kind == TensorMemory::Shm {
-                shm::seal_for_import(p.fd.as_fd(), allow_unsealed)?;
-            }
-            kinds.push(kind);
+            kinds.push(classify::inspect_with(p.fd.as_fd(), &st)?);
             files.push((st.st_dev, st.st_ino));
         }
         let same: Vec<bool> = (0..planes.len())
             .map(|k| k > 0 && files[k] == files[k - 1])
             .collect();
         let offsets: Vec<usize> = planes.iter().map(|p| p.offset).collect();
-        let (lead, groups) = layout(model, &offsets, &same, page)?;
-        for g in &groups {
+        let (lead, groups) = layout(model, &offsets, &same, rustix::param::page_size())?;
+        Ok(Plan {
+            lead,
+            groups,
+            kinds,
+        })
+    }
+
+    /// Whether the planes lie in one fd exactly as one buffer of the image has them.
+    pub(crate) fn is_one_buffer(&self) -> bool {
+        self.groups.len() == 1
+    }
+}
+
+impl PlaneMapping {
+    /// Maps `planes` as `plan` lays them out, so the image's first byte is at `plan.lead` of
+    /// the range. Each fd is checked as an import is: shared memory sealed against shrinking,
+    /// every fd holding the bytes its planes need.
+    pub(crate) fn new(
+        planes: Vec<PlaneSource>,
+        plan: &Plan,
+        allow_unsealed: bool,
+    ) -> Result<PlaneMapping> {
+        for (p, kind) in planes.iter().zip(&plan.kinds) {
+            if *kind == TensorMemory::Shm {
+                shm::seal_for_import(p.fd.as_fd(), allow_unsealed)?;
+            }
+        }
+        for g in &plan.groups {
             let size = classify::size(planes[g.first].fd.as_fd())?;
             if size < g.needed as u64 {
                 return Err(Error::TooSmall {
@@ -147,8 +173,8 @@ impl PlaneMapping {
                 });
             }
         }
-        let end = groups.last().map_or(0, |g| g.at + g.len);
-        let reserved = end.next_multiple_of(page);
+        let end = plan.groups.last().map_or(0, |g| g.at + g.len);
+        let reserved = end.next_multiple_of(rustix::param::page_size());
         let base = reserve(reserved)?;
         let mut mapping = PlaneMapping {
             base,
@@ -158,18 +184,18 @@ impl PlaneMapping {
             memory: TensorMemory::Shm,
             writable: true,
         };
-        for g in &groups {
+        for g in &plan.groups {
             let fd = planes[g.first].fd.as_fd();
             mapping.writable &= mapping.map_group(fd, g)?;
         }
-        for (k, p) in planes.into_iter().enumerate() {
-            if kinds[k] == TensorMemory::DmaBuf {
+        for (p, kind) in planes.into_iter().zip(&plan.kinds) {
+            if *kind == TensorMemory::DmaBuf {
                 mapping.memory = TensorMemory::DmaBuf;
                 mapping.dmabufs.push(mapping.fds.len());
             }
             mapping.fds.push(p.fd);
         }
-        Ok((mapping, lead))
+        Ok(mapping)
     }
 
     /// Maps one group over its place in the range: read-write where the fd allows it, else
