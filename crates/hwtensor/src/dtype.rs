@@ -56,7 +56,8 @@ impl DType {
         DType::F64,
     ];
 
-    /// Bytes per element.
+    /// Bytes per element, which is also its alignment (asserted for every element type at
+    /// compile time), so an offset that is a multiple of it is one a `&[T]` may start at.
     pub const fn size(self) -> usize {
         match self {
             DType::U8 | DType::I8 => 1,
@@ -129,6 +130,11 @@ pub trait Element:
 macro_rules! element {
     ($($ty:ty => $variant:ident),* $(,)?) => {$(
         impl sealed::Sealed for $ty {}
+        // Imports check offsets against `DType::size` alone: it must be the alignment too.
+        const _: () = assert!(
+            std::mem::size_of::<$ty>() == DType::$variant.size()
+                && std::mem::align_of::<$ty>() == DType::$variant.size()
+        );
         impl Element for $ty {
             const DTYPE: DType = DType::$variant;
             fn from_dyn(t: &TensorDyn) -> Option<&Tensor<Self>> {

@@ -182,10 +182,18 @@ impl Parts {
     /// exists (an import validates everything before it has side effects): whole,
     /// non-overlapping strides; no offset a view could reach that overflows
     /// ([`geometry::check_reach`](crate::geometry::check_reach)); the extent inside the
-    /// buffer; an image's shape and row stride in agreement with its format.
+    /// buffer; an offset at a whole element (a map hands out `&[T]` from it, and a misaligned
+    /// slice is undefined behaviour even in safe code); an image's shape and row stride in
+    /// agreement with its format.
     pub(crate) fn check(self, elem: usize, buffer_len: usize) -> Result<CheckedParts> {
         let (shape, strides) = (&self.shape, &self.strides);
         check_strides(shape, strides, elem)?;
+        if !self.offset.is_multiple_of(elem) {
+            return Err(Error::Shape(format!(
+                "byte offset {} is not a multiple of the {elem}-byte element's alignment",
+                self.offset
+            )));
+        }
         if let Some(q) = &self.quantization {
             q.check_shape(shape)?;
         }

@@ -206,3 +206,27 @@ fn an_inline_blob_that_comes_with_fds_is_refused() {
     let (bytes, _) = blob::export(&t.clone().into(), Transport::Inline).unwrap();
     assert!(blob::import(&bytes, vec![t.clone_fd().unwrap()]).is_err());
 }
+
+#[test]
+fn a_reference_blob_whose_offset_splits_an_element_is_refused_for_every_element_type() {
+    for dtype in DType::ALL {
+        let t = TensorDyn::new(&[3, 5], dtype, Some(TensorMemory::Shm)).unwrap();
+        let batch = t.batch(1).unwrap();
+        let (bytes, fds) = blob::export(&batch, Transport::Reference).unwrap();
+        let size = dtype.size() as u64;
+        for delta in [-1i64, 1, (size / 2) as i64] {
+            let offset = (5 * size).wrapping_add_signed(delta);
+            if offset.is_multiple_of(size) {
+                continue; // one-byte elements: every offset is whole
+            }
+            let mut hostile = bytes.clone();
+            hostile[24..32].copy_from_slice(&offset.to_le_bytes());
+            // The one plane record (after one dimension and one stride) says the same.
+            let plane = HEADER_LEN + 16 + 8;
+            hostile[plane..plane + 8].copy_from_slice(&offset.to_le_bytes());
+            let err = blob::import(&hostile, owned(&fds)).unwrap_err().to_string();
+            assert!(err.contains("alignment"), "{dtype:?} at {offset}: {err}");
+        }
+        assert!(blob::import(&bytes, owned(&fds)).is_ok(), "{dtype:?}");
+    }
+}

@@ -293,3 +293,36 @@ fn per_channel_quantization_travels_and_follows_batch_items_and_views() {
     bytes[76..80].copy_from_slice(&5u32.to_le_bytes()); // quant_channels: 5 of a 4-channel axis
     assert!(blob::import_inline(&bytes).is_err());
 }
+
+/// Rewrites an inline blob of a `[2, 3]` tensor as a `[1, 3]` tensor from `offset` on: a
+/// geometry that fits its bytes wherever the offset falls.
+fn shifted_inline(dtype: DType, offset: u64) -> Vec<u8> {
+    let t = TensorDyn::new(&[2, 3], dtype, Some(TensorMemory::Mem)).unwrap();
+    let mut bytes = blob::export_inline(&t).unwrap();
+    bytes[24..32].copy_from_slice(&offset.to_le_bytes());
+    bytes[HEADER_LEN..HEADER_LEN + 8].copy_from_slice(&1u64.to_le_bytes());
+    // The one plane record (after two dimensions and two strides) says the same.
+    let plane = HEADER_LEN + 32;
+    bytes[plane + 8..plane + 16].copy_from_slice(&offset.to_le_bytes());
+    let extent = 3 * dtype.size() as u64;
+    bytes[plane + 24..plane + 32].copy_from_slice(&extent.to_le_bytes());
+    bytes
+}
+
+#[test]
+fn an_inline_blob_whose_offset_splits_an_element_is_refused_for_every_element_type() {
+    for dtype in DType::ALL {
+        let size = dtype.size() as u64;
+        let whole = blob::import_inline(&shifted_inline(dtype, size)).unwrap();
+        assert_eq!(whole.byte_offset() as u64, size, "{dtype:?}");
+        for offset in (1..size).chain(size + 1..2 * size) {
+            let bytes = shifted_inline(dtype, offset);
+            let err = blob::import_inline(&bytes).unwrap_err().to_string();
+            assert!(err.contains("alignment"), "{dtype:?} at {offset}: {err}");
+            assert!(
+                blob::import_inline_from(bytes).is_err(),
+                "{dtype:?} at {offset}"
+            );
+        }
+    }
+}
