@@ -1381,12 +1381,27 @@ void hwt_producer_free(struct HwtProducer *p);
 #if defined(HWT_LINUX)
 /**
  * Attaches to a producer on the connected Unix socket `socket_fd` (duplicated): receives the
- * set-up and imports the pool. Free it with `hwt_consumer_free`.
+ * set-up and imports the pool, within 10 seconds (`hwt_consumer_connect_timeout` takes the
+ * bound). Free it with `hwt_consumer_free`.
  *
  * # Safety
  * `out` must be valid for one write.
  */
 enum HwtStatus hwt_consumer_connect(int32_t socket_fd, struct HwtConsumer **out);
+#endif
+
+#if defined(HWT_LINUX)
+/**
+ * As `hwt_consumer_connect`, the whole set-up within `timeout_ns`: a producer that sends
+ * nothing by then is `HWT_STATUS_TIMEOUT`, one that stalls mid-message a hand-off error,
+ * whatever the socket's own timeouts and blocking mode.
+ *
+ * # Safety
+ * `out` must be valid for one write.
+ */
+enum HwtStatus hwt_consumer_connect_timeout(int32_t socket_fd,
+                                            uint64_t timeout_ns,
+                                            struct HwtConsumer **out);
 #endif
 
 #if defined(HWT_LINUX)

@@ -25,6 +25,9 @@ fn own_stream(sock: &Bound<'_, PyAny>) -> PyResult<UnixStream> {
     Ok(UnixStream::from(fd))
 }
 
+/// `Consumer`'s default bound on a set-up, in seconds: the Rust one.
+const CONNECT_SECONDS: f64 = hwtensor::stream::CONNECT_TIMEOUT.as_secs_f64();
+
 fn wait_of(timeout: Option<f64>) -> PyResult<Wait> {
     timeout.map_or(Ok(Wait::Block), |s| Ok(Wait::For(crate::seconds(s)?)))
 }
@@ -38,10 +41,17 @@ pub struct Consumer {
 
 #[pymethods]
 impl Consumer {
+    /// Attaches within `timeout` seconds (default 10): a producer that sends nothing by then
+    /// raises `TimeoutError`, one that stalls mid-message `HandoffError`, whatever the socket's
+    /// own timeout.
     #[new]
-    fn new(py: Python<'_>, sock: &Bound<'_, PyAny>) -> PyResult<Self> {
+    #[pyo3(signature = (sock, timeout = CONNECT_SECONDS))]
+    fn new(py: Python<'_>, sock: &Bound<'_, PyAny>, timeout: f64) -> PyResult<Self> {
+        let timeout = crate::seconds(timeout)?;
         let stream = own_stream(sock)?;
-        let inner = py.detach(|| RustConsumer::connect(stream)).or_py()?;
+        let inner = py
+            .detach(|| RustConsumer::connect(stream, timeout))
+            .or_py()?;
         Ok(Consumer { inner })
     }
 

@@ -34,6 +34,32 @@ def test_frames_cross_the_channel_as_ids_over_the_same_buffers():
                 assert int(b.max()) == seq == int(b.min())
 
 
+def test_a_consumer_attaches_on_a_socket_with_a_python_timeout_before_the_producer_sends():
+    import threading
+    import time
+
+    pool = [hwtensor.Tensor((64,), memory="shm") for _ in range(2)]
+    producer = hwtensor.Producer(pool)
+    ours, theirs = socket.socketpair()
+    theirs.settimeout(5.0)  # Python makes the fd non-blocking
+
+    def attach_later():
+        time.sleep(0.05)
+        producer.attach(ours)
+
+    t = threading.Thread(target=attach_later)
+    t.start()
+    consumer = hwtensor.Consumer(theirs)
+    t.join()
+    assert len(consumer.pool) == 2
+
+
+def test_a_producer_that_sends_nothing_is_a_connect_timeout():
+    _ours, theirs = socket.socketpair()
+    with pytest.raises(hwtensor.TimeoutError):
+        hwtensor.Consumer(theirs, timeout=0.1)
+
+
 def test_a_consumer_waits_no_longer_than_its_timeout():
     _producer, consumer = _channel()
     with pytest.raises(hwtensor.TimeoutError):

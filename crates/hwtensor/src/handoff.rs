@@ -119,7 +119,22 @@ pub fn send_as(stream: &UnixStream, tensor: &TensorDyn, mode: Transport) -> Resu
 /// Receives one tensor (waiting for its first byte as long as the stream's read timeout
 /// allows). GPU memory by reference is accepted only when the peer runs as this user.
 pub fn recv(stream: &UnixStream) -> Result<TensorDyn> {
-    let (bytes, fds) = recv_blob(stream)?;
+    import_from_peer(stream, recv_blob(stream)?)
+}
+
+/// [`recv`] with its own bound: the first byte waits at most until `deadline` (then
+/// `Error::Timeout`), and the rest of the message until the earlier of `deadline` and
+/// [`MID_MESSAGE_TIMEOUT`] after its first byte, whatever the socket's timeouts or blocking
+/// mode (a socket Python's `settimeout` made non-blocking included).
+pub(crate) fn recv_by(stream: &UnixStream, deadline: Instant) -> Result<TensorDyn> {
+    import_from_peer(stream, receive(stream, Some(deadline))?)
+}
+
+/// Imports a received blob under the trust [`recv`] applies.
+fn import_from_peer(
+    stream: &UnixStream,
+    (bytes, fds): (Vec<u8>, Vec<OwnedFd>),
+) -> Result<TensorDyn> {
     // Asked only when it matters: shared memory needs no trust, and the hand-off hot path no
     // extra syscall.
     let policy = ImportPolicy {
@@ -200,10 +215,16 @@ fn wait_writable(stream: &UnixStream, progress: Instant, sent: usize, want: usiz
 
 /// Receives one blob and the fds that came with it.
 pub fn recv_blob(stream: &UnixStream) -> Result<(Vec<u8>, Vec<OwnedFd>)> {
+    receive(stream, None)
+}
+
+/// Receives one blob, the whole of it by `deadline` where there is one.
+fn receive(stream: &UnixStream, deadline: Option<Instant>) -> Result<(Vec<u8>, Vec<OwnedFd>)> {
     let mut rx = Receiver {
         stream,
         fds: Vec::new(),
         started: None,
+        deadline,
     };
     // Every blob has at least the fixed header, so asking for it never eats into the next
     // message; the length claim is judged as soon as its bytes are in (usually the whole header
@@ -244,6 +265,8 @@ struct Receiver<'a> {
     fds: Vec<OwnedFd>,
     /// When the message's first byte arrived: the mid-message deadline counts from it.
     started: Option<Instant>,
+    /// The caller's bound on the whole message, if any.
+    deadline: Option<Instant>,
 }
 
 impl Receiver<'_> {
@@ -259,9 +282,9 @@ impl Receiver<'_> {
         while got < at_least {
             // Mid-message, the rest is usually there already: read without blocking first, and
             // poll (bounded) only when it is not (a poll before every read cost a syscall).
-            let flags = match self.started {
-                Some(_) => RecvFlags::CMSG_CLOEXEC | RecvFlags::DONTWAIT,
-                None => RecvFlags::CMSG_CLOEXEC,
+            let flags = match (self.started, self.deadline) {
+                (None, None) => RecvFlags::CMSG_CLOEXEC,
+                _ => RecvFlags::CMSG_CLOEXEC | RecvFlags::DONTWAIT,
             };
             let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
             let mut control = RecvAncillaryBuffer::new(&mut space);
@@ -269,13 +292,19 @@ impl Receiver<'_> {
             let msg = match rustix::net::recvmsg(self.stream, &mut iov, &mut control, flags) {
                 Ok(m) => m,
                 Err(Errno::INTR) => continue,
-                Err(Errno::AGAIN) => match self.started {
-                    Some(started) => {
+                Err(Errno::AGAIN) => match (self.started, self.deadline) {
+                    (Some(started), _) => {
                         self.wait_readable(started, got, buf.len())?;
                         continue;
                     }
+                    (None, Some(deadline)) => {
+                        if !readable_by(self.stream, deadline)? {
+                            return Err(Error::Timeout("no message within the timeout".into()));
+                        }
+                        continue;
+                    }
                     // Nothing started: the caller's bound, not a broken peer.
-                    None => {
+                    (None, None) => {
                         return Err(Error::Timeout(
                             "no message within the stream's read timeout".into(),
                         ))
@@ -311,18 +340,32 @@ impl Receiver<'_> {
     }
 
     fn wait_readable(&self, started: Instant, got: usize, want: usize) -> Result<()> {
-        let left = MID_MESSAGE_TIMEOUT.saturating_sub(started.elapsed());
-        let stalled = || {
-            handoff(format!(
-                "the peer stalled after {got} of {want} bytes for {MID_MESSAGE_TIMEOUT:?}"
-            ))
-        };
-        let timeout = rustix::event::Timespec::try_from(left).map_err(|_| stalled())?;
-        let mut pfd = [PollFd::new(self.stream, PollFlags::IN)];
+        let stalled = started + MID_MESSAGE_TIMEOUT;
+        let by = self.deadline.map_or(stalled, |d| d.min(stalled));
+        match readable_by(self.stream, by)? {
+            true => Ok(()),
+            false => Err(handoff(format!(
+                "the peer stalled after {got} of {want} bytes for {:?}",
+                by.saturating_duration_since(started)
+            ))),
+        }
+    }
+}
+
+/// Waits until `stream` is readable (or hung up), at most until `deadline`: `false` when it
+/// passed first.
+pub(crate) fn readable_by(stream: &UnixStream, deadline: Instant) -> Result<bool> {
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let timeout = rustix::event::Timespec::try_from(left)
+            .map_err(|_| handoff(format!("a wait of {left:?} is out of range")))?;
+        let mut pfd = [PollFd::new(stream, PollFlags::IN)];
         match poll(&mut pfd, Some(&timeout)) {
-            Ok(0) => Err(stalled()),
-            Ok(_) | Err(Errno::INTR) => Ok(()),
-            Err(e) => Err(handoff(format!("poll failed: {e}"))),
+            Ok(0) => return Ok(false),
+            Ok(_) => return Ok(true),
+            Err(Errno::INTR) if Instant::now() < deadline => continue,
+            Err(Errno::INTR) => return Ok(false),
+            Err(e) => return Err(handoff(format!("poll failed: {e}"))),
         }
     }
 }

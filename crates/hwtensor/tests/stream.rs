@@ -11,7 +11,7 @@ use std::os::unix::net::UnixStream;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use hwtensor::stream::{Consumer, FrameMeta, Producer, Wait};
+use hwtensor::stream::{Consumer, FrameMeta, Producer, Wait, CONNECT_TIMEOUT};
 use hwtensor::{Error, Tensor, TensorDyn, TensorMemory};
 
 const POOL: usize = 3;
@@ -40,7 +40,7 @@ fn write_frame(t: &TensorDyn, seq: u64) {
 /// needs both sides).
 fn connected(memory: TensorMemory, len: usize) -> (Producer, Consumer) {
     let (a, b) = UnixStream::pair().unwrap();
-    let consumer = std::thread::spawn(move || Consumer::connect(b).unwrap());
+    let consumer = std::thread::spawn(move || Consumer::connect(b, CONNECT_TIMEOUT).unwrap());
     let mut producer = Producer::new(pool(memory, len)).unwrap();
     producer.attach(a).unwrap();
     (producer, consumer.join().unwrap())
@@ -150,7 +150,7 @@ fn a_restarted_consumer_attaches_again_and_receives() {
     let (mut producer, consumer) = connected(TensorMemory::Shm, 64);
     drop(consumer);
     let (a, b) = UnixStream::pair().unwrap();
-    let again = std::thread::spawn(move || Consumer::connect(b).unwrap());
+    let again = std::thread::spawn(move || Consumer::connect(b, CONNECT_TIMEOUT).unwrap());
     producer.attach(a).unwrap();
     let mut again = again.join().unwrap();
     // The first consumer's departure is noticed as buffers are needed.
@@ -165,8 +165,8 @@ fn a_restarted_consumer_attaches_again_and_receives() {
 fn two_consumers_each_get_every_frame_and_a_buffer_is_free_once_both_hand_it_back() {
     let (a1, b1) = UnixStream::pair().unwrap();
     let (a2, b2) = UnixStream::pair().unwrap();
-    let first = std::thread::spawn(move || Consumer::connect(b1).unwrap());
-    let second = std::thread::spawn(move || Consumer::connect(b2).unwrap());
+    let first = std::thread::spawn(move || Consumer::connect(b1, CONNECT_TIMEOUT).unwrap());
+    let second = std::thread::spawn(move || Consumer::connect(b2, CONNECT_TIMEOUT).unwrap());
     let mut producer = Producer::new(pool(TensorMemory::Shm, 64)).unwrap();
     producer.attach(a1).unwrap();
     producer.attach(a2).unwrap();
@@ -250,7 +250,7 @@ fn consumer_process(fd: &str) {
     let raw: i32 = fd.parse().unwrap();
     // SAFETY: the socket the parent left open for us, ours alone.
     let stream = unsafe { UnixStream::from_raw_fd(raw) };
-    let mut consumer = Consumer::connect(stream).unwrap();
+    let mut consumer = Consumer::connect(stream, CONNECT_TIMEOUT).unwrap();
     for seq in 0..ACROSS_FRAMES {
         let frame = consumer.recv(Wait::For(WAIT)).unwrap();
         assert_eq!(frame.meta().seq, seq);
@@ -308,7 +308,7 @@ fn gpu_consumer_process(fd: &str) {
     let raw: i32 = fd.parse().unwrap();
     // SAFETY: the socket the parent left open for us, ours alone.
     let stream = unsafe { UnixStream::from_raw_fd(raw) };
-    let mut consumer = Consumer::connect(stream).unwrap();
+    let mut consumer = Consumer::connect(stream, CONNECT_TIMEOUT).unwrap();
     for seq in 0..GPU_FRAMES {
         let frame = consumer.recv(Wait::For(WAIT)).unwrap();
         let bad = first_mismatch(frame.tensor(), |i| pattern(seq, i));

@@ -207,7 +207,8 @@ pub unsafe extern "C" fn hwt_producer_free(p: *mut HwtProducer) {
 }
 
 /// Attaches to a producer on the connected Unix socket `socket_fd` (duplicated): receives the
-/// set-up and imports the pool. Free it with `hwt_consumer_free`.
+/// set-up and imports the pool, within 10 seconds (`hwt_consumer_connect_timeout` takes the
+/// bound). Free it with `hwt_consumer_free`.
 ///
 /// # Safety
 /// `out` must be valid for one write.
@@ -216,11 +217,29 @@ pub unsafe extern "C" fn hwt_consumer_connect(
     socket_fd: i32,
     out: *mut *mut HwtConsumer,
 ) -> HwtStatus {
+    let ns = hwtensor::stream::CONNECT_TIMEOUT.as_nanos() as u64;
+    // SAFETY: the same contract.
+    unsafe { hwt_consumer_connect_timeout(socket_fd, ns, out) }
+}
+
+/// As `hwt_consumer_connect`, the whole set-up within `timeout_ns`: a producer that sends
+/// nothing by then is `HWT_STATUS_TIMEOUT`, one that stalls mid-message a hand-off error,
+/// whatever the socket's own timeouts and blocking mode.
+///
+/// # Safety
+/// `out` must be valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn hwt_consumer_connect_timeout(
+    socket_fd: i32,
+    timeout_ns: u64,
+    out: *mut *mut HwtConsumer,
+) -> HwtStatus {
     guard(|| {
         if out.is_null() {
             return Err(invalid("out is null"));
         }
-        let consumer = Consumer::connect(socket(socket_fd)?).or_status()?;
+        let timeout = Duration::from_nanos(timeout_ns);
+        let consumer = Consumer::connect(socket(socket_fd)?, timeout).or_status()?;
         put(
             out,
             "out",

@@ -523,6 +523,14 @@ static int a_child_process_consumes_frames_through_the_pooled_channel(const char
     ASSERT(waitpid(pid, &status, 0) == pid);
     hwt_producer_free(p);
     ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    /* A producer that never sends a set-up: the connect ends at its bound. */
+    int silent[2];
+    ASSERT(socketpair(AF_UNIX, SOCK_STREAM, 0, silent) == 0);
+    HwtConsumer *none = NULL;
+    EXPECT(hwt_consumer_connect_timeout(silent[1], 50000000, &none), HWT_STATUS_TIMEOUT);
+    ASSERT(none == NULL);
+    close(silent[0]);
+    close(silent[1]);
     return 0;
 }
 

@@ -311,7 +311,7 @@ fn consumer(contender: &str, mode: &str, _bytes: usize, fd: i32) -> Result {
     match contender {
         "hwtensor" => {
             use hwtensor::stream::{Consumer, Wait};
-            let mut c = Consumer::connect(stream)?;
+            let mut c = Consumer::connect(stream, hwtensor::stream::CONNECT_TIMEOUT)?;
             let wait = if spin { Wait::Spin } else { Wait::Block };
             for _ in 0..frames(mode) {
                 let frame = c.recv(wait)?;

@@ -210,7 +210,7 @@ pub fn peer(fd: i32, frames: usize, spin: bool, socket: bool) -> crate::Result {
     if socket {
         consume_messages(stream, frames, spin, &mut latencies)?;
     } else {
-        let mut consumer = Consumer::connect(stream)?;
+        let mut consumer = Consumer::connect(stream, hwtensor::stream::CONNECT_TIMEOUT)?;
         let wait = if spin { Wait::Spin } else { Wait::Block };
         for _ in 0..frames {
             let frame = consumer.recv(wait)?;

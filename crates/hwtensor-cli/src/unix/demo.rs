@@ -185,7 +185,7 @@ fn progress(frame: u32, frames: u32) {
 pub fn consumer(socket: &str, gpu: bool, cuda: bool) -> crate::Result {
     let stream = UnixStream::connect_addr(&SocketAddr::from_abstract_name(socket)?)?;
     stream.set_read_timeout(Some(PEER_TIMEOUT))?;
-    let mut consumer = Consumer::connect(stream)?;
+    let mut consumer = Consumer::connect(stream, hwtensor::stream::CONNECT_TIMEOUT)?;
     let mut latencies = Vec::new();
     // On the GPU: a second tensor the consumer's own device work writes into (GPU memory, or
     // CUDA memory for a CUDA consumer), and host memory to compose the acknowledgement in.

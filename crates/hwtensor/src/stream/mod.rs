@@ -4,13 +4,15 @@
 //! A [`Producer`] owns a pool of tensors (any memory with an fd: shm, DMA-BUF, GPU). Each
 //! consumer that attaches over a connected Unix socket receives the pool once, by reference,
 //! together with a control block (a sealed memfd holding two rings: frames forward, buffer ids
-//! back) and two eventfds. From then on [`Producer::send`] writes an entry into the consumer's
-//! ring (buffer id, sequence, timestamp, the GPU completion value, a small payload), and
-//! dropping the consumer's [`Frame`] writes the id back. A side that waits spins briefly and
-//! then sleeps on its eventfd; the other side writes that eventfd only when the sleeper said it
-//! sleeps, so a busy receiver costs its peer nothing and a sleeping one one syscall.
+//! back). From then on [`Producer::send`] writes an entry into the consumer's ring (buffer id,
+//! sequence, timestamp, the GPU completion value, a small payload), and dropping the consumer's
+//! [`Frame`] writes the id back. A side that waits spins briefly and then sleeps on the socket;
+//! the other side sends it a byte (never blocking) only when the sleeper said it sleeps, so a
+//! busy receiver costs its peer nothing and a sleeping one one syscall.
 //!
-//! Failure is bounded: [`Producer::acquire`] waits at most its timeout when consumers hold
+//! Failure is bounded: [`Consumer::connect`] takes a timeout for the whole set-up;
+//! [`Producer::acquire`] and a timed [`Consumer::recv`] wait at most their timeouts whatever
+//! the peer sends; [`Producer::acquire`] waits at most its timeout when consumers hold
 //! every buffer; a consumer that dies (its socket hangs up) gives its buffers back; a producer
 //! that dies leaves the frames a consumer holds valid (they are its own imports) and wakes the
 //! consumer's receive with an error; a restarted consumer attaches again. Everything read from
@@ -21,7 +23,7 @@ mod ring;
 mod setup;
 mod wake;
 
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -104,15 +106,17 @@ impl Slot {
     }
 }
 
+/// How long [`Consumer::connect`] waits for a whole set-up where its caller names no bound
+/// (the C ABI's `hwt_consumer_connect`): a producer on the same machine sends its set-up and
+/// pool in milliseconds, and one silent for this long has hung.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// One consumer as the producer sees it.
 #[derive(Debug)]
 struct Attached {
+    /// The set-up went here; then wake-ups both ways, and its hang-up says the consumer left.
     stream: UnixStream,
     ring: Ring,
-    /// Written to wake the consumer.
-    forward: OwnedFd,
-    /// The consumer writes it to wake us.
-    back: OwnedFd,
     /// Which buffers this consumer holds.
     holds: Vec<bool>,
 }
@@ -177,21 +181,17 @@ impl Producer {
     pub fn attach(&mut self, stream: UnixStream) -> Result<()> {
         let slots = self.pool.len() as u32;
         let ring = Ring::create(slots)?;
-        let (forward, back) = (wake::new_eventfd()?, wake::new_eventfd()?);
         let fence = match self.pool.iter().any(|t| t.memory() == TensorMemory::Gpu) {
             true => crate::gpu::device()?.fence_fd(),
             false => None,
         };
-        let fds = [ring.fd(), forward.as_fd(), back.as_fd()];
-        setup::send(&stream, slots, ring.capacity(), fds, fence)?;
+        setup::send(&stream, slots, ring.capacity(), ring.fd(), fence)?;
         for t in &self.pool {
             handoff::send_as(&stream, t, Transport::Reference)?;
         }
         self.consumers.push(Attached {
             stream,
             ring,
-            forward,
-            back,
             holds: vec![false; self.pool.len()],
         });
         Ok(())
@@ -249,7 +249,7 @@ impl Producer {
                     consumer.holds[i] = true;
                     self.out[i] += 1;
                     if consumer.ring.peer_sleeps(true) {
-                        wake::wake(consumer.forward.as_fd());
+                        wake::wake(consumer.stream.as_fd());
                     }
                 }
                 Err(e) => {
@@ -331,25 +331,32 @@ impl Producer {
         let woken = if pending {
             Woken::Event
         } else {
-            let events: Vec<_> = self.consumers.iter().map(|c| c.back.as_fd()).collect();
             let sockets: Vec<_> = self.consumers.iter().map(|c| c.stream.as_fd()).collect();
-            wake::wait(&events, &sockets, Some(deadline))?
+            wake::wait(&sockets, Some(deadline))?
         };
         for c in &self.consumers {
             c.ring.awake(false);
         }
         match woken {
+            // A consumer that sends wake-ups without handing anything back is bounded here.
+            Woken::Event if Instant::now() >= deadline => Err(self.pool_held()),
             Woken::Event => Ok(()),
-            Woken::Socket(c) => {
+            Woken::Left(c) => {
                 log::info!("hwtensor: a consumer left; its buffers are free again");
                 self.detach(c);
                 Ok(())
             }
-            Woken::Timeout => Err(Error::Timeout(format!(
-                "consumers hold all {} buffers of the pool",
-                self.pool.len()
-            ))),
+            Woken::Timeout => Err(self.pool_held()),
         }
+    }
+}
+
+impl Producer {
+    fn pool_held(&self) -> Error {
+        Error::Timeout(format!(
+            "consumers hold all {} buffers of the pool",
+            self.pool.len()
+        ))
     }
 }
 
@@ -357,7 +364,8 @@ impl Producer {
 #[derive(Debug)]
 struct Back {
     ring: Arc<Ring>,
-    back: OwnedFd,
+    /// The consumer's socket (a second handle to it): hand-backs wake the producer on it.
+    socket: UnixStream,
     /// Which buffers this consumer holds (a replayed id from the producer is refused); also
     /// serialises hand-backs from frames dropped on several threads.
     holds: Mutex<Vec<bool>>,
@@ -374,7 +382,7 @@ impl Back {
         }
         self.ring.push_back(slot)?;
         if self.ring.peer_sleeps(false) {
-            wake::wake(self.back.as_fd());
+            wake::wake(self.socket.as_fd());
         }
         Ok(())
     }
@@ -384,7 +392,6 @@ impl Back {
 pub struct Consumer {
     stream: UnixStream,
     ring: Arc<Ring>,
-    forward: OwnedFd,
     pool: Vec<TensorDyn>,
     fence: Option<Arc<ForeignTimeline>>,
     back: Arc<Back>,
@@ -433,6 +440,15 @@ impl Drop for Frame {
     }
 }
 
+impl Drop for Consumer {
+    fn drop(&mut self) {
+        // Frames still held keep a handle to the socket for their hand-backs: shutting it
+        // down tells the producer now that this consumer is gone (their later hand-backs go
+        // nowhere, harmlessly), as closing the last handle would.
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+    }
+}
+
 impl std::fmt::Debug for Consumer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Consumer")
@@ -443,27 +459,34 @@ impl std::fmt::Debug for Consumer {
 }
 
 impl Consumer {
-    /// Attaches to a producer on a connected socket: receives the set-up and imports the pool.
-    /// GPU buffers are accepted from a producer of this user (as `handoff::recv` does).
-    pub fn connect(stream: UnixStream) -> Result<Consumer> {
-        let s = setup::recv(&stream)?;
+    /// Attaches to a producer on a connected socket: receives the set-up and imports the pool,
+    /// all of it within `timeout` (a producer that is silent, or stalls mid-message, is
+    /// `Error::Timeout` or `Error::Handoff` by then, whatever the socket's own timeouts and
+    /// blocking mode; [`CONNECT_TIMEOUT`] is a sensible bound). GPU buffers are accepted from a
+    /// producer of this user (as `handoff::recv` does).
+    pub fn connect(stream: UnixStream, timeout: Duration) -> Result<Consumer> {
+        let deadline = Instant::now() + timeout;
+        let s = setup::recv(&stream, deadline)?;
         let ring = Arc::new(Ring::open(s.block, s.capacity)?);
         let fence = match s.fence {
             Some(fd) => Some(crate::gpu::device()?.foreign_timeline(fd)?),
             None => None,
         };
         let pool = (0..s.slots)
-            .map(|_| handoff::recv(&stream))
+            .map(|_| handoff::recv_by(&stream, deadline))
             .collect::<Result<Vec<_>>>()?;
+        let socket = stream.try_clone().map_err(|source| Error::Os {
+            op: "dup of the channel's socket",
+            source,
+        })?;
         let back = Arc::new(Back {
             ring: ring.clone(),
-            back: s.back,
+            socket,
             holds: Mutex::new(vec![false; pool.len()]),
         });
         Ok(Consumer {
             stream,
             ring,
-            forward: s.forward,
             pool,
             fence,
             back,
@@ -489,6 +512,10 @@ impl Consumer {
                 return self.frame(e);
             }
             let now = Instant::now();
+            // Checked on every turn: a producer that keeps waking us with no frame is bounded.
+            if deadline.is_some_and(|d| now >= d) {
+                return Err(no_frame());
+            }
             if wait == Wait::Spin || now < started + SPIN {
                 if now >= checked + SPIN_LIVENESS {
                     self.check_producer()?;
@@ -553,23 +580,20 @@ impl Consumer {
         let woken = if self.ring.frame_ready() {
             Woken::Event
         } else {
-            wake::wait(&[self.forward.as_fd()], &[self.stream.as_fd()], deadline)?
+            wake::wait(&[self.stream.as_fd()], deadline)?
         };
         self.ring.awake(true);
         match woken {
             Woken::Event => Ok(()),
-            Woken::Socket(_) => self.producer_left(),
-            Woken::Timeout => Err(Error::Timeout(
-                "no frame within the receive's timeout".into(),
-            )),
+            Woken::Left(_) => self.producer_left(),
+            Woken::Timeout => Err(no_frame()),
         }
     }
 
-    /// Errs when the producer's socket hung up (or carries anything: nothing follows set-up).
+    /// Errs when the producer's socket hung up.
     fn check_producer(&self) -> Result<()> {
-        let woken = wake::wait(&[], &[self.stream.as_fd()], Some(Instant::now()))?;
-        match woken {
-            Woken::Socket(_) => self.producer_left(),
+        match wake::wait(&[self.stream.as_fd()], Some(Instant::now()))? {
+            Woken::Left(_) => self.producer_left(),
             _ => Ok(()),
         }
     }
@@ -584,12 +608,16 @@ impl Consumer {
     }
 }
 
+fn no_frame() -> Error {
+    Error::Timeout("no frame within the receive's timeout".into())
+}
+
 /// Entry points for the fuzz target (`crates/hwtensor/fuzz`, target `stream`), not API: what a
 /// hostile peer controls, run through the code the channel runs.
 #[doc(hidden)]
 pub mod fuzzing {
     use super::ring::{Ring, MAX_CAPACITY};
-    use super::{setup, wake};
+    use super::setup;
 
     /// Parses `data` as a set-up message (its first byte picks how many fds came with it).
     pub fn setup_message(data: &[u8]) {
@@ -599,8 +627,8 @@ pub mod fuzzing {
         let mut msg = [0u8; setup::LEN];
         let take = rest.len().min(setup::LEN);
         msg[..take].copy_from_slice(&rest[..take]);
-        let fds = (0..usize::from(n % 6))
-            .filter_map(|_| wake::new_eventfd().ok())
+        let fds = (0..usize::from(n % 4))
+            .filter_map(|_| rustix::pipe::pipe().ok().map(|(r, _)| r))
             .collect();
         if let Ok(s) = setup::parse(&msg, fds) {
             assert!(s.slots >= 1 && s.slots <= s.capacity && s.capacity <= MAX_CAPACITY);
@@ -643,7 +671,7 @@ mod tests {
 
     fn connected() -> (Producer, Consumer) {
         let (a, b) = UnixStream::pair().unwrap();
-        let consumer = std::thread::spawn(move || Consumer::connect(b).unwrap());
+        let consumer = std::thread::spawn(move || Consumer::connect(b, CONNECT_TIMEOUT).unwrap());
         let pool = (0..3)
             .map(|_| TensorDyn::from(Tensor::<u8>::new(&[64], Some(TensorMemory::Shm)).unwrap()))
             .collect();
@@ -709,5 +737,84 @@ mod tests {
         let (mut producer, _consumer) = connected();
         let err = producer.send(Slot(0), FrameMeta::new(0, 0)).unwrap_err();
         assert!(err.to_string().contains("not acquired"), "{err}");
+    }
+
+    /// A second handle to the producer's end of consumer 0's socket, for a test to misbehave on.
+    fn producer_end(producer: &Producer) -> UnixStream {
+        producer.consumers[0].stream.try_clone().unwrap()
+    }
+
+    /// Sends bytes on `socket` from a thread until the returned flag is set (or ten seconds).
+    fn flood(
+        socket: UnixStream,
+    ) -> (
+        Arc<std::sync::atomic::AtomicBool>,
+        std::thread::JoinHandle<()>,
+    ) {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopping = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let end = Instant::now() + Duration::from_secs(10);
+            while !stopping.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < end {
+                let _ = rustix::net::send(&socket, &[7; 64], rustix::net::SendFlags::DONTWAIT);
+            }
+        });
+        (stop, thread)
+    }
+
+    #[test]
+    fn a_producer_that_keeps_waking_without_frames_cannot_hold_a_timed_receive_past_its_deadline() {
+        let (producer, mut consumer) = connected();
+        let (stop, thread) = flood(producer_end(&producer));
+        let started = Instant::now();
+        let got = consumer.recv(Wait::For(Duration::from_millis(200)));
+        let took = started.elapsed();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        thread.join().unwrap();
+        assert!(matches!(got, Err(Error::Timeout(_))), "{got:?}");
+        assert!(took < Duration::from_secs(5), "returned after {took:?}");
+    }
+
+    #[test]
+    fn a_consumer_that_keeps_waking_without_hand_backs_cannot_hold_acquire_past_its_timeout() {
+        let (mut producer, consumer) = connected();
+        for seq in 0..3 {
+            let slot = producer.acquire(Duration::from_secs(1)).unwrap();
+            producer.send(slot, FrameMeta::new(seq, 0)).unwrap();
+        }
+        let (stop, thread) = flood(consumer.stream.try_clone().unwrap());
+        let started = Instant::now();
+        let got = producer.acquire(Duration::from_millis(200));
+        let took = started.elapsed();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        thread.join().unwrap();
+        assert!(matches!(got, Err(Error::Timeout(_))), "{got:?}");
+        assert!(took < Duration::from_secs(5), "returned after {took:?}");
+    }
+
+    #[test]
+    fn a_hand_back_to_a_producer_that_never_reads_its_socket_does_not_block() {
+        let (mut producer, mut consumer) = connected();
+        // The producer says it sleeps (so every hand-back sends a wake-up) and reads nothing:
+        // the consumer's end of the socket, blocking, is full.
+        producer.consumers[0].ring.going_to_sleep(false);
+        let full = rustix::net::SendFlags::DONTWAIT;
+        while rustix::net::send(&consumer.stream, &[0; 4096], full).is_ok() {}
+        for seq in 0..3 {
+            let slot = producer.acquire(Duration::from_secs(1)).unwrap();
+            producer.send(slot, FrameMeta::new(seq, 0)).unwrap();
+            drop(consumer.recv(Wait::Block).unwrap()); // hands back: returns
+        }
+    }
+
+    #[test]
+    fn a_producer_silent_after_its_set_up_is_a_connect_timeout() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let ring = Ring::create(3).unwrap();
+        setup::send(&a, 3, ring.capacity(), ring.fd(), None).unwrap();
+        let started = Instant::now();
+        let got = Consumer::connect(b, Duration::from_millis(200));
+        assert!(matches!(got, Err(Error::Timeout(_))), "{got:?}");
+        assert!(started.elapsed() < Duration::from_secs(5));
     }
 }

@@ -17,8 +17,9 @@ use crate::{Error, Result, TensorMemory};
 
 /// "HWTRING1": what the block starts with.
 const MAGIC: u64 = u64::from_le_bytes(*b"HWTRING1");
-/// The layout's version: a peer of another layout is refused at set-up.
-pub(crate) const VERSION: u32 = 1;
+/// The layout's version: a peer of another layout is refused at set-up. 2: wake-ups on the
+/// socket, no eventfds in the set-up message.
+pub(crate) const VERSION: u32 = 2;
 /// One cache line per hot word, so the two sides do not false-share.
 const LINE: usize = 64;
 /// Words of one forward entry: slot and payload length, sequence, timestamp, completion, payload.
