@@ -1,5 +1,6 @@
 //! What travels with each frame besides the tensor: the publisher's sequence number and
-//! timestamp, who published it and on which host. A fixed 56-byte record: Zenoh's attachment
+//! timestamp, who published it and on which host, and whether it blocks for a slow
+//! subscriber (byte 5, flags; bytes 6-7 reserved). A fixed 56-byte record: Zenoh's attachment
 //! for inline samples, the prefix of each frame on the one-host socket. Parsed as hostile input.
 
 use uuid::Uuid;
@@ -10,6 +11,9 @@ const MAGIC: [u8; 4] = *b"HWTZ";
 const VERSION: u8 = 1;
 /// Bytes of the record.
 pub const INFO_LEN: usize = 56;
+/// Flag (byte 5): the publisher blocks rather than drops when a subscriber is behind, so a
+/// subscriber on its host waits for room in its queue instead of dropping the frame.
+const FLAG_BLOCKS: u8 = 1;
 
 /// The frame record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,6 +27,9 @@ pub struct FrameInfo {
     /// The publisher's host (boot and network namespace): a subscriber with the same host id
     /// can take the frame by fd hand-off instead.
     pub host: Uuid,
+    /// Whether the publisher blocks rather than drops frames a subscriber cannot take yet
+    /// (`CongestionControl::Block`).
+    pub blocks: bool,
 }
 
 impl FrameInfo {
@@ -31,6 +38,7 @@ impl FrameInfo {
         let mut out = [0u8; INFO_LEN];
         out[0..4].copy_from_slice(&MAGIC);
         out[4] = VERSION;
+        out[5] = if self.blocks { FLAG_BLOCKS } else { 0 };
         out[8..16].copy_from_slice(&self.seq.to_le_bytes());
         out[16..24].copy_from_slice(&self.timestamp_ns.to_le_bytes());
         out[24..40].copy_from_slice(self.publisher.as_bytes());
@@ -55,7 +63,7 @@ impl FrameInfo {
                 b[4]
             ));
         }
-        if b[5..8] != [0, 0, 0] {
+        if b[5] & !FLAG_BLOCKS != 0 || b[6..8] != [0, 0] {
             return Err("reserved bytes of the frame record are set".into());
         }
         let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or([0; 8]));
@@ -65,6 +73,7 @@ impl FrameInfo {
             timestamp_ns: u64_at(16),
             publisher: uuid_at(24),
             host: uuid_at(40),
+            blocks: b[5] & FLAG_BLOCKS != 0,
         };
         if info.seq == 0 || info.publisher.is_nil() {
             return Err("a frame record without sequence number or publisher".into());
@@ -83,6 +92,7 @@ mod tests {
             timestamp_ns: 123,
             publisher: Uuid::new_v4(),
             host: Uuid::new_v4(),
+            blocks: true,
         }
     }
 

@@ -17,8 +17,11 @@
 //!
 //! The subscriber's code is the same either way. Samples are parsed as hostile input: a
 //! malformed or truncated one is dropped with a logged reason and counted
-//! ([`Subscriber::dropped`]). A frame whose sequence number is not newer than the last one from
-//! its publisher is stale and dropped; a restarted publisher is a new publisher. Sessions,
+//! ([`Subscriber::dropped`]). A frame whose sequence number is a little behind the last one from
+//! its publisher is stale and dropped; a jump far ahead or behind starts a new sequence, so no
+//! forged sample can silence a publisher; a restarted publisher is a new publisher. What a
+//! subscriber holds for its peers is bounded: the sequences of 1024 publishers, the sockets and
+//! threads of [`MAX_LOCAL_PUBLISHERS`] local ones, each released when its token goes. Sessions,
 //! modes and endpoints are Zenoh's own [`zenoh::Config`].
 //!
 //! Linux only (the one-host path passes fds).
@@ -27,12 +30,13 @@
 mod host;
 mod info;
 mod publisher;
+mod sequence;
 mod subscriber;
 
 pub use host::host_id;
 pub use info::{FrameInfo, INFO_LEN};
 pub use publisher::{Publisher, PublisherOptions};
-pub use subscriber::{Received, Subscriber, SubscriberOptions};
+pub use subscriber::{Received, Subscriber, SubscriberOptions, MAX_LOCAL_PUBLISHERS};
 pub use zenoh;
 
 /// What can go wrong.
@@ -93,6 +97,11 @@ pub(crate) fn token_chunk(token: &str, index: usize) -> Option<&str> {
 /// The abstract socket a publisher hands frames out on.
 pub(crate) fn socket_name(publisher: uuid::Uuid) -> String {
     format!("hwtensor-zenoh-{}", publisher.simple())
+}
+
+/// Whether the process on the other end of `stream` runs as this process's effective user.
+pub(crate) fn same_user(stream: &std::os::unix::net::UnixStream) -> bool {
+    rustix::net::sockopt::socket_peercred(stream).is_ok_and(|c| c.uid == rustix::process::geteuid())
 }
 
 /// `CLOCK_REALTIME` in nanoseconds: comparable across hosts with synchronised clocks.

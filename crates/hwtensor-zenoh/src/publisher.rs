@@ -117,6 +117,7 @@ impl Publisher {
             timestamp_ns: now_ns(),
             publisher: self.id,
             host: host_id(),
+            blocks: self.options.congestion == zenoh::qos::CongestionControl::Block,
         }
         .encode();
         if let Ok(mut local) = self.local.lock() {
@@ -220,7 +221,7 @@ fn listen(
                     return;
                 }
                 let Ok(stream) = stream else { continue };
-                if !same_user(&stream) {
+                if !crate::same_user(&stream) {
                     log::warn!("hwtensor-zenoh: refused a local subscriber of another user");
                     continue;
                 }
@@ -233,10 +234,6 @@ fn listen(
         })
         .map_err(tensor_io)?;
     Ok((thread, stop))
-}
-
-fn same_user(stream: &UnixStream) -> bool {
-    rustix::net::sockopt::socket_peercred(stream).is_ok_and(|c| c.uid == rustix::process::geteuid())
 }
 
 fn tensor_io(e: std::io::Error) -> crate::Error {

@@ -1,25 +1,33 @@
 //! [`Subscriber`]: receives tensors published on a key, by fd from publishers on its host and
 //! as inline bytes from the others, in the memory it asks for.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::io::Read;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixStream};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use hwtensor::handoff::MID_MESSAGE_TIMEOUT;
 use hwtensor::{TensorDyn, TensorMemory};
 use uuid::Uuid;
 use zenoh::sample::{Sample, SampleKind};
 use zenoh::{Session, Wait};
 
 use crate::info::{FrameInfo, INFO_LEN};
+use crate::sequence::{Sequences, Verdict};
 use crate::{host_id, socket_name, token_chunk, token_key, zenoh_err, Error, Result};
 
 /// The host a subscriber announces when it takes no local delivery: never a real host id, so
 /// publishers send it inline bytes.
 const NO_LOCAL_HOST: &str = "remote";
+
+/// Publishers on this host read by fd at once, each with a socket and a thread: more than a
+/// host runs on one key, and a bound on what announced tokens can make us hold (liveliness
+/// tokens are unauthenticated).
+pub const MAX_LOCAL_PUBLISHERS: usize = 64;
 
 /// How a subscriber behaves.
 #[derive(Clone, Copy, Debug)]
@@ -29,8 +37,10 @@ pub struct SubscriberOptions {
     pub memory: Option<TensorMemory>,
     /// Take frames from publishers on this host by fd hand-off.
     pub local_delivery: bool,
-    /// Frames received and not yet taken by `recv`; beyond it new frames are dropped (and
-    /// show as a gap in the sequence).
+    /// Frames received and not yet taken by `recv`. Beyond it a frame is dropped (counted at
+    /// once by [`Subscriber::overflowed`], and later as a gap in the sequence), except one
+    /// from a publisher on this host that blocks (`CongestionControl::Block`): its reader
+    /// waits for room, and the publisher with it.
     pub queue: usize,
 }
 
@@ -82,38 +92,58 @@ pub struct Subscriber {
     rx: Receiver<Incoming>,
     /// Publishers on this host we read by fd, and their sockets (shut down on drop).
     local: Arc<Mutex<LocalPublishers>>,
-    last: HashMap<Uuid, u64>,
+    sequences: Sequences,
     options: SubscriberOptions,
     dropped: u64,
     gaps: u64,
+    overflowed: Arc<AtomicU64>,
     _data: zenoh::pubsub::Subscriber<()>,
     _watch: Option<zenoh::pubsub::Subscriber<()>>,
     _token: zenoh::liveliness::LivelinessToken,
 }
 
+/// The publishers on this host being read, each by its socket (a second handle, to shut down).
 #[derive(Default)]
 struct LocalPublishers {
-    ids: HashSet<Uuid>,
-    sockets: Vec<UnixStream>,
+    readers: HashMap<Uuid, UnixStream>,
+}
+
+impl LocalPublishers {
+    /// Stops reading publisher `id` (its token went, or its reader ended).
+    fn forget(&mut self, id: &Uuid) {
+        if let Some(s) = self.readers.remove(id) {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
 }
 
 impl Subscriber {
     /// A subscriber of `key` on `session`.
     pub fn new(session: &Session, key: &str, options: SubscriberOptions) -> Result<Subscriber> {
         let (tx, rx) = sync_channel(options.queue.max(1));
+        let overflowed = Arc::new(AtomicU64::new(0));
         let data_tx = tx.clone();
+        let data_overflowed = overflowed.clone();
         let data = session
             .declare_subscriber(key.to_string())
             .callback(move |sample| {
-                // A full queue drops the frame: the sequence shows the gap.
-                let _ = data_tx.try_send(Incoming::Remote(sample));
+                // A full queue drops the frame: counted now, and the sequence shows the gap.
+                offer(&data_tx, Incoming::Remote(sample), &data_overflowed);
             })
             .wait()
             .map_err(zenoh_err)?;
         let local = Arc::new(Mutex::new(LocalPublishers::default()));
         let (watch, host) = match options.local_delivery {
             true => (
-                Some(watch_publishers(session, key, tx, local.clone())?),
+                Some(watch_publishers(
+                    session,
+                    key,
+                    Inbox {
+                        tx,
+                        overflowed: overflowed.clone(),
+                    },
+                    local.clone(),
+                )?),
                 host_id().simple().to_string(),
             ),
             false => (None, NO_LOCAL_HOST.to_string()),
@@ -126,10 +156,11 @@ impl Subscriber {
         Ok(Subscriber {
             rx,
             local,
-            last: HashMap::new(),
+            sequences: Sequences::default(),
             options,
             dropped: 0,
             gaps: 0,
+            overflowed,
             _data: data,
             _watch: watch,
             _token: token,
@@ -161,19 +192,18 @@ impl Subscriber {
                     continue;
                 }
             };
-            let gap = match self.last.get(&info.publisher) {
-                Some(&last) if info.seq <= last => {
+            let gap = match self.sequences.accept(info.publisher, info.seq) {
+                Verdict::Stale { last } => {
                     self.drop_sample(&format!(
                         "frame {} of {} is not newer than {last}: stale",
                         info.seq, info.publisher
                     ));
                     continue;
                 }
-                Some(&last) => info.seq - last - 1,
-                None => 0,
+                Verdict::Next { gap } => gap,
+                Verdict::New => 0,
             };
-            self.last.insert(info.publisher, info.seq);
-            self.gaps += gap;
+            self.gaps = self.gaps.saturating_add(gap);
             return Ok(Received {
                 tensor: self.in_memory(tensor)?,
                 seq: info.seq,
@@ -190,18 +220,25 @@ impl Subscriber {
         self.dropped
     }
 
-    /// Frames missed in all (gaps in the publishers' sequences).
+    /// Frames missed in all (gaps in the publishers' sequences, seen when a later frame
+    /// comes; a sequence that starts anew after a jump counts none).
     pub fn gaps(&self) -> u64 {
         self.gaps
     }
 
+    /// Frames that arrived and were dropped because the queue was full, counted as they are
+    /// dropped (those after the last frame received included).
+    pub fn overflowed(&self) -> u64 {
+        self.overflowed.load(Ordering::Relaxed)
+    }
+
     /// How many publishers on this host hand frames to this subscriber by fd.
     pub fn local_publishers(&self) -> usize {
-        self.local.lock().map_or(0, |l| l.ids.len())
+        self.local.lock().map_or(0, |l| l.readers.len())
     }
 
     fn drop_sample(&mut self, why: &str) {
-        self.dropped += 1;
+        self.dropped = self.dropped.saturating_add(1);
         log::warn!("hwtensor-zenoh: dropped a sample: {why}");
     }
 
@@ -220,7 +257,7 @@ impl Subscriber {
         let by_fd = self
             .local
             .lock()
-            .is_ok_and(|l| l.ids.contains(&info.publisher));
+            .is_ok_and(|l| l.readers.contains_key(&info.publisher));
         if by_fd {
             return Ok(None);
         }
@@ -246,19 +283,35 @@ impl Subscriber {
 impl Drop for Subscriber {
     fn drop(&mut self) {
         // Ends the readers of local publishers, which block on their sockets.
-        if let Ok(l) = self.local.lock() {
-            for s in &l.sockets {
+        if let Ok(mut l) = self.local.lock() {
+            for (_, s) in l.readers.drain() {
                 let _ = s.shutdown(std::net::Shutdown::Both);
             }
         }
     }
 }
 
-/// Connects to each live publisher of `key` on this host, reading its frames on a thread.
+/// Where the readers put what they receive: the queue `recv` takes from, and the count of
+/// frames it had no room for.
+#[derive(Clone)]
+struct Inbox {
+    tx: SyncSender<Incoming>,
+    overflowed: Arc<AtomicU64>,
+}
+
+/// Puts `incoming` in the queue, or drops and counts it when the queue is full.
+fn offer(tx: &SyncSender<Incoming>, incoming: Incoming, overflowed: &AtomicU64) {
+    if let Err(std::sync::mpsc::TrySendError::Full(_)) = tx.try_send(incoming) {
+        overflowed.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Connects to each live publisher of `key` on this host, reading its frames on a thread, and
+/// stops reading one whose token goes.
 fn watch_publishers(
     session: &Session,
     key: &str,
-    tx: SyncSender<Incoming>,
+    inbox: Inbox,
     local: Arc<Mutex<LocalPublishers>>,
 ) -> Result<zenoh::pubsub::Subscriber<()>> {
     let host = host_id().simple().to_string();
@@ -267,28 +320,43 @@ fn watch_publishers(
         .declare_subscriber(format!("hwtensor-zenoh/pub/{host}/*/{key}"))
         .history(true)
         .callback(move |sample| {
-            if sample.kind() != SampleKind::Put {
-                return; // its socket closes: the reader ends by itself
-            }
             let token = sample.key_expr().as_str();
             let Some(id) = token_chunk(token, 3).and_then(|c| Uuid::try_parse(c).ok()) else {
                 return;
             };
-            connect(id, tx.clone(), local.clone());
+            match sample.kind() {
+                SampleKind::Put => connect(id, inbox.clone(), local.clone()),
+                SampleKind::Delete => {
+                    if let Ok(mut l) = local.lock() {
+                        l.forget(&id);
+                    }
+                }
+            }
         })
         .wait()
         .map_err(zenoh_err)
 }
 
-/// Starts reading publisher `id`'s frames, unless already reading them.
-fn connect(id: Uuid, tx: SyncSender<Incoming>, local: Arc<Mutex<LocalPublishers>>) {
+/// Starts reading publisher `id`'s frames, unless already reading them or at the bound. Only a
+/// publisher of this user is read (the publisher refuses other users' subscribers likewise).
+fn connect(id: Uuid, inbox: Inbox, local: Arc<Mutex<LocalPublishers>>) {
     let Ok(mut l) = local.lock() else { return };
-    if l.ids.contains(&id) {
+    if l.readers.contains_key(&id) {
+        return;
+    }
+    if l.readers.len() >= MAX_LOCAL_PUBLISHERS {
+        log::warn!(
+            "hwtensor-zenoh: already reading {MAX_LOCAL_PUBLISHERS} local publishers; not {id}"
+        );
         return;
     }
     let stream = SocketAddr::from_abstract_name(socket_name(id))
         .and_then(|a| UnixStream::connect_addr(&a))
-        .and_then(|s| s.try_clone().map(|c| (s, c)));
+        .and_then(|s| {
+            // A publisher that stops mid-frame holds its reader this long at most.
+            s.set_read_timeout(Some(MID_MESSAGE_TIMEOUT))?;
+            s.try_clone().map(|c| (s, c))
+        });
     let (stream, kept) = match stream {
         Ok(pair) => pair,
         Err(e) => {
@@ -296,43 +364,81 @@ fn connect(id: Uuid, tx: SyncSender<Incoming>, local: Arc<Mutex<LocalPublishers>
             return;
         }
     };
-    l.ids.insert(id);
-    l.sockets.push(kept);
+    if !crate::same_user(&stream) {
+        log::warn!("hwtensor-zenoh: local publisher {id} runs as another user; not read");
+        return;
+    }
+    l.readers.insert(id, kept);
     drop(l);
+    let reader_local = local.clone();
     let spawned = std::thread::Builder::new()
         .name("hwtensor-zenoh-local".into())
         .spawn(move || {
-            read_local(stream, &tx);
-            if let Ok(mut l) = local.lock() {
-                l.ids.remove(&id);
+            read_local(stream, &inbox);
+            if let Ok(mut l) = reader_local.lock() {
+                l.forget(&id);
             }
         });
     if let Err(e) = spawned {
         log::warn!("hwtensor-zenoh: cannot start a local reader: {e}");
+        if let Ok(mut l) = local.lock() {
+            l.forget(&id);
+        }
     }
 }
 
-/// Reads frames from a local publisher until it goes away or sends garbage.
-fn read_local(mut stream: UnixStream, tx: &SyncSender<Incoming>) {
+/// Reads frames from a local publisher until it goes away, sends garbage or stalls mid-frame.
+/// Between frames it may be silent as long as it likes (its token going ends the read).
+fn read_local(mut stream: UnixStream, inbox: &Inbox) {
     loop {
+        if !matches!(readable(&stream), Ok(true)) {
+            return;
+        }
         let mut record = [0u8; INFO_LEN];
         if stream.read_exact(&mut record).is_err() {
-            return; // the publisher left
+            return; // the publisher left, or stalled mid-record
         }
         let frame = FrameInfo::decode(&record).and_then(|info| {
             hwtensor::handoff::recv(&stream)
                 .map(|t| (info, t))
                 .map_err(|e| format!("frame {}: {e}", info.seq))
         });
-        let (incoming, fatal) = match frame {
-            Ok((info, tensor)) => (Incoming::Local(info, tensor), false),
+        match frame {
+            // A publisher that blocks for a slow subscriber is waited for: the queue has room
+            // when `recv` takes a frame, and a dropped subscriber ends the wait.
+            Ok((info, tensor)) if info.blocks => {
+                if inbox.tx.send(Incoming::Local(info, tensor)).is_err() {
+                    return;
+                }
+            }
+            Ok((info, tensor)) => {
+                offer(&inbox.tx, Incoming::Local(info, tensor), &inbox.overflowed)
+            }
             // Out of step with the publisher: nothing after this can be trusted.
-            Err(why) => (Incoming::Rejected(format!("local publisher: {why}")), true),
-        };
-        // A full queue drops the frame (a gap), as for Zenoh's samples.
-        let _ = tx.try_send(incoming);
-        if fatal {
-            return;
+            Err(why) => {
+                offer(
+                    &inbox.tx,
+                    Incoming::Rejected(format!("local publisher: {why}")),
+                    &inbox.overflowed,
+                );
+                return;
+            }
+        }
+    }
+}
+
+/// Waits, with no bound, until the publisher's socket has a byte or hangs up (an idle
+/// publisher is not a broken one; a shut-down socket wakes the wait).
+fn readable(stream: &UnixStream) -> std::io::Result<bool> {
+    let mut fds = [rustix::event::PollFd::new(
+        stream,
+        rustix::event::PollFlags::IN,
+    )];
+    loop {
+        match rustix::event::poll(&mut fds, None) {
+            Ok(n) => return Ok(n > 0),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
         }
     }
 }

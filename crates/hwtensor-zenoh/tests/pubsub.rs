@@ -152,6 +152,7 @@ fn hostile_and_stale_samples_on_the_key_are_dropped_and_counted() {
         timestamp_ns: 0,
         publisher: uuid::Uuid::new_v4(),
         host: uuid::Uuid::new_v4(),
+        blocks: false,
     };
     let small: TensorDyn = Tensor::<u16>::new(&[64], Some(TensorMemory::Mem))
         .unwrap()
@@ -200,7 +201,8 @@ fn a_restarted_publisher_is_a_new_sequence_and_gaps_are_counted() {
             .unwrap()
             .into()
     };
-    let mut first = Publisher::new(&a, "test/restart", every_frame()).unwrap();
+    // A publisher that drops for a slow subscriber (one that blocks is waited for: below).
+    let mut first = Publisher::new(&a, "test/restart", PublisherOptions::default()).unwrap();
     wait_until("the first publisher's connection", || {
         first.local_subscribers() == 1
     });
@@ -208,12 +210,13 @@ fn a_restarted_publisher_is_a_new_sequence_and_gaps_are_counted() {
         first.publish(&small()).unwrap();
     }
     std::thread::sleep(Duration::from_millis(300)); // the reader queues 1, drops 2..4
+    assert_eq!(subscriber.overflowed(), 3, "counted as they were dropped");
     assert_eq!(subscriber.recv(WAIT).unwrap().seq, 1);
     first.publish(&small()).unwrap();
     let r = subscriber.recv(WAIT).unwrap();
     assert_eq!((r.seq, r.gap), (5, 3));
     drop(first);
-    let mut second = Publisher::new(&a, "test/restart", every_frame()).unwrap();
+    let mut second = Publisher::new(&a, "test/restart", PublisherOptions::default()).unwrap();
     wait_until("the second publisher's connection", || {
         second.local_subscribers() == 1
     });
@@ -221,6 +224,103 @@ fn a_restarted_publisher_is_a_new_sequence_and_gaps_are_counted() {
     let r = subscriber.recv(WAIT).unwrap();
     assert_eq!((r.seq, r.gap, r.publisher), (1, 0, second.id()));
     assert_eq!(subscriber.gaps(), 3);
+}
+
+fn small() -> TensorDyn {
+    Tensor::<u8>::new(&[4096], Some(TensorMemory::Shm))
+        .unwrap()
+        .into()
+}
+
+#[test]
+fn a_slow_subscriber_on_one_host_loses_no_frame_of_a_publisher_that_blocks() {
+    let port = free_port();
+    let (a, b) = (session(port, true), session(port, false));
+    let options = SubscriberOptions {
+        queue: 1,
+        ..SubscriberOptions::default()
+    };
+    let mut subscriber = Subscriber::new(&b, "test/slow", options).unwrap();
+    let mut publisher = Publisher::new(&a, "test/slow", every_frame()).unwrap();
+    wait_until("the local connection", || {
+        publisher.local_subscribers() == 1
+    });
+    for _ in 0..6 {
+        publisher.publish(&small()).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(300)); // a subscriber busy elsewhere
+    for seq in 1..=6 {
+        let r = subscriber.recv(WAIT).unwrap();
+        assert_eq!((r.seq, r.gap), (seq, 0));
+    }
+    assert_eq!((subscriber.gaps(), subscriber.overflowed()), (0, 0));
+}
+
+#[test]
+fn a_forged_sample_naming_a_publisher_with_a_huge_sequence_does_not_silence_it() {
+    let port = free_port();
+    let (a, b) = (session(port, true), session(port, false));
+    let key = "test/forged";
+    let options = SubscriberOptions {
+        local_delivery: false,
+        ..SubscriberOptions::default()
+    };
+    let mut subscriber = Subscriber::new(&b, key, options).unwrap();
+    let mut publisher = Publisher::new(&a, key, every_frame()).unwrap();
+    wait_until("the subscriber's token", || publisher.publishes_inline());
+    publisher.publish(&small()).unwrap();
+    assert_eq!(subscriber.recv(WAIT).unwrap().seq, 1);
+    let forger = a.declare_publisher(key).wait().unwrap();
+    let forged = FrameInfo {
+        seq: u64::MAX - 1,
+        timestamp_ns: 0,
+        publisher: publisher.id(),
+        host: uuid::Uuid::new_v4(),
+        blocks: false,
+    };
+    let (blob, _) = hwtensor::blob::export(&small(), hwtensor::blob::Transport::Inline).unwrap();
+    forger
+        .put(blob)
+        .attachment(forged.encode().to_vec())
+        .wait()
+        .unwrap();
+    assert_eq!(subscriber.recv(WAIT).unwrap().seq, u64::MAX - 1);
+    for seq in 2..=4 {
+        publisher.publish(&small()).unwrap();
+        let r = subscriber.recv(WAIT).unwrap();
+        assert_eq!(r.seq, seq, "the genuine frames pass again");
+    }
+    assert!(
+        subscriber.gaps() < 1 << 21,
+        "a jump is a new sequence, not 2^64 gaps"
+    );
+}
+
+/// Open fds of this process.
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").unwrap().count()
+}
+
+#[test]
+fn a_local_publisher_that_goes_takes_its_socket_and_reader_with_it() {
+    let port = free_port();
+    let (a, b) = (session(port, true), session(port, false));
+    let subscriber = Subscriber::new(&b, "test/restarts", SubscriberOptions::default()).unwrap();
+    let mut after_first = None;
+    for _ in 0..20 {
+        let publisher = Publisher::new(&a, "test/restarts", every_frame()).unwrap();
+        wait_until("the local connection", || {
+            publisher.local_subscribers() == 1
+        });
+        drop(publisher);
+        wait_until("the reader's end", || subscriber.local_publishers() == 0);
+        after_first.get_or_insert_with(open_fds);
+    }
+    let grown = open_fds().saturating_sub(after_first.unwrap());
+    assert!(
+        grown <= 2,
+        "{grown} fds more after 19 more publishers came and went"
+    );
 }
 
 /// The environment variable that makes this binary the subscriber process.
