@@ -327,6 +327,24 @@ fn wrapped_as(device: DLDevice) -> PyResult<Wrapped> {
     }
 }
 
+/// The address of a DLPack tensor's first element: its data pointer plus its byte offset,
+/// refused where that or the `len` bytes after it would pass `isize::MAX`, where no user-space
+/// memory lies and past which Rust forbids a slice to reach (a hostile offset of 2^64 - 8
+/// would otherwise wrap to the bytes before the buffer).
+fn address_of(data: usize, byte_offset: u64, len: usize) -> Result<usize, String> {
+    usize::try_from(byte_offset)
+        .ok()
+        .and_then(|offset| data.checked_add(offset))
+        .filter(|start| {
+            start
+                .checked_add(len)
+                .is_some_and(|end| end <= isize::MAX as usize)
+        })
+        .ok_or_else(|| {
+            format!("a DLPack byte_offset of {byte_offset} from {data:#x} leaves the address space")
+        })
+}
+
 /// The imported tensor's description, checked by dlpark.
 fn validated(imported: &ImportedDlpack) -> PyResult<dlpark::TensorRef<'_>> {
     imported
@@ -390,7 +408,8 @@ pub(crate) fn import(obj: &Bound<'_, PyAny>) -> PyResult<TensorDyn> {
             ))
         })?;
     let len = hwtensor::geometry::extent(&shape, &strides, elem).or_py()?;
-    let address = (view.data_ptr() as usize).wrapping_add(view.byte_offset() as usize);
+    let address = address_of(view.data_ptr() as usize, view.byte_offset(), len)
+        .map_err(crate::errors::InvalidArgument::new_err)?;
     let writable = !imported.flags().contains(DlpackFlags::READ_ONLY);
     let owner = Box::new(ProducerKeep(Some(imported.into_deleter())));
     match wrapped {

@@ -1,14 +1,22 @@
 //! CPU maps as context managers: `with t.map_write() as a:` gives a NumPy array over the
 //! tensor's bytes, through NumPy's array interface (no copy for heap, shm and dma-buf memory).
 //!
-//! The array cannot outlive the map's access: when the block ends the map ends (a write
-//! reaches the buffer, other maps may start), and the arrays handed out are made read-only,
-//! so a write after the block raises instead of racing the next user. Their memory stays
-//! valid (the map keeps the tensor alive), so a late read never crashes.
+//! An array, and every view NumPy derives from it, can outlive the block; none may reach the
+//! tensor's memory after the map ends, and none may read freed memory. So:
+//! - a **read map of host memory** (heap, shm, DMA-BUF) is zero-copy and read-only: NumPy makes
+//!   no writable view of a read-only array, and the memory stays valid as long as any view
+//!   does (the array's base is this map, which keeps the tensor alive);
+//! - a **write map**, and any map of **GPU or CUDA memory** (whose CPU map is a staging buffer
+//!   the core frees when the map ends), goes through a copy this map owns and keeps as long as
+//!   any view does: filled from the tensor when the block starts, written back when it ends.
+//!   A view kept past the block (a slice, a reshape, `np.asarray` of it) writes that copy,
+//!   never the buffer the next map hands out. A write map's arrays are made read-only at the
+//!   end as well, so the plain mistake raises.
 //!
-//! GPU and CUDA memory are mapped through a copy the map owns: their CPU maps are staging
-//! buffers that the core frees when the map ends, and an array left pointing at one would
-//! read freed memory. (For zero-copy device access use DLPack.)
+//! A zero-copy write would let a view derived inside the block write the buffer later: NumPy
+//! keeps a view's writable flag when its base's is cleared. (The copy costs ~0.3 ms per 8 MB
+//! each way on the CI machine; an alias mapping revoked at the end measured slower.) For
+//! zero-copy device access use DLPack.
 
 use hwtensor::{ByteMap, DType, Direction, TensorDyn, TensorMemory};
 use pyo3::exceptions::PyBufferError;
@@ -24,25 +32,36 @@ const ARRAY_INTERFACE_VERSION: u32 = 3;
 #[pyclass(name = "Map", module = "hwtensor", unsendable)]
 pub struct Map {
     // Field order matters: the map borrows the tensor and must drop first.
-    access: Option<Access>,
+    access: Option<ByteMap<'static>>,
     tensor: Box<TensorDyn>,
+    /// The bytes the arrays point at when they do not point at the tensor: kept until this
+    /// map (every array's base) is freed, long after the block.
+    copy: Option<OwnedBytes>,
     direction: Direction,
     ended: bool,
     arrays: Vec<Py<PyWeakrefReference>>,
 }
 
-/// A live map and, for device memory, the copy the arrays point at.
-struct Access {
-    map: ByteMap<'static>,
-    copy: Option<Vec<u8>>,
+/// The mapped bytes copied, in words so every element type is aligned in them.
+struct OwnedBytes {
+    words: Box<[u64]>,
+    len: usize,
 }
 
-impl Access {
-    fn data(&self) -> (usize, usize) {
-        match &self.copy {
-            Some(copy) => (copy.as_ptr() as usize, copy.len()),
-            None => (self.map.as_ptr() as usize, self.map.len()),
-        }
+impl OwnedBytes {
+    fn of(map: &ByteMap<'_>) -> OwnedBytes {
+        let len = map.len();
+        let mut words = vec![0u64; len.div_ceil(8)].into_boxed_slice();
+        // SAFETY: the map covers `len` readable bytes; the words hold at least `len` bytes.
+        unsafe { std::ptr::copy_nonoverlapping(map.as_ptr(), words.as_mut_ptr().cast(), len) };
+        OwnedBytes { words, len }
+    }
+
+    fn write_back(&self, map: &ByteMap<'_>) {
+        // SAFETY: a write map covers `len` writable bytes; the copy holds that many.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.words.as_ptr().cast(), map.as_ptr(), self.len)
+        };
     }
 }
 
@@ -68,9 +87,11 @@ fn writes(d: Direction) -> bool {
     d != Direction::Read
 }
 
-/// Whether CPU maps of this memory are staging copies the core frees when the map ends.
-fn maps_through_staging(memory: TensorMemory) -> bool {
-    matches!(memory, TensorMemory::Gpu | TensorMemory::Cuda)
+/// Whether a map's arrays must point at a copy rather than at the mapped bytes: a write map
+/// (a view kept past the block must not write the buffer), or memory whose CPU map is a
+/// staging buffer the core frees when the map ends.
+fn through_copy(memory: TensorMemory, direction: Direction) -> bool {
+    writes(direction) || matches!(memory, TensorMemory::Gpu | TensorMemory::Cuda)
 }
 
 impl Map {
@@ -78,6 +99,7 @@ impl Map {
         Map {
             access: None,
             tensor: Box::new(tensor),
+            copy: None,
             direction,
             ended: false,
             arrays: Vec::new(),
@@ -97,12 +119,18 @@ impl Map {
         // struct drops, and `access` (declared first) drops before `tensor`.
         let tensor: &'static TensorDyn = unsafe { &*(&*self.tensor as *const TensorDyn) };
         let map = tensor.map_bytes(self.direction).or_py()?;
-        let copy = maps_through_staging(tensor.memory()).then(|| {
-            // SAFETY: the map covers `len` readable bytes while it lives.
-            unsafe { std::slice::from_raw_parts(map.as_ptr(), map.len()) }.to_vec()
-        });
-        self.access = Some(Access { map, copy });
+        self.copy = through_copy(tensor.memory(), self.direction).then(|| OwnedBytes::of(&map));
+        self.access = Some(map);
         Ok(())
+    }
+
+    /// Where the arrays point, and how many bytes.
+    fn data(&self) -> (usize, usize) {
+        match (&self.copy, &self.access) {
+            (Some(copy), _) => (copy.words.as_ptr() as usize, copy.len),
+            (None, Some(map)) => (map.as_ptr() as usize, map.len()),
+            (None, None) => (0, 0),
+        }
     }
 
     fn end(&mut self, py: Python<'_>) -> PyResult<()> {
@@ -112,14 +140,10 @@ impl Map {
             }
         }
         self.ended = true;
-        if let Some(access) = self.access.take() {
-            if let (Some(copy), true) = (&access.copy, writes(self.direction)) {
-                // SAFETY: a write map covers `len` writable bytes; the copy has that length.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(copy.as_ptr(), access.map.as_ptr(), copy.len())
-                };
+        if let Some(map) = self.access.take() {
+            if let (Some(copy), true) = (&self.copy, writes(self.direction)) {
+                copy.write_back(&map);
             }
-            drop(access);
         }
         Ok(())
     }
@@ -131,7 +155,7 @@ impl Map {
     #[getter]
     fn __array_interface__<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         self.begin()?;
-        let (ptr, _) = self.access.as_ref().map(Access::data).unwrap_or_default();
+        let (ptr, _) = self.data();
         let d = PyDict::new(py);
         d.set_item("version", ARRAY_INTERFACE_VERSION)?;
         d.set_item("shape", PyTuple::new(py, self.tensor.shape())?)?;
@@ -167,6 +191,6 @@ impl Map {
     #[getter]
     fn nbytes(&mut self) -> PyResult<usize> {
         self.begin()?;
-        Ok(self.access.as_ref().map(|a| a.data().1).unwrap_or(0))
+        Ok(self.data().1)
     }
 }

@@ -15,7 +15,8 @@ def test_numpy_from_dlpack_shares_the_tensors_memory():
     x = np.from_dlpack(t)
     with t.map_write() as a:
         a[:] = 5
-        assert a.ctypes.data == x.ctypes.data
+    with t.map_read() as r:  # read maps of host memory are the tensor's own bytes
+        assert r.ctypes.data == x.ctypes.data
     assert x.dtype == np.int32 and x.shape == (8, 8)
     assert int(x.sum()) == 5 * 64
 
@@ -136,3 +137,70 @@ def test_a_raw_capsule_of_host_memory_wraps_too():
     t = hwtensor.from_dlpack(x.__dlpack__())
     with t.map_read() as a:
         assert list(a) == list(x)
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", _DLDevice),
+        ("ndim", ctypes.c_int32),
+        ("dtype", _DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+class _DLManagedTensor(ctypes.Structure):
+    _fields_ = [
+        ("dl_tensor", _DLTensor),
+        ("manager_ctx", ctypes.c_void_p),
+        ("deleter", ctypes.c_void_p),
+    ]
+
+
+class _Crafted:
+    """A DLPack producer of a hand-made (unversioned) capsule over `buffer`."""
+
+    def __init__(self, buffer, byte_offset):
+        self.buffer = buffer
+        self.shape = (ctypes.c_int64 * 1)(8)
+        self.managed = _DLManagedTensor()
+        t = self.managed.dl_tensor
+        t.data = ctypes.addressof(buffer)
+        t.device = _DLDevice(1, 0)  # kDLCPU
+        t.ndim = 1
+        t.dtype = _DLDataType(1, 8, 1)  # uint8
+        t.shape = self.shape
+        t.byte_offset = byte_offset
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+    def __dlpack__(self, **_kwargs):
+        new = ctypes.pythonapi.PyCapsule_New
+        new.restype = ctypes.py_object
+        new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+        return new(ctypes.addressof(self.managed), b"dltensor", None)
+
+
+def test_a_capsule_whose_byte_offset_wraps_the_address_is_refused():
+    buffer = (ctypes.c_uint8 * 64)()
+    # The producers outlive the tensors: a capsule's managed tensor is read again when the
+    # tensor lets it go (these capsules name no deleter).
+    producers = [_Crafted(buffer, offset) for offset in (8, 2**64 - 8, 2**64 - 1, 2**63)]
+    good = hwtensor.from_dlpack(producers[0])
+    with good.map_read() as a:
+        assert a.shape == (8,)
+    for hostile in producers[1:]:
+        with pytest.raises(hwtensor.InvalidArgument, match="address space"):
+            hwtensor.from_dlpack(hostile)
+    del good

@@ -4,12 +4,11 @@ import pytest
 import hwtensor
 
 
-def test_a_write_map_gives_a_writable_array_over_the_tensor():
+def test_a_write_map_gives_a_writable_array_whose_bytes_reach_the_tensor_at_the_end():
     t = hwtensor.Tensor((1080, 1920, 4), memory="shm")
     m = t.map_write()
     with m as a:
         assert a.flags.writeable and a.shape == (1080, 1920, 4)
-        # No copy: the array's address is the map's.
         assert a.ctypes.data == m.__array_interface__["data"][0]
         a[...] = 7
     with t.map_read() as b:
@@ -62,3 +61,53 @@ def test_a_gpu_tensor_maps_through_its_own_copy_and_round_trips(gpu):
         a[:] = np.arange(256, dtype=np.float32)
     with t.map_read() as b:
         assert np.array_equal(b[3], np.arange(256, dtype=np.float32))
+
+
+def test_a_read_map_of_host_memory_is_zero_copy_and_no_view_of_it_is_writable():
+    t = hwtensor.Tensor((64, 64), memory="shm")
+    with t.map_write() as a:
+        a[...] = 5
+    first = t.map_read()
+    with first as b:
+        v = b[16:]
+        assert not v.flags.writeable
+        with pytest.raises(ValueError):
+            v.setflags(write=True)
+    with t.map_read() as c:  # the same bytes, not a copy of them
+        assert int(c.sum()) == 5 * 64 * 64
+
+
+@pytest.mark.parametrize("memory", ["mem", "shm"])
+def test_a_view_derived_in_a_write_block_cannot_write_the_tensor_after_it(memory):
+    t = hwtensor.Tensor((4096,), memory=memory)
+    with t.map_write() as a:
+        a[:] = 1
+        tail = a[16:]
+        flat = a.reshape(-1)
+        plain = np.asarray(a)[::2]
+    with t.map_write() as live:  # the next user's map
+        live[:] = 2
+        tail[:] = 9  # stale: lands in the old map's own copy
+        flat[0] = 9
+        plain[:] = 9
+    with t.map_read() as r:
+        assert int(r.min()) == 2 == int(r.max())
+
+
+def test_a_gpu_array_kept_after_its_block_reads_what_was_mapped_and_never_freed_memory(gpu):
+    t = hwtensor.Tensor((1 << 20,), memory="gpu")
+    with t.map_write() as a:
+        a[:] = 3
+    with t.map_read() as b:
+        view = b[1:]
+    # Staging buffers of the map are gone: the arrays read the map's own copy.
+    for _ in range(3):
+        with t.map_write() as w:
+            w[:] = 4
+    assert int(b.sum()) == 3 * (1 << 20)
+    assert int(view.sum()) == 3 * ((1 << 20) - 1)
+    with t.map_write() as c:
+        kept = c[8:]
+    kept[:] = 9  # writes the old copy only
+    with t.map_read() as r:
+        assert int(r.max()) == 4
