@@ -313,6 +313,27 @@ impl GpuDevice {
     }
 }
 
+/// A buffer with no memory yet, destroyed if it is dropped before [`OwnedBuffer::into_inner`]
+/// hands it on (every early return of [`GpuMemory::bind`]).
+struct OwnedBuffer {
+    device: &'static GpuDevice,
+    buffer: vk::Buffer,
+}
+
+impl OwnedBuffer {
+    fn into_inner(self) -> vk::Buffer {
+        let this = std::mem::ManuallyDrop::new(self);
+        this.buffer
+    }
+}
+
+impl Drop for OwnedBuffer {
+    fn drop(&mut self) {
+        // SAFETY: the buffer was never bound nor used.
+        unsafe { self.device.device.destroy_buffer(self.buffer, None) }
+    }
+}
+
 enum MemoryExtra {
     None,
     Export,
@@ -374,41 +395,34 @@ impl GpuMemory {
         Ok(mem)
     }
 
+    /// Gives `buffer` memory (new, or imported from `import`) and the CPU's view of it. The
+    /// buffer is owned from the first line and the memory as soon as it exists, so an error at
+    /// any step (a failed dup, allocation, bind or `vkMapMemory`) frees everything made.
     fn bind(
         device: &'static GpuDevice,
         buffer: vk::Buffer,
         len: usize,
         import: Option<(OwnedFd, u64, MemorySource)>,
     ) -> Result<GpuMemory> {
-        let destroy = || {
-            // SAFETY: the buffer was never used.
-            unsafe { device.device.destroy_buffer(buffer, None) }
-        };
+        let buffer = OwnedBuffer { device, buffer };
         // SAFETY: a query on a live buffer.
-        let req = unsafe { device.device.get_buffer_memory_requirements(buffer) };
-        let Some((type_index, direct)) = device.tensor_memory_type(req.memory_type_bits) else {
-            destroy();
-            return Err(Error::gpu(
-                GpuErrorKind::Driver,
-                "no memory type fits a tensor buffer",
-            ));
-        };
+        let req = unsafe { device.device.get_buffer_memory_requirements(buffer.buffer) };
+        let (type_index, direct) = device
+            .tensor_memory_type(req.memory_type_bits)
+            .ok_or_else(|| Error::gpu(GpuErrorKind::Driver, "no memory type fits a tensor buffer"))?;
         let (size, extra, fd_owner) = match import {
-            None => (
-                req.size,
-                if device.export_handle_types().is_empty() {
-                    MemoryExtra::None
-                } else {
-                    MemoryExtra::Export
-                },
-                None,
-            ),
+            None => {
+                let extra = match device.export_handle_types().is_empty() {
+                    true => MemoryExtra::None,
+                    false => MemoryExtra::Export,
+                };
+                (req.size, extra, None)
+            }
             Some((fd, allocation_size, source)) => {
                 // An opaque fd's real size cannot be asked of the driver, and importing it with
                 // another size is undefined: only the size the exporter must have made is
                 // accepted (see `import_size_fits`).
                 if !import_size_fits(source, allocation_size, req.size) {
-                    destroy();
                     return Err(Error::Fd(format!(
                         "the blob says the memory holds {allocation_size} bytes; a {len}-byte buffer on this device has {}",
                         req.size
@@ -419,44 +433,34 @@ impl GpuMemory {
                     source: e,
                 })?;
                 let dedicated = source == MemorySource::Vulkan;
-                (
-                    allocation_size,
-                    MemoryExtra::ImportFd {
-                        fd: raw.into_raw_fd(),
-                        dedicated,
-                    },
-                    Some(fd),
-                )
+                let extra = MemoryExtra::ImportFd {
+                    fd: raw.into_raw_fd(),
+                    dedicated,
+                };
+                (allocation_size, extra, Some(fd))
             }
         };
         let raw_import = match extra {
             MemoryExtra::ImportFd { fd, .. } => Some(fd),
             _ => None,
         };
-        let memory = match device.bind_memory(buffer, size, type_index, extra) {
-            Ok(m) => m,
-            Err(e) => {
-                destroy();
+        let memory = device
+            .bind_memory(buffer.buffer, size, type_index, extra)
+            .inspect_err(|_| {
                 if let (Some(raw), Some(original)) = (raw_import, fd_owner.as_ref()) {
                     crate::os::close_if_still_ours(raw, original.as_fd());
                 }
-                return Err(e);
-            }
-        };
+            })?;
         drop(fd_owner); // the driver owns its dup now; our original is closed
-        let cpu = if direct {
-            CpuView::Direct(device.map_whole(memory)?)
-        } else {
-            CpuView::Staged(OnceLock::new())
-        };
         let imported = raw_import.is_some();
-        Ok(GpuMemory {
+        // Owned from here on: an error below drops it, which frees the buffer and its memory.
+        let mut mem = GpuMemory {
             device,
-            buffer,
+            buffer: buffer.into_inner(),
             memory,
             allocation_size: size,
             len,
-            cpu,
+            cpu: CpuView::Staged(OnceLock::new()),
             fd: None,
             uses: DeviceUse::default(),
             staged_at: AtomicU64::new(if imported { NEVER_STAGED } else { 0 }),
@@ -466,7 +470,11 @@ impl GpuMemory {
                 start_time: 0,
                 serial: 0,
             },
-        })
+        };
+        if direct {
+            mem.cpu = CpuView::Direct(device.map_whole(memory)?);
+        }
+        Ok(mem)
     }
 
     /// Fills the buffer with zeros on the GPU (Vulkan memory starts undefined).
