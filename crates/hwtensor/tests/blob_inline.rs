@@ -326,3 +326,32 @@ fn an_inline_blob_whose_offset_splits_an_element_is_refused_for_every_element_ty
         }
     }
 }
+
+#[test]
+fn every_word_of_every_seed_nudged_a_little_imports_or_is_refused_without_a_panic() {
+    let seeds = receiver::seeds();
+    assert!(seeds.len() >= 10, "seeds of every element size");
+    let (mut imported, mut refused) = (0, 0);
+    for (pick, seed) in seeds.iter().enumerate() {
+        assert!(
+            receiver::nudge(&[pick as u8]),
+            "seed {pick} imports as it is"
+        );
+        // Every word alone, and every two words together (a field and the record that must
+        // agree with it: a byte offset and its plane record), by the same small amounts.
+        let words = (seed.blob.len() / 4).min(256) as u8;
+        for a in 0..words {
+            for b in a..words {
+                for delta in [-1i8, 1, -4, 4] {
+                    let d = delta as u8;
+                    match receiver::nudge(&[pick as u8, a, d, b, if a == b { 0 } else { d }]) {
+                        true => imported += 1,
+                        false => refused += 1,
+                    }
+                }
+            }
+        }
+    }
+    eprintln!("{imported} nudged blobs imported, {refused} refused");
+    assert!(imported > 0 && refused > 0);
+}

@@ -17,10 +17,118 @@ pub fn receive(data: &[u8]) {
     };
     let with_fd = control & 1 == 1 && rest.len() >= 2;
     let blob = if with_fd { &rest[2..] } else { rest };
-    let Ok(t) = import(blob, with_fd.then_some((rest, control & 2 == 2))) else {
-        return;
+    if let Ok(t) = import(blob, with_fd.then_some((rest, control & 2 == 2))) {
+        use_any(&t, &blob[blob.len().saturating_sub(8)..]);
+    }
+}
+
+/// A valid blob to nudge, and the size of the memfd that comes with it (by reference).
+pub struct Seed {
+    pub blob: Vec<u8>,
+    pub fd_len: Option<usize>,
+}
+
+/// Valid blobs of every element size, views at offsets, images, quantization: what
+/// [`nudge`] starts from. Where this platform has fds, each by reference and inline.
+pub fn seeds() -> &'static [Seed] {
+    static SEEDS: std::sync::OnceLock<Vec<Seed>> = std::sync::OnceLock::new();
+    SEEDS.get_or_init(|| make_seeds().unwrap_or_default())
+}
+
+fn make_seeds() -> hwtensor::Result<Vec<Seed>> {
+    use hwtensor::{CpuAccess, PixelFormat, Quantization};
+    let memory = match cfg!(target_os = "linux") {
+        true => TensorMemory::Shm,
+        false => TensorMemory::Mem,
     };
-    let knobs = &blob[blob.len().saturating_sub(8)..];
+    let mut q = Tensor::<i8>::new(&[2, 3, 4], Some(memory))?;
+    q.set_quantization(Some(Quantization::per_tensor(0.5, 1)))?;
+    let image = TensorDyn::image(
+        16,
+        8,
+        PixelFormat::Rgba,
+        DType::U8,
+        Some(memory),
+        CpuAccess::ReadWrite,
+    )?;
+    let mut tensors: Vec<TensorDyn> = vec![
+        q.into(),
+        image.view(Region::new(2, 2, 8, 4))?,
+        image,
+        TensorDyn::image(
+            8,
+            6,
+            PixelFormat::Nv12,
+            DType::U8,
+            Some(memory),
+            CpuAccess::Read,
+        )?,
+        TensorDyn::image(
+            4,
+            4,
+            PixelFormat::PlanarRgb,
+            DType::F32,
+            Some(memory),
+            CpuAccess::Read,
+        )?,
+    ];
+    for dtype in [DType::U16, DType::F16, DType::I32, DType::F64, DType::U64] {
+        tensors.push(TensorDyn::new(&[3, 5], dtype, Some(memory))?.batch(1)?);
+    }
+    let mut seeds = Vec::new();
+    for t in &tensors {
+        #[cfg(target_os = "linux")]
+        {
+            let (blob, _) = hwtensor::blob::export(t, hwtensor::blob::Transport::Reference)?;
+            seeds.push(Seed {
+                blob,
+                fd_len: Some(t.buffer_len()),
+            });
+        }
+        seeds.push(Seed {
+            blob: export_inline(t)?,
+            fd_len: None,
+        });
+    }
+    Ok(seeds)
+}
+
+/// Input layout: a byte picking a seed, then pairs (word, delta): the 4-byte word at byte
+/// 4 * word of the seed's blob gets the signed delta added. So every field a peer controls,
+/// offsets, strides, plane records and lengths included, moves by small amounts, which random
+/// bytes rarely do (the misaligned offsets this found in 2 minutes were missed for months).
+/// Returns whether the nudged blob imported.
+pub fn nudge(data: &[u8]) -> bool {
+    let (seeds, Some((&pick, pairs))) = (seeds(), data.split_first()) else {
+        return false;
+    };
+    let Some(seed) = seeds.get(usize::from(pick) % seeds.len().max(1)) else {
+        return false;
+    };
+    let mut blob = seed.blob.clone();
+    for pair in pairs.chunks_exact(2) {
+        let at = usize::from(pair[0]) * 4;
+        if let Some(word) = blob.get_mut(at..at + 4) {
+            let w = u32::from_le_bytes([word[0], word[1], word[2], word[3]]);
+            let nudged = w.wrapping_add_signed(i32::from(pair[1] as i8));
+            word.copy_from_slice(&nudged.to_le_bytes());
+        }
+    }
+    let imported = match seed.fd_len {
+        #[cfg(target_os = "linux")]
+        Some(len) => {
+            let units = u16::try_from(len.div_ceil(64)).unwrap_or(u16::MAX);
+            hwtensor::blob::import(&blob, vec![memfd(units, true)])
+        }
+        _ => import_inline(&blob),
+    };
+    let Ok(t) = imported else { return false };
+    use_any(&t, &pairs[pairs.len().saturating_sub(8)..]);
+    true
+}
+
+/// Uses an imported tensor as its element type.
+fn use_any(t: &TensorDyn, knobs: &[u8]) {
     match t.dtype() {
         DType::U8 => use_as::<u8>(&t, knobs),
         DType::I8 => use_as::<i8>(&t, knobs),

@@ -407,9 +407,12 @@ impl GpuMemory {
         let buffer = OwnedBuffer { device, buffer };
         // SAFETY: a query on a live buffer.
         let req = unsafe { device.device.get_buffer_memory_requirements(buffer.buffer) };
-        let (type_index, direct) = device
-            .tensor_memory_type(req.memory_type_bits)
-            .ok_or_else(|| Error::gpu(GpuErrorKind::Driver, "no memory type fits a tensor buffer"))?;
+        let (type_index, direct) =
+            device
+                .tensor_memory_type(req.memory_type_bits)
+                .ok_or_else(|| {
+                    Error::gpu(GpuErrorKind::Driver, "no memory type fits a tensor buffer")
+                })?;
         let (size, extra, fd_owner) = match import {
             None => {
                 let extra = match device.export_handle_types().is_empty() {
