@@ -1,7 +1,8 @@
 /* Evidence for a LeakSanitizer report seen on NVIDIA: creates and destroys a Vulkan instance
  * and device with the loader alone (no hwtensor), the device with the external-memory and
- * external-semaphore extensions hwtensor enables where the driver has them, so a leak LSan
- * reports here is the driver's, not ours. With the argument `keep` the device is left alive to
+ * external-semaphore extensions hwtensor enables where the driver has them, and on it a timeline
+ * semaphore exportable as an OPAQUE_FD, as hwtensor's process timeline is (the report's stack
+ * ends in that vkCreateSemaphore), so a leak LSan reports here is the driver's, not ours. With the argument `keep` the device is left alive to
  * the end, as hwtensor's process device is (then a driver's own bookkeeping is still reachable
  * and only memory it lost is reported). Built with -fsanitize=address by scripts/gpu-suite;
  * prints the device's name and exits 0 (LSan, if it finds a leak, reports and exits 1). */
@@ -17,10 +18,14 @@ static const char *wanted[WANTED] = {
     "VK_KHR_external_fence_fd",
 };
 
+/* Kept where LeakSanitizer looks (globals), as hwtensor keeps its device in a static. */
+static VkInstance inst;
+static VkDevice dev;
+static VkSemaphore sem;
+
 static int create_once(int keep) {
     VkApplicationInfo app = {.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO, .apiVersion = VK_API_VERSION_1_3};
     VkInstanceCreateInfo ii = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO, .pApplicationInfo = &app};
-    VkInstance inst;
     if (vkCreateInstance(&ii, NULL, &inst) != VK_SUCCESS) return fprintf(stderr, "no instance\n"), 1;
     uint32_t n = 1;
     VkPhysicalDevice pd;
@@ -35,9 +40,13 @@ static int create_once(int keep) {
     vkEnumerateDeviceExtensionProperties(pd, NULL, &count, ext);
     const char *enabled[WANTED];
     uint32_t k = 0;
+    int semaphore_fd = 0;
     for (int w = 0; w < WANTED; w++)
         for (uint32_t i = 0; i < count; i++)
-            if (strcmp(ext[i].extensionName, wanted[w]) == 0) enabled[k++] = wanted[w];
+            if (strcmp(ext[i].extensionName, wanted[w]) == 0) {
+                enabled[k++] = wanted[w];
+                semaphore_fd |= w == 1;
+            }
     VkPhysicalDeviceTimelineSemaphoreFeatures timeline = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_TIMELINE_SEMAPHORE_FEATURES, .timelineSemaphore = VK_TRUE};
     float priority = 1.0f;
@@ -46,11 +55,19 @@ static int create_once(int keep) {
     VkDeviceCreateInfo di = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .pNext = &timeline,
                              .queueCreateInfoCount = 1, .pQueueCreateInfos = &qi,
                              .enabledExtensionCount = k, .ppEnabledExtensionNames = enabled};
-    VkDevice dev;
     if (vkCreateDevice(pd, &di, NULL, &dev) != VK_SUCCESS) return fprintf(stderr, "no logical device\n"), 1;
-    printf("created a device on %s with %u of %d extensions%s\n", props.deviceName, k, WANTED,
+    VkExportSemaphoreCreateInfo exportable = {.sType = VK_STRUCTURE_TYPE_EXPORT_SEMAPHORE_CREATE_INFO,
+                                              .handleTypes = VK_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_FD_BIT};
+    VkSemaphoreTypeCreateInfo type = {.sType = VK_STRUCTURE_TYPE_SEMAPHORE_TYPE_CREATE_INFO,
+                                      .pNext = semaphore_fd ? &exportable : NULL,
+                                      .semaphoreType = VK_SEMAPHORE_TYPE_TIMELINE};
+    VkSemaphoreCreateInfo si = {.sType = VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO, .pNext = &type};
+    if (vkCreateSemaphore(dev, &si, NULL, &sem) != VK_SUCCESS) return fprintf(stderr, "no semaphore\n"), 1;
+    printf("created a device and a timeline (%s) on %s with %u of %d extensions%s\n",
+           semaphore_fd ? "exportable" : "not exportable", props.deviceName, k, WANTED,
            keep ? ", kept to exit" : ", destroyed");
     if (keep) return 0;
+    vkDestroySemaphore(dev, sem, NULL);
     vkDestroyDevice(dev, NULL);
     vkDestroyInstance(inst, NULL);
     return 0;

@@ -157,8 +157,22 @@ fn the_c_program_runs_clean_under_address_and_leak_sanitizer() {
         &exe,
         &["-g", "-fsanitize=address", "-fno-omit-frame-pointer"],
     );
-    // Any report fails the run (exit code 1), leaks included.
-    let out = run_consumer(&exe, &[("ASAN_OPTIONS", "detect_leaks=1:exitcode=1")]);
+    // Any report fails the run (exit code 1), leaks included, but for the driver's own leak
+    // that tests/lsan.supp names with its evidence (it needs full stacks to match).
+    let suppressions = format!(
+        "suppressions={}",
+        crate_dir().join("tests/lsan.supp").display()
+    );
+    let out = run_consumer(
+        &exe,
+        &[
+            (
+                "ASAN_OPTIONS",
+                "detect_leaks=1:exitcode=1:fast_unwind_on_malloc=0",
+            ),
+            ("LSAN_OPTIONS", &suppressions),
+        ],
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         !stderr.contains("Sanitizer"),

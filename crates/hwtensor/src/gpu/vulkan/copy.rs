@@ -77,7 +77,10 @@ fn through_import(
     gpu.record(v, gpu_writes);
     let bytes: usize = regions.iter().map(|r| r.size as usize).sum();
     gpu.device()
-        .wait_expecting(v, GPU_WAIT, expected_copy_time(bytes))
+        .wait_expecting(v, GPU_WAIT, expected_copy_time(bytes))?;
+    // The caller frees the host import next: its copy is retired first (see retire_finished).
+    gpu.device().retire_finished();
+    Ok(())
 }
 
 /// The plan's runs as Vulkan copy regions.

@@ -27,6 +27,10 @@ const SPIN_CAP: Duration = Duration::from_millis(2);
 /// `vkWaitSemaphores` on a CUDA-signalled value takes on NVIDIA.
 const POLL_INTERVAL: Duration = Duration::from_micros(50);
 
+/// How long [`Timeline::observe`] gives the tracked timeline to show a value the process
+/// timeline showed: both are signalled by the same submission.
+const OBSERVE_WAIT: Duration = Duration::from_millis(100);
+
 /// The longest the completion-fd waiter sleeps between two looks at the counter. It polls,
 /// starting at [`POLL_INTERVAL`] and doubling up to this, and never blocks in
 /// `vkWaitSemaphores`: the Khronos validation layer of Debian 12 (1.3.239) deadlocks a host
@@ -43,6 +47,15 @@ pub(crate) fn words_in_record(r: &'static super::record::Record) -> TimelineWord
 
 pub(crate) struct Timeline {
     pub semaphore: vk::Semaphore,
+    /// A second timeline of this copy's own, never exported, that each of its submissions
+    /// signals with the same value, where `semaphore` is exported. Why: the Khronos validation
+    /// layer stops tracking a semaphore once it is exported (its scope becomes external), so it
+    /// never learns that a submission signalling the process timeline completed, and reports
+    /// every later free of its command buffers and buffers as a free of objects in use
+    /// (`VUID-vkFreeCommandBuffers-pCommandBuffers-00047`, `VUID-vkDestroyBuffer-buffer-00922`:
+    /// thousands per run on NVIDIA, none on lavapipe, which exports nothing). A wait on this one
+    /// is what tells the layer (see [`Timeline::observe`]).
+    pub tracked: Option<vk::Semaphore>,
     pub shared: TimelineWords,
     /// Whether the semaphore is the process one (false: a private fallback, never exported).
     pub exportable: bool,
@@ -57,11 +70,13 @@ pub(crate) struct Timeline {
 impl Timeline {
     pub(crate) fn new(
         semaphore: vk::Semaphore,
+        tracked: Option<vk::Semaphore>,
         shared: TimelineWords,
         exportable: bool,
     ) -> Timeline {
         Timeline {
             semaphore,
+            tracked,
             shared,
             exportable,
             chained: AtomicBool::new(false),
@@ -153,12 +168,14 @@ impl Timeline {
         }
         let (wait_semaphores, wait_values): (Vec<_>, Vec<_>) = waits.iter().copied().unzip();
         let stages = vec![vk::PipelineStageFlags::ALL_COMMANDS; waits.len()];
-        let signal_values = [value];
-        let semaphores = [self.semaphore];
+        let signal_values = [value; 2];
+        let semaphores: Vec<vk::Semaphore> = std::iter::once(self.semaphore)
+            .chain(self.tracked)
+            .collect();
         let commands: Vec<vk::CommandBuffer> = command.into_iter().collect();
         let mut timeline = vk::TimelineSemaphoreSubmitInfo::default()
             .wait_semaphore_values(&wait_values)
-            .signal_semaphore_values(&signal_values);
+            .signal_semaphore_values(&signal_values[..semaphores.len()]);
         let submit = vk::SubmitInfo::default()
             .wait_semaphores(&wait_semaphores)
             .wait_dst_stage_mask(&stages)
@@ -204,6 +221,16 @@ impl Timeline {
                 self.submit_signal(device, queue, value, &held)?;
                 Err(e)
             }
+        }
+    }
+
+    /// Tells trackers of submissions (the validation layer) that this copy's submissions up to
+    /// `value`, which completed, did: a wait, which returns at once, on the timeline they track.
+    /// `value` must be one this copy submitted (a command buffer's) and known complete.
+    pub(crate) fn observe(&self, device: &ash::Device, value: u64) {
+        if let Some(tracked) = self.tracked {
+            // Bounded: its signal came with the one seen complete, at most a moment later.
+            let _ = wait_semaphore(device, tracked, value, OBSERVE_WAIT, OBSERVE_WAIT);
         }
     }
 

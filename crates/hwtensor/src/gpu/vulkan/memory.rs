@@ -705,6 +705,7 @@ impl Drop for GpuMemory {
             }
             return;
         }
+        self.device.retire_finished();
         let d = &self.device.device;
         // SAFETY: no GPU work uses these objects any more (waited above) and no map outlives
         // the tensor that owns this memory.

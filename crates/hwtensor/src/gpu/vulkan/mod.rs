@@ -347,6 +347,7 @@ fn own_device(record: Option<&'static Record>) -> Result<GpuDevice> {
             ),
         )
     })?;
+    let tracked = tracked(&device, exportable)?;
     let mut dev = GpuDevice::assemble(
         entry,
         instance,
@@ -357,7 +358,7 @@ fn own_device(record: Option<&'static Record>) -> Result<GpuDevice> {
         info,
         features,
         origin,
-        Timeline::new(semaphore, shared, exportable),
+        Timeline::new(semaphore, tracked, shared, exportable),
     )?;
     // The debug messenger lives as long as the device: only a discarded device destroys it.
     dev.messenger = messenger;
@@ -397,6 +398,7 @@ unsafe fn adopt(record: &'static Record, p: &Published) -> Result<GpuDevice> {
     let timeline = if p.semaphore != 0 {
         Timeline::new(
             vk::Semaphore::from_raw(p.semaphore),
+            tracked(&device, true)?,
             words_in_record(record),
             true,
         )
@@ -408,7 +410,7 @@ unsafe fn adopt(record: &'static Record, p: &Published) -> Result<GpuDevice> {
                 format!("creating a private timeline failed: {e}"),
             )
         })?;
-        Timeline::new(s, TimelineWords::private(), false)
+        Timeline::new(s, None, TimelineWords::private(), false)
     };
     let queue = (vk::Queue::from_raw(p.queue), p.queue_family, p.queue_index);
     let transfer = (p.transfer_family != u32::MAX)
@@ -460,6 +462,17 @@ fn timeline_exportable(instance: &ash::Instance, physical: vk::PhysicalDevice) -
     props
         .external_semaphore_features
         .contains(vk::ExternalSemaphoreFeatureFlags::EXPORTABLE)
+}
+
+/// This copy's tracked timeline where the process timeline is exported (see
+/// `Timeline::tracked`), else none.
+fn tracked(device: &ash::Device, exported: bool) -> Result<Option<vk::Semaphore>> {
+    if !exported {
+        return Ok(None);
+    }
+    create_semaphore(device, 0, false)
+        .map(Some)
+        .map_err(|e| Error::gpu(vk_kind(e), format!("creating a timeline failed: {e}")))
 }
 
 fn create_semaphore(
@@ -561,6 +574,9 @@ impl GpuDevice {
         // was ever submitted with the pools.
         unsafe {
             self.device.destroy_semaphore(self.timeline.semaphore, None);
+            if let Some(tracked) = self.timeline.tracked {
+                self.device.destroy_semaphore(tracked, None);
+            }
             self.work.destroy(&self.device);
             if let Some(lane) = &self.transfer {
                 lane.work.destroy(&self.device);

@@ -138,6 +138,19 @@ impl GpuDevice {
         Ok(value)
     }
 
+    /// Frees every command buffer whose work has completed, on both queues. Called before
+    /// objects that work used are destroyed, after their completion was waited for: so the
+    /// validation layer has seen that work retire (`Timeline::observe`), and frees no buffer
+    /// it believes in use.
+    pub(crate) fn retire_finished(&self) {
+        let lanes = std::iter::once(&self.work).chain(self.transfer.as_ref().map(|l| &l.work));
+        for work in lanes {
+            if let Ok(mut pool) = work.pool.lock() {
+                self.reclaim(&mut pool);
+            }
+        }
+    }
+
     /// Frees the command buffers whose work has completed.
     fn reclaim(&self, pool: &mut Pool) {
         let Ok(done) = self.completed_value() else {
@@ -150,7 +163,8 @@ impl GpuDevice {
         let (finished, running): (Vec<_>, Vec<_>) =
             pool.in_flight.drain(..).partition(|(v, _)| *v <= done);
         pool.in_flight = running;
-        if !finished.is_empty() {
+        if let Some(last) = finished.iter().map(|(v, _)| *v).max() {
+            self.timeline.observe(&self.device, last);
             let cmds: Vec<vk::CommandBuffer> = finished.into_iter().map(|(_, c)| c).collect();
             // SAFETY: these command buffers completed (their values are reached) and belong to this pool.
             unsafe { self.device.free_command_buffers(pool.pool, &cmds) };
