@@ -5,6 +5,7 @@
 use libfuzzer_sys::fuzz_target;
 
 #[path = "../src/receiver.rs"]
+#[allow(dead_code)] // each target uses its own entry point
 mod receiver;
 
 fuzz_target!(|data: &[u8]| {

@@ -41,6 +41,10 @@ use wake::Woken;
 /// spinning threads (a woken producer lands on its consumer's core), a pure spin held the other
 /// side off for the whole spin, and every frame took 21 us instead of 1-2 us.
 const SPIN: Duration = Duration::from_micros(20);
+/// The least a timed receive gives a frame's GPU completion once the frame is there, however
+/// little of its timeout is left: a frame published just before the deadline with its copy
+/// still running is not refused for that (a GPU copy of a 4K frame takes about a millisecond).
+const COMPLETION_GRACE: Duration = Duration::from_millis(5);
 /// How often a busy-polling receive looks at the socket for a producer that died.
 const SPIN_LIVENESS: Duration = Duration::from_millis(1);
 
@@ -509,7 +513,7 @@ impl Consumer {
         let mut checked = started;
         loop {
             if let Some(e) = self.ring.pop_frame()? {
-                return self.frame(e);
+                return self.frame(e, deadline);
             }
             let now = Instant::now();
             // Checked on every turn: a producer that keeps waking us with no frame is bounded.
@@ -528,7 +532,10 @@ impl Consumer {
         }
     }
 
-    fn frame(&self, e: Entry) -> Result<Frame> {
+    /// The frame of entry `e`, once its GPU completion is reached: waited for until the
+    /// receive's deadline (at least [`COMPLETION_GRACE`]), else at most `GPU_WAIT`. A frame whose
+    /// completion does not come is an error, and its buffer goes back.
+    fn frame(&self, e: Entry, deadline: Option<Instant>) -> Result<Frame> {
         let i = e.slot as usize;
         let tensor = self.pool.get(i).cloned().ok_or_else(|| {
             Error::Handoff(format!(
@@ -569,7 +576,11 @@ impl Consumer {
                     "a frame with a GPU completion, but the producer sent no fence".into(),
                 )
             })?;
-            fence.wait(e.completion, GPU_WAIT)?;
+            let bound = deadline.map_or(GPU_WAIT, |d| {
+                d.saturating_duration_since(Instant::now())
+                    .clamp(COMPLETION_GRACE, GPU_WAIT)
+            });
+            fence.wait(e.completion, bound)?;
         }
         Ok(frame)
     }
@@ -744,33 +755,32 @@ mod tests {
         producer.consumers[0].stream.try_clone().unwrap()
     }
 
-    /// Sends bytes on `socket` from a thread until the returned flag is set (or ten seconds).
-    fn flood(
-        socket: UnixStream,
-    ) -> (
-        Arc<std::sync::atomic::AtomicBool>,
-        std::thread::JoinHandle<()>,
-    ) {
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    /// Runs `f` while a thread sends bytes on `socket` (ten seconds at most); returns what it
+    /// returned and how long it took.
+    fn while_flooded<T>(socket: UnixStream, f: impl FnOnce() -> T) -> (T, Duration) {
+        use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+        let stop = Arc::new(AtomicBool::new(false));
         let stopping = stop.clone();
-        let thread = std::thread::spawn(move || {
+        let flood = std::thread::spawn(move || {
             let end = Instant::now() + Duration::from_secs(10);
-            while !stopping.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < end {
+            while !stopping.load(Relaxed) && Instant::now() < end {
                 let _ = rustix::net::send(&socket, &[7; 64], rustix::net::SendFlags::DONTWAIT);
             }
         });
-        (stop, thread)
+        let started = Instant::now();
+        let got = f();
+        let took = started.elapsed();
+        stop.store(true, Relaxed);
+        flood.join().unwrap();
+        (got, took)
     }
 
     #[test]
     fn a_producer_that_keeps_waking_without_frames_cannot_hold_a_timed_receive_past_its_deadline() {
         let (producer, mut consumer) = connected();
-        let (stop, thread) = flood(producer_end(&producer));
-        let started = Instant::now();
-        let got = consumer.recv(Wait::For(Duration::from_millis(200)));
-        let took = started.elapsed();
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        thread.join().unwrap();
+        let (got, took) = while_flooded(producer_end(&producer), || {
+            consumer.recv(Wait::For(Duration::from_millis(200)))
+        });
         assert!(matches!(got, Err(Error::Timeout(_))), "{got:?}");
         assert!(took < Duration::from_secs(5), "returned after {took:?}");
     }
@@ -782,12 +792,8 @@ mod tests {
             let slot = producer.acquire(Duration::from_secs(1)).unwrap();
             producer.send(slot, FrameMeta::new(seq, 0)).unwrap();
         }
-        let (stop, thread) = flood(consumer.stream.try_clone().unwrap());
-        let started = Instant::now();
-        let got = producer.acquire(Duration::from_millis(200));
-        let took = started.elapsed();
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        thread.join().unwrap();
+        let socket = consumer.stream.try_clone().unwrap();
+        let (got, took) = while_flooded(socket, || producer.acquire(Duration::from_millis(200)));
         assert!(matches!(got, Err(Error::Timeout(_))), "{got:?}");
         assert!(took < Duration::from_secs(5), "returned after {took:?}");
     }
