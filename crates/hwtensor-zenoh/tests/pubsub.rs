@@ -323,6 +323,44 @@ fn a_local_publisher_that_goes_takes_its_socket_and_reader_with_it() {
     );
 }
 
+#[test]
+fn forged_publisher_tokens_hold_at_most_the_bound_and_are_let_go_with_their_tokens() {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr, UnixListener};
+    let port = free_port();
+    let (a, b) = (session(port, true), session(port, false));
+    let key = "test/forged-tokens";
+    let subscriber = Subscriber::new(&b, key, SubscriberOptions::default()).unwrap();
+    let host = hwtensor_zenoh::host_id().simple().to_string();
+    let before = open_fds();
+    // Tokens that look like local publishers, each with a socket that takes connections and
+    // never sends a frame.
+    let forged: Vec<_> = (0..hwtensor_zenoh::MAX_LOCAL_PUBLISHERS + 16)
+        .map(|_| {
+            let id = uuid::Uuid::new_v4();
+            let name = format!("hwtensor-zenoh-{}", id.simple());
+            let listener =
+                UnixListener::bind_addr(&SocketAddr::from_abstract_name(name).unwrap()).unwrap();
+            let token = format!("hwtensor-zenoh/pub/{host}/{}/{key}", id.simple());
+            (
+                listener,
+                a.liveliness().declare_token(token).wait().unwrap(),
+            )
+        })
+        .collect();
+    wait_until("readers of the forged publishers", || {
+        subscriber.local_publishers() == hwtensor_zenoh::MAX_LOCAL_PUBLISHERS
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(
+        subscriber.local_publishers(),
+        hwtensor_zenoh::MAX_LOCAL_PUBLISHERS
+    );
+    drop(forged);
+    wait_until("the readers' end", || subscriber.local_publishers() == 0);
+    wait_until("their sockets closed", || open_fds() <= before + 2);
+}
+
 /// The environment variable that makes this binary the subscriber process.
 const CHILD: &str = "HWTENSOR_ZENOH_TEST_CHILD";
 const ACROSS: &str = "a_subscriber_process_verifies_every_1080p_frame_both_ways";
