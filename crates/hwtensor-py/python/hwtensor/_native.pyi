@@ -34,7 +34,10 @@ class CudaError(Error):
     """A CUDA driver call failed."""
 
 class Map:
-    """A CPU map; ``with t.map_write() as a:`` gives a NumPy array over the tensor."""
+    """A CPU map; ``with t.map_read() as a:`` gives a read-only NumPy array over the tensor's
+    memory (heap, shm, DMA-BUF); ``with t.map_write() as a:`` (and any map of GPU or CUDA memory)
+    an array over a copy the map owns, written back when the block ends. No array or view kept
+    past the block reaches the tensor's memory."""
 
     @property
     def __array_interface__(self) -> dict: ...
