@@ -130,17 +130,17 @@ pub fn nudge(data: &[u8]) -> bool {
 /// Uses an imported tensor as its element type.
 fn use_any(t: &TensorDyn, knobs: &[u8]) {
     match t.dtype() {
-        DType::U8 => use_as::<u8>(&t, knobs),
-        DType::I8 => use_as::<i8>(&t, knobs),
-        DType::U16 => use_as::<u16>(&t, knobs),
-        DType::I16 => use_as::<i16>(&t, knobs),
-        DType::U32 => use_as::<u32>(&t, knobs),
-        DType::I32 => use_as::<i32>(&t, knobs),
-        DType::U64 => use_as::<u64>(&t, knobs),
-        DType::I64 => use_as::<i64>(&t, knobs),
-        DType::F16 => use_as::<f16>(&t, knobs),
-        DType::F32 => use_as::<f32>(&t, knobs),
-        DType::F64 => use_as::<f64>(&t, knobs),
+        DType::U8 => use_as::<u8>(t, knobs),
+        DType::I8 => use_as::<i8>(t, knobs),
+        DType::U16 => use_as::<u16>(t, knobs),
+        DType::I16 => use_as::<i16>(t, knobs),
+        DType::U32 => use_as::<u32>(t, knobs),
+        DType::I32 => use_as::<i32>(t, knobs),
+        DType::U64 => use_as::<u64>(t, knobs),
+        DType::I64 => use_as::<i64>(t, knobs),
+        DType::F16 => use_as::<f16>(t, knobs),
+        DType::F32 => use_as::<f32>(t, knobs),
+        DType::F64 => use_as::<f64>(t, knobs),
         _ => {} // a type newer than this target: imported, nothing more to try
     }
 }
