@@ -278,7 +278,8 @@ pub unsafe extern "C" fn hwt_consumer_recv(
     })
 }
 
-/// Frees a consumer (frames it handed out stay valid until released). Null is ignored.
+/// Frees a consumer (frames it handed out stay valid until released) and shuts its connection
+/// down, on the caller's socket too: the producer sees the consumer leave. Null is ignored.
 ///
 /// # Safety
 /// `c` must be null or a consumer from `hwt_consumer_connect`, freed once.

@@ -392,7 +392,8 @@ impl Back {
     }
 }
 
-/// The receiving side of a channel.
+/// The receiving side of a channel. Dropping it shuts the connection down (the socket it was
+/// given and every duplicate of it): the producer sees it leave even while frames are held.
 pub struct Consumer {
     stream: UnixStream,
     ring: Arc<Ring>,
