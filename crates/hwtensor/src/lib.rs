@@ -21,7 +21,6 @@ mod access;
 mod backing;
 pub mod blob;
 mod buffer;
-mod claim;
 mod color;
 mod copy;
 #[cfg(target_os = "linux")]
@@ -56,13 +55,11 @@ mod planes;
 mod policy;
 mod quantization;
 mod region;
-mod rendezvous;
 mod reshape;
 #[cfg(target_os = "linux")]
 pub mod stream;
 mod tensor;
 mod tensor_dyn;
-mod timeline;
 
 pub use access::{CpuAccess, Direction};
 pub use buffer::BufferLiveness;

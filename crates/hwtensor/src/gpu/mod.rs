@@ -4,9 +4,10 @@
 //! What every platform shares lives here: the device's shape ([`ProcessDevice`]), its
 //! [`Features`] and [`Origin`], the cell that makes it once. The platform is chosen once, here:
 //! Vulkan on Linux (`vulkan/`), D3D11 on Windows (`d3d11/`), each with the same file names for
-//! the same concerns (`adapter`, `create`, `record`, `fence`, `memory`, `copy`), and both met through
-//! the one rendezvous state machine (`crate::rendezvous`) and the one set of timeline words
-//! (`crate::timeline`). Their public items appear here under one name, `hwtensor::gpu`.
+//! the same concerns (`adapter`, `create`, `record`, `fence`, `memory`, `copy`), and both met
+//! through what this folder writes once for both: the rendezvous state machine (`rendezvous`, on
+//! the claim word of `claim`) and the timeline's shared words (`timeline`). Their public items
+//! appear here under one name, `hwtensor::gpu`.
 //!
 //! The core (`backing/`, `buffer/`, `tensor`, `copy`) reaches GPU memory only through the names
 //! this module gives it: `GpuMemory`, its CPU access, the host import, and the neutral
@@ -32,8 +33,11 @@ use std::time::Duration;
 
 use crate::Result;
 
+pub(crate) mod claim;
 pub(crate) mod memory;
 pub(crate) mod process_device;
+pub(crate) mod rendezvous;
+pub(crate) mod timeline;
 
 #[cfg(target_os = "linux")]
 pub(crate) use memory::{expected_copy_time, DeviceUse, MemorySource};

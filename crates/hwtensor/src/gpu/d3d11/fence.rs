@@ -18,7 +18,7 @@ use windows::Win32::System::Threading::{
 
 use super::record::Record;
 use super::GpuDevice;
-use crate::timeline::{QueueHeld, TimelineWords};
+use crate::gpu::timeline::{QueueHeld, TimelineWords};
 use crate::{Error, Result};
 
 /// How long `wait` spins on the fence before it blocks on an event: the Linux reasoning

@@ -37,7 +37,7 @@ pub(crate) use copy::{reaches_host, run_copy};
 pub use memory::GpuShare;
 pub(crate) use memory::{image_row_pitch, GpuCpuAccess, GpuMemory, HostImport};
 
-use crate::timeline::TimelineWords;
+use crate::gpu::timeline::TimelineWords;
 use fence::{Fence, Timeline};
 use record::{Found, Published, Record};
 
@@ -282,13 +282,13 @@ fn init() -> Result<GpuDevice> {
             return own_device(None);
         }
     };
-    crate::rendezvous::adopt_or_publish::<D3d11>(record)
+    crate::gpu::rendezvous::adopt_or_publish::<D3d11>(record)
 }
 
 /// The D3D11 backend as the rendezvous state machine sees it.
 struct D3d11;
 
-impl crate::rendezvous::DeviceMaker for D3d11 {
+impl crate::gpu::rendezvous::DeviceMaker for D3d11 {
     type Record = Record;
     type Device = GpuDevice;
 

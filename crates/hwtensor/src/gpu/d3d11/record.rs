@@ -15,7 +15,7 @@ use windows::Win32::System::Memory::{
     CreateFileMappingW, MapViewOfFile, FILE_MAP_ALL_ACCESS, PAGE_READWRITE,
 };
 
-use crate::claim::{CLAIMING, EMPTY};
+use crate::gpu::claim::{CLAIMING, EMPTY};
 use crate::{Error, Result};
 
 /// The layout version this copy writes and trusts ("HW", D3D11 record 1).
@@ -62,12 +62,12 @@ pub const RECORD_VERSION_OFFSET: usize = std::mem::offset_of!(Record, version);
 
 /// What a reader found in the record (never `Stale`: a `Local\\` mapping dies with its
 /// processes, so no dead process's record can be met).
-pub(crate) type Found = crate::rendezvous::Found<Published>;
+pub(crate) type Found = crate::gpu::rendezvous::Found<Published>;
 
 impl Record {
     /// Reads the record, waiting out a claim in progress (bounded).
     pub(crate) fn read_as(&self, pid: u32) -> Found {
-        crate::claim::wait_settled(|| match self.version.load(Ordering::Acquire) {
+        crate::gpu::claim::wait_settled(|| match self.version.load(Ordering::Acquire) {
             EMPTY => Some(Found::Empty),
             LAYOUT_V1 if self.pid.load(Ordering::Acquire) == pid => {
                 Some(Found::Ours(self.published()))
@@ -89,7 +89,7 @@ impl Record {
     /// Claims the empty record, writes `p`, and publishes it with a release store of the
     /// version last. The counter is left as it is.
     pub(crate) fn publish_as(&self, pid: u32, p: &Published) -> bool {
-        if !crate::claim::try_claim(&self.version, EMPTY) {
+        if !crate::gpu::claim::try_claim(&self.version, EMPTY) {
             return false;
         }
         self.pid.store(pid, Ordering::Release);
@@ -102,7 +102,7 @@ impl Record {
 }
 
 /// The state machine's view of the record, as this process.
-impl crate::rendezvous::RecordLayout for Record {
+impl crate::gpu::rendezvous::RecordLayout for Record {
     type Published = Published;
     const EMPTY_STATE: u64 = EMPTY as u64;
 

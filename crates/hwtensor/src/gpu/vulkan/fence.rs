@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use ash::vk;
 
-use crate::timeline::{QueueHeld, TimelineWords};
+use crate::gpu::timeline::{QueueHeld, TimelineWords};
 use crate::{Error, GpuErrorKind, Result};
 
 /// How long `wait` spins on the counter before it blocks. On NVIDIA a thread blocked in

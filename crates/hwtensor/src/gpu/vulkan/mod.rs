@@ -34,7 +34,7 @@ pub use fence::WAIT_SPIN;
 pub(crate) use foreign::ForeignTimeline;
 
 use crate::os::own_cloexec;
-use crate::timeline::TimelineWords;
+use crate::gpu::timeline::TimelineWords;
 use fence::{words_in_record, Timeline};
 pub(crate) use record::ProcessKey;
 use record::{Found, Published, Record};
@@ -242,13 +242,13 @@ fn init() -> Result<GpuDevice> {
     let Some(record) = record else {
         return own_device(None);
     };
-    crate::rendezvous::adopt_or_publish::<Vulkan>(record)
+    crate::gpu::rendezvous::adopt_or_publish::<Vulkan>(record)
 }
 
 /// The Vulkan backend as the rendezvous state machine sees it.
 struct Vulkan;
 
-impl crate::rendezvous::DeviceMaker for Vulkan {
+impl crate::gpu::rendezvous::DeviceMaker for Vulkan {
     type Record = Record;
     type Device = GpuDevice;
 

@@ -22,8 +22,8 @@ use std::ffi::CString;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::OnceLock;
 
-use crate::claim::claim_word;
-pub(crate) use crate::claim::{CLAIMING, EMPTY};
+use crate::gpu::claim::claim_word;
+pub(crate) use crate::gpu::claim::{CLAIMING, EMPTY};
 use crate::os::pid_namespace;
 pub(crate) use crate::os::ProcessKey;
 use crate::{Error, Result};
@@ -88,12 +88,12 @@ pub(crate) struct Record {
 const _: () = assert!(std::mem::size_of::<Record>() <= RECORD_BYTES);
 
 /// What a reader found in the record.
-pub(crate) type Found = crate::rendezvous::Found<Published>;
+pub(crate) type Found = crate::gpu::rendezvous::Found<Published>;
 
 impl Record {
     /// Reads the record, waiting out a claim in progress (bounded).
     pub(crate) fn read_as(&self, me: ProcessKey) -> Found {
-        crate::claim::wait_settled(|| {
+        crate::gpu::claim::wait_settled(|| {
             let state = self.state.load(Ordering::Acquire);
             let (version, claimer) = (state as u32, (state >> 32) as u32);
             let owner = ProcessKey {
@@ -135,7 +135,7 @@ impl Record {
     /// writes `p`, and publishes it with a release store of the version last. The counter is
     /// left as it is: resetting it would make the next signal value go backwards.
     pub(crate) fn publish_as(&self, expected: u64, me: ProcessKey, p: &Published) -> bool {
-        if !crate::claim::try_claim_as(&self.state, expected, me.token()) {
+        if !crate::gpu::claim::try_claim_as(&self.state, expected, me.token()) {
             return false;
         }
         self.pid.store(me.pid, Ordering::Release);
@@ -172,7 +172,7 @@ const SHM_DIR: &str = "/dev/shm";
 const RECORD_PREFIX: &str = "hwtensor-gpu-";
 
 /// The state machine's view of the record, as this process.
-impl crate::rendezvous::RecordLayout for Record {
+impl crate::gpu::rendezvous::RecordLayout for Record {
     type Published = Published;
     const EMPTY_STATE: u64 = EMPTY as u64;
 
@@ -433,7 +433,7 @@ mod tests {
         assert!(r.publish_as(state, ME, &published(2)));
         assert_eq!(r.read_as(ME), Found::Ours(published(2)));
         assert_eq!(r.counter.load(Ordering::Acquire), 5000);
-        drop(crate::claim::QueueLock::acquire(&r.queue_lock).unwrap());
+        drop(crate::gpu::claim::QueueLock::acquire(&r.queue_lock).unwrap());
     }
 
     #[test]

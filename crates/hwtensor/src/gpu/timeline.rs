@@ -10,7 +10,7 @@
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use crate::claim::QueueLock;
+use crate::gpu::claim::QueueLock;
 
 /// Proof that the caller holds the process's queue lock: the record's [`QueueLock`], or a
 /// device's own serialising bracket (D3D11's `ID3D11Multithread`, which every copy shares).

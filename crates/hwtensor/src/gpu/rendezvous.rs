@@ -134,7 +134,7 @@ mod tests {
         /// records do: a fake that reported a claim mid-publication as unsettled made a racing
         /// loser keep a device of its own, now and then.
         fn read(&self) -> Found<u64> {
-            let settled = crate::claim::wait_settled(|| match self.state.load(Ordering::Acquire) {
+            let settled = crate::gpu::claim::wait_settled(|| match self.state.load(Ordering::Acquire) {
                 1 => None,
                 0 => Some(Found::Empty),
                 CLAIMED => Some(Found::Ours(self.device.load(Ordering::Acquire))),
