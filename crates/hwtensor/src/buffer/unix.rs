@@ -6,7 +6,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 
 use super::{Buffer, BufferInner};
-use crate::backing::unix::{classify, shm};
+use crate::os::{classify, memfd};
 use crate::backing::Storage;
 use crate::gpu::GpuOrigin;
 use crate::{BufferIdentity, ImportPolicy, Result};
@@ -31,7 +31,7 @@ impl Buffer {
     /// One `fstat` serves the identity, the kind and the size (the seals are asked first, so
     /// a sealed file's size is final when it is read).
     pub(crate) fn import(fd: OwnedFd, len: usize, policy: &ImportPolicy) -> Result<Buffer> {
-        let sealed = shm::is_sealed(fd.as_fd());
+        let sealed = memfd::is_sealed(fd.as_fd());
         let st = classify::stat(fd.as_fd())?;
         let identity = BufferIdentity::File {
             dev: st.st_dev,

@@ -12,7 +12,7 @@ use std::sync::{Mutex, OnceLock};
 
 use super::device::{device, CudaDevice};
 use super::driver::{check, sys};
-use crate::backing::unix::classify::FdKind;
+use crate::os::classify::FdKind;
 use crate::gpu::{expected_copy_time, DeviceUse, GpuOrigin, GpuReference, GPU_WAIT};
 use crate::{Error, Result, TensorMemory};
 

@@ -1,5 +1,6 @@
 //! The operating system under every other layer, chosen once here: process identity, at-exit
-//! hooks, fd helpers. Other modules call `crate::os::…` and name no platform.
+//! hooks, fd helpers and, on Linux, what a foreign fd holds and the seals of shared memory.
+//! Other modules call `crate::os::…` and name no platform.
 
 #[cfg(target_os = "linux")]
 mod linux;

@@ -12,7 +12,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
 use crate::backing::unix::mapping::FdMapping;
-use crate::backing::unix::{classify, shm};
+use crate::os::{classify, memfd};
 use crate::{Error, Result, TensorMemory};
 
 /// "HWTRING1": what the block starts with.
@@ -100,7 +100,7 @@ impl Ring {
     pub(crate) fn create(capacity: u32) -> Result<Ring> {
         let capacity = capacity.max(1).next_power_of_two();
         let len = block_len(capacity);
-        let map = FdMapping::new(shm::create(len)?, len, TensorMemory::Shm)?;
+        let map = FdMapping::new(memfd::create(len)?, len, TensorMemory::Shm)?;
         let ring = Ring { map, capacity };
         ring.word64(at::MAGIC).store(MAGIC, Ordering::Relaxed);
         ring.word32(at::VERSION).store(VERSION, Ordering::Relaxed);
@@ -115,7 +115,7 @@ impl Ring {
         if capacity == 0 || !capacity.is_power_of_two() || capacity > MAX_CAPACITY {
             return Err(bad(format!("claims {capacity} entries a ring")));
         }
-        shm::seal_for_import(fd.as_fd(), false)?;
+        memfd::seal_for_import(fd.as_fd(), false)?;
         let len = block_len(capacity);
         let size = classify::size(fd.as_fd())?;
         if size < len as u64 {
@@ -376,9 +376,9 @@ mod tests {
 
     #[test]
     fn a_block_that_is_too_small_or_not_a_ring_is_refused() {
-        let small = shm::create(64).unwrap();
+        let small = memfd::create(64).unwrap();
         assert!(Ring::open(small, 4).is_err());
-        let junk = shm::create(block_len(4)).unwrap();
+        let junk = memfd::create(block_len(4)).unwrap();
         let err = Ring::open(junk, 4).unwrap_err();
         assert!(err.to_string().contains("not a version"), "{err}");
         let p = Ring::create(4).unwrap();

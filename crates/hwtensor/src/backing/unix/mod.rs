@@ -1,10 +1,8 @@
 //! The fd-backed kinds of memory (Unix): sealed memfds and DMA-BUFs, mapped once per buffer.
 
-pub(crate) mod classify;
 pub(crate) mod dmabuf;
 pub(crate) mod mapping;
 pub(crate) mod planes;
-pub(crate) mod shm;
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
@@ -12,12 +10,13 @@ pub(crate) use mapping::FdMapping;
 pub(crate) use planes::{Plan, PlaneMapping, PlaneSource};
 
 use super::Storage;
+use crate::os::{classify, memfd};
 use crate::{Error, Result, TensorMemory};
 
 /// Why `memory` cannot be allocated here, or `None` when it can.
 pub(crate) fn unavailable_reason(memory: TensorMemory) -> Option<String> {
     match memory {
-        TensorMemory::Shm => shm::unavailable_reason(),
+        TensorMemory::Shm => memfd::unavailable_reason(),
         _ => dmabuf::unavailable_reason(),
     }
 }
@@ -25,7 +24,7 @@ pub(crate) fn unavailable_reason(memory: TensorMemory) -> Option<String> {
 /// Allocates and maps `len` zeroed bytes of a memfd or a DMA-BUF.
 pub(crate) fn allocate(memory: TensorMemory, len: usize, cpu_reads: bool) -> Result<FdMapping> {
     match memory {
-        TensorMemory::Shm => FdMapping::new(shm::create(len)?, len, memory),
+        TensorMemory::Shm => FdMapping::new(memfd::create(len)?, len, memory),
         _ => {
             let (fd, heap) = dmabuf::allocate(len, cpu_reads)?;
             let mut mapping = FdMapping::new(fd, len, memory)?;
@@ -53,7 +52,7 @@ impl Storage {
     ) -> Result<Storage> {
         let memory = classify::inspect_with(fd.as_fd(), st)?;
         let size = if memory == TensorMemory::Shm && !sealed {
-            shm::seal_for_import(fd.as_fd(), unsealed)?;
+            memfd::seal_for_import(fd.as_fd(), unsealed)?;
             classify::size(fd.as_fd())?
         } else {
             classify::size_of(st)?

@@ -16,7 +16,8 @@ use std::ptr::NonNull;
 
 use rustix::mm::{MapFlags, ProtFlags};
 
-use super::{classify, dmabuf, shm};
+use super::dmabuf;
+use crate::os::{classify, memfd};
 use crate::format::Plane;
 use crate::{Direction, Error, Result, TensorMemory};
 
@@ -161,7 +162,7 @@ impl PlaneMapping {
     ) -> Result<PlaneMapping> {
         for (p, kind) in planes.iter().zip(&plan.kinds) {
             if *kind == TensorMemory::Shm {
-                shm::seal_for_import(p.fd.as_fd(), allow_unsealed)?;
+                memfd::seal_for_import(p.fd.as_fd(), allow_unsealed)?;
             }
         }
         for g in &plan.groups {

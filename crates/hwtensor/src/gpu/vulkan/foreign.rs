@@ -18,8 +18,8 @@ use std::time::Duration;
 use ash::vk;
 
 use super::{format_uuid, Features, GpuDevice};
-use crate::backing::unix::classify::{self, FdKind};
-use crate::backing::unix::shm;
+use crate::os::classify::{self, FdKind};
+use crate::os::memfd;
 use crate::{Error, GpuErrorKind, Result, TensorMemory};
 
 /// How many peers' fences a device keeps imported. A consumer sees the same few producers
@@ -71,7 +71,7 @@ impl GpuDevice {
     ) -> Result<()> {
         let got = self.expect_kind(fd, self.memory_fd_kind()?, "GPU memory")?;
         if got.is_memfd() {
-            shm::seal_for_import(fd, false)?;
+            memfd::seal_for_import(fd, false)?;
             let size = classify::size(fd)?;
             if size < allocation_size {
                 return Err(Error::Fd(format!(
