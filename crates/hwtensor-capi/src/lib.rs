@@ -32,9 +32,9 @@ pub use version::*;
 
 // The platform's own handles: Vulkan and fds on Linux, D3D11 and NT handles on Windows.
 #[cfg(target_os = "linux")]
-mod unix;
+mod linux;
 #[cfg(target_os = "linux")]
-pub use unix::*;
+pub use linux::*;
 #[cfg(windows)]
 mod windows;
 #[cfg(windows)]

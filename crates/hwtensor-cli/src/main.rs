@@ -5,10 +5,10 @@ mod bench;
 mod probe;
 mod timing;
 
-// The platform's own parts: the demo and hand-off benchmarks need Unix sockets and fds; the
+// The platform's own parts: the demo and hand-off benchmarks need Linux sockets and fds; the
 // GPU probe and figures are Vulkan's or D3D11's.
 #[cfg(target_os = "linux")]
-#[path = "unix/mod.rs"]
+#[path = "linux/mod.rs"]
 mod platform;
 #[cfg(windows)]
 #[path = "windows/mod.rs"]

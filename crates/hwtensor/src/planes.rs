@@ -4,7 +4,7 @@
 
 use std::os::fd::{AsFd, OwnedFd};
 
-use crate::backing::unix::{Plan, PlaneMapping, PlaneSource};
+use crate::backing::linux::{Plan, PlaneMapping, PlaneSource};
 use crate::backing::Storage;
 use crate::buffer::Buffer;
 use crate::identity::BufferIdentity;

@@ -10,11 +10,11 @@
 pub type GetU64 = unsafe extern "C" fn(*mut u64) -> i32;
 
 #[cfg(target_os = "linux")]
-mod unix;
+mod linux;
 #[cfg(windows)]
 mod windows;
 
 #[cfg(target_os = "linux")]
-pub use unix::*;
+pub use linux::*;
 #[cfg(windows)]
 pub use windows::*;

@@ -7,16 +7,16 @@
 //! This is the one list of backings: [`TensorMemory::unavailable_reason`] asks each, and a new
 //! backing (CUDA next) is a variant here and a folder of its own.
 //!
-//! Heap and GPU memory exist everywhere; the fd-backed kinds (memfd, DMA-BUF) are Unix only and
-//! live in [`unix`], so this file is the one place the platform split shows.
+//! Heap and GPU memory exist everywhere; the fd-backed kinds (memfd, DMA-BUF) are Linux only and
+//! live in [`linux`], so this file is the one place the platform split shows.
 
 pub(crate) mod foreign;
 pub(crate) mod mem;
 #[cfg(target_os = "linux")]
-pub(crate) mod unix;
+pub(crate) mod linux;
 
 #[cfg(target_os = "linux")]
-pub(crate) use unix::{dmabuf, FdMapping};
+pub(crate) use linux::{dmabuf, FdMapping};
 
 use crate::gpu::{self, GpuCpuAccess, GpuMemory, TextureRequest};
 use crate::identity::BufferIdentity;
@@ -36,7 +36,7 @@ pub(crate) enum Storage {
     Fd(FdMapping),
     /// An image whose planes are in several fds, mapped as one (Linux).
     #[cfg(target_os = "linux")]
-    Planes(unix::PlaneMapping),
+    Planes(linux::PlaneMapping),
     Gpu(GpuMemory),
     /// CUDA device memory (Linux).
     #[cfg(target_os = "linux")]
@@ -97,7 +97,7 @@ fn cuda_unavailable_reason() -> Option<String> {
 /// Why `memory` (an fd-backed kind) cannot be allocated here, or `None` when it can.
 fn fd_backed_unavailable_reason(memory: TensorMemory) -> Option<String> {
     #[cfg(target_os = "linux")]
-    return unix::unavailable_reason(memory);
+    return linux::unavailable_reason(memory);
     #[cfg(not(target_os = "linux"))]
     return Some(format!(
         "{} memory is an fd-backed Linux kind; on this platform use mem or gpu",
@@ -132,7 +132,7 @@ impl Storage {
             TensorMemory::Cuda => crate::cuda::CudaMemory::allocate(len).map(Storage::Cuda),
             #[cfg(target_os = "linux")]
             TensorMemory::Shm | TensorMemory::DmaBuf => {
-                unix::allocate(memory, len, cpu_reads).map(Storage::Fd)
+                linux::allocate(memory, len, cpu_reads).map(Storage::Fd)
             }
             #[cfg(not(target_os = "linux"))]
             TensorMemory::Shm | TensorMemory::DmaBuf | TensorMemory::Cuda => {

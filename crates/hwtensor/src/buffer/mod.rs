@@ -9,10 +9,10 @@ use crate::memory::{auto_candidates, force_mem_requested, Purpose};
 use crate::Direction;
 use crate::{Error, Result, TensorMemory};
 
-// What only Unix buffers do: fds, the Vulkan host import, weak handles for the import cache.
+// What only Linux buffers do: fds, the Vulkan host import, weak handles for the import cache.
 mod maps;
 #[cfg(target_os = "linux")]
-mod unix;
+mod linux;
 
 pub(crate) use maps::Footprint;
 use maps::{Claim, Maps, Span};

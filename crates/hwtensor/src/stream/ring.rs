@@ -11,7 +11,7 @@
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
-use crate::backing::unix::mapping::FdMapping;
+use crate::backing::linux::mapping::FdMapping;
 use crate::os::{classify, memfd};
 use crate::{Error, Result, TensorMemory};
 

@@ -1,4 +1,4 @@
-//! The fd-backed kinds of memory (Unix): sealed memfds and DMA-BUFs, mapped once per buffer.
+//! The fd-backed kinds of memory (Linux): sealed memfds and DMA-BUFs, mapped once per buffer.
 
 pub(crate) mod dmabuf;
 pub(crate) mod mapping;

@@ -1,4 +1,4 @@
-//! The Unix-only benchmarks: hand-off over a Unix socket, across a thread and across processes,
+//! The Linux-only benchmarks: hand-off over a Unix socket, across a thread and across processes,
 //! and the Vulkan device's figures.
 
 use std::os::unix::net::UnixStream;

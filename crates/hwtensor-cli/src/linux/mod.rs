@@ -1,4 +1,4 @@
-//! What the command does on Unix: the two-process demo over a Unix socket, the hand-off
+//! What the command does on Linux: the two-process demo over a Unix socket, the hand-off
 //! benchmarks, and the Vulkan device's probe and figures.
 
 mod capi;
