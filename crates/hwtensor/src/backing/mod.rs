@@ -7,21 +7,29 @@
 //! This is the one list of backings: [`TensorMemory::unavailable_reason`] asks each, and a new
 //! backing (CUDA next) is a variant here and a folder of its own.
 //!
-//! Heap and GPU memory exist everywhere; the fd-backed kinds (memfd, DMA-BUF) are Linux only and
-//! live in [`linux`], so this file is the one place the platform split shows.
+//! Heap and GPU memory exist everywhere; the fd-backed kinds (memfd, DMA-BUF) and CUDA memory
+//! are Linux only. Elsewhere their types are uninhabited stubs (`stub.rs`), so the platform
+//! split shows in one switch at the top of this file and in none of `Storage`'s matches.
 
 pub(crate) mod foreign;
-pub(crate) mod mem;
 #[cfg(target_os = "linux")]
 pub(crate) mod linux;
+pub(crate) mod mem;
+#[cfg(not(target_os = "linux"))]
+mod stub;
 
+// The one platform switch of this file: the Linux-only backings, or their uninhabited stubs.
 #[cfg(target_os = "linux")]
-pub(crate) use linux::{dmabuf, FdMapping};
+use {crate::cuda, linux as fd_backed};
+#[cfg(not(target_os = "linux"))]
+use {stub as fd_backed, stub::cuda};
 
 use crate::gpu::{self, GpuCpuAccess, GpuMemory, TextureRequest};
 use crate::identity::BufferIdentity;
 use crate::Direction;
 use crate::{Error, Result, TensorMemory};
+use cuda::{CudaCpuAccess, CudaMemory};
+use fd_backed::{FdMapping, PlaneMapping, SyncBracket};
 
 pub(crate) use foreign::ForeignHost;
 pub(crate) use mem::HeapBlock;
@@ -32,15 +40,15 @@ pub(crate) enum Storage {
     Heap(HeapBlock),
     /// Host memory someone else owns, lent without a copy.
     Foreign(ForeignHost),
-    #[cfg(target_os = "linux")]
+    /// A memfd or a DMA-BUF (Linux).
     Fd(FdMapping),
-    /// An image whose planes are in several fds, mapped as one (Linux).
-    #[cfg(target_os = "linux")]
-    Planes(linux::PlaneMapping),
+    /// An image whose planes are in several fds, mapped as one (Linux: made only by the
+    /// per-plane import, which other platforms do not compile).
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    Planes(PlaneMapping),
     Gpu(GpuMemory),
     /// CUDA device memory (Linux).
-    #[cfg(target_os = "linux")]
-    Cuda(crate::cuda::CudaMemory),
+    Cuda(CudaMemory),
 }
 
 /// What a CPU access of a storage holds open: the GPU write-back of a staged map, or the
@@ -48,13 +56,10 @@ pub(crate) enum Storage {
 #[derive(Debug)]
 pub(crate) enum CpuAccessGuard<'a> {
     Gpu(#[allow(dead_code)] GpuCpuAccess<'a>),
-    #[cfg(target_os = "linux")]
-    Cuda(#[allow(dead_code)] crate::cuda::CudaCpuAccess<'a>),
-    #[cfg(target_os = "linux")]
-    Bracket(#[allow(dead_code)] dmabuf::SyncBracket<'a>),
+    Cuda(#[allow(dead_code)] CudaCpuAccess<'a>),
+    Bracket(#[allow(dead_code)] SyncBracket<'a>),
     /// The brackets of the DMA-BUFs among an image's planes.
-    #[cfg(target_os = "linux")]
-    Brackets(#[allow(dead_code)] Vec<dmabuf::SyncBracket<'a>>),
+    Brackets(#[allow(dead_code)] Vec<SyncBracket<'a>>),
 }
 
 impl TensorMemory {
@@ -68,9 +73,9 @@ impl TensorMemory {
     pub fn unavailable_reason(self) -> Option<String> {
         match self {
             TensorMemory::Mem => None,
-            TensorMemory::Shm | TensorMemory::DmaBuf => fd_backed_unavailable_reason(self),
+            TensorMemory::Shm | TensorMemory::DmaBuf => fd_backed::unavailable_reason(self),
             TensorMemory::Gpu => gpu::device().err().map(|e| e.to_string()),
-            TensorMemory::Cuda => cuda_unavailable_reason(),
+            TensorMemory::Cuda => cuda::unavailable_reason(),
         }
     }
 
@@ -84,25 +89,6 @@ impl TensorMemory {
             }),
         }
     }
-}
-
-/// Why CUDA memory cannot be allocated here (no CUDA, or not Linux), or `None` when it can.
-fn cuda_unavailable_reason() -> Option<String> {
-    #[cfg(target_os = "linux")]
-    return crate::cuda::unavailable_reason();
-    #[cfg(not(target_os = "linux"))]
-    return Some("CUDA memory is a Linux backing in this build".into());
-}
-
-/// Why `memory` (an fd-backed kind) cannot be allocated here, or `None` when it can.
-fn fd_backed_unavailable_reason(memory: TensorMemory) -> Option<String> {
-    #[cfg(target_os = "linux")]
-    return linux::unavailable_reason(memory);
-    #[cfg(not(target_os = "linux"))]
-    return Some(format!(
-        "{} memory is an fd-backed Linux kind; on this platform use mem or gpu",
-        memory.name()
-    ));
 }
 
 /// The identity of device memory: its allocator and the allocation's serial there, in every
@@ -122,24 +108,15 @@ impl Storage {
         memory: TensorMemory,
         len: usize,
         texture: Option<&TextureRequest>,
-        #[cfg_attr(not(target_os = "linux"), allow(unused_variables))] cpu_reads: bool,
+        cpu_reads: bool,
     ) -> Result<Storage> {
         memory.ensure_available()?;
         match memory {
             TensorMemory::Mem => HeapBlock::zeroed(len).map(Storage::Heap),
             TensorMemory::Gpu => GpuMemory::allocate(len, texture).map(Storage::Gpu),
-            #[cfg(target_os = "linux")]
-            TensorMemory::Cuda => crate::cuda::CudaMemory::allocate(len).map(Storage::Cuda),
-            #[cfg(target_os = "linux")]
+            TensorMemory::Cuda => CudaMemory::allocate(len).map(Storage::Cuda),
             TensorMemory::Shm | TensorMemory::DmaBuf => {
-                linux::allocate(memory, len, cpu_reads).map(Storage::Fd)
-            }
-            #[cfg(not(target_os = "linux"))]
-            TensorMemory::Shm | TensorMemory::DmaBuf | TensorMemory::Cuda => {
-                Err(Error::Unavailable {
-                    memory,
-                    reason: "not a backing of this platform".into(),
-                })
+                fd_backed::allocate(memory, len, cpu_reads).map(Storage::Fd)
             }
         }
     }
@@ -149,12 +126,9 @@ impl Storage {
         match self {
             Storage::Heap(h) => h.ptr(),
             Storage::Foreign(f) => f.ptr(),
-            #[cfg(target_os = "linux")]
             Storage::Fd(m) => m.ptr(),
-            #[cfg(target_os = "linux")]
             Storage::Planes(m) => m.ptr(),
             Storage::Gpu(g) => g.ptr(),
-            #[cfg(target_os = "linux")]
             Storage::Cuda(c) => c.ptr(),
         }
     }
@@ -163,12 +137,9 @@ impl Storage {
         match self {
             Storage::Heap(h) => h.len(),
             Storage::Foreign(f) => f.len(),
-            #[cfg(target_os = "linux")]
             Storage::Fd(m) => m.len(),
-            #[cfg(target_os = "linux")]
             Storage::Planes(m) => m.len(),
             Storage::Gpu(g) => g.len(),
-            #[cfg(target_os = "linux")]
             Storage::Cuda(c) => c.len(),
         }
     }
@@ -176,12 +147,9 @@ impl Storage {
     pub(crate) fn memory(&self) -> TensorMemory {
         match self {
             Storage::Heap(_) | Storage::Foreign(_) => TensorMemory::Mem,
-            #[cfg(target_os = "linux")]
             Storage::Fd(m) => m.memory(),
-            #[cfg(target_os = "linux")]
             Storage::Planes(m) => m.memory(),
             Storage::Gpu(_) => TensorMemory::Gpu,
-            #[cfg(target_os = "linux")]
             Storage::Cuda(_) => TensorMemory::Cuda,
         }
     }
@@ -190,12 +158,9 @@ impl Storage {
         match self {
             Storage::Heap(h) => Ok(BufferIdentity::heap(h.ptr() as usize)),
             Storage::Foreign(f) => Ok(BufferIdentity::heap(f.ptr() as usize)),
-            #[cfg(target_os = "linux")]
-            Storage::Fd(m) => BufferIdentity::of_fd(m.fd()),
-            #[cfg(target_os = "linux")]
-            Storage::Planes(m) => BufferIdentity::of_fd(m.first_fd()),
+            Storage::Fd(m) => m.identity(),
+            Storage::Planes(m) => m.identity(),
             Storage::Gpu(g) => Ok(device_identity(g.origin())),
-            #[cfg(target_os = "linux")]
             Storage::Cuda(c) => Ok(device_identity(c.origin())),
         }
     }
@@ -203,13 +168,10 @@ impl Storage {
     /// Whether the CPU may write it (a foreign fd may be mapped read-only).
     pub(crate) fn writable(&self) -> bool {
         match self {
-            #[cfg(target_os = "linux")]
             Storage::Fd(m) => m.writable(),
-            #[cfg(target_os = "linux")]
             Storage::Planes(m) => m.writable(),
             Storage::Heap(_) | Storage::Gpu(_) => true,
             Storage::Foreign(f) => f.writable(),
-            #[cfg(target_os = "linux")]
             Storage::Cuda(_) => true,
         }
     }
@@ -222,13 +184,10 @@ impl Storage {
             Storage::Heap(h) => h.len() >= mem::PAGE_ALIGN_FROM,
             // Not ours to pin: a device import would outlive no promise the owner made.
             Storage::Foreign(_) => false,
-            #[cfg(target_os = "linux")]
             Storage::Fd(m) => m.memory() == TensorMemory::Shm && m.len() > 0,
             // Several files' pages: a device import of the range is not promised to work.
-            #[cfg(target_os = "linux")]
             Storage::Planes(_) => false,
             Storage::Gpu(_) => false,
-            #[cfg(target_os = "linux")]
             Storage::Cuda(_) => false,
         }
     }
@@ -245,9 +204,7 @@ impl Storage {
     pub(crate) fn cpu_access_is_bracketed(&self) -> bool {
         match self {
             Storage::Heap(_) | Storage::Foreign(_) => false,
-            #[cfg(target_os = "linux")]
             Storage::Fd(m) => m.memory() == TensorMemory::DmaBuf,
-            #[cfg(target_os = "linux")]
             Storage::Planes(m) => m.memory() == TensorMemory::DmaBuf,
             _ => true,
         }
@@ -261,18 +218,10 @@ impl Storage {
             Storage::Gpu(g) => g
                 .begin_cpu(direction != Direction::Read)
                 .map(|a| Some(CpuAccessGuard::Gpu(a))),
-            #[cfg(target_os = "linux")]
             Storage::Cuda(c) => c
                 .begin_cpu(direction != Direction::Read)
                 .map(|a| Some(CpuAccessGuard::Cuda(a))),
-            #[cfg(target_os = "linux")]
-            Storage::Fd(m) if m.memory() == TensorMemory::DmaBuf => {
-                dmabuf::SyncBracket::begin(m.fd(), direction)
-                    .map(|b| Some(CpuAccessGuard::Bracket(b)))
-            }
-            #[cfg(target_os = "linux")]
-            Storage::Fd(_) => Ok(None),
-            #[cfg(target_os = "linux")]
+            Storage::Fd(m) => Ok(m.begin_cpu(direction)?.map(CpuAccessGuard::Bracket)),
             Storage::Planes(m) => m
                 .begin_cpu(direction)
                 .map(|b| Some(CpuAccessGuard::Brackets(b))),

@@ -6,10 +6,13 @@ pub(crate) mod planes;
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
+pub(crate) use dmabuf::SyncBracket;
 pub(crate) use mapping::FdMapping;
 pub(crate) use planes::{Plan, PlaneMapping, PlaneSource};
 
 use super::Storage;
+use crate::identity::BufferIdentity;
+use crate::Direction;
 use crate::os::{classify, memfd};
 use crate::{Error, Result, TensorMemory};
 
@@ -31,6 +34,28 @@ pub(crate) fn allocate(memory: TensorMemory, len: usize, cpu_reads: bool) -> Res
             mapping.set_heap(heap);
             Ok(mapping)
         }
+    }
+}
+
+impl FdMapping {
+    /// The buffer's identity: the file the fd names.
+    pub(crate) fn identity(&self) -> Result<BufferIdentity> {
+        BufferIdentity::of_fd(self.fd())
+    }
+
+    /// Opens a DMA-BUF's CPU-access bracket (`None` for shared memory, which needs none).
+    pub(crate) fn begin_cpu(&self, direction: Direction) -> Result<Option<SyncBracket<'_>>> {
+        match self.memory() {
+            TensorMemory::DmaBuf => SyncBracket::begin(self.fd(), direction).map(Some),
+            _ => Ok(None),
+        }
+    }
+}
+
+impl PlaneMapping {
+    /// The buffer's identity: the file of its first plane.
+    pub(crate) fn identity(&self) -> Result<BufferIdentity> {
+        BufferIdentity::of_fd(self.first_fd())
     }
 }
 
