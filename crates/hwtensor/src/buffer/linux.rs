@@ -6,9 +6,9 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 
 use super::{Buffer, BufferInner};
-use crate::os::{classify, memfd};
 use crate::backing::Storage;
 use crate::gpu::GpuOrigin;
+use crate::os::{classify, memfd};
 use crate::{BufferIdentity, ImportPolicy, Result};
 
 /// GPU buffers alive in this copy of the library, by origin (weakly: the cache never keeps

@@ -10,9 +10,9 @@ use crate::Direction;
 use crate::{Error, Result, TensorMemory};
 
 // What only Linux buffers do: fds, the Vulkan host import, weak handles for the import cache.
-mod maps;
 #[cfg(target_os = "linux")]
 mod linux;
+mod maps;
 
 pub(crate) use maps::Footprint;
 use maps::{Claim, Maps, Span};

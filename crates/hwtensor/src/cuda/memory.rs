@@ -12,8 +12,8 @@ use std::sync::{Mutex, OnceLock};
 
 use super::device::{device, CudaDevice};
 use super::driver::{check, sys};
-use crate::os::classify::FdKind;
 use crate::gpu::{expected_copy_time, DeviceUse, GpuOrigin, GpuReference, GPU_WAIT};
+use crate::os::classify::FdKind;
 use crate::{Error, Result, TensorMemory};
 
 /// `staged_at` of a staging copy that reflects nothing yet.

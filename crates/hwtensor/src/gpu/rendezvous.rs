@@ -134,14 +134,15 @@ mod tests {
         /// records do: a fake that reported a claim mid-publication as unsettled made a racing
         /// loser keep a device of its own, now and then.
         fn read(&self) -> Found<u64> {
-            let settled = crate::gpu::claim::wait_settled(|| match self.state.load(Ordering::Acquire) {
-                1 => None,
-                0 => Some(Found::Empty),
-                CLAIMED => Some(Found::Ours(self.device.load(Ordering::Acquire))),
-                STALE => Some(Found::Stale(STALE)),
-                FOREIGN => Some(Found::Foreign(FOREIGN as u32)),
-                _ => Some(Found::Unsettled),
-            });
+            let settled =
+                crate::gpu::claim::wait_settled(|| match self.state.load(Ordering::Acquire) {
+                    1 => None,
+                    0 => Some(Found::Empty),
+                    CLAIMED => Some(Found::Ours(self.device.load(Ordering::Acquire))),
+                    STALE => Some(Found::Stale(STALE)),
+                    FOREIGN => Some(Found::Foreign(FOREIGN as u32)),
+                    _ => Some(Found::Unsettled),
+                });
             settled.unwrap_or(Found::Unsettled)
         }
         fn publish(&self, expected: u64, p: &u64) -> bool {

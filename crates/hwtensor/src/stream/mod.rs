@@ -29,7 +29,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::blob::Transport;
-use crate::gpu::{ForeignTimeline, GPU_WAIT};
+use crate::gpu::{PeerTimeline, GPU_WAIT};
 use crate::{handoff, Direction, Error, Result, TensorDyn, TensorMemory};
 
 pub use ring::PAYLOAD_BYTES;
@@ -398,7 +398,7 @@ pub struct Consumer {
     stream: UnixStream,
     ring: Arc<Ring>,
     pool: Vec<TensorDyn>,
-    fence: Option<Arc<ForeignTimeline>>,
+    fence: Option<Arc<PeerTimeline>>,
     back: Arc<Back>,
 }
 
@@ -474,7 +474,7 @@ impl Consumer {
         let s = setup::recv(&stream, deadline)?;
         let ring = Arc::new(Ring::open(s.block, s.capacity)?);
         let fence = match s.fence {
-            Some(fd) => Some(crate::gpu::device()?.foreign_timeline(fd)?),
+            Some(fd) => Some(crate::gpu::device()?.peer_timeline(fd)?),
             None => None,
         };
         let pool = (0..s.slots)

@@ -12,8 +12,8 @@ pub(crate) use planes::{Plan, PlaneMapping, PlaneSource};
 
 use super::Storage;
 use crate::identity::BufferIdentity;
-use crate::Direction;
 use crate::os::{classify, memfd};
+use crate::Direction;
 use crate::{Error, Result, TensorMemory};
 
 /// Why `memory` cannot be allocated here, or `None` when it can.

@@ -17,8 +17,8 @@ use std::ptr::NonNull;
 use rustix::mm::{MapFlags, ProtFlags};
 
 use super::dmabuf;
-use crate::os::{classify, memfd};
 use crate::format::Plane;
+use crate::os::{classify, memfd};
 use crate::{Direction, Error, Result, TensorMemory};
 
 /// A plane as its producer hands it over: the fd, where the plane's first row starts in it.

@@ -12,8 +12,8 @@ mod copy;
 mod create;
 mod extensions;
 mod fence;
-mod foreign;
 mod memory;
+mod peer;
 mod record;
 mod submit;
 
@@ -31,10 +31,10 @@ use ash::vk::Handle;
 pub use adapter::{format_uuid, AdapterChoice, AdapterInfo, AdapterKind, PciAddress, ADAPTER_ENV};
 pub use create::{validation_errors, DEBUG_ENV};
 pub use fence::WAIT_SPIN;
-pub(crate) use foreign::ForeignTimeline;
+pub(crate) use peer::PeerTimeline;
 
-use crate::os::own_cloexec;
 use crate::gpu::timeline::TimelineWords;
+use crate::os::own_cloexec;
 use fence::{words_in_record, Timeline};
 pub(crate) use record::ProcessKey;
 use record::{Found, Published, Record};
@@ -118,11 +118,11 @@ pub struct GpuDevice {
     ext: extensions::Extensions,
     /// The timeline's fd, exported once for hand-offs (`None` where it cannot be).
     fence_fd: OnceLock<Option<OwnedFd>>,
-    /// Fences of other processes this copy has imported, newest last (see `foreign`).
-    timelines: Mutex<Vec<std::sync::Arc<foreign::ForeignTimeline>>>,
+    /// Fences of other processes this copy has imported, newest last (see `peer`).
+    timelines: Mutex<Vec<std::sync::Arc<peer::PeerTimeline>>>,
     /// The kinds of fd this device exports memory and its fence as, learnt once: an import of
     /// any other kind is refused before the driver sees it.
-    export_kinds: foreign::ExportKinds,
+    export_kinds: peer::ExportKinds,
     /// The validation layer's messenger (`HWTENSOR_GPU_DEBUG=1`) of a device this copy created.
     messenger: Option<(ash::ext::debug_utils::Instance, vk::DebugUtilsMessengerEXT)>,
 }
@@ -540,7 +540,7 @@ impl GpuDevice {
             fence_fd: OnceLock::new(),
             messenger: None,
             timelines: Mutex::new(Vec::new()),
-            export_kinds: foreign::ExportKinds::default(),
+            export_kinds: peer::ExportKinds::default(),
         })
     }
 

@@ -103,7 +103,7 @@ impl GpuDevice {
         device_uuid: [u8; 16],
         driver_uuid: [u8; 16],
         fence: Option<OwnedFd>,
-    ) -> Result<Option<Arc<ForeignTimeline>>> {
+    ) -> Result<Option<Arc<PeerTimeline>>> {
         if (self.device_uuid(), self.driver_uuid()) != (device_uuid, driver_uuid) {
             return Err(Error::Blob(format!(
                 "the tensor lives on GPU {} (driver {}), but this process's device is {} = {} (driver {})",
@@ -114,12 +114,12 @@ impl GpuDevice {
                 format_uuid(&self.driver_uuid())
             )));
         }
-        fence.map(|f| self.foreign_timeline(f)).transpose()
+        fence.map(|f| self.peer_timeline(f)).transpose()
     }
 
     /// The timeline behind a peer's fence fd: the import this device already holds of that very
     /// fence (proven by comparing the files, not by anything the peer claims), or a new one.
-    pub(crate) fn foreign_timeline(&'static self, fd: OwnedFd) -> Result<Arc<ForeignTimeline>> {
+    pub(crate) fn peer_timeline(&'static self, fd: OwnedFd) -> Result<Arc<PeerTimeline>> {
         if !self.features.has(Features::EXTERNAL_SEMAPHORE_FD) {
             return Err(unavailable(format!(
                 "{} cannot import a timeline fence",
@@ -139,7 +139,7 @@ impl GpuDevice {
             return Ok(t.clone());
         }
         self.expect_kind(fd.as_fd(), self.fence_fd_kind()?, "timeline fence")?;
-        let timeline = Arc::new(ForeignTimeline::import(self, fd)?);
+        let timeline = Arc::new(PeerTimeline::import(self, fd)?);
         if timelines.len() >= MAX_FOREIGN_TIMELINES {
             timelines.remove(0);
         }
@@ -157,14 +157,14 @@ fn unavailable(reason: String) -> Error {
 
 /// A peer's timeline fence imported into a semaphore of ours, with the fd it came from (kept
 /// to recognise the same fence when it comes again).
-pub(crate) struct ForeignTimeline {
+pub(crate) struct PeerTimeline {
     device: &'static GpuDevice,
     semaphore: vk::Semaphore,
     fd: OwnedFd,
 }
 
-impl ForeignTimeline {
-    fn import(device: &'static GpuDevice, fd: OwnedFd) -> Result<ForeignTimeline> {
+impl PeerTimeline {
+    fn import(device: &'static GpuDevice, fd: OwnedFd) -> Result<PeerTimeline> {
         let ext = device.ext.semaphore_fd.as_ref().ok_or_else(|| {
             unavailable(format!(
                 "{} cannot import a timeline fence",
@@ -197,7 +197,7 @@ impl ForeignTimeline {
                 format!("importing the peer's fence failed: {e}"),
             ));
         }
-        Ok(ForeignTimeline {
+        Ok(PeerTimeline {
             device,
             semaphore,
             fd,
@@ -221,7 +221,7 @@ impl ForeignTimeline {
     }
 }
 
-impl Drop for ForeignTimeline {
+impl Drop for PeerTimeline {
     fn drop(&mut self) {
         // SAFETY: only host waits ever use this semaphore, and each holds the Arc it is in.
         unsafe { self.device.device.destroy_semaphore(self.semaphore, None) };
