@@ -1,6 +1,7 @@
-//! Who may touch a tensor's bytes ([`CpuAccess`], declared when it is made) and how one CPU
-//! access touches them ([`Direction`]): the two words every layer speaks, from the backings to
-//! the maps.
+//! Who may touch a tensor's bytes ([`CpuAccess`], declared when it is made) and how one access
+//! touches them ([`Direction`], and its type-level markers [`ReadOnly`], [`WriteOnly`] and
+//! [`ReadWrite`] that CPU and CUDA maps carry): the words every layer speaks, from the backings
+//! to the maps.
 
 /// The CPU access a tensor's users declare when it is made.
 ///
@@ -52,6 +53,45 @@ pub enum Direction {
     /// A read-write map.
     ReadWrite,
 }
+
+/// Marker of a map's direction.
+pub trait MapDirection: private::Sealed {
+    /// The direction of the CPU access.
+    const DIRECTION: Direction;
+}
+
+/// Marker for maps that allow mutation.
+pub trait Writable: MapDirection {}
+
+/// Read-only maps.
+#[derive(Debug)]
+pub enum ReadOnly {}
+/// Write-only maps (they deref for reading, but the bytes are only guaranteed to be the
+/// device's after a write map has been dropped).
+#[derive(Debug)]
+pub enum WriteOnly {}
+/// Read-write maps.
+#[derive(Debug)]
+pub enum ReadWrite {}
+
+mod private {
+    pub trait Sealed {}
+    impl Sealed for super::ReadOnly {}
+    impl Sealed for super::WriteOnly {}
+    impl Sealed for super::ReadWrite {}
+}
+
+impl MapDirection for ReadOnly {
+    const DIRECTION: Direction = Direction::Read;
+}
+impl MapDirection for WriteOnly {
+    const DIRECTION: Direction = Direction::Write;
+}
+impl MapDirection for ReadWrite {
+    const DIRECTION: Direction = Direction::ReadWrite;
+}
+impl Writable for WriteOnly {}
+impl Writable for ReadWrite {}
 
 #[cfg(test)]
 mod tests {

@@ -26,6 +26,8 @@ mod copy;
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)] // the CUDA driver is called through raw handles
 pub mod cuda;
+#[cfg(target_os = "linux")]
+mod cuda_map;
 /// The Windows adapter choice is pure text handling: tested on every platform.
 #[cfg(all(test, not(windows)))]
 #[path = "gpu/d3d11/choice.rs"]
@@ -61,9 +63,11 @@ pub mod stream;
 mod tensor;
 mod tensor_dyn;
 
-pub use access::{CpuAccess, Direction};
+pub use access::{CpuAccess, Direction, MapDirection, ReadOnly, ReadWrite, Writable, WriteOnly};
 pub use buffer::BufferLiveness;
 pub use color::{ColorMatrix, ColorPrimaries, ColorRange, Colorimetry, TransferFunction};
+#[cfg(target_os = "linux")]
+pub use cuda_map::CudaMap;
 pub use dtype::{DType, Element};
 pub use error::{Error, GpuErrorKind, Result};
 pub use foreign::ForeignOwner;
@@ -71,8 +75,8 @@ pub use format::{fourcc, Layout, PixelFormat, Plane};
 pub use identity::BufferIdentity;
 pub use image::{ImageInfo, IMAGE_PITCH_ALIGN};
 pub use map::{
-    ByteMap, MapDirection, MapRead, MapReadWrite, MapWrite, ReadOnly, ReadWrite, StridedMap,
-    StridedRead, StridedReadWrite, StridedWrite, TensorMap, Writable, WriteOnly,
+    ByteMap, MapRead, MapReadWrite, MapWrite, StridedMap, StridedRead, StridedReadWrite,
+    StridedWrite, TensorMap,
 };
 pub use memory::{TensorMemory, FORCE_MEM_ENV};
 #[cfg(target_os = "linux")]

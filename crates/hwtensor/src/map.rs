@@ -17,48 +17,10 @@
 use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 
+use crate::access::{MapDirection, ReadOnly, ReadWrite, Writable, WriteOnly};
 use crate::buffer::{AccessGuard, Footprint};
 use crate::geometry::{contiguous_tail, for_each_run};
 use crate::{Direction, Element, Error, Result, Tensor};
-
-/// Marker of a map's direction.
-pub trait MapDirection: private::Sealed {
-    /// The direction of the CPU access.
-    const DIRECTION: Direction;
-}
-
-/// Marker for maps that allow mutation.
-pub trait Writable: MapDirection {}
-
-/// Read-only maps.
-#[derive(Debug)]
-pub enum ReadOnly {}
-/// Write-only maps (they deref for reading, but the bytes are only guaranteed to be the
-/// device's after a write map has been dropped).
-#[derive(Debug)]
-pub enum WriteOnly {}
-/// Read-write maps.
-#[derive(Debug)]
-pub enum ReadWrite {}
-
-mod private {
-    pub trait Sealed {}
-    impl Sealed for super::ReadOnly {}
-    impl Sealed for super::WriteOnly {}
-    impl Sealed for super::ReadWrite {}
-}
-
-impl MapDirection for ReadOnly {
-    const DIRECTION: Direction = Direction::Read;
-}
-impl MapDirection for WriteOnly {
-    const DIRECTION: Direction = Direction::Write;
-}
-impl MapDirection for ReadWrite {
-    const DIRECTION: Direction = Direction::ReadWrite;
-}
-impl Writable for WriteOnly {}
-impl Writable for ReadWrite {}
 
 /// A live CPU map of a tensor whose elements are contiguous, as a slice of them. See
 /// [`MapRead`], [`MapWrite`], [`MapReadWrite`]; a tensor with gaps between its elements is

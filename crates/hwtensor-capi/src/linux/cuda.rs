@@ -4,7 +4,7 @@
 use std::ffi::c_void;
 use std::sync::Arc;
 
-use hwtensor::cuda::CudaMap;
+use hwtensor::CudaMap;
 use hwtensor::{Direction, Element, MapDirection, Tensor, TensorDyn};
 
 use crate::status::{guard, invalid, put, HwtStatus, OrStatus};

@@ -14,7 +14,6 @@
 pub(crate) mod foreign;
 #[cfg(target_os = "linux")]
 pub(crate) mod linux;
-pub(crate) mod mem;
 #[cfg(not(target_os = "linux"))]
 mod stub;
 
@@ -26,13 +25,13 @@ use {stub as fd_backed, stub::cuda};
 
 use crate::gpu::{self, GpuCpuAccess, GpuMemory, TextureRequest};
 use crate::identity::BufferIdentity;
+use crate::os::heap::{HeapBlock, PAGE_ALIGN_FROM};
 use crate::Direction;
 use crate::{Error, Result, TensorMemory};
 use cuda::{CudaCpuAccess, CudaMemory};
 use fd_backed::{FdMapping, PlaneMapping, SyncBracket};
 
 pub(crate) use foreign::ForeignHost;
-pub(crate) use mem::HeapBlock;
 
 /// The bytes of one buffer, mapped for the CPU.
 #[derive(Debug)]
@@ -181,7 +180,7 @@ impl Storage {
     /// its pages are the exporter's.
     pub(crate) fn whole_pages(&self) -> bool {
         match self {
-            Storage::Heap(h) => h.len() >= mem::PAGE_ALIGN_FROM,
+            Storage::Heap(h) => h.len() >= PAGE_ALIGN_FROM,
             // Not ours to pin: a device import would outlive no promise the owner made.
             Storage::Foreign(_) => false,
             Storage::Fd(m) => m.memory() == TensorMemory::Shm && m.len() > 0,

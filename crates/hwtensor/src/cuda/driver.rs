@@ -171,7 +171,6 @@ mod tests {
         let source = include_str!("mod.rs").to_owned()
             + include_str!("device.rs")
             + include_str!("import.rs")
-            + include_str!("map.rs")
             + include_str!("memory.rs")
             + include_str!("copy.rs");
         let called: std::collections::BTreeSet<&str> = source

@@ -38,13 +38,11 @@ mod copy;
 mod device;
 mod driver;
 mod import;
-mod map;
 mod memory;
 
 pub(crate) use copy::run_copy;
 pub use device::{device, unavailable_reason, CudaDevice, CUDA_ENV};
 pub(crate) use import::BufferImport;
-pub use map::CudaMap;
 pub(crate) use memory::{CudaCpuAccess, CudaMemory};
 
 /// A raw CUDA stream (`CUstream`); null is the default (legacy) stream.
@@ -59,7 +57,7 @@ impl CudaDevice {
     }
 
     /// Waits (CPU) until the process timeline reaches `value`, such as a value
-    /// [`CudaMap::finish`] returned, at most [`GPU_WAIT`](crate::gpu::GPU_WAIT).
+    /// [`CudaMap::finish`](crate::CudaMap::finish) returned, at most [`GPU_WAIT`](crate::gpu::GPU_WAIT).
     pub fn gpu_wait(&self, value: u64) -> crate::Result<()> {
         self.gpu().wait(value, crate::gpu::GPU_WAIT)
     }

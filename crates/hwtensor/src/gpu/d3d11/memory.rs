@@ -27,8 +27,8 @@ use windows::Win32::Graphics::Dxgi::Common::{
 use windows::Win32::Graphics::Dxgi::IDXGIResource1;
 
 use super::GpuDevice;
-use crate::backing::HeapBlock;
 use crate::gpu::{GpuOrigin, TextureRequest};
+use crate::os::heap::HeapBlock;
 use crate::{DType, Error, PixelFormat, Result, TensorMemory};
 
 /// D3D11's largest 2D texture side at feature level 11.0 and up.

@@ -1,4 +1,5 @@
-//! Heap memory: zeroed, 64-byte aligned, page aligned from one page up.
+//! Heap memory: zeroed, 64-byte aligned, page aligned from one page up. The heap backing's
+//! allocation, and the host copy of a D3D11 texture: both ask the OS the same way.
 //!
 //! Buffers of a page or more are private anonymous mappings rather than allocator blocks: they
 //! come page aligned and zeroed by the kernel on first touch, where an over-aligned

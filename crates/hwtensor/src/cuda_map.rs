@@ -1,5 +1,5 @@
-//! CUDA maps: a tensor's bytes as a CUDA device address, direction-typed like CPU maps, ordered
-//! on a caller's stream by the process timeline.
+//! CUDA maps, the tensor's side (the driver's is `cuda/`): a tensor's bytes as a CUDA device
+//! address, direction-typed like CPU maps, ordered on a caller's stream by the process timeline.
 //!
 //! A map queues on the stream a wait for the GPU work it must follow (the tensor's last write;
 //! for a write map its last read too) and, when it ends, the signal of a new timeline value,
@@ -8,12 +8,9 @@
 
 use std::marker::PhantomData;
 
-use super::device::device;
-use super::driver::sys;
-use super::import::BufferImport;
-use super::CudaStream;
+use crate::access::{MapDirection, ReadOnly, ReadWrite, WriteOnly};
 use crate::buffer::AccessGuard;
-use crate::map::{MapDirection, ReadOnly, ReadWrite, WriteOnly};
+use crate::cuda::{device, BufferImport, CudaStream};
 use crate::{Direction, Element, Error, Result, Tensor};
 
 /// A tensor mapped for CUDA on one stream: the device address of its first element, its shape
@@ -22,7 +19,7 @@ use crate::{Direction, Element, Error, Result, Tensor};
 pub struct CudaMap<'a, T: Element, D: MapDirection> {
     tensor: &'a Tensor<T>,
     import: &'a BufferImport,
-    stream: sys::CUstream,
+    stream: CudaStream,
     ptr: u64,
     /// The timeline value the stream was made to wait for when the map began.
     waited: u64,
@@ -56,7 +53,7 @@ impl<T: Element, D: MapDirection> CudaMap<'_, T, D> {
     }
     /// The stream the map's work is ordered on.
     pub fn stream(&self) -> CudaStream {
-        self.stream.cast()
+        self.stream
     }
 
     /// Ends the map: queues on the stream the signal of a new timeline value, which the tensor
@@ -69,7 +66,7 @@ impl<T: Element, D: MapDirection> CudaMap<'_, T, D> {
         self.finished = true;
         let device = device()?;
         let _current = device.enter()?;
-        let value = device.signal_from_stream(self.stream, self.waited)?;
+        let value = device.signal_from_stream(self.stream.cast(), self.waited)?;
         self.import.used_until(value);
         self.tensor
             .buffer
@@ -117,9 +114,8 @@ impl<T: Element> Tensor<T> {
                 "this buffer is mapped read-only (a foreign fd), so CUDA cannot write it".into(),
             ));
         }
-        let stream: sys::CUstream = stream.cast();
         let after = self.buffer.device_after(write).max(import.last_use());
-        device.wait_on_stream(stream, after)?;
+        device.wait_on_stream(stream.cast(), after)?;
         Ok(CudaMap {
             tensor: self,
             import,
