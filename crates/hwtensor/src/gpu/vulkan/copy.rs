@@ -38,7 +38,7 @@ pub(crate) fn run_copy(plan: &CopyPlan<'_>, src: CopySide<'_>, dst: CopySide<'_>
 }
 
 fn host_buffer(host: &HostBytes<'_>) -> Result<vk::Buffer> {
-    host.import.map(|i| i.buffer).ok_or_else(|| {
+    host.import.map(|i| i.buffer()).ok_or_else(|| {
         Error::InvalidOperation("the device cannot reach this host buffer (not imported)".into())
     })
 }

@@ -7,6 +7,7 @@
 //! copies device -> staging on the GPU and waits; a write map copies back when it drops.
 //! `HWTENSOR_GPU_STAGING=1` forces the staged path, so it is exercised on lavapipe too.
 
+use std::mem::ManuallyDrop;
 use std::os::fd::{AsFd, BorrowedFd, IntoRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -32,6 +33,155 @@ fn gpu_err(what: &'static str) -> impl Fn(vk::Result) -> Error {
     move |e| Error::gpu(super::vk_kind(e), format!("{what} failed: {e}"))
 }
 
+/// A buffer and the memory bound to it, owned together from the buffer's creation on: dropping
+/// it destroys both, so an error at any later step (no memory type, a failed allocation, bind,
+/// dup or `vkMapMemory`) frees everything made. The memory is null until bound; freeing a null
+/// handle is a no-op in Vulkan. Dropping it is for owners that know the GPU is done with it.
+struct BoundBuffer {
+    device: &'static GpuDevice,
+    buffer: vk::Buffer,
+    memory: vk::DeviceMemory,
+}
+
+impl BoundBuffer {
+    fn create(
+        device: &'static GpuDevice,
+        size: u64,
+        usage: vk::BufferUsageFlags,
+        handles: vk::ExternalMemoryHandleTypeFlags,
+    ) -> Result<BoundBuffer> {
+        let buffer = device.create_buffer(size, usage, handles)?;
+        test_hooks::count_live(1);
+        Ok(BoundBuffer {
+            device,
+            buffer,
+            memory: vk::DeviceMemory::null(),
+        })
+    }
+
+    fn requirements(&self) -> vk::MemoryRequirements {
+        // SAFETY: a query on a live buffer.
+        unsafe {
+            self.device
+                .device
+                .get_buffer_memory_requirements(self.buffer)
+        }
+    }
+
+    /// Allocates `size` bytes of `type_index` (exported or imported as `extra` says) and binds
+    /// them to the buffer.
+    fn bind(&mut self, size: u64, type_index: u32, extra: MemoryExtra) -> Result<()> {
+        self.memory = self
+            .device
+            .bind_memory(self.buffer, size, type_index, extra)?;
+        test_hooks::count_live(1);
+        Ok(())
+    }
+
+    /// Binds memory imported from `import.fd` to the buffer, which needs `needed` bytes (a
+    /// `len`-byte tensor). The driver gets a dup: `import.fd` is closed when this returns.
+    fn bind_imported(
+        &mut self,
+        needed: u64,
+        len: usize,
+        type_index: u32,
+        import: MemoryImport,
+    ) -> Result<()> {
+        let MemoryImport {
+            fd,
+            allocation_size,
+            source,
+        } = import;
+        // An opaque fd's real size cannot be asked of the driver, and importing it with another
+        // size is undefined: only the size the exporter must have made is accepted.
+        if !import_size_fits(source, allocation_size, needed) {
+            return Err(Error::Fd(format!(
+                "the blob says the memory holds {allocation_size} bytes; a {len}-byte buffer on this device has {needed}"
+            )));
+        }
+        let raw = test_hooks::dup(fd.as_fd())
+            .map_err(|e| Error::Os {
+                op: "dup of a memory fd",
+                source: e,
+            })?
+            .into_raw_fd();
+        let extra = MemoryExtra::ImportFd {
+            fd: raw,
+            dedicated: source == MemorySource::Vulkan,
+        };
+        self.bind(allocation_size, type_index, extra)
+            .inspect_err(|_| crate::os::close_if_still_ours(raw, fd.as_fd()))
+    }
+}
+
+impl Drop for BoundBuffer {
+    fn drop(&mut self) {
+        // SAFETY: no GPU work uses them: owners wait for it first (GpuMemory) or are promised
+        // it (HostImport::new's contract), and a staging buffer goes with its GpuMemory.
+        unsafe {
+            self.device.device.destroy_buffer(self.buffer, None);
+            self.device.device.free_memory(self.memory, None);
+        }
+        test_hooks::count_live(if self.memory == vk::DeviceMemory::null() {
+            -1
+        } else {
+            -2
+        });
+    }
+}
+
+/// An exporter's memory fd and what the blob says of it.
+struct MemoryImport {
+    fd: OwnedFd,
+    allocation_size: u64,
+    source: MemorySource,
+}
+
+/// What unit tests hook into: a count of live Vulkan buffers and memories made on this thread,
+/// and failures injected into the steps that are hard to make fail for real (a dup, a map), so
+/// a test proves each error path frees what it made. Outside tests they count nothing and
+/// inject nothing.
+mod test_hooks {
+    use std::os::fd::{BorrowedFd, OwnedFd};
+
+    /// A step a test makes fail.
+    #[cfg(test)]
+    #[derive(Clone, Copy, PartialEq, Eq, Debug)]
+    pub(super) enum Step {
+        Dup,
+        Map,
+    }
+
+    #[cfg(test)]
+    thread_local! {
+        pub(super) static LIVE: std::cell::Cell<isize> = const { std::cell::Cell::new(0) };
+        pub(super) static FAIL: std::cell::Cell<Option<Step>> = const { std::cell::Cell::new(None) };
+    }
+
+    #[inline(always)]
+    pub(super) fn count_live(_delta: isize) {
+        #[cfg(test)]
+        LIVE.with(|l| l.set(l.get() + _delta));
+    }
+
+    pub(super) fn dup(fd: BorrowedFd<'_>) -> std::io::Result<OwnedFd> {
+        #[cfg(test)]
+        if FAIL.get() == Some(Step::Dup) {
+            return Err(std::io::Error::from_raw_os_error(libc::EMFILE));
+        }
+        fd.try_clone_to_owned()
+    }
+
+    /// Whether a test made `vkMapMemory` fail.
+    #[inline(always)]
+    pub(super) fn map_fails() -> bool {
+        #[cfg(test)]
+        return FAIL.get() == Some(Step::Map);
+        #[cfg(not(test))]
+        false
+    }
+}
+
 /// How the CPU reaches the bytes.
 enum CpuView {
     /// The memory itself, mapped once.
@@ -43,9 +193,7 @@ enum CpuView {
 
 /// A host-visible buffer the CPU reads and writes in place of device-local memory.
 struct Staging {
-    device: &'static GpuDevice,
-    buffer: vk::Buffer,
-    memory: vk::DeviceMemory,
+    bound: BoundBuffer,
     ptr: *mut u8,
     coherent: bool,
 }
@@ -55,24 +203,14 @@ unsafe impl Send for Staging {}
 // SAFETY: as above.
 unsafe impl Sync for Staging {}
 
-impl Drop for Staging {
-    fn drop(&mut self) {
-        // SAFETY: the owning GpuMemory waited for every GPU use before dropping its CPU view.
-        unsafe {
-            self.device.device.destroy_buffer(self.buffer, None);
-            self.device.device.free_memory(self.memory, None);
-        }
-    }
-}
-
 /// `staged_at` of a staging copy that reflects no write (none made yet, or an import's).
 const NEVER_STAGED: u64 = u64::MAX;
 
 /// A buffer in GPU memory and what orders access to it.
 pub(crate) struct GpuMemory {
     device: &'static GpuDevice,
-    buffer: vk::Buffer,
-    memory: vk::DeviceMemory,
+    /// Freed by `drop` only once the GPU is done with it (leaked otherwise).
+    bound: ManuallyDrop<BoundBuffer>,
     allocation_size: u64,
     len: usize,
     cpu: CpuView,
@@ -250,6 +388,9 @@ impl GpuDevice {
     }
 
     fn map_whole(&self, memory: vk::DeviceMemory) -> Result<*mut u8> {
+        if test_hooks::map_fails() {
+            return Err(gpu_err("vkMapMemory")(vk::Result::ERROR_MEMORY_MAP_FAILED));
+        }
         // SAFETY: host-visible memory of this device, mapped once for its whole life.
         unsafe {
             self.device
@@ -260,46 +401,44 @@ impl GpuDevice {
     }
 
     fn staging(&'static self, size: u64) -> Result<Staging> {
-        let buffer = self.create_buffer(
+        // Owned from the first line: an error below drops it, which frees what was made.
+        let mut bound = BoundBuffer::create(
+            self,
             size,
             vk::BufferUsageFlags::TRANSFER_SRC | vk::BufferUsageFlags::TRANSFER_DST,
             vk::ExternalMemoryHandleTypeFlags::empty(),
         )?;
-        // SAFETY: a query on a live buffer.
-        let req = unsafe { self.device.get_buffer_memory_requirements(buffer) };
+        let req = bound.requirements();
         let cached = vk::MemoryPropertyFlags::HOST_VISIBLE | vk::MemoryPropertyFlags::HOST_CACHED;
         let coherent =
             vk::MemoryPropertyFlags::HOST_VISIBLE | vk::MemoryPropertyFlags::HOST_COHERENT;
-        let Some(type_index) = self
+        let type_index = self
             .memory_type(req.memory_type_bits, cached)
             .or_else(|| self.memory_type(req.memory_type_bits, coherent))
-        else {
-            // SAFETY: the buffer was never used.
-            unsafe { self.device.destroy_buffer(buffer, None) };
-            return Err(Error::gpu(
-                GpuErrorKind::Driver,
-                "no host-visible memory for a staging buffer",
-            ));
-        };
+            .ok_or_else(|| {
+                Error::gpu(
+                    GpuErrorKind::Driver,
+                    "no host-visible memory for a staging buffer",
+                )
+            })?;
         let is_coherent = self.memory_properties.memory_types[type_index as usize]
             .property_flags
             .contains(vk::MemoryPropertyFlags::HOST_COHERENT);
-        let memory = self
-            .bind_memory(buffer, req.size, type_index, MemoryExtra::None)
-            .inspect_err(|_| {
-                // SAFETY: the buffer was never used.
-                unsafe { self.device.destroy_buffer(buffer, None) }
-            })?;
-        // Owned from here on, so an error below frees it.
-        let mut staging = Staging {
-            device: self,
-            buffer,
-            memory,
-            ptr: std::ptr::null_mut(),
+        bound.bind(req.size, type_index, MemoryExtra::None)?;
+        let ptr = self.map_whole(bound.memory)?;
+        Ok(Staging {
+            bound,
+            ptr,
             coherent: is_coherent,
-        };
-        staging.ptr = self.map_whole(memory)?;
-        Ok(staging)
+        })
+    }
+
+    /// The memory a tensor buffer is allocated with: exportable where the device can export.
+    fn export_extra(&self) -> MemoryExtra {
+        match self.export_handle_types().is_empty() {
+            true => MemoryExtra::None,
+            false => MemoryExtra::Export,
+        }
     }
 
     fn export_memory_fd(&self, memory: vk::DeviceMemory) -> Option<OwnedFd> {
@@ -310,27 +449,6 @@ impl GpuDevice {
         // SAFETY: the memory was allocated exportable as OPAQUE_FD on this device.
         let raw = unsafe { ext.get_memory_fd(&info) }.ok()?;
         crate::os::own_cloexec(raw)
-    }
-}
-
-/// A buffer with no memory yet, destroyed if it is dropped before [`OwnedBuffer::into_inner`]
-/// hands it on (every early return of [`GpuMemory::bind`]).
-struct OwnedBuffer {
-    device: &'static GpuDevice,
-    buffer: vk::Buffer,
-}
-
-impl OwnedBuffer {
-    fn into_inner(self) -> vk::Buffer {
-        let this = std::mem::ManuallyDrop::new(self);
-        this.buffer
-    }
-}
-
-impl Drop for OwnedBuffer {
-    fn drop(&mut self) {
-        // SAFETY: the buffer was never bound nor used.
-        unsafe { self.device.device.destroy_buffer(self.buffer, None) }
     }
 }
 
@@ -360,11 +478,9 @@ impl GpuMemory {
     /// Vulkan GPU memory is a buffer: the texture request (for images) is not needed.
     pub(crate) fn allocate(len: usize, _texture: Option<&TextureRequest>) -> Result<GpuMemory> {
         let device = super::device()?;
-        let buffer =
-            device.create_buffer(len as u64, BUFFER_USAGE, device.export_handle_types())?;
-        let mut mem = GpuMemory::bind(device, buffer, len, None)?;
-        mem.fd = device.export_memory_fd(mem.memory);
-        mem.origin = GpuOrigin::local(mem.memory);
+        let mut mem = GpuMemory::bind(device, len, None)?;
+        mem.fd = device.export_memory_fd(mem.bound.memory);
+        mem.origin = GpuOrigin::local(mem.bound.memory);
         mem.zero()?;
         Ok(mem)
     }
@@ -387,81 +503,33 @@ impl GpuMemory {
         }
         device.check_memory_fd(fd.as_fd(), allocation_size)?;
         let keep = fd.try_clone().ok(); // the driver takes `fd`; keep one for identity and re-export
-        let buffer =
-            device.create_buffer(len as u64, BUFFER_USAGE, device.export_handle_types())?;
-        let mut mem = GpuMemory::bind(device, buffer, len, Some((fd, allocation_size, source)))?;
+        let import = MemoryImport {
+            fd,
+            allocation_size,
+            source,
+        };
+        let mut mem = GpuMemory::bind(device, len, Some(import))?;
         mem.fd = keep;
         mem.origin = origin;
         Ok(mem)
     }
 
-    /// Gives `buffer` memory (new, or imported from `import`) and the CPU's view of it. The
-    /// buffer is owned from the first line and the memory as soon as it exists, so an error at
-    /// any step (a failed dup, allocation, bind or `vkMapMemory`) frees everything made.
+    /// A `len`-byte tensor buffer with memory (new, or imported from `import`) and the CPU's
+    /// view of it. Ownership comes first: the buffer is owned from its creation and the
+    /// `GpuMemory` from the next line, so an error at any step frees everything made.
     fn bind(
         device: &'static GpuDevice,
-        buffer: vk::Buffer,
         len: usize,
-        import: Option<(OwnedFd, u64, MemorySource)>,
+        import: Option<MemoryImport>,
     ) -> Result<GpuMemory> {
-        let buffer = OwnedBuffer { device, buffer };
-        // SAFETY: a query on a live buffer.
-        let req = unsafe { device.device.get_buffer_memory_requirements(buffer.buffer) };
-        let (type_index, direct) =
-            device
-                .tensor_memory_type(req.memory_type_bits)
-                .ok_or_else(|| {
-                    Error::gpu(GpuErrorKind::Driver, "no memory type fits a tensor buffer")
-                })?;
-        let (size, extra, fd_owner) = match import {
-            None => {
-                let extra = match device.export_handle_types().is_empty() {
-                    true => MemoryExtra::None,
-                    false => MemoryExtra::Export,
-                };
-                (req.size, extra, None)
-            }
-            Some((fd, allocation_size, source)) => {
-                // An opaque fd's real size cannot be asked of the driver, and importing it with
-                // another size is undefined: only the size the exporter must have made is
-                // accepted (see `import_size_fits`).
-                if !import_size_fits(source, allocation_size, req.size) {
-                    return Err(Error::Fd(format!(
-                        "the blob says the memory holds {allocation_size} bytes; a {len}-byte buffer on this device has {}",
-                        req.size
-                    )));
-                }
-                let raw = fd.as_fd().try_clone_to_owned().map_err(|e| Error::Os {
-                    op: "dup of a memory fd",
-                    source: e,
-                })?;
-                let dedicated = source == MemorySource::Vulkan;
-                let extra = MemoryExtra::ImportFd {
-                    fd: raw.into_raw_fd(),
-                    dedicated,
-                };
-                (allocation_size, extra, Some(fd))
-            }
-        };
-        let raw_import = match extra {
-            MemoryExtra::ImportFd { fd, .. } => Some(fd),
-            _ => None,
-        };
-        let memory = device
-            .bind_memory(buffer.buffer, size, type_index, extra)
-            .inspect_err(|_| {
-                if let (Some(raw), Some(original)) = (raw_import, fd_owner.as_ref()) {
-                    crate::os::close_if_still_ours(raw, original.as_fd());
-                }
-            })?;
-        drop(fd_owner); // the driver owns its dup now; our original is closed
-        let imported = raw_import.is_some();
-        // Owned from here on: an error below drops it, which frees the buffer and its memory.
+        let handles = device.export_handle_types();
+        let bound = BoundBuffer::create(device, len as u64, BUFFER_USAGE, handles)?;
+        let req = bound.requirements();
+        let imported = import.is_some();
         let mut mem = GpuMemory {
             device,
-            buffer: buffer.into_inner(),
-            memory,
-            allocation_size: size,
+            bound: ManuallyDrop::new(bound),
+            allocation_size: req.size,
             len,
             cpu: CpuView::Staged(OnceLock::new()),
             fd: None,
@@ -474,8 +542,23 @@ impl GpuMemory {
                 serial: 0,
             },
         };
+        let (type_index, direct) =
+            device
+                .tensor_memory_type(req.memory_type_bits)
+                .ok_or_else(|| {
+                    Error::gpu(GpuErrorKind::Driver, "no memory type fits a tensor buffer")
+                })?;
+        match import {
+            None => mem
+                .bound
+                .bind(req.size, type_index, device.export_extra())?,
+            Some(import) => {
+                mem.allocation_size = import.allocation_size;
+                mem.bound.bind_imported(req.size, len, type_index, import)?;
+            }
+        }
         if direct {
-            mem.cpu = CpuView::Direct(device.map_whole(memory)?);
+            mem.cpu = CpuView::Direct(device.map_whole(mem.bound.memory)?);
         }
         Ok(mem)
     }
@@ -485,7 +568,7 @@ impl GpuMemory {
         if self.len == 0 {
             return Ok(());
         }
-        let buffer = self.buffer;
+        let buffer = self.bound.buffer;
         let v = self
             .device
             .submit_commands(Queue::Transfer, 0, &[], |d, cmd| {
@@ -501,7 +584,7 @@ impl GpuMemory {
         self.device
     }
     pub(crate) fn buffer(&self) -> vk::Buffer {
-        self.buffer
+        self.bound.buffer
     }
     pub(crate) fn len(&self) -> usize {
         self.len
@@ -579,7 +662,7 @@ impl GpuMemory {
             let staging = self.staging()?;
             let stale = self.staged_at.load(Ordering::Acquire) != last;
             if stale || self.shared.load(Ordering::Acquire) {
-                let (src, dst, len) = (self.buffer, staging.buffer, self.len as u64);
+                let (src, dst, len) = (self.bound.buffer, staging.bound.buffer, self.len as u64);
                 let v = self
                     .device
                     .submit_commands(Queue::Transfer, last, &[], |d, cmd| {
@@ -588,7 +671,7 @@ impl GpuMemory {
                 self.device.wait(v, GPU_WAIT)?;
                 self.record(v, false);
                 if !staging.coherent {
-                    self.invalidate(staging.memory)?;
+                    self.invalidate(staging.bound.memory)?;
                 }
                 self.staged_at.store(last, Ordering::Release);
             }
@@ -614,13 +697,13 @@ impl GpuMemory {
         let staging = self.staging()?;
         if !staging.coherent {
             let range = vk::MappedMemoryRange::default()
-                .memory(staging.memory)
+                .memory(staging.bound.memory)
                 .size(vk::WHOLE_SIZE);
             // SAFETY: the staging memory is mapped and the CPU writes are done.
             unsafe { self.device.device.flush_mapped_memory_ranges(&[range]) }
                 .map_err(gpu_err("vkFlushMappedMemoryRanges"))?;
         }
-        let (src, dst, len) = (staging.buffer, self.buffer, self.len as u64);
+        let (src, dst, len) = (staging.bound.buffer, self.bound.buffer, self.len as u64);
         let v = self
             .device
             .submit_commands(Queue::Transfer, self.after(true), &[], |d, cmd| {
@@ -706,13 +789,9 @@ impl Drop for GpuMemory {
             return;
         }
         self.device.retire_finished();
-        let d = &self.device.device;
-        // SAFETY: no GPU work uses these objects any more (waited above) and no map outlives
-        // the tensor that owns this memory.
-        unsafe {
-            d.destroy_buffer(self.buffer, None);
-            d.free_memory(self.memory, None);
-        }
+        // SAFETY: dropped once, here; no GPU work uses it any more (waited above) and no map
+        // outlives the tensor that owns this memory.
+        unsafe { ManuallyDrop::drop(&mut self.bound) };
     }
 }
 
@@ -728,9 +807,7 @@ impl std::fmt::Debug for GpuMemory {
 /// A host buffer imported into the device for the length of one copy.
 /// Send + Sync: Vulkan handles are usable from any thread.
 pub(crate) struct HostImport {
-    device: &'static GpuDevice,
-    pub buffer: vk::Buffer,
-    memory: vk::DeviceMemory,
+    bound: BoundBuffer,
 }
 
 impl HostImport {
@@ -765,44 +842,26 @@ impl HostImport {
         if r != vk::Result::SUCCESS {
             return None;
         }
-        let buffer = device
-            .create_buffer(
-                size as u64,
-                vk::BufferUsageFlags::TRANSFER_SRC | vk::BufferUsageFlags::TRANSFER_DST,
-                vk::ExternalMemoryHandleTypeFlags::HOST_ALLOCATION_EXT,
-            )
-            .ok()?;
-        // SAFETY: a query on a live buffer.
-        let req = unsafe { device.device.get_buffer_memory_requirements(buffer) };
+        let mut bound = BoundBuffer::create(
+            device,
+            size as u64,
+            vk::BufferUsageFlags::TRANSFER_SRC | vk::BufferUsageFlags::TRANSFER_DST,
+            vk::ExternalMemoryHandleTypeFlags::HOST_ALLOCATION_EXT,
+        )
+        .ok()?;
+        let req = bound.requirements();
         let type_index = device.memory_type(
             props.memory_type_bits & req.memory_type_bits,
             vk::MemoryPropertyFlags::empty(),
-        );
-        let memory = type_index.and_then(|t| {
-            device
-                .bind_memory(buffer, size as u64, t, MemoryExtra::ImportHost(ptr.cast()))
-                .ok()
-        });
-        let Some(memory) = memory else {
-            // SAFETY: the buffer was never used.
-            unsafe { device.device.destroy_buffer(buffer, None) };
-            return None;
-        };
-        Some(HostImport {
-            device,
-            buffer,
-            memory,
-        })
+        )?;
+        let extra = MemoryExtra::ImportHost(ptr.cast());
+        bound.bind(size as u64, type_index, extra).ok()?;
+        Some(HostImport { bound })
     }
-}
 
-impl Drop for HostImport {
-    fn drop(&mut self) {
-        // SAFETY: the owner waited for every GPU use of the import (HostImport::new's contract).
-        unsafe {
-            self.device.device.destroy_buffer(self.buffer, None);
-            self.device.device.free_memory(self.memory, None);
-        }
+    /// The buffer over the host memory.
+    pub(crate) fn buffer(&self) -> vk::Buffer {
+        self.bound.buffer
     }
 }
 
@@ -816,4 +875,110 @@ impl std::fmt::Debug for HostImport {
 /// driver's own.
 pub(crate) fn image_row_pitch(_texture: &TextureRequest) -> Result<Option<usize>> {
     Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_hooks::{Step, FAIL, LIVE};
+    use super::*;
+
+    /// The process device, or `None` after a `SKIPPED:` line (a failure when a GPU is required).
+    fn device_or_skip(test: &str) -> Option<&'static GpuDevice> {
+        match super::super::device() {
+            Ok(d) => Some(d),
+            Err(e) if std::env::var("HWTENSOR_TEST_REQUIRE_GPU").is_ok_and(|v| v == "1") => {
+                panic!("{test}: HWTENSOR_TEST_REQUIRE_GPU=1 but there is no GPU device: {e}")
+            }
+            Err(e) => {
+                eprintln!("SKIPPED: {test} - {e}");
+                None
+            }
+        }
+    }
+
+    /// Runs `f` with `step` made to fail; returns its result and how many Vulkan buffers and
+    /// memories it left alive on this thread.
+    fn failing<R>(step: Step, f: impl FnOnce() -> R) -> (R, isize) {
+        let before = LIVE.get();
+        FAIL.set(Some(step));
+        let r = f();
+        FAIL.set(None);
+        (r, LIVE.get() - before)
+    }
+
+    #[test]
+    fn the_live_object_count_sees_a_buffer_and_its_memory() {
+        let Some(device) = device_or_skip("the_live_object_count_sees_a_buffer_and_its_memory")
+        else {
+            return;
+        };
+        let before = LIVE.get();
+        let staging = device.staging(4096).unwrap();
+        assert_eq!(
+            LIVE.get() - before,
+            2,
+            "a staging buffer is a buffer and its memory"
+        );
+        drop(staging);
+        assert_eq!(LIVE.get(), before);
+    }
+
+    #[test]
+    fn a_failed_map_frees_the_buffer_and_memory_it_was_made_with() {
+        let Some(device) =
+            device_or_skip("a_failed_map_frees_the_buffer_and_memory_it_was_made_with")
+        else {
+            return;
+        };
+        let (staging, left) = failing(Step::Map, || device.staging(4096));
+        let err = staging.err().expect("the injected map failure is an error");
+        assert!(err.to_string().contains("vkMapMemory"), "{err}");
+        assert_eq!(
+            left, 0,
+            "a staging buffer whose map failed left Vulkan objects alive"
+        );
+
+        // Dropped inside, so what is counted is what the failure left behind.
+        let staged = |m: GpuMemory| matches!(m.cpu, CpuView::Staged(_));
+        let (mem, left) = failing(Step::Map, || GpuMemory::allocate(4096, None).map(staged));
+        match mem {
+            Err(e) => assert!(e.to_string().contains("vkMapMemory"), "{e}"),
+            // Staged memory (NVIDIA, or HWTENSOR_GPU_STAGING=1) is not mapped when it is bound.
+            Ok(staged) => assert!(staged, "a direct map did not fail"),
+        }
+        assert_eq!(
+            left, 0,
+            "a tensor buffer whose map failed left Vulkan objects alive"
+        );
+    }
+
+    #[test]
+    fn a_failed_dup_of_an_imported_fd_frees_the_buffer_it_was_made_with() {
+        let test = "a_failed_dup_of_an_imported_fd_frees_the_buffer_it_was_made_with";
+        let Some(device) = device_or_skip(test) else {
+            return;
+        };
+        let exported = GpuMemory::allocate(4096, None).unwrap();
+        let Some(fd) = exported.fd().map(|f| f.try_clone_to_owned().unwrap()) else {
+            assert!(
+                !std::env::var("HWTENSOR_TEST_REQUIRE_GPU").is_ok_and(|v| v == "1"),
+                "{test}: {} cannot export memory",
+                device.adapter_label()
+            );
+            eprintln!("SKIPPED: {test} - the device cannot export memory");
+            return;
+        };
+        let (size, origin) = (exported.allocation_size(), exported.origin());
+        let (import, left) = failing(Step::Dup, || {
+            GpuMemory::import(fd, size, 4096, origin, MemorySource::Vulkan)
+        });
+        assert!(import
+            .unwrap_err()
+            .to_string()
+            .contains("dup of a memory fd"));
+        assert_eq!(
+            left, 0,
+            "an import whose dup failed left Vulkan objects alive"
+        );
+    }
 }
