@@ -271,74 +271,88 @@ impl crate::gpu::rendezvous::DeviceMaker for Vulkan {
     }
 }
 
+/// A device's handles and what it is, however this copy came by them (made, the host's, or
+/// adopted from another copy): what [`GpuDevice::assemble`] builds a device from.
+struct DeviceParts {
+    entry: ash::Entry,
+    instance: ash::Instance,
+    physical: vk::PhysicalDevice,
+    device: ash::Device,
+    /// The main queue, its family and its index there.
+    queue: (vk::Queue, u32, u32),
+    /// The transfer queue and its family, where the device has one of its own.
+    transfer: Option<(vk::Queue, u32)>,
+    info: AdapterInfo,
+    features: Features,
+    origin: Origin,
+}
+
+impl DeviceParts {
+    /// The parts of a device the host made and installed with `use_external_device`.
+    fn external(ext: ExternalDevice) -> DeviceParts {
+        // SAFETY: use_external_device's caller vouched for these handles.
+        let (instance, device) =
+            unsafe { load_handles(ext.get_instance_proc_addr, ext.instance, ext.device) };
+        // SAFETY: as above.
+        let entry = unsafe {
+            ash::Entry::from_static_fn(ash::StaticFn {
+                get_instance_proc_addr: ext.get_instance_proc_addr,
+            })
+        };
+        // SAFETY: the host made its device with this queue.
+        let queue = unsafe { device.get_device_queue(ext.queue_family, ext.queue_index) };
+        DeviceParts {
+            info: AdapterInfo::query(&instance, ext.physical_device),
+            entry,
+            instance,
+            physical: ext.physical_device,
+            device,
+            queue: (queue, ext.queue_family, ext.queue_index),
+            transfer: None,
+            features: Features(0),
+            origin: Origin::External,
+        }
+    }
+
+    /// The parts of a device this copy made.
+    fn created(c: create::Created) -> DeviceParts {
+        // SAFETY: the device was created with queue 0 of each of these families.
+        let queue = unsafe { c.device.get_device_queue(c.families.main, 0) };
+        let transfer = c.families.transfer.map(|f| {
+            // SAFETY: as above.
+            (unsafe { c.device.get_device_queue(f, 0) }, f)
+        });
+        DeviceParts {
+            entry: c.entry,
+            instance: c.instance,
+            physical: c.physical,
+            device: c.device,
+            queue: (queue, c.families.main, 0),
+            transfer,
+            info: c.info,
+            features: c.features,
+            origin: Origin::Created,
+        }
+    }
+}
+
 /// A device of this copy: the host's, if installed, else a new one. Its timeline uses the
 /// record's counter and lock when there is a record to share.
 fn own_device(record: Option<&'static Record>) -> Result<GpuDevice> {
     let shared = record.map_or_else(TimelineWords::private, words_in_record);
     let external = EXTERNAL.lock().ok().and_then(|mut e| e.take());
-    let (
-        entry,
-        instance,
-        physical,
-        device,
-        queue_family,
-        queue_index,
-        transfer_family,
-        info,
-        features,
-        origin,
-        messenger,
-    ) = match external {
-        Some(ext) => {
-            // SAFETY: use_external_device's caller vouched for these handles.
-            let (instance, device) =
-                unsafe { load_handles(ext.get_instance_proc_addr, ext.instance, ext.device) };
-            // SAFETY: as above.
-            let entry = unsafe {
-                ash::Entry::from_static_fn(ash::StaticFn {
-                    get_instance_proc_addr: ext.get_instance_proc_addr,
-                })
-            };
-            let info = AdapterInfo::query(&instance, ext.physical_device);
-            let features = Features(0);
-            (
-                entry,
-                instance,
-                ext.physical_device,
-                device,
-                ext.queue_family,
-                ext.queue_index,
-                None,
-                info,
-                features,
-                Origin::External,
-                None,
-            )
-        }
+    let (parts, messenger) = match external {
+        Some(ext) => (DeviceParts::external(ext), None),
         None => {
-            let c = create::create()?;
-            (
-                c.entry,
-                c.instance,
-                c.physical,
-                c.device,
-                c.families.main,
-                0,
-                c.families.transfer,
-                c.info,
-                c.features,
-                Origin::Created,
-                c.messenger,
-            )
+            let mut c = create::create()?;
+            let messenger = c.messenger.take();
+            (DeviceParts::created(c), messenger)
         }
     };
-    // SAFETY: the families and indices were used to create the device.
-    let queue = unsafe { device.get_device_queue(queue_family, queue_index) };
-    // SAFETY: as above.
-    let transfer = transfer_family.map(|f| (unsafe { device.get_device_queue(f, 0) }, f));
-    let exportable =
-        features.has(Features::EXTERNAL_SEMAPHORE_FD) && timeline_exportable(&instance, physical);
-    let semaphore = create_semaphore(&device, shared.last(), exportable).map_err(|e| {
+    let (device, info) = (&parts.device, &parts.info);
+    let exportable = parts.features.has(Features::EXTERNAL_SEMAPHORE_FD)
+        && timeline_exportable(&parts.instance, parts.physical);
+    let semaphore = create_semaphore(device, shared.last(), exportable).map_err(|e| {
         Error::gpu(
             vk_kind(e),
             format!(
@@ -347,19 +361,9 @@ fn own_device(record: Option<&'static Record>) -> Result<GpuDevice> {
             ),
         )
     })?;
-    let tracked = tracked(&device, exportable)?;
-    let mut dev = GpuDevice::assemble(
-        entry,
-        instance,
-        physical,
-        device,
-        (queue, queue_family, queue_index),
-        transfer,
-        info,
-        features,
-        origin,
-        Timeline::new(semaphore, tracked, shared, exportable),
-    )?;
+    let tracked = tracked(device, exportable)?;
+    let timeline = Timeline::new(semaphore, tracked, shared, exportable);
+    let mut dev = GpuDevice::assemble(parts, timeline)?;
     // The debug messenger lives as long as the device: only a discarded device destroys it.
     dev.messenger = messenger;
     Ok(dev)
@@ -415,7 +419,7 @@ unsafe fn adopt(record: &'static Record, p: &Published) -> Result<GpuDevice> {
     let queue = (vk::Queue::from_raw(p.queue), p.queue_family, p.queue_index);
     let transfer = (p.transfer_family != u32::MAX)
         .then(|| (vk::Queue::from_raw(p.transfer_queue), p.transfer_family));
-    GpuDevice::assemble(
+    let parts = DeviceParts {
         entry,
         instance,
         physical,
@@ -424,9 +428,9 @@ unsafe fn adopt(record: &'static Record, p: &Published) -> Result<GpuDevice> {
         transfer,
         info,
         features,
-        Origin::Adopted,
-        timeline,
-    )
+        origin: Origin::Adopted,
+    };
+    GpuDevice::assemble(parts, timeline)
 }
 
 /// The kind of failure a Vulkan result code is, for [`Error::Gpu`].
@@ -494,19 +498,20 @@ fn create_semaphore(
 }
 
 impl GpuDevice {
-    #[allow(clippy::too_many_arguments)]
-    fn assemble(
-        entry: ash::Entry,
-        instance: ash::Instance,
-        physical: vk::PhysicalDevice,
-        device: ash::Device,
-        (queue, queue_family, queue_index): (vk::Queue, u32, u32),
-        transfer: Option<(vk::Queue, u32)>,
-        info: AdapterInfo,
-        features: Features,
-        origin: Origin,
-        mut timeline: Timeline,
-    ) -> Result<GpuDevice> {
+    /// The device from its parts and its timeline: the command pools, the memory
+    /// properties and the extensions' function tables are made here, once for every origin.
+    fn assemble(parts: DeviceParts, mut timeline: Timeline) -> Result<GpuDevice> {
+        let DeviceParts {
+            entry,
+            instance,
+            physical,
+            device,
+            queue: (queue, queue_family, queue_index),
+            transfer,
+            info,
+            features,
+            origin,
+        } = parts;
         let pool_err = |e| Error::gpu(vk_kind(e), format!("creating a command pool failed: {e}"));
         let work = submit::Work::new(&device, queue_family).map_err(pool_err)?;
         let transfer = match transfer {
