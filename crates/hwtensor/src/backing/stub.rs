@@ -29,11 +29,21 @@ pub(crate) fn allocate(memory: TensorMemory, _len: usize, _cpu_reads: bool) -> R
     })
 }
 
-/// A memfd or DMA-BUF and its mapping: none on this platform.
+/// A Linux-only mapping, of the kind `K` names: none on this platform.
 #[derive(Debug)]
-pub(crate) struct FdMapping(Never);
+pub(crate) struct Absent<K>(Never, PhantomData<K>);
 
-impl FdMapping {
+/// What `Absent` stands for: a memfd or DMA-BUF and its mapping...
+#[derive(Debug)]
+pub(crate) enum OneFd {}
+/// ...or an image's planes in several fds, mapped as one.
+#[derive(Debug)]
+pub(crate) enum SeveralFds {}
+
+pub(crate) type FdMapping = Absent<OneFd>;
+pub(crate) type PlaneMapping = Absent<SeveralFds>;
+
+impl<K> Absent<K> {
     pub(crate) fn ptr(&self) -> *mut u8 {
         match self.0 {}
     }
@@ -49,31 +59,15 @@ impl FdMapping {
     pub(crate) fn identity(&self) -> Result<BufferIdentity> {
         match self.0 {}
     }
+}
+
+impl FdMapping {
     pub(crate) fn begin_cpu(&self, _: Direction) -> Result<Option<SyncBracket<'_>>> {
         match self.0 {}
     }
 }
 
-/// An image's planes in several fds, mapped as one: none on this platform.
-#[derive(Debug)]
-pub(crate) struct PlaneMapping(Never);
-
 impl PlaneMapping {
-    pub(crate) fn ptr(&self) -> *mut u8 {
-        match self.0 {}
-    }
-    pub(crate) fn len(&self) -> usize {
-        match self.0 {}
-    }
-    pub(crate) fn memory(&self) -> TensorMemory {
-        match self.0 {}
-    }
-    pub(crate) fn writable(&self) -> bool {
-        match self.0 {}
-    }
-    pub(crate) fn identity(&self) -> Result<BufferIdentity> {
-        match self.0 {}
-    }
     pub(crate) fn begin_cpu(&self, _: Direction) -> Result<Vec<SyncBracket<'_>>> {
         match self.0 {}
     }

@@ -208,8 +208,8 @@ const NEVER_STAGED: u64 = u64::MAX;
 
 /// A buffer in GPU memory and what orders access to it.
 pub(crate) struct GpuMemory {
-    device: &'static GpuDevice,
-    /// Freed by `drop` only once the GPU is done with it (leaked otherwise).
+    /// The buffer, its memory and their device. Freed by `drop` only once the GPU is done with
+    /// it (leaked otherwise).
     bound: ManuallyDrop<BoundBuffer>,
     allocation_size: u64,
     len: usize,
@@ -527,7 +527,6 @@ impl GpuMemory {
         let req = bound.requirements();
         let imported = import.is_some();
         let mut mem = GpuMemory {
-            device,
             bound: ManuallyDrop::new(bound),
             allocation_size: req.size,
             len,
@@ -570,7 +569,7 @@ impl GpuMemory {
         }
         let buffer = self.bound.buffer;
         let v = self
-            .device
+            .device()
             .submit_commands(Queue::Transfer, 0, &[], |d, cmd| {
                 // SAFETY: recording a fill of this buffer's whole range.
                 unsafe { d.cmd_fill_buffer(cmd, buffer, 0, vk::WHOLE_SIZE, 0) }
@@ -581,7 +580,7 @@ impl GpuMemory {
     }
 
     pub(crate) fn device(&self) -> &'static GpuDevice {
-        self.device
+        self.bound.device
     }
     pub(crate) fn buffer(&self) -> vk::Buffer {
         self.bound.buffer
@@ -610,8 +609,8 @@ impl GpuMemory {
     /// that write first, so the receiver reads finished bytes: a value is never paired with
     /// the wrong fence.
     pub(crate) fn describe(&self) -> Result<(GpuReference, Option<(BorrowedFd<'_>, u64)>)> {
-        let completion = self.device.peer_completion(self.last_write())?;
-        let reference = self.device.reference(self.allocation_size, self.origin);
+        let completion = self.device().peer_completion(self.last_write())?;
+        let reference = self.device().reference(self.allocation_size, self.origin);
         Ok((reference, completion))
     }
 
@@ -634,7 +633,7 @@ impl GpuMemory {
         };
         if cell.get().is_none() {
             // A racing creator's extra staging is dropped (freed) by `set` failing.
-            let _ = cell.set(self.device.staging(self.len as u64)?);
+            let _ = cell.set(self.device().staging(self.len as u64)?);
         }
         Ok(cell.get().expect("set above"))
     }
@@ -664,11 +663,11 @@ impl GpuMemory {
             if stale || self.shared.load(Ordering::Acquire) {
                 let (src, dst, len) = (self.bound.buffer, staging.bound.buffer, self.len as u64);
                 let v = self
-                    .device
+                    .device()
                     .submit_commands(Queue::Transfer, last, &[], |d, cmd| {
                         copy(d, cmd, src, dst, 0, 0, len)
                     })?;
-                self.device.wait(v, GPU_WAIT)?;
+                self.device().wait(v, GPU_WAIT)?;
                 self.record(v, false);
                 if !staging.coherent {
                     self.invalidate(staging.bound.memory)?;
@@ -676,7 +675,7 @@ impl GpuMemory {
                 self.staged_at.store(last, Ordering::Release);
             }
         }
-        self.device.wait(self.after(write), GPU_WAIT)?;
+        self.device().wait(self.after(write), GPU_WAIT)?;
         Ok(GpuCpuAccess { mem: self, write })
     }
 
@@ -685,8 +684,12 @@ impl GpuMemory {
             .memory(memory)
             .size(vk::WHOLE_SIZE);
         // SAFETY: the memory is mapped, and the GPU work that wrote it has completed.
-        unsafe { self.device.device.invalidate_mapped_memory_ranges(&[range]) }
-            .map_err(gpu_err("vkInvalidateMappedMemoryRanges"))
+        unsafe {
+            self.device()
+                .device
+                .invalidate_mapped_memory_ranges(&[range])
+        }
+        .map_err(gpu_err("vkInvalidateMappedMemoryRanges"))
     }
 
     /// Sends the staging copy back to the device after a CPU write.
@@ -700,15 +703,15 @@ impl GpuMemory {
                 .memory(staging.bound.memory)
                 .size(vk::WHOLE_SIZE);
             // SAFETY: the staging memory is mapped and the CPU writes are done.
-            unsafe { self.device.device.flush_mapped_memory_ranges(&[range]) }
+            unsafe { self.device().device.flush_mapped_memory_ranges(&[range]) }
                 .map_err(gpu_err("vkFlushMappedMemoryRanges"))?;
         }
         let (src, dst, len) = (staging.bound.buffer, self.bound.buffer, self.len as u64);
-        let v = self
-            .device
-            .submit_commands(Queue::Transfer, self.after(true), &[], |d, cmd| {
-                copy(d, cmd, src, dst, 0, 0, len)
-            })?;
+        let v =
+            self.device()
+                .submit_commands(Queue::Transfer, self.after(true), &[], |d, cmd| {
+                    copy(d, cmd, src, dst, 0, 0, len)
+                })?;
         self.record(v, true);
         self.staged_at.store(v, Ordering::Release);
         Ok(())
@@ -781,14 +784,14 @@ impl std::fmt::Debug for GpuCpuAccess<'_> {
 impl Drop for GpuMemory {
     fn drop(&mut self) {
         // Freeing memory the GPU still uses is undefined: wait for it, or leak it.
-        if let Err(e) = self.device.wait(self.after(true), GPU_WAIT) {
+        if let Err(e) = self.device().wait(self.after(true), GPU_WAIT) {
             log::error!("hwtensor: GPU memory still in use at drop ({e}); leaking it rather than freeing it under the GPU");
             if let CpuView::Staged(cell) = &mut self.cpu {
                 std::mem::forget(cell.take());
             }
             return;
         }
-        self.device.retire_finished();
+        self.device().retire_finished();
         // SAFETY: dropped once, here; no GPU work uses it any more (waited above) and no map
         // outlives the tensor that owns this memory.
         unsafe { ManuallyDrop::drop(&mut self.bound) };
@@ -882,11 +885,16 @@ mod tests {
     use super::test_hooks::{Step, FAIL, LIVE};
     use super::*;
 
+    /// Whether a missing GPU (or GPU feature) fails the test rather than skipping it.
+    fn gpu_required() -> bool {
+        std::env::var("HWTENSOR_TEST_REQUIRE_GPU").is_ok_and(|v| v == "1")
+    }
+
     /// The process device, or `None` after a `SKIPPED:` line (a failure when a GPU is required).
     fn device_or_skip(test: &str) -> Option<&'static GpuDevice> {
         match super::super::device() {
             Ok(d) => Some(d),
-            Err(e) if std::env::var("HWTENSOR_TEST_REQUIRE_GPU").is_ok_and(|v| v == "1") => {
+            Err(e) if gpu_required() => {
                 panic!("{test}: HWTENSOR_TEST_REQUIRE_GPU=1 but there is no GPU device: {e}")
             }
             Err(e) => {
@@ -961,7 +969,7 @@ mod tests {
         let exported = GpuMemory::allocate(4096, None).unwrap();
         let Some(fd) = exported.fd().map(|f| f.try_clone_to_owned().unwrap()) else {
             assert!(
-                !std::env::var("HWTENSOR_TEST_REQUIRE_GPU").is_ok_and(|v| v == "1"),
+                !gpu_required(),
                 "{test}: {} cannot export memory",
                 device.adapter_label()
             );
