@@ -1,0 +1,378 @@
+//! The receiving side of a channel: the pool as this process imported it, the frames it
+//! hands out, and the way their buffers go back.
+
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::ring::{Entry, Ring};
+use super::wake::{self, Woken};
+use super::{setup, FrameMeta, PAYLOAD_BYTES, SPIN};
+use crate::gpu::{PeerTimeline, GPU_WAIT};
+use crate::{handoff, Direction, Error, Result, TensorDyn};
+
+/// The least a timed receive gives a frame's GPU completion once the frame is there, however
+/// little of its timeout is left: a frame published just before the deadline with its copy
+/// still running is not refused for that (a GPU copy of a 4K frame takes about a millisecond).
+const COMPLETION_GRACE: Duration = Duration::from_millis(5);
+/// How often a busy-polling receive looks at the socket for a producer that died.
+const SPIN_LIVENESS: Duration = Duration::from_millis(1);
+
+/// How long [`Consumer::connect`] waits for a whole set-up where its caller names no bound
+/// (the C ABI's `hwt_consumer_connect`): a producer on the same machine sends its set-up and
+/// pool in milliseconds, and one silent for this long has hung.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How a receive waits for a frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wait {
+    /// Spin on the ring, never sleeping (lowest latency; a core busy).
+    Spin,
+    /// Spin briefly, then sleep until a frame comes.
+    Block,
+    /// As `Block`, for at most this long (then `Error::Timeout`).
+    For(Duration),
+}
+
+/// What a consumer shares with the frames it handed out: the way back.
+#[derive(Debug)]
+struct Back {
+    ring: Arc<Ring>,
+    /// The consumer's socket (a second handle to it): hand-backs wake the producer on it.
+    socket: UnixStream,
+    /// Which buffers this consumer holds (a replayed id from the producer is refused); also
+    /// serialises hand-backs from frames dropped on several threads.
+    holds: Mutex<Vec<bool>>,
+}
+
+impl Back {
+    fn hand_back(&self, slot: u32) -> Result<()> {
+        let mut holds = self
+            .holds
+            .lock()
+            .map_err(|_| Error::InvalidOperation("a hand-back panicked earlier".into()))?;
+        if let Some(h) = holds.get_mut(slot as usize) {
+            *h = false;
+        }
+        self.ring.push_back(slot)?;
+        if self.ring.peer_sleeps(false) {
+            wake::wake(self.socket.as_fd());
+        }
+        Ok(())
+    }
+}
+
+/// The receiving side of a channel. Dropping it shuts the connection down (the socket it was
+/// given and every duplicate of it): the producer sees it leave even while frames are held.
+pub struct Consumer {
+    stream: UnixStream,
+    ring: Arc<Ring>,
+    pool: Vec<TensorDyn>,
+    fence: Option<Arc<PeerTimeline>>,
+    back: Arc<Back>,
+}
+
+/// A received frame: the pool's buffer and its metadata. Dropping it hands the buffer back.
+#[derive(Debug)]
+pub struct Frame {
+    tensor: TensorDyn,
+    meta: FrameMeta,
+    slot: u32,
+    back: Arc<Back>,
+}
+
+impl Frame {
+    /// The frame's tensor (the consumer's import of the pool buffer).
+    pub fn tensor(&self) -> &TensorDyn {
+        &self.tensor
+    }
+    /// The frame's metadata.
+    pub fn meta(&self) -> &FrameMeta {
+        &self.meta
+    }
+    /// The buffer's index in the pool.
+    pub fn slot(&self) -> usize {
+        self.slot as usize
+    }
+}
+
+impl Drop for Frame {
+    fn drop(&mut self) {
+        // GPU work of ours still reading the buffer must end before the producer rewrites it.
+        let ours = self.tensor.gpu_after(Direction::Write);
+        if ours > 0 {
+            let done = crate::gpu::device().and_then(|d| d.wait(ours, GPU_WAIT));
+            if let Err(e) = done {
+                log::error!(
+                    "hwtensor: a frame's GPU work did not finish ({e}); buffer not handed back"
+                );
+                return;
+            }
+        }
+        if let Err(e) = self.back.hand_back(self.slot) {
+            log::warn!("hwtensor: handing a frame back failed: {e}");
+        }
+    }
+}
+
+impl Drop for Consumer {
+    fn drop(&mut self) {
+        // Frames still held keep a handle to the socket for their hand-backs: shutting it
+        // down tells the producer now that this consumer is gone (their later hand-backs go
+        // nowhere, harmlessly), as closing the last handle would.
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+impl std::fmt::Debug for Consumer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Consumer")
+            .field("pool", &self.pool.len())
+            .field("gpu_fence", &self.fence.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Consumer {
+    /// Attaches to a producer on a connected socket: receives the set-up and imports the pool,
+    /// all of it within `timeout` (a producer that is silent, or stalls mid-message, is
+    /// `Error::Timeout` or `Error::Handoff` by then, whatever the socket's own timeouts and
+    /// blocking mode; [`CONNECT_TIMEOUT`] is a sensible bound). GPU buffers are accepted from a
+    /// producer of this user (as `handoff::recv` does).
+    pub fn connect(stream: UnixStream, timeout: Duration) -> Result<Consumer> {
+        let deadline = Instant::now() + timeout;
+        let s = setup::recv(&stream, deadline)?;
+        let ring = Arc::new(Ring::open(s.block, s.capacity)?);
+        let fence = match s.fence {
+            Some(fd) => Some(crate::gpu::device()?.peer_timeline(fd)?),
+            None => None,
+        };
+        let pool = (0..s.slots)
+            .map(|_| handoff::recv_by(&stream, deadline))
+            .collect::<Result<Vec<_>>>()?;
+        let socket = stream.try_clone().map_err(|source| Error::Os {
+            op: "dup of the channel's socket",
+            source,
+        })?;
+        let back = Arc::new(Back {
+            ring: ring.clone(),
+            socket,
+            holds: Mutex::new(vec![false; pool.len()]),
+        });
+        Ok(Consumer {
+            stream,
+            ring,
+            pool,
+            fence,
+            back,
+        })
+    }
+
+    /// The pool's buffers, as this process imported them.
+    pub fn pool(&self) -> &[TensorDyn] {
+        &self.pool
+    }
+
+    /// The next frame, waiting as `wait` says. A producer that left is `Error::Handoff`; a
+    /// frame naming a buffer out of the pool, or one this consumer still holds, is an error.
+    pub fn recv(&mut self, wait: Wait) -> Result<Frame> {
+        let started = Instant::now();
+        let deadline = match wait {
+            Wait::For(d) => Some(started + d),
+            _ => None,
+        };
+        let mut checked = started;
+        loop {
+            if let Some(e) = self.ring.pop_frame()? {
+                return self.frame(e, deadline);
+            }
+            let now = Instant::now();
+            // Checked on every turn: a producer that keeps waking us with no frame is bounded.
+            if deadline.is_some_and(|d| now >= d) {
+                return Err(no_frame());
+            }
+            if wait == Wait::Spin || now < started + SPIN {
+                if now >= checked + SPIN_LIVENESS {
+                    self.check_producer()?;
+                    checked = now;
+                }
+                std::thread::yield_now(); // see `SPIN`
+                continue;
+            }
+            self.sleep(deadline)?;
+        }
+    }
+
+    /// The frame of entry `e`, once its GPU completion is reached: waited for until the
+    /// receive's deadline (at least [`COMPLETION_GRACE`]), else at most `GPU_WAIT`. A frame whose
+    /// completion does not come is an error, and its buffer goes back.
+    fn frame(&self, e: Entry, deadline: Option<Instant>) -> Result<Frame> {
+        let i = e.slot as usize;
+        let tensor = self.pool.get(i).cloned().ok_or_else(|| {
+            Error::Handoff(format!(
+                "the producer sent buffer {i} of a pool of {}",
+                self.pool.len()
+            ))
+        })?;
+        {
+            let mut holds = self
+                .back
+                .holds
+                .lock()
+                .map_err(|_| Error::InvalidOperation("a hand-back panicked earlier".into()))?;
+            if std::mem::replace(&mut holds[i], true) {
+                return Err(Error::Handoff(format!(
+                    "the producer sent buffer {i} again while this consumer holds it"
+                )));
+            }
+        }
+        let payload_len = u8::try_from(e.payload_len)
+            .ok()
+            .filter(|&n| usize::from(n) <= PAYLOAD_BYTES)
+            .unwrap_or(0);
+        let frame = Frame {
+            tensor,
+            meta: FrameMeta {
+                seq: e.seq,
+                timestamp_ns: e.timestamp_ns,
+                payload: e.payload,
+                payload_len,
+            },
+            slot: e.slot,
+            back: self.back.clone(),
+        };
+        if e.completion > 0 {
+            let fence = self.fence.as_ref().ok_or_else(|| {
+                Error::Handoff(
+                    "a frame with a GPU completion, but the producer sent no fence".into(),
+                )
+            })?;
+            let bound = deadline.map_or(GPU_WAIT, |d| {
+                d.saturating_duration_since(Instant::now())
+                    .clamp(COMPLETION_GRACE, GPU_WAIT)
+            });
+            fence.wait(e.completion, bound)?;
+        }
+        Ok(frame)
+    }
+
+    /// Sleeps until the producer publishes, leaves, or the deadline passes.
+    fn sleep(&self, deadline: Option<Instant>) -> Result<()> {
+        self.ring.going_to_sleep(true);
+        let woken = if self.ring.frame_ready() {
+            Woken::Event
+        } else {
+            wake::wait(&[self.stream.as_fd()], deadline)?
+        };
+        self.ring.awake(true);
+        match woken {
+            Woken::Event => Ok(()),
+            Woken::Left(_) => self.producer_left(),
+            Woken::Timeout => Err(no_frame()),
+        }
+    }
+
+    /// Errs when the producer's socket hung up.
+    fn check_producer(&self) -> Result<()> {
+        match wake::wait(&[self.stream.as_fd()], Some(Instant::now()))? {
+            Woken::Left(_) => self.producer_left(),
+            _ => Ok(()),
+        }
+    }
+
+    fn producer_left(&self) -> Result<()> {
+        if self.ring.frame_ready() {
+            return Ok(()); // frames it sent before leaving are still delivered
+        }
+        Err(Error::Handoff(
+            "the producer left (its socket hung up); frames received earlier stay valid".into(),
+        ))
+    }
+}
+
+fn no_frame() -> Error {
+    Error::Timeout("no frame within the receive's timeout".into())
+}
+
+#[cfg(test)]
+impl Consumer {
+    /// This consumer's ring, for a test to play a hostile consumer on.
+    pub(super) fn ring(&self) -> &Ring {
+        &self.ring
+    }
+
+    /// The consumer's end of its socket, for a test to misbehave on.
+    pub(super) fn socket(&self) -> UnixStream {
+        self.stream.try_clone().unwrap()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::{connected, while_flooded};
+    use super::*;
+
+    #[test]
+    fn a_frame_naming_a_buffer_outside_the_pool_is_an_error() {
+        let (producer, mut consumer) = connected();
+        let bogus = Entry {
+            slot: 7,
+            ..Entry::default()
+        };
+        producer.ring_of(0).push_frame(bogus).unwrap();
+        let err = consumer.recv(Wait::Block).unwrap_err();
+        assert!(err.to_string().contains("buffer 7 of a pool of 3"), "{err}");
+    }
+
+    #[test]
+    fn a_frame_replaying_a_buffer_the_consumer_holds_is_an_error() {
+        let (mut producer, mut consumer) = connected();
+        let slot = producer.acquire(Duration::from_secs(1)).unwrap();
+        producer.send(slot, FrameMeta::new(0, 0)).unwrap();
+        let _held = consumer.recv(Wait::Block).unwrap();
+        let replay = Entry {
+            slot: slot.index() as u32,
+            ..Entry::default()
+        };
+        producer.ring_of(0).push_frame(replay).unwrap();
+        let err = consumer.recv(Wait::Block).unwrap_err();
+        assert!(err.to_string().contains("again while"), "{err}");
+    }
+
+    #[test]
+    fn a_producer_that_keeps_waking_without_frames_cannot_hold_a_timed_receive_past_its_deadline() {
+        let (producer, mut consumer) = connected();
+        let (got, took) = while_flooded(producer.socket_of(0), || {
+            consumer.recv(Wait::For(Duration::from_millis(200)))
+        });
+        assert!(matches!(got, Err(Error::Timeout(_))), "{got:?}");
+        assert!(took < Duration::from_secs(5), "returned after {took:?}");
+    }
+
+    #[test]
+    fn a_hand_back_to_a_producer_that_never_reads_its_socket_does_not_block() {
+        let (mut producer, mut consumer) = connected();
+        // The producer says it sleeps (so every hand-back sends a wake-up) and reads nothing:
+        // the consumer's end of the socket, blocking, is full.
+        producer.ring_of(0).going_to_sleep(false);
+        let full = rustix::net::SendFlags::DONTWAIT;
+        while rustix::net::send(&consumer.stream, &[0; 4096], full).is_ok() {}
+        for seq in 0..3 {
+            let slot = producer.acquire(Duration::from_secs(1)).unwrap();
+            producer.send(slot, FrameMeta::new(seq, 0)).unwrap();
+            drop(consumer.recv(Wait::Block).unwrap()); // hands back: returns
+        }
+    }
+
+    #[test]
+    fn a_producer_silent_after_its_set_up_is_a_connect_timeout() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let ring = Ring::create(3).unwrap();
+        setup::send(&a, 3, ring.capacity(), ring.fd(), None).unwrap();
+        let started = Instant::now();
+        let got = Consumer::connect(b, Duration::from_millis(200));
+        assert!(matches!(got, Err(Error::Timeout(_))), "{got:?}");
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+}

@@ -1,0 +1,337 @@
+//! The sending side of a channel: the pool, the consumers attached to it, and which of them
+//! holds which buffer.
+
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
+
+use super::ring::{self, Entry, Ring};
+use super::wake::{self, Woken};
+use super::{setup, FrameMeta, SPIN};
+use crate::blob::Transport;
+use crate::{handoff, Direction, Error, Result, TensorDyn, TensorMemory};
+
+/// A buffer of the producer's pool, acquired for writing and not yet sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Slot(u32);
+
+impl Slot {
+    /// The buffer's index in the pool.
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// One consumer as the producer sees it.
+#[derive(Debug)]
+struct Attached {
+    /// The set-up went here; then wake-ups both ways, and its hang-up says the consumer left.
+    stream: UnixStream,
+    ring: Ring,
+    /// Which buffers this consumer holds.
+    holds: Vec<bool>,
+}
+
+/// The sending side of a channel: a pool of buffers, lent to every attached consumer.
+#[derive(Debug)]
+pub struct Producer {
+    pool: Vec<TensorDyn>,
+    consumers: Vec<Attached>,
+    /// How many consumers hold each buffer.
+    out: Vec<u32>,
+    /// The buffers acquired and not yet sent.
+    acquired: Vec<bool>,
+    scratch: Vec<u64>,
+}
+
+impl Producer {
+    /// A producer over `pool`: tensors whose memory has an fd (shm, DMA-BUF, GPU), lent to
+    /// consumers by reference.
+    pub fn new(pool: Vec<TensorDyn>) -> Result<Producer> {
+        let n = pool.len();
+        if n == 0 || n > ring::MAX_CAPACITY as usize {
+            return Err(Error::InvalidArgument(format!(
+                "a channel's pool holds 1 to {} buffers, not {n}",
+                ring::MAX_CAPACITY
+            )));
+        }
+        if let Some(t) = pool.iter().find(|t| t.as_fd().is_none()) {
+            return Err(Error::Unavailable {
+                memory: t.memory(),
+                reason: "a channel lends its buffers by fd; allocate the pool on shm, DMA-BUF or \
+                         GPU memory"
+                    .into(),
+            });
+        }
+        Ok(Producer {
+            pool,
+            consumers: Vec::new(),
+            out: vec![0; n],
+            acquired: vec![false; n],
+            scratch: Vec::new(),
+        })
+    }
+
+    /// The slot of pool buffer `index`, if the pool has one (for callers that keep indices, as
+    /// the C ABI does; `send` still refuses a slot that was not acquired).
+    pub fn slot(&self, index: usize) -> Option<Slot> {
+        (index < self.pool.len()).then_some(Slot(index as u32))
+    }
+
+    /// The pool's buffer behind `slot`.
+    pub fn tensor(&self, slot: Slot) -> &TensorDyn {
+        &self.pool[slot.index()]
+    }
+
+    /// Consumers attached now.
+    pub fn consumers(&self) -> usize {
+        self.consumers.len()
+    }
+
+    /// Attaches a consumer on a connected socket: sends the set-up and the pool.
+    pub fn attach(&mut self, stream: UnixStream) -> Result<()> {
+        let slots = self.pool.len() as u32;
+        let ring = Ring::create(slots)?;
+        let fence = match self.pool.iter().any(|t| t.memory() == TensorMemory::Gpu) {
+            true => crate::gpu::device()?.fence_fd(),
+            false => None,
+        };
+        setup::send(&stream, slots, ring.capacity(), ring.fd(), fence)?;
+        for t in &self.pool {
+            handoff::send_as(&stream, t, Transport::Reference)?;
+        }
+        self.consumers.push(Attached {
+            stream,
+            ring,
+            holds: vec![false; self.pool.len()],
+        });
+        Ok(())
+    }
+
+    /// A free buffer to write the next frame into: one no consumer holds. Waits at most
+    /// `timeout` while consumers hold every buffer (`Error::Timeout`).
+    pub fn acquire(&mut self, timeout: Duration) -> Result<Slot> {
+        let deadline = Instant::now() + timeout;
+        let spin_until = Instant::now() + SPIN.min(timeout);
+        loop {
+            self.reclaim();
+            if let Some(i) = (0..self.pool.len()).find(|&i| self.out[i] == 0 && !self.acquired[i]) {
+                self.acquired[i] = true;
+                return Ok(Slot(i as u32));
+            }
+            if Instant::now() < spin_until {
+                std::thread::yield_now(); // see `SPIN`
+                continue;
+            }
+            self.sleep_until_handed_back(deadline)?;
+        }
+    }
+
+    /// Gives back a slot acquired and not sent.
+    pub fn release(&mut self, slot: Slot) {
+        if let Some(a) = self.acquired.get_mut(slot.index()) {
+            *a = false;
+        }
+    }
+
+    /// Sends the frame in `slot` (acquired, and written) to every attached consumer. A GPU
+    /// tensor's last write travels as its completion: consumers wait for it before they read.
+    pub fn send(&mut self, slot: Slot, meta: FrameMeta) -> Result<()> {
+        let i = slot.index();
+        if !self.acquired.get(i).copied().unwrap_or(false) {
+            return Err(Error::InvalidOperation(format!(
+                "slot {i} was not acquired (or was sent already)"
+            )));
+        }
+        self.acquired[i] = false;
+        let completion = self.completion(i)?;
+        let entry = Entry {
+            slot: slot.0,
+            payload_len: u32::from(meta.payload_len),
+            seq: meta.seq,
+            timestamp_ns: meta.timestamp_ns,
+            completion,
+            payload: meta.payload,
+        };
+        let mut broken = Vec::new();
+        for (c, consumer) in self.consumers.iter_mut().enumerate() {
+            match consumer.ring.push_frame(entry) {
+                Ok(()) => {
+                    consumer.holds[i] = true;
+                    self.out[i] += 1;
+                    if consumer.ring.peer_sleeps(true) {
+                        wake::wake(consumer.stream.as_fd());
+                    }
+                }
+                Err(e) => {
+                    log::warn!("hwtensor: detaching a consumer: {e}");
+                    broken.push(c);
+                }
+            }
+        }
+        for c in broken.into_iter().rev() {
+            self.detach(c);
+        }
+        Ok(())
+    }
+
+    /// The value consumers wait for before they read buffer `i`: its last device write, or 0
+    /// when there is none or this device cannot export its fence (then the write is waited for
+    /// here, so consumers read finished bytes).
+    fn completion(&self, i: usize) -> Result<u64> {
+        let last = self.pool[i].gpu_after(Direction::Read);
+        if last == 0 {
+            return Ok(0);
+        }
+        let completion = crate::gpu::device()?.peer_completion(last)?;
+        Ok(completion.map_or(0, |(_, value)| value))
+    }
+
+    /// Takes back the ids consumers handed back, checking each: an id out of range or one the
+    /// consumer does not hold detaches that consumer (a broken or hostile peer).
+    fn reclaim(&mut self) {
+        let mut broken = Vec::new();
+        for (c, consumer) in self.consumers.iter_mut().enumerate() {
+            self.scratch.clear();
+            let drained = consumer.ring.drain_back(&mut self.scratch);
+            let bad = drained.err().map(|e| e.to_string()).or_else(|| {
+                self.scratch.iter().find_map(|&id| {
+                    let held = usize::try_from(id)
+                        .ok()
+                        .and_then(|i| consumer.holds.get_mut(i))
+                        .filter(|h| **h);
+                    match held {
+                        Some(h) => {
+                            *h = false;
+                            self.out[id as usize] -= 1;
+                            None
+                        }
+                        None => Some(format!(
+                            "it handed back buffer {id}, which it does not hold"
+                        )),
+                    }
+                })
+            });
+            if let Some(why) = bad {
+                log::warn!("hwtensor: detaching a consumer: {why}");
+                broken.push(c);
+            }
+        }
+        for c in broken.into_iter().rev() {
+            self.detach(c);
+        }
+    }
+
+    /// Forgets consumer `c`: every buffer it held is free again (its imports stay its own).
+    fn detach(&mut self, c: usize) {
+        let gone = self.consumers.swap_remove(c);
+        for (i, held) in gone.holds.iter().enumerate() {
+            if *held {
+                self.out[i] -= 1;
+            }
+        }
+    }
+
+    /// Sleeps until a consumer hands a buffer back or leaves, or the deadline passes.
+    fn sleep_until_handed_back(&mut self, deadline: Instant) -> Result<()> {
+        for c in &self.consumers {
+            c.ring.going_to_sleep(false);
+        }
+        // Re-checked after the flags are up: a hand-back just before them is not missed.
+        let pending = self.consumers.iter().any(|c| c.ring.back_pending());
+        let woken = if pending {
+            Woken::Event
+        } else {
+            let sockets: Vec<_> = self.consumers.iter().map(|c| c.stream.as_fd()).collect();
+            wake::wait(&sockets, Some(deadline))?
+        };
+        for c in &self.consumers {
+            c.ring.awake(false);
+        }
+        match woken {
+            // A consumer that sends wake-ups without handing anything back is bounded here.
+            Woken::Event if Instant::now() >= deadline => Err(self.pool_held()),
+            Woken::Event => Ok(()),
+            Woken::Left(c) => {
+                log::info!("hwtensor: a consumer left; its buffers are free again");
+                self.detach(c);
+                Ok(())
+            }
+            Woken::Timeout => Err(self.pool_held()),
+        }
+    }
+}
+
+impl Producer {
+    fn pool_held(&self) -> Error {
+        Error::Timeout(format!(
+            "consumers hold all {} buffers of the pool",
+            self.pool.len()
+        ))
+    }
+}
+
+#[cfg(test)]
+impl Producer {
+    /// Consumer `c`'s ring, for a test to play a hostile producer on.
+    pub(super) fn ring_of(&self, c: usize) -> &Ring {
+        &self.consumers[c].ring
+    }
+
+    /// The producer's end of consumer `c`'s socket, for a test to misbehave on.
+    pub(super) fn socket_of(&self, c: usize) -> UnixStream {
+        self.consumers[c].stream.try_clone().unwrap()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::{connected, while_flooded};
+    use super::super::Wait;
+    use super::*;
+
+    #[test]
+    fn a_consumer_that_hands_back_a_buffer_it_does_not_hold_is_detached() {
+        let (mut producer, consumer) = connected();
+        consumer.ring().push_back(1).unwrap(); // never received
+        producer.reclaim();
+        assert_eq!(producer.consumers(), 0);
+        let (mut producer, consumer) = connected();
+        consumer.ring().push_back(u64::MAX as u32).unwrap(); // out of the pool
+        producer.reclaim();
+        assert_eq!(producer.consumers(), 0);
+    }
+
+    #[test]
+    fn a_consumer_that_hands_a_buffer_back_twice_is_detached_without_freeing_it_twice() {
+        let (mut producer, mut consumer) = connected();
+        let slot = producer.acquire(Duration::from_secs(1)).unwrap();
+        producer.send(slot, FrameMeta::new(0, 0)).unwrap();
+        let frame = consumer.recv(Wait::Block).unwrap();
+        consumer.ring().push_back(slot.0).unwrap(); // a replay before the real hand-back
+        drop(frame);
+        producer.reclaim();
+        assert_eq!(producer.consumers(), 0);
+        assert_eq!(producer.out, [0, 0, 0]);
+    }
+
+    #[test]
+    fn sending_a_slot_that_was_not_acquired_is_refused() {
+        let (mut producer, _consumer) = connected();
+        let err = producer.send(Slot(0), FrameMeta::new(0, 0)).unwrap_err();
+        assert!(err.to_string().contains("not acquired"), "{err}");
+    }
+
+    #[test]
+    fn a_consumer_that_keeps_waking_without_hand_backs_cannot_hold_acquire_past_its_timeout() {
+        let (mut producer, consumer) = connected();
+        for seq in 0..3 {
+            let slot = producer.acquire(Duration::from_secs(1)).unwrap();
+            producer.send(slot, FrameMeta::new(seq, 0)).unwrap();
+        }
+        let socket = consumer.socket();
+        let (got, took) = while_flooded(socket, || producer.acquire(Duration::from_millis(200)));
+        assert!(matches!(got, Err(Error::Timeout(_))), "{got:?}");
+        assert!(took < Duration::from_secs(5), "returned after {took:?}");
+    }
+}
