@@ -20,11 +20,13 @@ use std::time::Duration;
 
 use hwtensor::gpu::{self, GpuDevice};
 
+mod codes;
 mod map;
 mod status;
 mod tensor;
 mod version;
 
+pub use codes::*;
 pub use map::*;
 pub use status::{hwt_last_error, hwt_status_str, HwtStatus};
 pub use tensor::*;

@@ -5,8 +5,9 @@ use std::ffi::c_void;
 
 use hwtensor::{ByteMap, TensorDyn};
 
+use crate::codes::direction_of;
 use crate::status::{fail, guard, invalid, HwtStatus, OrStatus};
-use crate::tensor::{direction_of, tensor, HwtTensor};
+use crate::tensor::{tensor, HwtTensor};
 
 /// The tensor behind a live handle, for a map that outlives the borrow.
 ///
@@ -163,7 +164,8 @@ fn end(map: &mut HwtMap) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tensor::{hwt_tensor_new, hwt_tensor_release, HwtDType, HwtMemory};
+    use crate::codes::{HwtDType, HwtMemory};
+    use crate::tensor::{hwt_tensor_new, hwt_tensor_release};
     use hwtensor::Direction;
 
     fn new_tensor() -> *mut HwtTensor {

@@ -1,4 +1,5 @@
-//! Statuses, the per-thread last error, and the guard every entry point runs its body in.
+//! Statuses, the per-thread last error, the guard every entry point runs its body in, and the
+//! checks on what crosses the boundary (pointers and counts in, values out).
 
 use std::cell::RefCell;
 use std::ffi::{c_char, CStr};
@@ -158,6 +159,50 @@ pub(crate) fn put<T>(out: *mut T, what: &str, value: T) -> Outcome {
     }
     // SAFETY: non-null (checked) and, by this ABI's contract, valid for one write of T.
     unsafe { out.write(value) };
+    Ok(())
+}
+
+/// `(pointer, count)` from C as a slice, refusing null with a count and absurd counts.
+///
+/// # Safety
+/// A non-null `ptr` must be valid for `len` reads of T.
+pub(crate) unsafe fn slice_in<'a, T>(
+    ptr: *const T,
+    len: usize,
+    what: &str,
+    max: usize,
+) -> Result<&'a [T], HwtStatus> {
+    if len > max {
+        return Err(invalid(format!(
+            "{what}: {len} entries, at most {max} make sense"
+        )));
+    }
+    if len == 0 {
+        return Ok(&[]);
+    }
+    if ptr.is_null() {
+        return Err(invalid(format!("{what} is null")));
+    }
+    // SAFETY: the caller's contract; non-null and `len` checked above.
+    Ok(unsafe { std::slice::from_raw_parts(ptr, len) })
+}
+
+/// Copies `values` into the caller's array of `capacity` entries, refusing one too short.
+pub(crate) fn copy_out<T: Copy>(values: &[T], out: *mut T, capacity: usize, what: &str) -> Outcome {
+    if capacity < values.len() {
+        return Err(invalid(format!(
+            "{what}: the array holds {capacity} entries, {} are needed",
+            values.len()
+        )));
+    }
+    if values.is_empty() {
+        return Ok(());
+    }
+    if out.is_null() {
+        return Err(invalid(format!("{what} is null")));
+    }
+    // SAFETY: the caller's contract: `out` holds `capacity` >= len entries (checked).
+    unsafe { std::ptr::copy_nonoverlapping(values.as_ptr(), out, values.len()) };
     Ok(())
 }
 

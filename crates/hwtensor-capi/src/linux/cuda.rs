@@ -7,8 +7,9 @@ use std::sync::Arc;
 use hwtensor::CudaMap;
 use hwtensor::{Direction, Element, MapDirection, Tensor, TensorDyn};
 
+use crate::codes::direction_of;
 use crate::status::{guard, invalid, put, HwtStatus, OrStatus};
-use crate::tensor::{direction_of, share, HwtTensor};
+use crate::tensor::{share, HwtTensor};
 
 /// A CUDA map with its element type and direction set aside.
 trait AnyCudaMap {

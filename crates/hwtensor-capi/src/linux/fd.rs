@@ -4,10 +4,9 @@ use std::os::fd::{BorrowedFd, IntoRawFd, OwnedFd, RawFd};
 
 use hwtensor::{PlaneFd, TensorDyn};
 
-use crate::status::{fail, guard, put, HwtStatus, OrStatus};
-use crate::tensor::{
-    access_of, dtype_of, format_of, hand_out, memory_of, slice_in, tensor, HwtTensor, HWT_MAX_DIMS,
-};
+use crate::codes::{access_of, dtype_of, format_of, memory_of};
+use crate::status::{fail, guard, put, slice_in, HwtStatus, OrStatus};
+use crate::tensor::{hand_out, tensor, HwtTensor, HWT_MAX_DIMS};
 
 /// A duplicate of the caller's `fd` (close-on-exec), which the caller keeps: a negative or
 /// closed fd is `HWT_STATUS_BAD_FD`.

@@ -7,8 +7,9 @@ use std::os::fd::IntoRawFd;
 use hwtensor::gpu::ash::vk::Handle;
 use hwtensor::{Error, GpuErrorKind};
 
+use crate::codes::direction_of;
 use crate::status::{fail, guard, put, OrStatus};
-use crate::tensor::{direction_of, tensor, HwtTensor};
+use crate::tensor::{tensor, HwtTensor};
 use crate::{with_device, HwtStatus};
 
 /// The `VkDevice` of the process device, as an integer.

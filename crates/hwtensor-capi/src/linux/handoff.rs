@@ -11,8 +11,8 @@ use hwtensor::blob::{self, Transport};
 use hwtensor::{handoff, ImportPolicy};
 
 use super::fd::dup_callers;
-use crate::status::{fail, free_handle, guard, invalid, put, HwtStatus, OrStatus};
-use crate::tensor::{share, slice_in, tensor, HwtTensor};
+use crate::status::{fail, free_handle, guard, invalid, put, slice_in, HwtStatus, OrStatus};
+use crate::tensor::{share, tensor, HwtTensor};
 
 /// How a tensor travels (`uint32_t` parameters named `transport`).
 #[repr(u32)]

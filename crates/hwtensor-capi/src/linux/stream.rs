@@ -8,8 +8,8 @@ use std::time::Duration;
 use hwtensor::stream::{Consumer, Frame, FrameMeta, Producer, Slot, Wait, PAYLOAD_BYTES};
 
 use super::fd::dup_callers;
-use crate::status::{free_handle, guard, invalid, put, HwtStatus, OrStatus};
-use crate::tensor::{hand_out, slice_in, tensor, HwtTensor};
+use crate::status::{free_handle, guard, invalid, put, slice_in, HwtStatus, OrStatus};
+use crate::tensor::{hand_out, tensor, HwtTensor};
 
 /// The most buffers a pool may have.
 const MAX_POOL: usize = 1024;
