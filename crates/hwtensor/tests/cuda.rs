@@ -180,7 +180,7 @@ fn vulkan_written(data: &[u8]) -> Tensor<u8> {
 #[test]
 fn cuda_is_the_device_with_the_process_gpus_uuid_in_its_primary_context() {
     let _serial = serial();
-    let Some(cuda) = cuda_or_skip("cuda_is_the_device_with_the_process_gpus_uuid") else {
+    let Some(cuda) = cuda_or_skip(test_name!()) else {
         return;
     };
     let gpu = hwtensor::gpu::device().unwrap();
@@ -209,7 +209,7 @@ fn cuda_is_the_device_with_the_process_gpus_uuid_in_its_primary_context() {
 fn without_cuda_every_cuda_call_is_an_error_that_says_why() {
     let _serial = serial();
     if cuda::device().is_ok() {
-        eprintln!("SKIPPED: without_cuda_every_cuda_call_is_an_error_that_says_why - CUDA is here");
+        eprintln!("SKIPPED: {} - CUDA is here", test_name!());
         return;
     }
     let why = cuda::unavailable_reason().expect("a reason");
@@ -224,7 +224,7 @@ fn without_cuda_every_cuda_call_is_an_error_that_says_why() {
 #[test]
 fn a_cuda_kernel_reads_a_vulkan_written_frame_and_vulkan_reads_its_answer() {
     let _serial = serial();
-    let Some(cuda) = cuda_or_skip("a_cuda_kernel_reads_a_vulkan_written_frame") else {
+    let Some(cuda) = cuda_or_skip(test_name!()) else {
         return;
     };
     let n = 1920 * 1080 * 4;
@@ -248,7 +248,7 @@ fn a_cuda_kernel_reads_a_vulkan_written_frame_and_vulkan_reads_its_answer() {
 #[test]
 fn a_kernel_reads_and_writes_host_tensors_registered_once() {
     let _serial = serial();
-    let Some(cuda) = cuda_or_skip("a_kernel_reads_and_writes_host_tensors_registered_once") else {
+    let Some(cuda) = cuda_or_skip(test_name!()) else {
         return;
     };
     let n = 1 << 20;
@@ -278,7 +278,7 @@ fn a_kernel_reads_and_writes_host_tensors_registered_once() {
 #[test]
 fn a_map_of_a_view_points_at_its_first_element_with_byte_strides() {
     let _serial = serial();
-    let Some(cuda) = cuda_or_skip("a_map_of_a_view_points_at_its_first_element") else {
+    let Some(cuda) = cuda_or_skip(test_name!()) else {
         return;
     };
     let kernel = Kernel::load(cuda);
@@ -301,7 +301,7 @@ fn a_map_of_a_view_points_at_its_first_element_with_byte_strides() {
 #[test]
 fn a_host_buffer_below_a_page_is_refused_with_the_reason() {
     let _serial = serial();
-    let Some(_) = cuda_or_skip("a_host_buffer_below_a_page_is_refused_with_the_reason") else {
+    let Some(_) = cuda_or_skip(test_name!()) else {
         return;
     };
     let small = Tensor::<u8>::new(&[100], Some(TensorMemory::Mem)).unwrap();
@@ -316,7 +316,7 @@ fn open_fds() -> usize {
 #[test]
 fn a_thousand_maps_of_short_lived_tensors_leak_no_import_or_fd() {
     let _serial = serial();
-    let Some(cuda) = cuda_or_skip("a_thousand_maps_of_short_lived_tensors_leak_nothing") else {
+    let Some(cuda) = cuda_or_skip(test_name!()) else {
         return;
     };
     let kernel = Kernel::load(cuda);
@@ -598,7 +598,7 @@ fn a_thousand_cross_process_hand_offs_into_cuda_leak_no_import_or_fd() {
 #[test]
 fn cuda_memory_starts_zeroed_and_cpu_maps_stage_through_pinned_memory() {
     let _serial = serial();
-    let Some(_) = cuda_or_skip("cuda_memory_starts_zeroed_and_cpu_maps_stage") else {
+    let Some(_) = cuda_or_skip(test_name!()) else {
         return;
     };
     let n = 300_000;
@@ -618,8 +618,7 @@ fn cuda_memory_starts_zeroed_and_cpu_maps_stage_through_pinned_memory() {
 #[test]
 fn a_kernel_writes_cuda_memory_that_the_cpu_and_vulkan_then_read() {
     let _serial = serial();
-    let Some(cuda) = cuda_or_skip("a_kernel_writes_cuda_memory_that_the_cpu_and_vulkan_then_read")
-    else {
+    let Some(cuda) = cuda_or_skip(test_name!()) else {
         return;
     };
     let n = 1920 * 1080 * 4;
@@ -650,7 +649,7 @@ fn a_kernel_writes_cuda_memory_that_the_cpu_and_vulkan_then_read() {
 #[test]
 fn copies_between_cuda_memory_and_every_other_backing_preserve_the_bytes() {
     let _serial = serial();
-    let Some(_) = cuda_or_skip("copies_between_cuda_memory_and_every_other_backing") else {
+    let Some(_) = cuda_or_skip(test_name!()) else {
         return;
     };
     let n = 100_000;
@@ -675,7 +674,7 @@ fn copies_between_cuda_memory_and_every_other_backing_preserve_the_bytes() {
 #[test]
 fn cuda_memory_travels_inline_and_by_reference_and_a_wrong_fd_is_refused() {
     let _serial = serial();
-    let Some(_) = cuda_or_skip("cuda_memory_travels_inline_and_by_reference") else {
+    let Some(_) = cuda_or_skip(test_name!()) else {
         return;
     };
     let data = numbered(8192);
@@ -711,7 +710,7 @@ fn cuda_memory_travels_inline_and_by_reference_and_a_wrong_fd_is_refused() {
 #[test]
 fn a_strided_crop_copies_between_cuda_memory_and_the_gpu_run_by_run() {
     let _serial = serial();
-    let Some(_) = cuda_or_skip("a_strided_crop_copies_between_cuda_memory_and_the_gpu") else {
+    let Some(_) = cuda_or_skip(test_name!()) else {
         return;
     };
     let image = |memory| {
@@ -756,7 +755,7 @@ fn a_strided_crop_copies_between_cuda_memory_and_the_gpu_run_by_run() {
 #[test]
 fn cuda_memory_of_another_library_is_wrapped_without_a_copy_and_travels_only_inline() {
     let _serial = serial();
-    let Some(cuda) = cuda_or_skip("cuda_memory_of_another_library_is_wrapped") else {
+    let Some(cuda) = cuda_or_skip(test_name!()) else {
         return;
     };
     let n = 1 << 20;

@@ -17,7 +17,7 @@ const NO_FENCE: &str = "no ID3D11Device5 under this driver";
 
 #[test]
 fn the_device_is_made_once_and_every_call_gets_the_same_one() {
-    let Some(a) = device_or_skip("the_device_is_made_once_and_every_call_gets_the_same_one") else {
+    let Some(a) = device_or_skip(test_name!()) else {
         return;
     };
     let b = gpu::device().unwrap();
@@ -39,7 +39,7 @@ fn the_device_is_made_once_and_every_call_gets_the_same_one() {
 
 #[test]
 fn the_default_adapter_is_listed_by_dxgi() {
-    let Some(d) = device_or_skip("the_default_adapter_is_listed_by_dxgi") else {
+    let Some(d) = device_or_skip(test_name!()) else {
         return;
     };
     let list = gpu::adapters().unwrap();
@@ -56,7 +56,7 @@ fn a_completion_event_is_set_once_its_value_completes() {
     use std::os::windows::io::AsRawHandle;
     use windows::Win32::Foundation::{HANDLE, WAIT_OBJECT_0};
     use windows::Win32::System::Threading::WaitForSingleObject;
-    let Some(d) = device_or_skip("a_completion_event_is_set_once_its_value_completes") else {
+    let Some(d) = device_or_skip(test_name!()) else {
         return;
     };
     let v = d.signal().unwrap();
@@ -68,9 +68,7 @@ fn a_completion_event_is_set_once_its_value_completes() {
 
 #[test]
 fn without_id3d11device5_there_is_no_fence_and_every_signal_has_finished_when_it_returns() {
-    let Some(d) = device_or_skip(
-        "without_id3d11device5_there_is_no_fence_and_every_signal_has_finished_when_it_returns",
-    ) else {
+    let Some(d) = device_or_skip(test_name!()) else {
         return;
     };
     if d.features().has(Features::FENCE) {

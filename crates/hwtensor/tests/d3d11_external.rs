@@ -47,10 +47,7 @@ fn a_host_device_becomes_the_process_device_and_a_second_install_is_refused() {
     assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
 
     let Some(host) = host_device() else {
-        return common::skip_unless_required(
-            "a_host_device_becomes_the_process_device_and_a_second_install_is_refused",
-            "no D3D11 device can be made here",
-        );
+        return common::skip_unless_required(test_name!(), "no D3D11 device can be made here");
     };
     // SAFETY: a live device, kept alive by `host` for the rest of the test.
     unsafe {

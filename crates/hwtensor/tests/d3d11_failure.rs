@@ -14,11 +14,16 @@ use std::time::Instant;
 use hwtensor::gpu::{self, ExternalDevice};
 use hwtensor::Error;
 
+mod common;
+
 #[test]
 fn a_failure_is_cached_with_identical_text_and_blocks_a_late_host_device() {
     let first = match gpu::device() {
         Ok(_) => {
-            return eprintln!("SKIPPED: a_failure_is_cached_with_identical_text_and_blocks_a_late_host_device - needs a process where no D3D11 device can be made");
+            return eprintln!(
+                "SKIPPED: {} - needs a process where no D3D11 device can be made",
+                test_name!()
+            );
         }
         Err(e) => e.to_string(),
     };

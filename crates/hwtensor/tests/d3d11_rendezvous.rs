@@ -36,9 +36,7 @@ fn a_record_of_a_foreign_layout_is_not_trusted_and_left_as_it_is() {
     };
     version.store(FOREIGN, Ordering::Release);
 
-    let Some(d) =
-        common::device_or_skip("a_record_of_a_foreign_layout_is_not_trusted_and_left_as_it_is")
-    else {
+    let Some(d) = common::device_or_skip(test_name!()) else {
         return;
     };
     assert_eq!(

@@ -28,7 +28,7 @@ fn pattern(t: &Tensor<u8>, seed: u8) {
 
 #[test]
 fn a_gpu_image_is_a_texture_whose_staging_pitch_is_its_row_stride() {
-    if device_or_skip("a_gpu_image_is_a_texture_whose_staging_pitch_is_its_row_stride").is_none() {
+    if device_or_skip(test_name!()).is_none() {
         return;
     }
     let t = Tensor::<u8>::image(100, 10, PixelFormat::Rgba, GPU, RW).unwrap();
@@ -42,8 +42,7 @@ fn a_gpu_image_is_a_texture_whose_staging_pitch_is_its_row_stride() {
 
 #[test]
 fn what_a_write_map_leaves_is_in_the_texture_where_the_gpu_sees_it() {
-    let Some(d) = device_or_skip("what_a_write_map_leaves_is_in_the_texture_where_the_gpu_sees_it")
-    else {
+    let Some(d) = device_or_skip(test_name!()) else {
         return;
     };
     let a = Tensor::<u8>::image(64, 8, PixelFormat::Bgra, GPU, RW).unwrap();
@@ -63,7 +62,7 @@ fn what_a_write_map_leaves_is_in_the_texture_where_the_gpu_sees_it() {
 
 #[test]
 fn every_format_a_dxgi_format_holds_allocates_and_round_trips() {
-    if device_or_skip("every_format_a_dxgi_format_holds_allocates_and_round_trips").is_none() {
+    if device_or_skip(test_name!()).is_none() {
         return;
     }
     for format in [
@@ -93,8 +92,7 @@ fn every_format_a_dxgi_format_holds_allocates_and_round_trips() {
 
 #[test]
 fn a_format_no_dxgi_format_holds_is_refused_naming_what_is_possible() {
-    if device_or_skip("a_format_no_dxgi_format_holds_is_refused_naming_what_is_possible").is_none()
-    {
+    if device_or_skip(test_name!()).is_none() {
         return;
     }
     let err = Tensor::<u8>::image(32, 6, PixelFormat::Rgb, GPU, RW).unwrap_err();
@@ -145,7 +143,7 @@ fn a_gpu_image_is_shared_as_an_nt_handle_with_its_completion() {
 fn a_handle_that_is_not_a_shared_texture_is_refused_on_import() {
     use hwtensor::gpu::windows::Win32::System::Threading::CreateEventW;
     use std::os::windows::io::{AsHandle, FromRawHandle, OwnedHandle};
-    if device_or_skip("a_handle_that_is_not_a_shared_texture_is_refused_on_import").is_none() {
+    if device_or_skip(test_name!()).is_none() {
         return;
     }
     // SAFETY: an unnamed event, owned by the test.
@@ -171,7 +169,7 @@ fn a_handle_that_is_not_a_shared_texture_is_refused_on_import() {
 
 #[test]
 fn whole_gpu_images_and_crops_of_them_copy_on_the_gpu() {
-    if device_or_skip("whole_gpu_images_and_crops_of_them_copy_on_the_gpu").is_none() {
+    if device_or_skip(test_name!()).is_none() {
         return;
     }
     let a = Tensor::<u8>::image(40, 12, PixelFormat::Nv12, GPU, RW).unwrap();
@@ -195,8 +193,7 @@ fn whole_gpu_images_and_crops_of_them_copy_on_the_gpu() {
 
 #[test]
 fn host_images_go_up_and_views_come_down_through_the_staging_texture() {
-    if device_or_skip("host_images_go_up_and_views_come_down_through_the_staging_texture").is_none()
-    {
+    if device_or_skip(test_name!()).is_none() {
         return;
     }
     let host = Tensor::<u8>::image(50, 7, PixelFormat::Rgba, Some(TensorMemory::Mem), RW).unwrap();
@@ -239,7 +236,7 @@ fn host_images_go_up_and_views_come_down_through_the_staging_texture() {
 
 #[test]
 fn a_grey_crop_of_one_gpu_image_lands_in_a_bigger_gpu_image() {
-    if device_or_skip("a_grey_crop_of_one_gpu_image_lands_in_a_bigger_gpu_image").is_none() {
+    if device_or_skip(test_name!()).is_none() {
         return;
     }
     let a = Tensor::<u8>::image(30, 10, PixelFormat::Grey, GPU, RW).unwrap();
@@ -259,7 +256,7 @@ fn a_grey_crop_of_one_gpu_image_lands_in_a_bigger_gpu_image() {
 
 #[test]
 fn views_of_different_formats_copy_between_the_staging_textures() {
-    if device_or_skip("views_of_different_formats_copy_between_the_staging_textures").is_none() {
+    if device_or_skip(test_name!()).is_none() {
         return;
     }
     // RGBA8 into BGRA8 has no GPU-side copy (different DXGI formats): the bytes travel through

@@ -16,7 +16,7 @@ const BOUND: Duration = Duration::from_secs(5);
 
 #[test]
 fn two_calls_give_one_device() {
-    let Some(a) = device_or_skip("two_calls_give_one_device") else {
+    let Some(a) = device_or_skip(test_name!()) else {
         return;
     };
     let b = gpu::device().unwrap();
@@ -31,7 +31,7 @@ fn two_calls_give_one_device() {
 
 #[test]
 fn the_device_describes_its_adapter() {
-    let Some(d) = device_or_skip("the_device_describes_its_adapter") else {
+    let Some(d) = device_or_skip(test_name!()) else {
         return;
     };
     assert_ne!(d.device_uuid(), [0; 16]);
@@ -54,8 +54,7 @@ fn readable_within(fd: &impl AsFd, timeout: Duration) -> bool {
 
 #[test]
 fn a_completion_fd_becomes_readable_when_its_value_completes() {
-    let Some(d) = device_or_skip("a_completion_fd_becomes_readable_when_its_value_completes")
-    else {
+    let Some(d) = device_or_skip(test_name!()) else {
         return;
     };
     let done = d.signal().unwrap();
@@ -82,7 +81,7 @@ fn a_completion_fd_becomes_readable_when_its_value_completes() {
 
 #[test]
 fn the_fence_exports_exactly_where_the_driver_can() {
-    let Some(d) = device_or_skip("the_fence_exports_exactly_where_the_driver_can") else {
+    let Some(d) = device_or_skip(test_name!()) else {
         return;
     };
     let fence = d.export_fence();
@@ -112,7 +111,7 @@ fn the_fence_exports_exactly_where_the_driver_can() {
 
 #[test]
 fn the_hot_path_of_device_is_shared_by_threads() {
-    let Some(d) = device_or_skip("the_hot_path_of_device_is_shared_by_threads") else {
+    let Some(d) = device_or_skip(test_name!()) else {
         return;
     };
     let d = Arc::new(d as *const _ as usize);

@@ -70,7 +70,7 @@ fn a_host_device_installed_before_first_use_becomes_the_process_device() {
             !gpu_required(),
             "HWTENSOR_TEST_REQUIRE_GPU=1 but the host device could not be made"
         );
-        eprintln!("SKIPPED: a_host_device_installed_before_first_use_becomes_the_process_device - no Vulkan device");
+        eprintln!("SKIPPED: {} - no Vulkan device", test_name!());
         return;
     };
     let ext = ExternalDevice {

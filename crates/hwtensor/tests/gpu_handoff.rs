@@ -36,7 +36,7 @@ fn owned(fds: &[std::os::fd::BorrowedFd<'_>]) -> Vec<OwnedFd> {
 
 #[test]
 fn a_consumer_never_sees_bytes_from_before_the_producers_write() {
-    if device_or_skip("a_consumer_never_sees_bytes_from_before_the_producers_write").is_none() {
+    if device_or_skip(test_name!()).is_none() {
         return;
     }
     let (a, b) = UnixStream::pair().unwrap();
@@ -58,7 +58,7 @@ fn a_consumer_never_sees_bytes_from_before_the_producers_write() {
 
 #[test]
 fn an_imported_tensor_outlives_its_producer() {
-    if device_or_skip("an_imported_tensor_outlives_its_producer").is_none() {
+    if device_or_skip(test_name!()).is_none() {
         return;
     }
     let t: TensorDyn = gpu_tensor_with(99).into();
@@ -81,7 +81,7 @@ fn an_imported_tensor_outlives_its_producer() {
 
 #[test]
 fn a_blob_from_another_gpu_is_refused_naming_both_devices() {
-    let Some(d) = device_or_skip("a_blob_from_another_gpu_is_refused_naming_both_devices") else {
+    let Some(d) = device_or_skip(test_name!()) else {
         return;
     };
     let t: TensorDyn = gpu_tensor_with(1).into();
@@ -99,13 +99,14 @@ fn a_blob_from_another_gpu_is_refused_naming_both_devices() {
 
 #[test]
 fn a_truncated_memory_fd_is_refused_and_an_oversized_one_is_handled_cleanly() {
-    let Some(d) =
-        device_or_skip("a_truncated_memory_fd_is_refused_and_an_oversized_one_is_handled_cleanly")
-    else {
+    let Some(d) = device_or_skip(test_name!()) else {
         return;
     };
     if !d.is_software() {
-        eprintln!("SKIPPED: a_truncated_memory_fd_is_refused_and_an_oversized_one_is_handled_cleanly - memfd stand-ins for memory fds are a lavapipe fact");
+        eprintln!(
+            "SKIPPED: {} - memfd stand-ins for memory fds are a lavapipe fact",
+            test_name!()
+        );
         return;
     }
     let t: TensorDyn = gpu_tensor_with(2).into();
@@ -132,7 +133,7 @@ fn a_truncated_memory_fd_is_refused_and_an_oversized_one_is_handled_cleanly() {
 
 #[test]
 fn a_gpu_blob_with_hostile_gpu_fields_is_refused() {
-    if device_or_skip("a_gpu_blob_with_hostile_gpu_fields_is_refused").is_none() {
+    if device_or_skip(test_name!()).is_none() {
         return;
     }
     let t: TensorDyn = gpu_tensor_with(3).into();
@@ -154,7 +155,7 @@ fn a_gpu_blob_with_hostile_gpu_fields_is_refused() {
 
 #[test]
 fn a_gpu_tensor_travels_inline_as_its_bytes() {
-    if device_or_skip("a_gpu_tensor_travels_inline_as_its_bytes").is_none() {
+    if device_or_skip(test_name!()).is_none() {
         return;
     }
     let t: TensorDyn = gpu_tensor_with(4).into();
@@ -167,7 +168,7 @@ fn a_gpu_tensor_travels_inline_as_its_bytes() {
 
 #[test]
 fn a_buffer_handed_back_to_its_own_process_comes_home_as_itself() {
-    if device_or_skip("a_buffer_handed_back_to_its_own_process_comes_home_as_itself").is_none() {
+    if device_or_skip(test_name!()).is_none() {
         return;
     }
     let t: TensorDyn = gpu_tensor_with(5).into();

@@ -15,9 +15,7 @@ const BOUND: Duration = Duration::from_secs(5);
 
 #[test]
 fn signals_from_many_threads_are_strictly_increasing_and_all_complete() {
-    let Some(d) =
-        device_or_skip("signals_from_many_threads_are_strictly_increasing_and_all_complete")
-    else {
+    let Some(d) = device_or_skip(test_name!()) else {
         return;
     };
     signals_are_unique_increasing_and_complete(d);
@@ -49,8 +47,7 @@ fn signals_are_unique_increasing_and_complete<D: ProcessDevice>(d: &'static D) {
 
 #[test]
 fn a_wait_for_a_value_never_signalled_times_out_within_its_bound() {
-    let Some(d) = device_or_skip("a_wait_for_a_value_never_signalled_times_out_within_its_bound")
-    else {
+    let Some(d) = device_or_skip(test_name!()) else {
         return;
     };
     a_never_signalled_value_times_out(d);
@@ -70,7 +67,7 @@ fn a_never_signalled_value_times_out<D: ProcessDevice>(d: &D) {
 
 #[test]
 fn deferred_signals_complete_when_flushed() {
-    let Some(d) = device_or_skip("deferred_signals_complete_when_flushed") else {
+    let Some(d) = device_or_skip(test_name!()) else {
         return;
     };
     deferred_values_complete_once_flushed(d);
@@ -88,7 +85,7 @@ fn deferred_values_complete_once_flushed<D: ProcessDevice>(d: &D) {
 
 #[test]
 fn a_view_copies_into_another_view_of_the_same_gpu_image() {
-    if device_or_skip("a_view_copies_into_another_view_of_the_same_gpu_image").is_none() {
+    if device_or_skip(test_name!()).is_none() {
         return;
     }
     let img = Tensor::<u8>::image(

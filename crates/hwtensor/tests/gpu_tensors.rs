@@ -23,7 +23,7 @@ fn host(memory: TensorMemory, data: &[u32]) -> Tensor<u32> {
 
 #[test]
 fn a_gpu_tensor_starts_zeroed_and_keeps_what_a_map_writes() {
-    if device_or_skip("a_gpu_tensor_starts_zeroed_and_keeps_what_a_map_writes").is_none() {
+    if device_or_skip(test_name!()).is_none() {
         return;
     }
     let t = Tensor::<u32>::new(&[4096], Some(TensorMemory::Gpu)).unwrap();
@@ -36,7 +36,7 @@ fn a_gpu_tensor_starts_zeroed_and_keeps_what_a_map_writes() {
 
 #[test]
 fn copies_between_every_pair_of_backings_preserve_the_bytes() {
-    if device_or_skip("copies_between_every_pair_of_backings_preserve_the_bytes").is_none() {
+    if device_or_skip(test_name!()).is_none() {
         return;
     }
     // 1000 elements: a heap block under a page (no host import, so the mapped path) and
@@ -66,7 +66,7 @@ fn copies_between_every_pair_of_backings_preserve_the_bytes() {
 
 #[test]
 fn a_chain_of_gpu_copies_is_ordered_on_the_timeline() {
-    if device_or_skip("a_chain_of_gpu_copies_is_ordered_on_the_timeline").is_none() {
+    if device_or_skip(test_name!()).is_none() {
         return;
     }
     let n = 1 << 18;
@@ -88,7 +88,7 @@ fn a_chain_of_gpu_copies_is_ordered_on_the_timeline() {
 
 #[test]
 fn gpu_images_get_a_64_byte_pitch() {
-    if device_or_skip("gpu_images_get_a_64_byte_pitch").is_none() {
+    if device_or_skip(test_name!()).is_none() {
         return;
     }
     let t = Tensor::<u8>::image(
@@ -106,7 +106,7 @@ fn gpu_images_get_a_64_byte_pitch() {
 
 #[test]
 fn a_mismatched_copy_is_refused() {
-    if device_or_skip("a_mismatched_copy_is_refused").is_none() {
+    if device_or_skip(test_name!()).is_none() {
         return;
     }
     let a = Tensor::<u32>::new(&[10], Some(TensorMemory::Gpu)).unwrap();
@@ -116,7 +116,7 @@ fn a_mismatched_copy_is_refused() {
 
 #[test]
 fn a_crop_of_a_padded_image_copies_into_and_out_of_gpu_memory() {
-    if device_or_skip("a_crop_of_a_padded_image_copies_into_and_out_of_gpu_memory").is_none() {
+    if device_or_skip(test_name!()).is_none() {
         return;
     }
     let region = hwtensor::Region::new(3, 2, 50, 7);

@@ -117,8 +117,7 @@ fn a_pipe_socket_eventfd_or_fifo_sent_as_gpu_memory_is_refused_and_never_waited_
 
 #[test]
 fn a_memfd_that_could_shrink_is_never_imported_as_gpu_memory() {
-    let Some(d) = device_or_skip("a_memfd_that_could_shrink_is_never_imported_as_gpu_memory")
-    else {
+    let Some(d) = device_or_skip(test_name!()) else {
         return;
     };
     let t = gpu_tensor(2);
@@ -134,7 +133,7 @@ fn a_memfd_that_could_shrink_is_never_imported_as_gpu_memory() {
 
 #[test]
 fn gpu_memory_by_reference_is_refused_unless_the_peer_is_trusted() {
-    if device_or_skip("gpu_memory_by_reference_is_refused_unless_the_peer_is_trusted").is_none() {
+    if device_or_skip(test_name!()).is_none() {
         return;
     }
     let t = gpu_tensor(3);
@@ -145,7 +144,7 @@ fn gpu_memory_by_reference_is_refused_unless_the_peer_is_trusted() {
 
 #[test]
 fn a_gpu_memory_fd_is_never_mapped_as_shared_memory() {
-    if device_or_skip("a_gpu_memory_fd_is_never_mapped_as_shared_memory").is_none() {
+    if device_or_skip(test_name!()).is_none() {
         return;
     }
     let t = gpu_tensor(4);
@@ -163,7 +162,7 @@ fn a_gpu_memory_fd_is_never_mapped_as_shared_memory() {
 
 #[test]
 fn a_completion_the_peer_chose_never_reaches_our_timeline() {
-    let Some(d) = device_or_skip("a_completion_the_peer_chose_never_reaches_our_timeline") else {
+    let Some(d) = device_or_skip(test_name!()) else {
         return;
     };
     let t = gpu_tensor(5);

@@ -61,7 +61,7 @@ fn every_format_allocates_its_allocation_shape_tightly_on_the_host() {
 #[test]
 fn an_image_on_dmabuf_without_a_dma_heap_is_a_clear_error() {
     if TensorMemory::DmaBuf.is_available() {
-        eprintln!("SKIPPED: an_image_on_dmabuf_without_a_dma_heap_is_a_clear_error - this machine has a dma-heap");
+        eprintln!("SKIPPED: {} - this machine has a dma-heap", test_name!());
         return;
     }
     let err =

@@ -202,7 +202,7 @@ fn a_read_only_import_of_planes_refuses_write_maps() {
 
 #[test]
 fn an_image_in_two_buffers_uploads_to_gpu_memory_and_back() {
-    if common::device_or_skip("an_image_in_two_buffers_uploads_to_gpu_memory_and_back").is_none() {
+    if common::device_or_skip(test_name!()).is_none() {
         return;
     }
     let (w, h) = (640usize, 480usize);
@@ -237,11 +237,7 @@ fn a_frame_that_cannot_be_joined_in_place_is_copied_when_the_caller_asks() {
     let short = vec![PlaneFd::new(dup(&y), 0, w), PlaneFd::new(memfd(16), 0, w)];
     let err = Tensor::<u8>::image_copied_from_planes(short, w, h, PixelFormat::Nv12, None);
     assert!(err.is_err(), "a chroma fd too small for its plane");
-    if common::device_or_skip(
-        "a_frame_that_cannot_be_joined_in_place_is_copied_when_the_caller_asks",
-    )
-    .is_none()
-    {
+    if common::device_or_skip(test_name!()).is_none() {
         return;
     }
     let gpu = Tensor::<u8>::image_copied_from_planes(

@@ -203,7 +203,7 @@ fn a_pool_without_fds_is_refused_with_the_reason() {
 
 #[test]
 fn gpu_frames_arrive_after_their_writes_complete() {
-    if common::device_or_skip("gpu_frames_arrive_after_their_writes_complete").is_none() {
+    if common::device_or_skip(test_name!()).is_none() {
         return;
     }
     let (mut producer, mut consumer) = connected(TensorMemory::Gpu, 1 << 16);

@@ -42,7 +42,7 @@ fn heap_tensors_are_64_byte_aligned() {
 #[test]
 fn automatic_selection_takes_shared_memory_when_there_is_no_dma_heap() {
     if TensorMemory::DmaBuf.is_available() {
-        eprintln!("SKIPPED: automatic_selection_takes_shared_memory_when_there_is_no_dma_heap - this machine has a dma-heap");
+        eprintln!("SKIPPED: {} - this machine has a dma-heap", test_name!());
         return;
     }
     let t = Tensor::<u8>::new(&[16], None).unwrap();

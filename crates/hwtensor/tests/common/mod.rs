@@ -3,6 +3,19 @@
 
 use hwtensor::gpu::{self, GpuDevice};
 
+/// The name of the test function it is written in, for `SKIPPED:` lines and REQUIRE failures:
+/// a name spelled out by hand goes stale when the test is renamed, and the summary of a GPU run
+/// then counts a skip under a test that no longer exists.
+#[macro_export]
+macro_rules! test_name {
+    () => {{
+        fn here() {}
+        let path = std::any::type_name_of_val(&here);
+        let test = path.strip_suffix("::here").unwrap_or(path);
+        test.rsplit("::").next().unwrap_or(test)
+    }};
+}
+
 /// Whether this run must prove the GPU paths (`HWTENSOR_TEST_REQUIRE_GPU=1`).
 pub fn gpu_required() -> bool {
     std::env::var("HWTENSOR_TEST_REQUIRE_GPU").is_ok_and(|v| v == "1")
