@@ -42,7 +42,7 @@ mod windows;
 #[cfg(windows)]
 pub use windows::*;
 
-use status::{from_error, guard, put};
+use status::{from_error, guard, put, OrStatus};
 
 /// Runs `f` on the process device and writes its result through `out`.
 pub(crate) fn with_device<T>(
@@ -86,8 +86,9 @@ pub extern "C" fn hwt_gpu_completed_value(out_value: *mut u64) -> HwtStatus {
 /// Waits until the timeline reaches `value`, at most `timeout_ns` nanoseconds.
 #[no_mangle]
 pub extern "C" fn hwt_gpu_wait(value: u64, timeout_ns: u64) -> HwtStatus {
-    let mut unit = ();
-    with_device(&mut unit, |d| {
-        d.wait(value, Duration::from_nanos(timeout_ns))
+    guard(|| {
+        gpu::device()
+            .and_then(|d| d.wait(value, Duration::from_nanos(timeout_ns)))
+            .or_status()
     })
 }

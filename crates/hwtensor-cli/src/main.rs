@@ -2,6 +2,7 @@
 //! library's figures (bench).
 
 mod bench;
+mod device;
 mod probe;
 mod timing;
 

@@ -3,15 +3,14 @@
 // The bench loads a second copy of the library (dlopen) and calls it.
 #![allow(unsafe_code)]
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use hwtensor::gpu::{self, format_uuid, GpuDevice};
+use hwtensor::gpu::{self, format_uuid};
 use libloading::os::unix::{Library, Symbol};
 
-use crate::timing::{fmt, median, median_per_call};
+use crate::device::signal_throughput;
+use crate::timing::median_per_call;
 
-/// Target for `device()` after the first call.
-const DEVICE_TARGET: Duration = Duration::from_nanos(20);
 /// Signals each thread makes when measuring throughput.
 const SIGNALS_PER_THREAD: usize = 2000;
 
@@ -30,14 +29,11 @@ pub fn probe_json() -> serde_json::Value {
             .collect::<Vec<_>>()),
         Err(e) => serde_json::json!({ "error": e.to_string() }),
     };
-    let device = match gpu::device() {
-        Ok(d) => serde_json::json!({
-            "adapter": d.adapter_label(), "origin": format!("{:?}", d.origin()), "features": d.features().names(),
-            "feature_tier": d.features().tier(), "export_fence": d.export_fence().is_some(),
+    let device = crate::device::probe_json(|d| {
+        serde_json::json!({
             "queue_family": d.queue_family(), "transfer_queue_family": d.transfer_queue_family(),
-        }),
-        Err(e) => serde_json::json!({ "error": e.to_string() }),
-    };
+        })
+    });
     let cuda = match hwtensor::cuda::device() {
         Ok(c) => serde_json::json!({
             "name": c.name(), "ordinal": c.ordinal(), "uuid": format_uuid(&c.uuid()),
@@ -86,39 +82,24 @@ pub fn probe_text(out: &mut impl std::io::Write) -> std::io::Result<()> {
             requested.as_str()
         }
     )?;
-    match gpu::device() {
-        Ok(d) => {
-            writeln!(
-                out,
-                "process device: {} ({:?})",
-                d.adapter_label(),
-                d.origin()
-            )?;
-            writeln!(
-                out,
-                "  features: {} (tier {})",
-                d.features().names().join(", "),
-                d.features().tier()
-            )?;
-            let fence = if d.export_fence().is_some() {
-                "yes"
-            } else {
-                "no (the driver cannot export it)"
-            };
-            writeln!(out, "  timeline fence exportable: {fence}")?;
-            let transfer = d
-                .transfer_queue_family()
-                .map_or("none (copies share the main queue)".to_string(), |f| {
-                    format!("family {f}")
-                });
-            writeln!(
-                out,
-                "  queues: main family {}, transfer-only {transfer}",
-                d.queue_family()
-            )?;
-        }
-        Err(e) => writeln!(out, "process device: none: {e}")?,
-    }
+    crate::device::probe_text(out, |out, d| {
+        let fence = if d.export_fence().is_some() {
+            "yes"
+        } else {
+            "no (the driver cannot export it)"
+        };
+        writeln!(out, "  timeline fence exportable: {fence}")?;
+        let transfer = d
+            .transfer_queue_family()
+            .map_or("none (copies share the main queue)".to_string(), |f| {
+                format!("family {f}")
+            });
+        writeln!(
+            out,
+            "  queues: main family {}, transfer-only {transfer}",
+            d.queue_family()
+        )
+    })?;
     match hwtensor::cuda::device() {
         Ok(c) => writeln!(
             out,
@@ -175,42 +156,19 @@ pub fn bandwidth(rounds: usize, references: &super::cuda::References) -> crate::
     Ok(())
 }
 
-/// The device benchmarks: `device()` hot path, signal + wait, signals per second.
+/// The device benchmarks: `device()` hot path, signal + wait, signals per second from one copy
+/// of the library and from two.
 pub fn bench(rounds: usize) -> crate::Result {
     println!("\n== GPU process device (medians) ==");
-    let d = match gpu::device() {
-        Ok(d) => d,
-        Err(e) => {
-            println!("skipped: no GPU device ({e})");
-            return Ok(());
-        }
+    let Some(d) = crate::device::bench(rounds)? else {
+        return Ok(());
     };
-    println!("device: {}", d.adapter_label());
-    let hot = median_per_call(rounds, 10_000, || {
-        std::hint::black_box(gpu::device().ok());
-    });
-    println!(
-        "device() after the first call: {:>10}  {}",
-        fmt(hot),
-        crate::bench::verdict(hot <= DEVICE_TARGET)
-    );
-    let mut round_trips: Vec<Duration> = (0..rounds * 10)
-        .map(|_| {
-            let started = Instant::now();
-            let v = d.signal().expect("signal");
-            d.wait(v, Duration::from_secs(5)).expect("wait");
-            started.elapsed()
-        })
-        .collect();
-    println!(
-        "signal() + wait() round trip:  {:>10}",
-        fmt(median(&mut round_trips))
-    );
-    let one_copy = throughput(d, None)?;
+    let one_copy = signal_throughput(d, SIGNALS_PER_THREAD, None)?;
     println!("signals/s, 4 threads, 1 copy:   {one_copy:>10.0}");
     match OtherCopy::load() {
         Ok(other) => {
-            let two = throughput(d, Some(&other))?;
+            let signal = || other.signal().is_some();
+            let two = signal_throughput(d, SIGNALS_PER_THREAD, Some(&signal))?;
             println!("signals/s, 4 threads, 2 copies: {two:>10.0}  (2 threads in a dlopened libhwtensor_capi.so)");
         }
         Err(e) => println!("signals/s across 2 copies: skipped ({e})"),
@@ -239,28 +197,4 @@ impl OtherCopy {
         // SAFETY: a valid out-pointer to a C ABI function of the loaded library.
         (unsafe { (self.signal)(&mut v) } == 0).then_some(v)
     }
-}
-
-/// Signals per second from 4 threads; with `other`, two of them signal through the other copy.
-fn throughput(d: &'static GpuDevice, other: Option<&OtherCopy>) -> crate::Result<f64> {
-    let started = Instant::now();
-    let ok = std::thread::scope(|s| {
-        let threads: Vec<_> = (0..4)
-            .map(|t| {
-                s.spawn(move || {
-                    (0..SIGNALS_PER_THREAD).all(|_| match other {
-                        Some(o) if t % 2 == 1 => o.signal().is_some(),
-                        _ => d.signal().is_ok(),
-                    })
-                })
-            })
-            .collect();
-        threads.into_iter().all(|t| t.join().unwrap_or(false))
-    });
-    let elapsed = started.elapsed();
-    if !ok {
-        return Err("a signal failed during the throughput run".into());
-    }
-    d.wait(d.last_signalled(), Duration::from_secs(10))?;
-    Ok((4 * SIGNALS_PER_THREAD) as f64 / elapsed.as_secs_f64())
 }

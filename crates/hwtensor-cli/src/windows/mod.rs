@@ -3,17 +3,15 @@
 
 use std::time::{Duration, Instant};
 
-use hwtensor::gpu::{self, GpuDevice};
+use hwtensor::gpu;
 use hwtensor::{CpuAccess, PixelFormat, Tensor, TensorMemory};
 
-use crate::bench::{verdict, Samples};
-use crate::timing::{fmt, median, median_per_call};
+use crate::bench::Samples;
+use crate::timing::{fmt, median};
 
 /// Host memories the core benchmarks measure: no fd-backed shared memory on Windows.
 pub const HOST_MEMORIES: &[TensorMemory] = &[TensorMemory::Mem];
 
-/// Target for `device()` after the first call.
-const DEVICE_TARGET: Duration = Duration::from_nanos(20);
 /// Signals each thread makes when measuring throughput.
 const SIGNALS_PER_THREAD: usize = 500;
 
@@ -47,14 +45,9 @@ pub fn probe_json() -> serde_json::Value {
             .collect::<Vec<_>>()),
         Err(e) => serde_json::json!({ "error": e.to_string() }),
     };
-    let device = match gpu::device() {
-        Ok(d) => serde_json::json!({
-            "adapter": d.adapter_label(), "origin": format!("{:?}", d.origin()),
-            "features": d.features().names(), "feature_tier": d.features().tier(),
-            "feature_level": format!("{:#x}", d.feature_level()), "export_fence": d.export_fence().is_some(),
-        }),
-        Err(e) => serde_json::json!({ "error": e.to_string() }),
-    };
+    let device = crate::device::probe_json(
+        |d| serde_json::json!({ "feature_level": format!("{:#x}", d.feature_level()) }),
+    );
     serde_json::json!({ "adapters": adapters, "process_device": device })
 }
 
@@ -70,73 +63,27 @@ pub fn probe_text(out: &mut impl std::io::Write) -> std::io::Result<()> {
         }
         Err(e) => writeln!(out, "  cannot list: {e}")?,
     }
-    match gpu::device() {
-        Ok(d) => {
-            writeln!(
-                out,
-                "process device: {} ({:?})",
-                d.adapter_label(),
-                d.origin()
-            )?;
-            writeln!(
-                out,
-                "  feature level {:#x}, features: {} (tier {})",
-                d.feature_level(),
-                d.features().names().join(", "),
-                d.features().tier()
-            )?;
-            let fence = if d.fence().is_some() {
-                "a shared ID3D11Fence"
-            } else {
-                "none (no ID3D11Device5): each signal finishes its work on the CPU"
-            };
-            writeln!(out, "  timeline fence: {fence}")?;
-        }
-        Err(e) => writeln!(out, "process device: none ({e})")?,
-    }
+    crate::device::probe_text(out, |out, d| {
+        writeln!(out, "  feature level {:#x}", d.feature_level())?;
+        let fence = if d.fence().is_some() {
+            "a shared ID3D11Fence"
+        } else {
+            "none (no ID3D11Device5): each signal finishes its work on the CPU"
+        };
+        writeln!(out, "  timeline fence: {fence}")
+    })?;
     Ok(())
 }
 
 /// The D3D11 device's figures: the device call, the fence, and GPU images seen by the CPU.
 pub fn bench(s: &Samples) -> crate::Result {
     println!("\n== GPU process device, D3D11 (medians) ==");
-    let d = match gpu::device() {
-        Ok(d) => d,
-        Err(e) => {
-            println!("skipped: {e}");
-            return Ok(());
-        }
+    let Some(d) = crate::device::bench(s.rounds)? else {
+        return Ok(());
     };
-    println!("device: {}", d.adapter_label());
-    let hot = median_per_call(s.rounds, 10_000, || {
-        std::hint::black_box(gpu::device().is_ok());
-    });
-    println!(
-        "device() after the first call:  {:>8}  {}",
-        fmt(hot),
-        verdict(hot <= DEVICE_TARGET)
-    );
-    let round_trip = median_per_call(s.rounds, 10, || {
-        let v = d.signal().expect("a signal");
-        d.wait(v, Duration::from_secs(5)).expect("its completion");
-    });
-    println!("signal() + wait() round trip:   {:>8}", fmt(round_trip));
-    println!("signals/s, 4 threads:           {:>8.0}", throughput(d)?);
+    let per_second = crate::device::signal_throughput(d, SIGNALS_PER_THREAD, None)?;
+    println!("signals/s, 4 threads:           {per_second:>10.0}");
     images(s)
-}
-
-fn throughput(d: &'static GpuDevice) -> crate::Result<f64> {
-    let started = Instant::now();
-    std::thread::scope(|sc| {
-        for _ in 0..4 {
-            sc.spawn(|| {
-                for _ in 0..SIGNALS_PER_THREAD {
-                    let _ = d.signal();
-                }
-            });
-        }
-    });
-    Ok((4 * SIGNALS_PER_THREAD) as f64 / started.elapsed().as_secs_f64())
 }
 
 /// A 1080p RGBA GPU image read and written through maps (texture -> staging -> host copy and

@@ -211,14 +211,13 @@ fn raw(handle: &OwnedHandle) -> HANDLE {
 fn new_event() -> Result<OwnedHandle> {
     // SAFETY: an unnamed manual-reset event, initially clear.
     let event = unsafe { CreateEventW(None, true, false, None) }
-        .map_err(|e| Error::gpu(super::hr_kind(&e), format!("creating an event failed: {e}")))?;
+        .map_err(super::failed("creating an event"))?;
     Ok(owned(event))
 }
 
 fn set(event: &OwnedHandle) -> Result<()> {
     // SAFETY: a live event handle.
-    unsafe { SetEvent(raw(event)) }
-        .map_err(|e| Error::gpu(super::hr_kind(&e), format!("setting an event failed: {e}")))
+    unsafe { SetEvent(raw(event)) }.map_err(super::failed("setting an event"))
 }
 
 fn completion_event(fence: &ID3D11Fence, value: u64) -> Result<OwnedHandle> {

@@ -154,10 +154,6 @@ fn create_texture(
     tex.ok_or_else(|| windows::core::Error::from_hresult(windows::Win32::Foundation::E_POINTER))
 }
 
-fn gpu_err(what: &str) -> impl FnOnce(windows::core::Error) -> Error + '_ {
-    move |e| Error::gpu(super::hr_kind(&e), format!("{what} failed: {e}"))
-}
-
 /// The pitch a staging texture of `grid` maps with, learnt once per grid.
 fn staging_pitch(dev: &GpuDevice, grid: Grid) -> Result<usize> {
     static PITCHES: OnceLock<Mutex<HashMap<Grid, usize>>> = OnceLock::new();
@@ -167,7 +163,7 @@ fn staging_pitch(dev: &GpuDevice, grid: Grid) -> Result<usize> {
         return Ok(p);
     }
     let staging = create_texture(dev, &grid.desc(true, 0), None)
-        .map_err(gpu_err("creating a staging texture"))?;
+        .map_err(super::failed("creating a staging texture"))?;
     let pitch = dev.with_queue(|| -> Result<usize> {
         let mapped = map(dev, &staging, D3D11_MAP_READ)?;
         // SAFETY: mapped just above.
@@ -188,7 +184,7 @@ pub(super) fn map(
     let mut mapped = D3D11_MAPPED_SUBRESOURCE::default();
     // SAFETY: a staging texture of this device, inside the queue bracket (callers hold it).
     unsafe { dev.context().Map(tex, 0, how, 0, Some(&mut mapped)) }
-        .map_err(gpu_err("mapping a staging texture"))?;
+        .map_err(super::failed("mapping a staging texture"))?;
     Ok(mapped)
 }
 
@@ -271,7 +267,7 @@ impl GpuMemory {
                     "hwtensor: a shareable texture was refused ({e}); this one cannot be exported"
                 );
                     let t = create_texture(device, &grid.desc(false, 0), Some(&init))
-                        .map_err(gpu_err("creating a texture"))?;
+                        .map_err(super::failed("creating a texture"))?;
                     (t, false)
                 }
             };
@@ -288,7 +284,7 @@ impl GpuMemory {
         shareable: bool,
     ) -> Result<GpuMemory> {
         let staging = create_texture(device, &grid.desc(true, 0), None)
-            .map_err(gpu_err("creating a staging texture"))?;
+            .map_err(super::failed("creating a staging texture"))?;
         let serial = next_serial() ^ (texture.as_raw() as usize as u64).rotate_left(32);
         let origin = GpuOrigin {
             pid: std::process::id(),

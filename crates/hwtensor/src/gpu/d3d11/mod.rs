@@ -384,7 +384,7 @@ fn make_fence(ifaces: &Interfaces, initial: u64) -> Result<Option<Fence>> {
     let mut fence: Option<ID3D11Fence> = None;
     // SAFETY: an out-pointer to a local.
     unsafe { device5.CreateFence(initial, D3D11_FENCE_FLAG_SHARED, &mut fence) }
-        .map_err(|e| Error::gpu(hr_kind(&e), format!("CreateFence failed: {e}")))?;
+        .map_err(failed("CreateFence"))?;
     let fence = fence.ok_or_else(|| {
         Error::gpu(
             crate::GpuErrorKind::Driver,
@@ -471,9 +471,8 @@ fn adopt_fence(ifaces: &Interfaces, record: &'static Record, handle: u64) -> Res
             log::warn!("hwtensor: cannot open the published fence; this copy signals a private one and exports none");
             let mut fence: Option<ID3D11Fence> = None;
             // SAFETY: an out-pointer to a local.
-            unsafe { device5.CreateFence(0, D3D11_FENCE_FLAG_NONE, &mut fence) }.map_err(|e| {
-                Error::gpu(hr_kind(&e), format!("creating a private fence failed: {e}"))
-            })?;
+            unsafe { device5.CreateFence(0, D3D11_FENCE_FLAG_NONE, &mut fence) }
+                .map_err(failed("creating a private fence"))?;
             Ok(Timeline {
                 fence: fence.map(|fence| Fence {
                     fence,
@@ -484,6 +483,11 @@ fn adopt_fence(ifaces: &Interfaces, record: &'static Record, handle: u64) -> Res
             })
         }
     }
+}
+
+/// The error for a D3D11/DXGI call that failed: "`what` failed: `error`", of the error's kind.
+pub(crate) fn failed(what: &str) -> impl Fn(windows::core::Error) -> Error + '_ {
+    move |e| Error::gpu(hr_kind(&e), format!("{what} failed: {e}"))
 }
 
 /// The kind of failure a D3D11/DXGI error is, for [`Error::Gpu`].
@@ -593,9 +597,8 @@ impl GpuDevice {
                 };
                 let mut q = None;
                 // SAFETY: a valid description and an out-pointer to a local.
-                unsafe { self.ifaces.device.CreateQuery(&desc, Some(&mut q)) }.map_err(|e| {
-                    Error::gpu(hr_kind(&e), format!("creating an event query failed: {e}"))
-                })?;
+                unsafe { self.ifaces.device.CreateQuery(&desc, Some(&mut q)) }
+                    .map_err(failed("creating an event query"))?;
                 slot.insert(q.ok_or_else(|| {
                     Error::gpu(crate::GpuErrorKind::Driver, "CreateQuery returned nothing")
                 })?)
@@ -619,9 +622,7 @@ impl GpuDevice {
                     0,
                 )
             };
-            polled.map_err(|e| {
-                Error::gpu(hr_kind(&e), format!("polling the event query failed: {e}"))
-            })?;
+            polled.map_err(failed("polling the event query"))?;
             if done.as_bool() {
                 return Ok(());
             }
@@ -759,9 +760,7 @@ impl GpuDevice {
         })?;
         self.with_queue(|| {
             // SAFETY: a fence of this device, waited on in the queue bracket.
-            unsafe { context4.Wait(&opened, value) }.map_err(|e| {
-                Error::gpu(hr_kind(&e), format!("queueing the fence wait failed: {e}"))
-            })
+            unsafe { context4.Wait(&opened, value) }.map_err(failed("queueing the fence wait"))
         })
     }
 }

@@ -92,8 +92,7 @@ pub(crate) fn create_instance(entry: &ash::Entry, debug: bool) -> Result<ash::In
         .enabled_layer_names(&layer_names)
         .enabled_extension_names(&ext_names);
     // SAFETY: every pointer in `info` refers to locals that outlive the call.
-    unsafe { entry.create_instance(&info, None) }
-        .map_err(|e| Error::gpu(vk_kind(e), format!("vkCreateInstance failed: {e}")))
+    unsafe { entry.create_instance(&info, None) }.map_err(super::failed("vkCreateInstance"))
 }
 
 unsafe extern "system" fn on_validation_message(

@@ -29,10 +29,6 @@ const BUFFER_USAGE: vk::BufferUsageFlags = vk::BufferUsageFlags::from_raw(
         | vk::BufferUsageFlags::STORAGE_BUFFER.as_raw(),
 );
 
-fn gpu_err(what: &'static str) -> impl Fn(vk::Result) -> Error {
-    move |e| Error::gpu(super::vk_kind(e), format!("{what} failed: {e}"))
-}
-
 /// A buffer and the memory bound to it, owned together from the buffer's creation on: dropping
 /// it destroys both, so an error at any later step (no memory type, a failed allocation, bind,
 /// dup or `vkMapMemory`) frees everything made. The memory is null until bound; freeing a null
@@ -319,7 +315,7 @@ impl GpuDevice {
             info = info.push_next(&mut external);
         }
         // SAFETY: a plain creation on a live device; the chain outlives the call.
-        unsafe { self.device.create_buffer(&info, None) }.map_err(gpu_err("vkCreateBuffer"))
+        unsafe { self.device.create_buffer(&info, None) }.map_err(super::failed("vkCreateBuffer"))
     }
 
     /// Allocates and binds dedicated memory of `type_index` for `buffer`, exporting or
@@ -389,7 +385,9 @@ impl GpuDevice {
 
     fn map_whole(&self, memory: vk::DeviceMemory) -> Result<*mut u8> {
         if test_hooks::map_fails() {
-            return Err(gpu_err("vkMapMemory")(vk::Result::ERROR_MEMORY_MAP_FAILED));
+            return Err(super::failed("vkMapMemory")(
+                vk::Result::ERROR_MEMORY_MAP_FAILED,
+            ));
         }
         // SAFETY: host-visible memory of this device, mapped once for its whole life.
         unsafe {
@@ -397,7 +395,7 @@ impl GpuDevice {
                 .map_memory(memory, 0, vk::WHOLE_SIZE, vk::MemoryMapFlags::empty())
         }
         .map(|p| p.cast::<u8>())
-        .map_err(gpu_err("vkMapMemory"))
+        .map_err(super::failed("vkMapMemory"))
     }
 
     fn staging(&'static self, size: u64) -> Result<Staging> {
@@ -689,7 +687,7 @@ impl GpuMemory {
                 .device
                 .invalidate_mapped_memory_ranges(&[range])
         }
-        .map_err(gpu_err("vkInvalidateMappedMemoryRanges"))
+        .map_err(super::failed("vkInvalidateMappedMemoryRanges"))
     }
 
     /// Sends the staging copy back to the device after a CPU write.
@@ -704,7 +702,7 @@ impl GpuMemory {
                 .size(vk::WHOLE_SIZE);
             // SAFETY: the staging memory is mapped and the CPU writes are done.
             unsafe { self.device().device.flush_mapped_memory_ranges(&[range]) }
-                .map_err(gpu_err("vkFlushMappedMemoryRanges"))?;
+                .map_err(super::failed("vkFlushMappedMemoryRanges"))?;
         }
         let (src, dst, len) = (staging.bound.buffer, self.bound.buffer, self.len as u64);
         let v =

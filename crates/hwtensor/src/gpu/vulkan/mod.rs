@@ -433,6 +433,11 @@ unsafe fn adopt(record: &'static Record, p: &Published) -> Result<GpuDevice> {
     GpuDevice::assemble(parts, timeline)
 }
 
+/// The error for a Vulkan call that failed: "`what` failed: `code`", of the code's kind.
+pub(crate) fn failed(what: &str) -> impl Fn(vk::Result) -> Error + '_ {
+    move |e| Error::gpu(vk_kind(e), format!("{what} failed: {e}"))
+}
+
 /// The kind of failure a Vulkan result code is, for [`Error::Gpu`].
 pub(crate) fn vk_kind(r: vk::Result) -> crate::GpuErrorKind {
     use crate::GpuErrorKind as K;
@@ -476,7 +481,7 @@ fn tracked(device: &ash::Device, exported: bool) -> Result<Option<vk::Semaphore>
     }
     create_semaphore(device, 0, false)
         .map(Some)
-        .map_err(|e| Error::gpu(vk_kind(e), format!("creating a timeline failed: {e}")))
+        .map_err(failed("creating a timeline"))
 }
 
 fn create_semaphore(
@@ -512,8 +517,8 @@ impl GpuDevice {
             features,
             origin,
         } = parts;
-        let pool_err = |e| Error::gpu(vk_kind(e), format!("creating a command pool failed: {e}"));
-        let work = submit::Work::new(&device, queue_family).map_err(pool_err)?;
+        let pool_err = failed("creating a command pool");
+        let work = submit::Work::new(&device, queue_family).map_err(&pool_err)?;
         let transfer = match transfer {
             Some((q, family)) => Some(submit::Lane {
                 queue: q,

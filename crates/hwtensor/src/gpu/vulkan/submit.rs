@@ -68,10 +68,6 @@ impl Work {
     }
 }
 
-fn gpu_err(what: &str) -> impl Fn(vk::Result) -> Error + '_ {
-    move |e| Error::gpu(super::vk_kind(e), format!("{what} failed: {e}"))
-}
-
 impl GpuDevice {
     /// Records commands with `record` and submits them once the timeline reaches `after` (and
     /// each foreign `(semaphore, value)` in `foreign` is reached); returns the value that
@@ -97,12 +93,12 @@ impl GpuDevice {
             .command_buffer_count(1);
         // SAFETY: the pool belongs to this device and is used under its mutex only.
         let cmd = unsafe { self.device.allocate_command_buffers(&alloc) }
-            .map_err(gpu_err("allocating a command buffer"))?[0];
+            .map_err(super::failed("allocating a command buffer"))?[0];
         let begin = vk::CommandBufferBeginInfo::default()
             .flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
         // SAFETY: a fresh command buffer of this pool, recorded once.
         unsafe { self.device.begin_command_buffer(cmd, &begin) }
-            .map_err(gpu_err("vkBeginCommandBuffer"))?;
+            .map_err(super::failed("vkBeginCommandBuffer"))?;
         record(&self.device, cmd);
         // Make the transfer writes visible to the host and to later work, whoever waits next.
         let barrier = vk::MemoryBarrier::default()
@@ -125,7 +121,7 @@ impl GpuDevice {
             );
             self.device
                 .end_command_buffer(cmd)
-                .map_err(gpu_err("vkEndCommandBuffer"))?;
+                .map_err(super::failed("vkEndCommandBuffer"))?;
         }
         let mut waits: Vec<(vk::Semaphore, u64)> = foreign.to_vec();
         if after > 0 {
