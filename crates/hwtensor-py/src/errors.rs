@@ -51,7 +51,8 @@ create_exception!(
     hwtensor,
     GpuError,
     Error,
-    "The GPU device or driver refused or lost something."
+    "The GPU device or driver refused or lost something; `kind` says which way: 'lost', \
+     'out_of_memory', 'unsupported', 'timeout' or 'driver'."
 );
 create_exception!(hwtensor, CudaError, Error, "A CUDA driver call failed.");
 
@@ -76,10 +77,36 @@ pub fn to_py(e: hwtensor::Error) -> PyErr {
         E::AccessDenied { .. } | E::InvalidOperation(_) => AccessError::new_err(message),
         E::Fd(_) | E::Blob(_) | E::Handoff(_) => HandoffError::new_err(message),
         E::Timeout(_) => TimeoutError::new_err(message),
-        E::Gpu { .. } => GpuError::new_err(message),
+        E::Gpu { kind, .. } => gpu_error(message, kind),
         E::Cuda { .. } => CudaError::new_err(message),
         _ => Error::new_err(message),
     }
+}
+
+/// The name Python code compares `GpuError.kind` with: a device that is lost needs a restart,
+/// memory that ran out a smaller request, an unsupported feature another path, so a caller
+/// must tell them apart without parsing the message.
+fn kind_name(kind: hwtensor::GpuErrorKind) -> &'static str {
+    use hwtensor::GpuErrorKind as K;
+    match kind {
+        K::Lost => "lost",
+        K::OutOfMemory => "out_of_memory",
+        K::Unsupported => "unsupported",
+        K::Timeout => "timeout",
+        K::Driver => "driver",
+        _ => "driver",
+    }
+}
+
+/// A `GpuError` carrying its kind as the attribute `kind`.
+fn gpu_error(message: String, kind: hwtensor::GpuErrorKind) -> PyErr {
+    Python::attach(|py| {
+        let err = GpuError::new_err(message);
+        // Setting an attribute on a fresh exception object cannot fail short of no memory;
+        // the exception then still says what went wrong, without its kind.
+        let _ = err.value(py).setattr("kind", kind_name(kind));
+        err
+    })
 }
 
 /// `Result` → `PyResult` with [`to_py`].

@@ -2,6 +2,8 @@ import asyncio
 import ctypes
 import os
 import pathlib
+import subprocess
+import sys
 
 import pytest
 
@@ -13,6 +15,24 @@ def test_signal_then_wait_completes(gpu):
     gpu.wait(v, timeout=5)
     assert gpu.completed_value >= v
     assert gpu.last_signalled >= v
+
+
+def test_a_gpu_error_says_its_kind_without_its_message_being_parsed():
+    # A process whose adapter choice matches nothing: the device fails as "unsupported" on
+    # every machine, with or without a GPU (a fresh process: the device is made once).
+    code = (
+        "import hwtensor\n"
+        "try:\n"
+        "    hwtensor.gpu.device()\n"
+        "except hwtensor.GpuError as e:\n"
+        "    print(e.kind)\n"
+    )
+    env = dict(os.environ, HWTENSOR_GPU_ADAPTER="no-adapter-is-called-this")
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "unsupported"
 
 
 def test_a_value_never_allocated_is_refused_not_waited_for(gpu):

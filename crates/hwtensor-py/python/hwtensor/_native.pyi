@@ -30,6 +30,10 @@ class TimeoutError(Error):
 class GpuError(Error):
     """The GPU device or driver refused or lost something."""
 
+    kind: str
+    """Which way: ``"lost"`` (restart the device's users), ``"out_of_memory"``,
+    ``"unsupported"`` (the driver or build cannot do it), ``"timeout"`` or ``"driver"``."""
+
 class CudaError(Error):
     """A CUDA driver call failed."""
 
