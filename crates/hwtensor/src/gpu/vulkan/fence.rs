@@ -35,7 +35,7 @@ const OBSERVE_WAIT: Duration = Duration::from_millis(100);
 /// starting at [`POLL_INTERVAL`] and doubling up to this, and never blocks in
 /// `vkWaitSemaphores`: the Khronos validation layer of Debian 12 (1.3.239) deadlocks a host
 /// wait on one thread against submissions on others (its issue 4968; one run in ~25 of
-/// `gpu_device` under the layer hung so for longer than the test's 5 s), and on NVIDIA a
+/// `vulkan_device` under the layer hung so for longer than the test's 5 s), and on NVIDIA a
 /// blocked wait on a CUDA-signalled value wakes ~10 ms late. A short wait is answered within
 /// ~0.1 ms, a long one costs a wake-up every 2 ms.
 const WAITER_SLICE: Duration = Duration::from_millis(2);
