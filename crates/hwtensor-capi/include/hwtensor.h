@@ -42,12 +42,14 @@
 #define HWT_MAX_DIMS 16
 
 /**
- * The major version: a new one breaks the ABI (and renames the shared library's SONAME).
+ * The major version: a new one breaks the ABI (and renames the shared library's SONAME,
+ * `libhwtensor.so.<major>`).
  */
 #define HWT_VERSION_MAJOR 0
 
 /**
- * The minor version. Before 1.0 a new minor version may break the ABI too.
+ * The minor version. Before 1.0 a new minor version may break the ABI too, so until then the
+ * SONAME carries it: `libhwtensor.so.0.<minor>`.
  */
 #define HWT_VERSION_MINOR 1
 

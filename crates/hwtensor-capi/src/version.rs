@@ -1,9 +1,11 @@
 //! The library's version and the start-up check that the header a caller compiled against
 //! fits the library it loaded.
 
-/// The major version: a new one breaks the ABI (and renames the shared library's SONAME).
+/// The major version: a new one breaks the ABI (and renames the shared library's SONAME,
+/// `libhwtensor.so.<major>`).
 pub const HWT_VERSION_MAJOR: u32 = 0;
-/// The minor version. Before 1.0 a new minor version may break the ABI too.
+/// The minor version. Before 1.0 a new minor version may break the ABI too, so until then the
+/// SONAME carries it: `libhwtensor.so.0.<minor>`.
 pub const HWT_VERSION_MINOR: u32 = 1;
 /// The patch version: fixes only.
 pub const HWT_VERSION_PATCH: u32 = 0;
