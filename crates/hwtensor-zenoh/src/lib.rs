@@ -57,6 +57,15 @@ pub enum Error {
     Closed,
 }
 
+/// Zenoh's own errors (`zenoh::open(..).wait()`, a declaration) convert with `?`: Zenoh's error
+/// type is a boxed `dyn Error + Send + Sync`, which `?` cannot turn into a `Box<dyn Error>` of
+/// a caller's `main`, so a program written against this crate's [`Result`] needs no `map_err`.
+impl From<zenoh::Error> for Error {
+    fn from(e: zenoh::Error) -> Self {
+        Error::Zenoh(e.to_string())
+    }
+}
+
 /// This crate's result.
 pub type Result<T> = std::result::Result<T, Error>;
 

@@ -23,7 +23,7 @@
 //! let frame = Tensor::<u8>::new(&[64], Some(TensorMemory::Shm))?;
 //! frame.map_write()?.fill(9);
 //! send(&producer, &frame.into())?; // the memfd goes by SCM_RIGHTS: no copy
-//! let got = recv(&consumer)?.into_tensor::<u8>().unwrap();
+//! let got = recv(&consumer)?.into_tensor::<u8>()?;
 //! assert!(got.to_vec()?.iter().all(|&b| b == 9));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```

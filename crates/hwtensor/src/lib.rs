@@ -87,5 +87,6 @@ pub use quantization::{ChannelQuantization, Quantization, MAX_QUANT_CHANNELS};
 pub use region::Region;
 pub use tensor::Tensor;
 pub use tensor_dyn::TensorDyn;
+pub use tensor_dyn::WrongDType;
 
 pub use half::f16;

@@ -82,11 +82,15 @@ impl TensorDyn {
         })
     }
 
-    /// Takes the typed tensor out, or gives `self` back.
+    /// Takes the typed tensor out. On a mismatch the error holds the tensor (nothing is lost)
+    /// and converts into [`Error::DType`] with `?`.
     // The tensor itself comes back on a mismatch, by design: boxing it would cost every caller.
     #[allow(clippy::result_large_err)]
-    pub fn into_tensor<T: Element>(self) -> std::result::Result<Tensor<T>, TensorDyn> {
-        T::from_dyn_owned(self)
+    pub fn into_tensor<T: Element>(self) -> std::result::Result<Tensor<T>, WrongDType> {
+        T::from_dyn_owned(self).map_err(|tensor| WrongDType {
+            tensor,
+            expected: T::DTYPE,
+        })
     }
 
     /// See [`Tensor::shape`].
@@ -225,5 +229,39 @@ impl<T: Element> Tensor<T> {
 impl<T: Element> From<Tensor<T>> for TensorDyn {
     fn from(t: Tensor<T>) -> Self {
         T::into_dyn(t)
+    }
+}
+
+/// A tensor of another element type than [`TensorDyn::into_tensor`] asked for. It gives the
+/// tensor back ([`WrongDType::tensor`]), and `?` turns it into [`Error::DType`], so a caller
+/// that only wants to fail need not handle a tensor.
+#[derive(Debug)]
+pub struct WrongDType {
+    /// The tensor, unchanged.
+    pub tensor: TensorDyn,
+    /// The element type asked for.
+    pub expected: DType,
+}
+
+impl std::fmt::Display for WrongDType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        Error::from_wrong(self).fmt(f)
+    }
+}
+
+impl std::error::Error for WrongDType {}
+
+impl From<WrongDType> for Error {
+    fn from(e: WrongDType) -> Error {
+        Error::from_wrong(&e)
+    }
+}
+
+impl Error {
+    fn from_wrong(e: &WrongDType) -> Error {
+        Error::DType {
+            expected: e.expected,
+            actual: e.tensor.dtype(),
+        }
     }
 }

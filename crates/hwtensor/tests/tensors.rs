@@ -145,9 +145,32 @@ fn a_dyn_tensor_borrows_back_as_its_own_type_only() {
         ),
         "{err}"
     );
-    let d = d.into_tensor::<i32>().unwrap_err();
-    let t = d.into_tensor::<f32>().unwrap();
+    let wrong = d.into_tensor::<i32>().unwrap_err();
+    assert_eq!(
+        wrong.to_string(),
+        "dtype mismatch: the tensor holds f32, i32 was asked for"
+    );
+    let t = wrong.tensor.into_tensor::<f32>().unwrap();
     assert_eq!(t.to_vec().unwrap()[5], 1.5);
+}
+
+#[test]
+fn taking_out_the_wrong_type_is_an_error_that_question_mark_passes_on() {
+    fn take(d: TensorDyn) -> hwtensor::Result<Tensor<u16>> {
+        Ok(d.into_tensor::<u16>()?)
+    }
+    let d = TensorDyn::from(Tensor::<f32>::new(&[2], Some(TensorMemory::Mem)).unwrap());
+    let err = take(d).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::DType {
+                expected: DType::U16,
+                actual: DType::F32
+            }
+        ),
+        "{err}"
+    );
 }
 
 #[test]

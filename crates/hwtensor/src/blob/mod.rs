@@ -90,7 +90,7 @@
 //! let t = Tensor::<u16>::new(&[2, 3], Some(TensorMemory::Mem))?;
 //! t.map_write()?.copy_from_slice(&[1, 2, 3, 4, 5, 6]);
 //! let bytes = export_inline(&TensorDyn::from(t))?;
-//! let back = import_inline(&bytes)?.into_tensor::<u16>().unwrap();
+//! let back = import_inline(&bytes)?.into_tensor::<u16>()?;
 //! assert_eq!(back.to_vec()?, [1, 2, 3, 4, 5, 6]);
 //! # Ok::<(), hwtensor::Error>(())
 //! ```
