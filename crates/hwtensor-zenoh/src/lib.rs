@@ -25,6 +25,33 @@
 //! modes and endpoints are Zenoh's own [`zenoh::Config`].
 //!
 //! Linux only (the one-host path passes fds).
+//!
+//! # Example
+//!
+//! Open a Zenoh session as Zenoh does ([`zenoh::open`] with a [`zenoh::Config`];
+//! [`peer_config`] writes the common explicit one), then publish or subscribe on a key. Zenoh's
+//! own errors convert into [`Error`] with `?`. `examples/quickstart.rs` is this program with
+//! both sides (`cargo run -p hwtensor-zenoh --example quickstart`, run in CI).
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use hwtensor::{Tensor, TensorDyn, TensorMemory};
+//! use hwtensor_zenoh::zenoh::{self, Wait};
+//! use hwtensor_zenoh::{peer_config, Publisher, Subscriber};
+//!
+//! # fn main() -> hwtensor_zenoh::Result<()> {
+//! let session = zenoh::open(peer_config("tcp/127.0.0.1:7447", true)?).wait()?;
+//! let mut publisher = Publisher::new(&session, "camera/front", Default::default())?;
+//! let frame = Tensor::<u8>::new(&[480, 640, 4], Some(TensorMemory::Shm))?;
+//! publisher.publish(&TensorDyn::from(frame))?; // to a subscriber on this host: by fd
+//!
+//! // In the subscribing process, on a session of its own:
+//! let mut subscriber = Subscriber::new(&session, "camera/front", Default::default())?;
+//! let received = subscriber.recv(Duration::from_secs(1))?;
+//! println!("frame {} ({} bytes), zero-copy: {}", received.seq, received.tensor.buffer_len(), received.zero_copy);
+//! # Ok(())
+//! # }
+//! ```
 #![cfg(target_os = "linux")]
 
 mod host;

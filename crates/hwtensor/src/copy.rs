@@ -35,7 +35,21 @@ impl<T: Element> Tensor<T> {
     }
 
     /// Copies `src` into this tensor. The shapes must match; either side may be a strided view
-    /// (a crop of a padded image), copied as one region per contiguous run.
+    /// (a crop of a padded image), copied as one region per contiguous run. Between GPU
+    /// tensors, or between a GPU tensor and host memory, the copy runs on the device, ordered
+    /// on the process timeline behind the last writes of both.
+    ///
+    /// ```
+    /// use hwtensor::{CpuAccess, PixelFormat, Region, Tensor, TensorMemory};
+    ///
+    /// let frame = Tensor::<u8>::image(64, 32, PixelFormat::Rgba, Some(TensorMemory::Mem), CpuAccess::ReadWrite)?;
+    /// frame.map_write()?.fill(1);
+    /// let crop = frame.view(Region::new(8, 8, 16, 16))?; // a strided view, no copy
+    /// let small = Tensor::<u8>::new(crop.shape(), Some(TensorMemory::Shm))?;
+    /// small.copy_from(&crop)?;
+    /// assert!(small.to_vec()?.iter().all(|&b| b == 1));
+    /// # Ok::<(), hwtensor::Error>(())
+    /// ```
     pub fn copy_from(&self, src: &Tensor<T>) -> Result<()> {
         if self.shape != src.shape {
             return Err(Error::Shape(format!(

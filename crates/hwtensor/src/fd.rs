@@ -23,6 +23,18 @@ impl<T: Element> Tensor<T> {
     ///
     /// Shared memory must be sealable against shrinking (it is sealed before its size is
     /// read); [`Tensor::from_fd_with`] can accept one that cannot be.
+    ///
+    /// ```
+    /// use hwtensor::{Tensor, TensorMemory};
+    ///
+    /// // An fd as another process (or a camera driver) would hand it over: here, a tensor's own.
+    /// let theirs = Tensor::<u16>::new(&[4, 4], Some(TensorMemory::Shm))?;
+    /// theirs.map_write()?.fill(300);
+    /// let ours = Tensor::<u16>::from_fd(theirs.clone_fd()?, &[4, 4])?;
+    /// assert_eq!(ours.identity(), theirs.identity()); // the same buffer, not a copy
+    /// assert!(ours.to_vec()?.iter().all(|&v| v == 300));
+    /// # Ok::<(), hwtensor::Error>(())
+    /// ```
     pub fn from_fd(fd: OwnedFd, shape: &[usize]) -> Result<Self> {
         Self::from_fd_with(fd, shape, &ImportPolicy::STRICT)
     }

@@ -18,6 +18,36 @@
 //! consumer's receive with an error; a restarted consumer attaches again. Everything read from
 //! the shared block or the socket is checked: an id out of range, an id the peer does not hold,
 //! a replayed id, or a ring index past the end is an error, never a read outside a buffer.
+//!
+//! # Example
+//!
+//! A producer with a pool of three shared-memory frames and one consumer (a thread here; a
+//! process that got the other end of the socket in a pipeline):
+//!
+//! ```
+//! use std::os::unix::net::UnixStream;
+//! use std::time::Duration;
+//! use hwtensor::stream::{Consumer, FrameMeta, Producer, Wait, CONNECT_TIMEOUT};
+//! use hwtensor::{Tensor, TensorDyn, TensorMemory};
+//!
+//! let (producer_end, consumer_end) = UnixStream::pair()?;
+//! let consumer = std::thread::spawn(move || -> hwtensor::Result<u8> {
+//!     let mut consumer = Consumer::connect(consumer_end, CONNECT_TIMEOUT)?;
+//!     let frame = consumer.recv(Wait::For(Duration::from_secs(5)))?;
+//!     let first = frame.tensor().as_tensor::<u8>()?.map_read()?[0];
+//!     Ok(first) // dropping the frame hands its buffer back
+//! });
+//! let pool = (0..3)
+//!     .map(|_| Tensor::<u8>::new(&[1024], Some(TensorMemory::Shm)).map(TensorDyn::from))
+//!     .collect::<hwtensor::Result<Vec<_>>>()?;
+//! let mut producer = Producer::new(pool)?;
+//! producer.attach(producer_end)?; // the pool goes once, by fd
+//! let slot = producer.acquire(Duration::from_secs(1))?;
+//! producer.tensor(slot).as_tensor::<u8>()?.map_write()?.fill(5);
+//! producer.send(slot, FrameMeta::new(0, 0))?; // then each frame is a buffer id
+//! assert_eq!(consumer.join().unwrap()?, 5);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 mod consumer;
 mod producer;
