@@ -107,7 +107,7 @@ pub(crate) fn from_error(e: Error) -> HwtStatus {
         Error::Handoff(_) => HwtStatus::PeerGone,
         _ => HwtStatus::Failed,
     };
-    fail(status, e.to_string())
+    fail(status, e.message_for(hwtensor::Lang::C))
 }
 
 /// What an entry point's body returns: `Err` carries a status already explained.

@@ -59,7 +59,7 @@ create_exception!(hwtensor, CudaError, Error, "A CUDA driver call failed.");
 /// The Python exception for a library error.
 pub fn to_py(e: hwtensor::Error) -> PyErr {
     use hwtensor::Error as E;
-    let message = e.to_string();
+    let message = e.message_for(hwtensor::Lang::Python);
     match e {
         E::Shape(_)
         | E::OutOfBounds(_)

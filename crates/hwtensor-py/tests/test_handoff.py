@@ -92,8 +92,11 @@ def test_a_heap_tensor_travels_inline_and_refuses_a_reference():
     t = hwtensor.Tensor((64,), "uint16", memory="mem")
     with t.map_write() as a:
         a[:] = np.arange(64)
-    with pytest.raises(hwtensor.Unavailable):
+    with pytest.raises(hwtensor.Unavailable) as refused:
         hwtensor.send(ours, t)
+    # The advice names the Python call, not the Rust API.
+    assert "hwtensor.send(sock, tensor, inline=True)" in str(refused.value)
+    assert "Transport::" not in str(refused.value)
     hwtensor.send(ours, t, inline=True)
     got = hwtensor.recv(theirs, timeout=5)
     with got.map_read() as b:

@@ -3,6 +3,9 @@
 //! Every variant names what was wrong and, where there is one, what to do instead: callers
 //! print these to users who did not write the code that failed.
 
+use std::borrow::Cow;
+use std::cell::Cell;
+
 use crate::{DType, TensorMemory};
 
 /// Result alias used across hwtensor.
@@ -13,7 +16,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[non_exhaustive]
 pub enum Error {
     /// A backing was requested that this machine or build cannot provide.
-    #[error("{memory} memory is not available here: {reason}")]
+    #[error("{memory} memory is not available here: {}", advice(.reason))]
     Unavailable {
         /// The backing asked for.
         memory: TensorMemory,
@@ -77,11 +80,11 @@ pub enum Error {
     RowStride(String),
 
     /// An image operation on a tensor that is not an image, or a format that cannot do it.
-    #[error("image: {0}")]
+    #[error("image: {}", advice(.0))]
     Image(String),
 
     /// An fd that cannot back a tensor: wrong kind of file, too small, closed.
-    #[error("unusable fd: {0}")]
+    #[error("unusable fd: {}", advice(.0))]
     Fd(String),
 
     /// A map in a direction the tensor's declared [`CpuAccess`](crate::CpuAccess) forbids.
@@ -127,7 +130,7 @@ pub enum Error {
     Length(String),
 
     /// A blob that is malformed, hostile, or from a writer this reader cannot follow.
-    #[error("bad blob: {0}")]
+    #[error("bad blob: {}", advice(.0))]
     Blob(String),
 
     /// A hand-off over a socket that failed: the peer closed, sent too many fds, stalled.
@@ -219,7 +222,116 @@ impl GpuErrorKind {
     }
 }
 
+/// The language a caller reads an error in: the calls and flags its advice names are that
+/// language's ([`Error::message_for`]). A C user told to call `send_as(.., Transport::Inline)`
+/// has been told nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Lang {
+    /// The Rust API (what `Display` writes).
+    Rust,
+    /// The C ABI (`hwt_*` calls, `HWT_*` values).
+    C,
+    /// The Python package (`hwtensor.*`).
+    Python,
+}
+
+/// Every "what to do instead" an error names, in each language ([`Lang`] order: Rust, C,
+/// Python). A message names one as `[[key]]`; this table is the one place a binding's names
+/// are written, and a key missing from it fails the test that renders every message.
+const ADVICE: &[(&str, [&str; 3])] = &[
+    (
+        "send_inline",
+        [
+            "send_as(stream, tensor, Transport::Inline)",
+            "hwt_send(socket, t, HWT_TRANSPORT_INLINE, timeout)",
+            "hwtensor.send(sock, tensor, inline=True)",
+        ],
+    ),
+    (
+        "accept_gpu_reference",
+        [
+            "handoff::recv accepts it from processes of this user; with blob::import_with, say \
+             ImportPolicy::TRUSTED_PEER when you know the sender",
+            "hwt_recv accepts it from processes of this user; with hwt_recv or hwt_blob_import, \
+             pass HWT_IMPORT_TRUSTED_PEER when you know the sender",
+            "hwtensor.recv accepts it from processes of this user",
+        ],
+    ),
+    (
+        "accept_unsealed_shm",
+        [
+            "accept the risk with ImportPolicy::STRICT.with_unsealed_shm(true)",
+            "no flag of the C ABI accepts that risk",
+            "no argument of the Python package accepts that risk",
+        ],
+    ),
+    (
+        "image_batch",
+        [
+            "make it with Tensor::image_batch",
+            "a batched image comes from Rust's Tensor::image_batch or an import of one",
+            "a batched image comes from Rust's Tensor::image_batch or an import of one",
+        ],
+    ),
+    (
+        "plane_table",
+        [
+            "address its planes through plane_table()",
+            "address its planes through hwt_tensor_plane_table",
+            "address its planes through Tensor.plane_table",
+        ],
+    ),
+    (
+        "new_image",
+        [
+            "allocate it with Tensor::image",
+            "allocate it with hwt_tensor_new_image",
+            "allocate it with hwtensor.Tensor.image",
+        ],
+    ),
+];
+
+thread_local! {
+    /// The language `Display` writes advice in on this thread: Rust, except inside
+    /// [`Error::message_for`].
+    static READER: Cell<Lang> = const { Cell::new(Lang::Rust) };
+}
+
+/// `text` with each `[[key]]` written in the reader's language; an unknown key stays as it is.
+fn advice(text: &str) -> Cow<'_, str> {
+    if !text.contains("[[") {
+        return Cow::Borrowed(text);
+    }
+    let lang = READER.with(Cell::get) as usize;
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("[[") {
+        let Some(len) = rest[start..].find("]]") else {
+            break;
+        };
+        let key = &rest[start + 2..start + len];
+        out.push_str(&rest[..start]);
+        match ADVICE.iter().find(|(k, _)| *k == key) {
+            Some((_, words)) => out.push_str(words[lang]),
+            None => out.push_str(&rest[start..start + len + 2]),
+        }
+        rest = &rest[start + len + 2..];
+    }
+    out.push_str(rest);
+    Cow::Owned(out)
+}
+
 impl Error {
+    /// The message as a caller of `lang` should read it: what `Display` says, with the calls
+    /// and flags it advises named in that language.
+    pub fn message_for(&self, lang: Lang) -> String {
+        let before = READER.with(|r| r.replace(lang));
+        let message = self.to_string();
+        READER.with(|r| r.set(before));
+        message
+    }
+
     /// A GPU failure of `kind`.
     pub fn gpu(kind: GpuErrorKind, message: impl Into<String>) -> Self {
         Error::Gpu {
@@ -241,6 +353,83 @@ impl Error {
         Error::Os {
             op,
             source: errno.into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unsendable() -> Error {
+        Error::Unavailable {
+            memory: TensorMemory::Mem,
+            reason: "no fd; [[send_inline]] copies its bytes instead".into(),
+        }
+    }
+
+    #[test]
+    fn advice_names_the_call_of_the_language_the_caller_reads() {
+        let e = unsendable();
+        assert!(e
+            .to_string()
+            .contains("send_as(stream, tensor, Transport::Inline)"));
+        assert!(e.message_for(Lang::Rust) == e.to_string());
+        let c = e.message_for(Lang::C);
+        assert!(
+            c.contains("hwt_send(socket, t, HWT_TRANSPORT_INLINE, timeout)"),
+            "{c}"
+        );
+        let py = e.message_for(Lang::Python);
+        assert!(
+            py.contains("hwtensor.send(sock, tensor, inline=True)"),
+            "{py}"
+        );
+        assert!(!c.contains("[[") && !py.contains("Transport::"));
+        // The language is set only while the message is written.
+        assert!(e.to_string().contains("Transport::Inline"));
+    }
+
+    #[test]
+    fn a_message_without_advice_and_an_unknown_key_read_as_written() {
+        assert_eq!(advice("plain words"), "plain words");
+        assert_eq!(advice("a [[no_such_key]] here"), "a [[no_such_key]] here");
+        assert_eq!(advice("unclosed [[send_inline"), "unclosed [[send_inline");
+    }
+
+    #[test]
+    fn every_advice_key_the_sources_name_is_in_the_table_and_every_entry_is_used() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut sources = String::new();
+        let mut dirs = vec![root];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(dir).unwrap().map(Result::unwrap) {
+                let path = entry.path();
+                if path.is_dir() {
+                    dirs.push(path);
+                } else if path.extension().is_some_and(|e| e == "rs") && !path.ends_with("error.rs")
+                {
+                    sources.push_str(&std::fs::read_to_string(path).unwrap());
+                }
+            }
+        }
+        let is_key =
+            |k: &str| !k.is_empty() && k.bytes().all(|b| b.is_ascii_lowercase() || b == b'_');
+        let keys = sources
+            .split("[[")
+            .skip(1)
+            .filter_map(|s| s.split_once("]]"));
+        for (key, _) in keys.filter(|(k, _)| is_key(k)) {
+            assert!(
+                ADVICE.iter().any(|(k, _)| *k == key),
+                "no advice for [[{key}]]"
+            );
+        }
+        for (key, _) in ADVICE {
+            assert!(
+                sources.contains(&format!("[[{key}]]")),
+                "[[{key}]] is never used"
+            );
         }
     }
 }

@@ -102,8 +102,8 @@ pub fn send(stream: &UnixStream, tensor: &TensorDyn) -> Result<()> {
     if tensor.as_fd().is_none() {
         return Err(Error::Unavailable {
             memory: tensor.memory(),
-            reason: "this memory has no fd to send zero-copy; send_as(stream, tensor, \
-                     Transport::Inline) copies its bytes instead, or allocate it on shm"
+            reason: "this memory has no fd to send zero-copy; [[send_inline]] copies its bytes \
+                     instead, or allocate it on shm"
                 .into(),
         });
     }

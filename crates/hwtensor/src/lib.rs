@@ -69,7 +69,7 @@ pub use color::{ColorMatrix, ColorPrimaries, ColorRange, Colorimetry, TransferFu
 #[cfg(target_os = "linux")]
 pub use cuda_map::CudaMap;
 pub use dtype::{DType, Element};
-pub use error::{Error, GpuErrorKind, Result};
+pub use error::{Error, GpuErrorKind, Lang, Result};
 pub use foreign::ForeignOwner;
 pub use format::{fourcc, Layout, PixelFormat, Plane};
 pub use identity::BufferIdentity;

@@ -87,7 +87,7 @@ impl<T: Element> Tensor<T> {
         if let Some(info) = self.image {
             if self.shape.len() == info.format.allocation_shape(info.width, info.height).len() {
                 return Err(Error::Image(
-                    "this image is not batched; make it with Tensor::image_batch".into(),
+                    "this image is not batched; [[image_batch]]".into(),
                 ));
             }
         }
@@ -127,7 +127,7 @@ fn check_image_region(info: &ImageInfo, region: Region) -> Result<()> {
     match info.format.layout() {
         Layout::SemiPlanar => Err(Error::Image(format!(
             "a region of a {} image spans two planes and is not one strided tensor; \
-             address its planes through plane_table()",
+             [[plane_table]]",
             info.format
         ))),
         _ if info.format.pairs_pixels()

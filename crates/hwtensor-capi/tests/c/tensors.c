@@ -347,6 +347,16 @@ static int every_bad_input_is_a_status_with_a_message_and_leaks_no_fd(void) {
     int fd = -1;
     EXPECT(hwt_tensor_clone_fd(t, &fd), HWT_STATUS_UNAVAILABLE); /* heap memory has no fd */
     EXPECT(hwt_send(-1, t, HWT_TRANSPORT_INLINE, SECOND_NS), HWT_STATUS_BAD_FD);
+    /* The advice names the C call, not the Rust API. */
+    int pair[2];
+    ASSERT(socketpair(AF_UNIX, SOCK_STREAM, 0, pair) == 0);
+    EXPECT(hwt_send(pair[0], t, HWT_TRANSPORT_REFERENCE, SECOND_NS), HWT_STATUS_UNAVAILABLE);
+    char why[512];
+    hwt_last_error(why, sizeof why);
+    ASSERT(strstr(why, "hwt_send(socket, t, HWT_TRANSPORT_INLINE, timeout)") != NULL);
+    ASSERT(strstr(why, "Transport::") == NULL);
+    close(pair[0]);
+    close(pair[1]);
     hwt_tensor_release(t);
 
     HwtTensor *ro = NULL;

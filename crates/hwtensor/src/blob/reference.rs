@@ -26,9 +26,9 @@ pub fn export(tensor: &TensorDyn, mode: Transport) -> Result<(Vec<u8>, Vec<Borro
 fn export_reference<T: Element>(t: &Tensor<T>) -> Result<(Vec<u8>, Vec<BorrowedFd<'_>>)> {
     let fd = t.as_fd().ok_or_else(|| Error::Unavailable {
         memory: t.memory(),
-        reason:
-            "this memory has no fd to send by reference; export it inline, or allocate it on shm"
-                .into(),
+        reason: "this memory has no fd to send by reference; [[send_inline]] copies its bytes \
+             instead, or allocate it on shm"
+            .into(),
     })?;
     let mut fds = vec![fd];
     let mut out = Outgoing {
@@ -87,9 +87,7 @@ fn reference_buffer(
     if is_device_memory(memory) && !policy.gpu_memory {
         return Err(bad(
             "GPU and CUDA memory by reference are accepted only from a trusted peer (the \
-             driver trusts the fd's content): handoff::recv accepts it from processes of this \
-             user; with blob::import_with, say ImportPolicy::TRUSTED_PEER when you know the \
-             sender",
+             driver trusts the fd's content): [[accept_gpu_reference]]",
         ));
     }
     let needed = 1 + (h.required & REQUIRES_COMPLETION != 0) as usize;

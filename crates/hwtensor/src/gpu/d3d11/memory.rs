@@ -239,8 +239,7 @@ impl GpuMemory {
     pub(crate) fn allocate(len: usize, texture: Option<&TextureRequest>) -> Result<GpuMemory> {
         let req = texture.ok_or_else(|| Error::Unavailable {
             memory: TensorMemory::Gpu,
-            reason: "GPU memory on Windows holds images (textures): allocate it with Tensor::image"
-                .into(),
+            reason: "GPU memory on Windows holds images (textures): [[new_image]]".into(),
         })?;
         let device = super::device()?;
         let grid = Grid::of(req)?;

@@ -65,8 +65,8 @@ pub(crate) fn seal_for_import(fd: BorrowedFd<'_>, allow_unsealed: bool) -> Resul
         }
         Err(e) => Err(Error::Fd(format!(
             "the shared memory cannot be sealed against shrinking ({e}): a peer could truncate it \
-             under our mapping and crash this process. Create it with MFD_ALLOW_SEALING, or accept \
-             the risk with ImportPolicy::STRICT.with_unsealed_shm(true)"
+             under our mapping and crash this process. Create it with MFD_ALLOW_SEALING, or \
+             [[accept_unsealed_shm]]"
         ))),
     }
 }
