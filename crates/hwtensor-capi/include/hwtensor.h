@@ -868,8 +868,11 @@ enum HwtStatus hwt_tensor_plane_table(const struct HwtTensor *t,
 enum HwtStatus hwt_tensor_identity(const struct HwtTensor *t, struct HwtIdentity *out);
 
 /**
- * A view of the region `x, y, width, height` (pixels of an image, or the last two dimensions
- * of a plain tensor): a new tensor over the same buffer, holding its own reference.
+ * A view of the region `x, y, width, height`: a new tensor over the same buffer, holding its
+ * own reference. For an image the region is in pixels. For a plain tensor it selects rows and
+ * columns of its `[h, w]` dimensions: the two dimensions of a rank-2 tensor, and from rank 3
+ * up the two before the last (`[.., h, w, c]`, channels last). For channels-first data
+ * (`[n, c, h, w]`) reshape it to `[n * c, h, w, 1]` first (`hwt_tensor_reshape`).
  *
  * # Safety
  * `t` must be a live handle; `out` valid for one write.

@@ -347,8 +347,11 @@ pub unsafe extern "C" fn hwt_tensor_identity(
     })
 }
 
-/// A view of the region `x, y, width, height` (pixels of an image, or the last two dimensions
-/// of a plain tensor): a new tensor over the same buffer, holding its own reference.
+/// A view of the region `x, y, width, height`: a new tensor over the same buffer, holding its
+/// own reference. For an image the region is in pixels. For a plain tensor it selects rows and
+/// columns of its `[h, w]` dimensions: the two dimensions of a rank-2 tensor, and from rank 3
+/// up the two before the last (`[.., h, w, c]`, channels last). For channels-first data
+/// (`[n, c, h, w]`) reshape it to `[n * c, h, w, 1]` first (`hwt_tensor_reshape`).
 ///
 /// # Safety
 /// `t` must be a live handle; `out` valid for one write.
@@ -550,4 +553,40 @@ pub unsafe extern "C" fn hwt_tensor_copy_from(
         let (d, s) = (tensor(dst, "dst")?, tensor(src, "src")?);
         d.copy_from(s).or_status()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codes::{HwtDType, HwtMemory};
+
+    #[test]
+    fn a_view_of_a_rank_4_tensor_selects_rows_and_columns_before_the_channels() {
+        let shape = [2usize, 4, 6, 3]; // [n, h, w, c]
+        let mut t = std::ptr::null_mut();
+        // SAFETY: `shape` holds 4 sizes; `t` is valid for one write.
+        let made = unsafe {
+            hwt_tensor_new(
+                shape.as_ptr(),
+                4,
+                HwtDType::U8 as u32,
+                HwtMemory::Mem as u32,
+                &mut t,
+            )
+        };
+        assert_eq!(made, HwtStatus::Ok);
+        let mut v = std::ptr::null_mut();
+        // SAFETY: `t` is a live handle; `v` is valid for one write.
+        assert_eq!(
+            unsafe { hwt_tensor_view(t, 1, 2, 3, 2, &mut v) },
+            HwtStatus::Ok
+        );
+        let view = tensor(v, "the view").unwrap();
+        assert_eq!(view.shape(), &[2, 2, 3, 3], "[n, height, width, c]");
+        // SAFETY: both are live handles this test owns.
+        unsafe {
+            hwt_tensor_release(v);
+            hwt_tensor_release(t);
+        }
+    }
 }

@@ -40,8 +40,9 @@ enum Command {
     },
     /// A producer process hands 1080p frames to a consumer process, zero-copy.
     Demo {
-        /// Frames to stream through the pool of buffers.
-        #[arg(long, default_value_t = 1)]
+        /// Frames to stream through the pool of buffers (at least one: a demo of nothing would
+        /// report a success it never showed).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
         frames: u32,
         /// Hand over GPU tensors on the process device instead of shared memory.
         #[arg(long)]

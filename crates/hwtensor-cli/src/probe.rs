@@ -4,6 +4,11 @@ use std::io::Write;
 
 use hwtensor::TensorMemory;
 
+/// The version of `probe --json`'s layout, the report's `schema` field: raised when a field
+/// changes meaning or goes, so a script that reads the report can tell (new fields are added
+/// without a new version).
+const PROBE_SCHEMA: u32 = 1;
+
 pub fn run(json: bool) -> crate::Result {
     // Written with `?`, not println!: a reader that closes the pipe early (`| head`) ends the
     // command with an error line instead of a panic.
@@ -17,8 +22,7 @@ pub fn run(json: bool) -> crate::Result {
             .iter()
             .map(|(m, why)| serde_json::json!({ "memory": m.name(), "code": m.code(), "available": why.is_none(), "reason": why }))
             .collect();
-        let report =
-            serde_json::json!({ "backings": backings, "gpu": crate::platform::probe_json() });
+        let report = serde_json::json!({ "schema": PROBE_SCHEMA, "backings": backings, "gpu": crate::platform::probe_json() });
         writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
         return Ok(());
     }

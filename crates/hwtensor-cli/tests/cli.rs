@@ -57,6 +57,7 @@ fn probe_json_is_machine_readable() {
     let out = hwtensor(&["probe", "--json"]);
     assert!(out.status.success());
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["schema"], 1, "the report says which layout it has");
     let backings = v["backings"].as_array().unwrap();
     assert_eq!(backings.len(), 5);
     assert_eq!(backings[0]["memory"], "mem");
@@ -88,6 +89,17 @@ fn a_bad_argument_is_one_clear_line_and_a_failure_status() {
     let out = hwtensor(&["demo", "--frames", "lots"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("invalid value"));
+}
+
+#[test]
+fn a_demo_of_no_frames_is_refused_not_reported_as_a_success() {
+    let out = hwtensor(&["demo", "--frames", "0"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("invalid value '0'") && err.contains("--frames"),
+        "{err}"
+    );
 }
 
 #[test]

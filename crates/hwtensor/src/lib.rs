@@ -79,6 +79,10 @@ pub use map::{
     StridedWrite, TensorMap,
 };
 pub use memory::{TensorMemory, FORCE_MEM_ENV};
+/// The ndarray crate the maps' `view()` and `view_mut()` speak, so a caller names its types
+/// (`hwtensor::ndarray::ArrayViewD`) without pinning a second, possibly other, version.
+#[cfg(feature = "ndarray")]
+pub use ndarray;
 #[cfg(target_os = "linux")]
 pub use planes::PlaneFd;
 #[cfg(target_os = "linux")]

@@ -174,6 +174,15 @@ fn ndarray_views_follow_the_real_strides() {
 }
 
 #[test]
+fn a_caller_names_the_view_types_through_hwtensors_own_ndarray() {
+    let t = Tensor::<u16>::new(&[2, 3], Some(TensorMemory::Mem)).unwrap();
+    t.map_write().unwrap().fill(5);
+    let m = t.map_read().unwrap();
+    let v: hwtensor::ndarray::ArrayViewD<'_, u16> = m.view();
+    assert_eq!(v.sum(), 30);
+}
+
+#[test]
 fn copy_from_flat_and_copy_to_flat_refuse_a_slice_of_the_wrong_length() {
     let t = Tensor::<f32>::new(&[2, 3], Some(TensorMemory::Mem)).unwrap();
     assert!(matches!(t.copy_from_flat(&[1.0; 5]), Err(Error::Length(_))));
