@@ -75,7 +75,14 @@ pub(crate) fn element_strides(t: &TensorDyn) -> PyResult<Vec<i64>> {
 fn device_of(t: &TensorDyn) -> PyResult<DLDevice> {
     match t.memory() {
         TensorMemory::Mem | TensorMemory::Shm => Ok(DLDevice::CPU),
-        TensorMemory::Gpu | TensorMemory::Cuda => {
+        TensorMemory::Gpu => match hwtensor::cuda::device() {
+            Ok(cuda) => Ok(DLDevice::cuda(cuda.ordinal())),
+            Err(e) => Err(crate::errors::Unavailable::new_err(format!(
+                "a GPU tensor exports through DLPack as CUDA memory, and there is no CUDA here \
+                 ({e}); read it on the CPU with `with t.map_read() as a:`"
+            ))),
+        },
+        TensorMemory::Cuda => {
             let cuda = hwtensor::cuda::device().or_py()?;
             Ok(DLDevice::cuda(cuda.ordinal()))
         }
@@ -187,8 +194,16 @@ pub(crate) fn export<'py>(
     export_dlpack(&export, py, request)
 }
 
-/// `__dlpack_device__`: `(1, 0)` for host memory, `(2, ordinal)` for CUDA.
+/// DLPack's `kDLVulkan`: what a GPU tensor is where no CUDA driver can map it.
+const DL_VULKAN: u32 = 7;
+
+/// `__dlpack_device__`: `(1, 0)` for host memory, `(2, ordinal)` for CUDA, and for a GPU
+/// tensor without CUDA `(7, 0)` (Vulkan, the process device): where the tensor *is*, even when
+/// no DLPack consumer can take it from there (its `__dlpack__` then says why).
 pub(crate) fn device_pair(t: &TensorDyn) -> PyResult<(u32, i32)> {
+    if t.memory() == TensorMemory::Gpu && hwtensor::cuda::device().is_err() {
+        return Ok((DL_VULKAN, 0));
+    }
     let d = device_of(t)?;
     Ok((d.device_type.0, d.device_id))
 }

@@ -4,6 +4,8 @@
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyType};
 
 create_exception!(
     hwtensor,
@@ -41,12 +43,40 @@ create_exception!(
     Error,
     "A hand-off that failed: a bad fd or socket, a hostile or short blob, a peer that went away."
 );
-create_exception!(
-    hwtensor,
-    TimeoutError,
-    Error,
-    "A bounded wait that ran out (a GPU value, a receive, a channel frame)."
-);
+
+/// `hwtensor.TimeoutError`: a subclass of both `hwtensor.Error` and the builtin
+/// `TimeoutError`, so `except TimeoutError:` written for any library catches ours too. Python's
+/// `type()` makes it, since an exception of two bases is beyond `create_exception!`; it is made
+/// once, when the module loads.
+static TIMEOUT_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+
+/// The doc of `hwtensor.TimeoutError`.
+const TIMEOUT_DOC: &str = "A bounded wait that ran out (a GPU value, a receive, a channel \
+                           frame); also a builtin TimeoutError.";
+
+fn timeout_type(py: Python<'_>) -> PyResult<&Bound<'_, PyType>> {
+    let ty = TIMEOUT_ERROR.get_or_try_init(py, || -> PyResult<Py<PyType>> {
+        let builtins = py.import("builtins")?;
+        let bases = (py.get_type::<Error>(), builtins.getattr("TimeoutError")?);
+        let namespace = PyDict::new(py);
+        namespace.set_item("__module__", "hwtensor")?;
+        namespace.set_item("__doc__", TIMEOUT_DOC)?;
+        let made = builtins
+            .getattr("type")?
+            .call1(("TimeoutError", bases, namespace))?;
+        Ok(made.cast_into::<PyType>()?.unbind())
+    })?;
+    Ok(ty.bind(py))
+}
+
+/// A `hwtensor.TimeoutError` with `message`.
+pub fn timeout_error(message: impl Into<String>) -> PyErr {
+    let message = message.into();
+    Python::attach(|py| match timeout_type(py) {
+        Ok(ty) => PyErr::from_type(ty.clone(), message),
+        Err(e) => e,
+    })
+}
 create_exception!(
     hwtensor,
     GpuError,
@@ -76,7 +106,7 @@ pub fn to_py(e: hwtensor::Error) -> PyErr {
         E::MapBusy { .. } => BusyError::new_err(message),
         E::AccessDenied { .. } | E::InvalidOperation(_) => AccessError::new_err(message),
         E::Fd(_) | E::Blob(_) | E::Handoff(_) => HandoffError::new_err(message),
-        E::Timeout(_) => TimeoutError::new_err(message),
+        E::Timeout(_) => timeout_error(message),
         E::Gpu { kind, .. } => gpu_error(message, kind),
         E::Cuda { .. } => CudaError::new_err(message),
         _ => Error::new_err(message),
@@ -130,7 +160,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("BusyError", py.get_type::<BusyError>())?;
     m.add("AccessError", py.get_type::<AccessError>())?;
     m.add("HandoffError", py.get_type::<HandoffError>())?;
-    m.add("TimeoutError", py.get_type::<TimeoutError>())?;
+    m.add("TimeoutError", timeout_type(py)?)?;
     m.add("GpuError", py.get_type::<GpuError>())?;
     m.add("CudaError", py.get_type::<CudaError>())?;
     Ok(())

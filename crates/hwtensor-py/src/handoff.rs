@@ -9,7 +9,7 @@ use std::time::Duration;
 use hwtensor::handoff;
 use pyo3::prelude::*;
 
-use crate::errors::{HandoffError, OrPy, TimeoutError};
+use crate::errors::{timeout_error, HandoffError, OrPy};
 use crate::tensor::PyTensor;
 
 /// The caller's connected Unix stream socket (a socket object or an fd number), borrowed:
@@ -40,9 +40,7 @@ fn readable_within(stream: &UnixStream, timeout: Option<Duration>) -> PyResult<(
     let t = rustix::event::Timespec::try_from(limit)
         .map_err(|_| HandoffError::new_err("timeout out of range"))?;
     match rustix::event::poll(&mut fds, Some(&t)) {
-        Ok(0) => Err(TimeoutError::new_err(format!(
-            "no tensor arrived within {limit:?}"
-        ))),
+        Ok(0) => Err(timeout_error(format!("no tensor arrived within {limit:?}"))),
         Ok(_) => Ok(()),
         Err(e) => Err(HandoffError::new_err(format!("poll failed: {e}"))),
     }

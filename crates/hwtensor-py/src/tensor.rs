@@ -315,7 +315,21 @@ impl PyTensor {
         dlpack::export(&self.inner, py, request)
     }
 
-    /// `(device_type, device_id)`: `(1, 0)` for host memory, `(2, ordinal)` for CUDA.
+    /// `np.asarray(t)` and `np.array(t)`: refused with a `TypeError` that names the ways in.
+    /// NumPy would otherwise make a 0-d object array of the tensor, silently; and an implicit
+    /// copy is not what a zero-copy library should hand out unasked.
+    #[pyo3(signature = (dtype = None, copy = None))]
+    fn __array__(&self, dtype: Option<&Bound<'_, PyAny>>, copy: Option<bool>) -> PyResult<()> {
+        let _ = (dtype, copy);
+        Err(pyo3::exceptions::PyTypeError::new_err(
+            "a hwtensor.Tensor is not itself an array: read it with `with t.map_read() as a:` \
+             (an array over its memory, valid inside the block), or take a NumPy view that \
+             keeps the buffer with np.from_dlpack(t) (host memory)",
+        ))
+    }
+
+    /// `(device_type, device_id)`: `(1, 0)` for host memory, `(2, ordinal)` for CUDA, `(7, 0)`
+    /// (Vulkan) for a GPU tensor where there is no CUDA.
     fn __dlpack_device__(&self) -> PyResult<(u32, i32)> {
         dlpack::device_pair(&self.inner)
     }

@@ -204,3 +204,13 @@ def test_a_capsule_whose_byte_offset_wraps_the_address_is_refused():
         with pytest.raises(hwtensor.InvalidArgument, match="address space"):
             hwtensor.from_dlpack(hostile)
     del good
+
+
+def test_a_gpu_tensor_without_cuda_says_where_it_is_and_why_it_does_not_export(gpu):
+    if hwtensor.cuda_unavailable_reason() is None:
+        print("SKIPPED: test_a_gpu_tensor_without_cuda_says_where_it_is_and_why_it_does_not_export - CUDA is here")
+        pytest.skip("CUDA is here: a GPU tensor exports as CUDA memory")
+    t = hwtensor.Tensor((16,), "uint8", memory="gpu")
+    assert t.__dlpack_device__() == (7, 0)  # kDLVulkan: the process device
+    with pytest.raises(hwtensor.Unavailable, match=r"map_read\(\)"):
+        np.from_dlpack(t)

@@ -114,3 +114,25 @@ def test_colorimetry_is_said_once_and_travels_with_the_image():
     with pytest.raises(hwtensor.InvalidArgument, match="limited"):
         t.with_colorimetry(range="studio")
     assert hwtensor.Tensor((4,)).colorimetry is None
+
+
+def test_np_asarray_of_a_tensor_is_a_type_error_naming_the_ways_in():
+    t = hwtensor.Tensor((4,), "uint8", memory="mem")
+    with pytest.raises(TypeError, match=r"map_read\(\)"):
+        np.asarray(t)
+
+
+def test_hwtensors_timeout_is_also_the_builtin_one():
+    import builtins
+    import socket
+
+    assert issubclass(hwtensor.TimeoutError, builtins.TimeoutError)
+    assert issubclass(hwtensor.TimeoutError, hwtensor.Error)
+    ours, theirs = socket.socketpair()
+    try:
+        hwtensor.recv(theirs, timeout=0.01)
+    except TimeoutError as e:  # the builtin name, as code written for any library says it
+        assert isinstance(e, hwtensor.TimeoutError)
+        assert "within" in str(e)
+    else:
+        raise AssertionError("a receive with nothing sent returned")

@@ -1,5 +1,6 @@
 """Type stubs of hwtensor's native module."""
 
+import builtins
 import socket
 from types import TracebackType
 from typing import Any, Optional, Tuple, Union
@@ -24,8 +25,8 @@ class AccessError(Error):
 class HandoffError(Error):
     """A failed hand-off: a bad fd or socket, a hostile or short message, a peer gone."""
 
-class TimeoutError(Error):
-    """A bounded wait that ran out."""
+class TimeoutError(Error, builtins.TimeoutError):
+    """A bounded wait that ran out; also a builtin TimeoutError (``except TimeoutError:``)."""
 
 class GpuError(Error):
     """The GPU device or driver refused or lost something."""
@@ -131,6 +132,8 @@ class Tensor:
         copy: Optional[bool] = None,
     ) -> Any: ...
     def __dlpack_device__(self) -> Tuple[int, int]: ...
+    def __array__(self, dtype: Any = None, copy: Optional[bool] = None) -> Any:
+        """Raises TypeError: read a tensor with ``map_read()`` or ``np.from_dlpack(t)``."""
     def cuda_done(self, stream: Optional[Any] = None) -> int: ...
     def cuda_ptr(self, stream: Optional[Any] = None) -> int: ...
 
