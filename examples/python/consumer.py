@@ -77,10 +77,8 @@ def main():
     while True:
         try:
             frame = consumer.recv(timeout=WAIT_S)
-        except hwtensor.HandoffError as e:
-            if "producer left" in str(e):
-                break
-            raise
+        except hwtensor.PeerGone:  # the producer left: the end of the stream
+            break
         with frame:
             ages.append(time.monotonic_ns() - frame.timestamp_ns)
             if torch is not None:

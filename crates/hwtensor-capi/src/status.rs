@@ -104,7 +104,7 @@ pub(crate) fn from_error(e: Error) -> HwtStatus {
         Error::MapBusy { .. } => HwtStatus::Busy,
         Error::Fd(_) => HwtStatus::BadFd,
         Error::Blob(_) => HwtStatus::BadBlob,
-        Error::Handoff(_) => HwtStatus::PeerGone,
+        Error::Handoff(_) | Error::PeerLeft(_) => HwtStatus::PeerGone,
         _ => HwtStatus::Failed,
     };
     fail(status, e.message_for(hwtensor::Lang::C))

@@ -577,10 +577,8 @@ mod tests {
         assert_eq!(made, HwtStatus::Ok);
         let mut v = std::ptr::null_mut();
         // SAFETY: `t` is a live handle; `v` is valid for one write.
-        assert_eq!(
-            unsafe { hwt_tensor_view(t, 1, 2, 3, 2, &mut v) },
-            HwtStatus::Ok
-        );
+        let viewed = unsafe { hwt_tensor_view(t, 1, 2, 3, 2, &mut v) };
+        assert_eq!(viewed, HwtStatus::Ok);
         let view = tensor(v, "the view").unwrap();
         assert_eq!(view.shape(), &[2, 2, 3, 3], "[n, height, width, c]");
         // SAFETY: both are live handles this test owns.

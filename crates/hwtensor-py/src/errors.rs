@@ -43,6 +43,13 @@ create_exception!(
     Error,
     "A hand-off that failed: a bad fd or socket, a hostile or short blob, a peer that went away."
 );
+create_exception!(
+    hwtensor,
+    PeerGone,
+    HandoffError,
+    "The peer of a channel left (its socket hung up): the end of a stream; what it sent before \
+     stays valid."
+);
 
 /// `hwtensor.TimeoutError`: a subclass of both `hwtensor.Error` and the builtin
 /// `TimeoutError`, so `except TimeoutError:` written for any library catches ours too. Python's
@@ -106,6 +113,7 @@ pub fn to_py(e: hwtensor::Error) -> PyErr {
         E::MapBusy { .. } => BusyError::new_err(message),
         E::AccessDenied { .. } | E::InvalidOperation(_) => AccessError::new_err(message),
         E::Fd(_) | E::Blob(_) | E::Handoff(_) => HandoffError::new_err(message),
+        E::PeerLeft(_) => PeerGone::new_err(message),
         E::Timeout(_) => timeout_error(message),
         E::Gpu { kind, .. } => gpu_error(message, kind),
         E::Cuda { .. } => CudaError::new_err(message),
@@ -160,6 +168,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("BusyError", py.get_type::<BusyError>())?;
     m.add("AccessError", py.get_type::<AccessError>())?;
     m.add("HandoffError", py.get_type::<HandoffError>())?;
+    m.add("PeerGone", py.get_type::<PeerGone>())?;
     m.add("TimeoutError", timeout_type(py)?)?;
     m.add("GpuError", py.get_type::<GpuError>())?;
     m.add("CudaError", py.get_type::<CudaError>())?;

@@ -69,8 +69,20 @@ def test_a_consumer_waits_no_longer_than_its_timeout():
 def test_a_producer_that_leaves_ends_the_consumers_receive():
     producer, consumer = _channel()
     del producer
-    with pytest.raises(hwtensor.HandoffError, match="producer left"):
+    with pytest.raises(hwtensor.PeerGone, match="producer left"):
         consumer.recv(timeout=5)
+
+
+def test_a_producer_that_leaves_is_seen_though_the_caller_keeps_its_socket():
+    pool = [hwtensor.Tensor((64,), memory="shm")]
+    producer = hwtensor.Producer(pool)
+    ours, theirs = socket.socketpair()
+    producer.attach(ours)  # `ours` stays open in this scope
+    consumer = hwtensor.Consumer(theirs)
+    del producer
+    with pytest.raises(hwtensor.PeerGone):
+        consumer.recv(timeout=5)
+    ours.close()
 
 
 def test_a_frame_handed_back_cannot_be_read_again():

@@ -188,6 +188,12 @@ pub enum Error {
         /// What the OS said.
         source: std::io::Error,
     },
+
+    /// The peer of a channel left (its socket hung up): the end of a stream, not a broken
+    /// message. What it sent before leaving stays valid. A variant of its own so a consumer
+    /// ends its loop on it without reading the message.
+    #[error("the peer left: {0}")]
+    PeerLeft(String),
 }
 
 /// The kinds of GPU failure, which callers handle differently: a lost device is rebuilt, an

@@ -124,6 +124,7 @@ fn a_producer_that_leaves_wakes_a_blocked_receive_with_an_error_and_held_frames_
     });
     let started = Instant::now();
     let err = consumer.recv(Wait::Block).unwrap_err();
+    assert!(matches!(err, Error::PeerLeft(_)), "{err}");
     assert!(err.to_string().contains("producer left"), "{err}");
     assert!(
         started.elapsed() < Duration::from_secs(2),
@@ -133,6 +134,7 @@ fn a_producer_that_leaves_wakes_a_blocked_receive_with_an_error_and_held_frames_
     let t = held.tensor().as_tensor::<u8>().unwrap();
     assert_eq!(t.map_read().unwrap()[100], pattern(7, 100));
     let err = consumer.recv(Wait::Spin).unwrap_err();
+    assert!(matches!(err, Error::PeerLeft(_)), "{err}");
     assert!(err.to_string().contains("producer left"), "{err}");
 }
 

@@ -203,7 +203,7 @@ pub fn consumer(socket: &str, gpu: bool, cuda: bool) -> crate::Result {
         let received = match consumer.recv(Wait::For(PEER_TIMEOUT)) {
             Ok(f) => f,
             // The producer leaves once it has every acknowledgement: the end of the stream.
-            Err(hwtensor::Error::Handoff(e)) if e.contains("producer left") => break,
+            Err(hwtensor::Error::PeerLeft(_)) => break,
             Err(e) => return Err(e.into()),
         };
         let frame = received.meta().seq as u32;

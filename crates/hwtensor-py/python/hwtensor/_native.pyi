@@ -25,6 +25,9 @@ class AccessError(Error):
 class HandoffError(Error):
     """A failed hand-off: a bad fd or socket, a hostile or short message, a peer gone."""
 
+class PeerGone(HandoffError):
+    """The peer of a channel left: the end of a stream; what it sent before stays valid."""
+
 class TimeoutError(Error, builtins.TimeoutError):
     """A bounded wait that ran out; also a builtin TimeoutError (``except TimeoutError:``)."""
 

@@ -174,7 +174,7 @@ impl Consumer {
         &self.pool
     }
 
-    /// The next frame, waiting as `wait` says. A producer that left is `Error::Handoff`; a
+    /// The next frame, waiting as `wait` says. A producer that left is `Error::PeerLeft`; a
     /// frame naming a buffer out of the pool, or one this consumer still holds, is an error.
     pub fn recv(&mut self, wait: Wait) -> Result<Frame> {
         let started = Instant::now();
@@ -285,7 +285,7 @@ impl Consumer {
         if self.ring.frame_ready() {
             return Ok(()); // frames it sent before leaving are still delivered
         }
-        Err(Error::Handoff(
+        Err(Error::PeerLeft(
             "the producer left (its socket hung up); frames received earlier stay valid".into(),
         ))
     }
@@ -363,6 +363,18 @@ mod tests {
             producer.send(slot, FrameMeta::new(seq, 0)).unwrap();
             drop(consumer.recv(Wait::Block).unwrap()); // hands back: returns
         }
+    }
+
+    #[test]
+    fn a_dropped_producer_is_seen_leaving_though_its_caller_keeps_the_socket() {
+        let (producer, mut consumer) = connected();
+        let kept = producer.socket_of(0); // the caller's own handle to the same socket
+        drop(producer);
+        let err = consumer
+            .recv(Wait::For(Duration::from_secs(5)))
+            .unwrap_err();
+        assert!(matches!(err, Error::PeerLeft(_)), "{err:?}");
+        drop(kept);
     }
 
     #[test]

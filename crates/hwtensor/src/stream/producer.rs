@@ -223,8 +223,11 @@ impl Producer {
     }
 
     /// Forgets consumer `c`: every buffer it held is free again (its imports stay its own).
+    /// Its socket is shut down, not only closed: the caller may hold another handle to it,
+    /// and the consumer must see the producer leave all the same.
     fn detach(&mut self, c: usize) {
         let gone = self.consumers.swap_remove(c);
+        let _ = gone.stream.shutdown(std::net::Shutdown::Both);
         for (i, held) in gone.holds.iter().enumerate() {
             if *held {
                 self.out[i] -= 1;
@@ -268,6 +271,17 @@ impl Producer {
             "consumers hold all {} buffers of the pool",
             self.pool.len()
         ))
+    }
+}
+
+impl Drop for Producer {
+    fn drop(&mut self) {
+        // `attach` took a handle to each socket, but the caller may keep its own (Python's
+        // `socket` object does): shutting the connection down tells every consumer now that
+        // the producer left, as closing the last handle would.
+        for c in &self.consumers {
+            let _ = c.stream.shutdown(std::net::Shutdown::Both);
+        }
     }
 }
 
