@@ -14,6 +14,9 @@
 //! # Ok::<(), hwtensor::Error>(())
 //! ```
 
+// On docs.rs (nightly rustdoc), every platform-only item is marked with its platform.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 #[macro_use]
 mod macros;
 
