@@ -1,5 +1,7 @@
 //! The process GPU device: one device and one timeline fence for every copy of this library in
-//! the process (the contract is `docs/gpu-device.md` in the repository).
+//! the process (the contract is
+//! [`docs/gpu-device.md`](https://github.com/hwtensor/hwtensor/blob/main/docs/gpu-device.md) in
+//! the repository).
 //!
 //! What every platform shares lives here: the device's shape ([`ProcessDevice`]), its
 //! [`Features`] and [`Origin`], the cell that makes it once. The platform is chosen once, here:

@@ -1,6 +1,6 @@
 //! The D3D11 backend of the process device (Windows): one `ID3D11Device` and one shared
 //! `ID3D11Fence` for every copy of this library in the process (the Windows specifics are
-//! `docs/windows-d3d11.md`).
+//! [`docs/windows-d3d11.md`](https://github.com/hwtensor/hwtensor/blob/main/docs/windows-d3d11.md)).
 //!
 //! `device()` makes it on the first call: adopt what another copy published in the rendezvous
 //! record; else take the host's device given to [`use_external_device`]; else select an adapter
