@@ -91,6 +91,128 @@ impl PyTensor {
         .map(Self::wrap)
     }
 
+    /// A tensor of `shape` over `fd` (a memfd, a DMA-BUF, a shared memory file) from byte
+    /// `offset` on. The fd is duplicated: close your own when you like. A file of another kind,
+    /// a closed fd, or one too small for the shape raises `HandoffError`.
+    #[staticmethod]
+    #[pyo3(signature = (fd, shape, dtype = "uint8", offset = 0))]
+    fn from_fd(
+        py: Python<'_>,
+        fd: i32,
+        shape: Vec<usize>,
+        dtype: &str,
+        offset: usize,
+    ) -> PyResult<Self> {
+        crate::fd::tensor_from_fd(py, fd, &shape, dtype_of(dtype)?, offset)
+    }
+
+    /// An image of `width` x `height` in `format` over `fd` from byte `offset` on (V4L2's
+    /// `data_offset`), rows `row_stride` bytes apart (None: tight). The fd is duplicated.
+    #[staticmethod]
+    #[pyo3(signature = (fd, width, height, format, dtype = "uint8", offset = 0, row_stride = None, access = "read_write"))]
+    #[allow(clippy::too_many_arguments)]
+    fn image_from_fd(
+        py: Python<'_>,
+        fd: i32,
+        width: usize,
+        height: usize,
+        format: &str,
+        dtype: &str,
+        offset: usize,
+        row_stride: Option<usize>,
+        access: &str,
+    ) -> PyResult<Self> {
+        let image =
+            crate::fd::ImageArgs::new(width, height, format, dtype_of(dtype)?, access_of(access)?)?;
+        crate::fd::image_from_fd(py, fd, offset, image, row_stride)
+    }
+
+    /// An image over one `(fd, offset, row_stride)` per plane of `format` (a decoder's NV12 in
+    /// two DMA-BUFs, say). Each fd is duplicated.
+    #[staticmethod]
+    #[pyo3(signature = (planes, width, height, format, dtype = "uint8", access = "read_write"))]
+    fn image_from_planes(
+        py: Python<'_>,
+        planes: Vec<(i32, usize, usize)>,
+        width: usize,
+        height: usize,
+        format: &str,
+        dtype: &str,
+        access: &str,
+    ) -> PyResult<Self> {
+        let image =
+            crate::fd::ImageArgs::new(width, height, format, dtype_of(dtype)?, access_of(access)?)?;
+        crate::fd::image_from_planes(py, planes, image)
+    }
+
+    /// The buffer's fd number, borrowed: valid while the tensor lives, never to be closed
+    /// (`clone_fd()` gives one to keep). Heap memory has none (`Unavailable`).
+    fn fd(&self) -> PyResult<i32> {
+        crate::fd::borrowed_fd(&self.inner)
+    }
+
+    /// A new fd of the buffer, yours to close (`os.close`).
+    fn clone_fd(&self) -> PyResult<i32> {
+        crate::fd::clone_fd(&self.inner)
+    }
+
+    /// A copy of the tensor in `memory` ("mem", "shm", "dmabuf", "gpu", "cuda"), with the
+    /// same shape, description and quantization.
+    fn to_memory(&self, py: Python<'_>, memory: &str) -> PyResult<Self> {
+        let memory = memory_of(Some(memory))?.unwrap_or(TensorMemory::Mem);
+        py.detach(|| self.inner.to_memory(memory))
+            .or_py()
+            .map(Self::wrap)
+    }
+
+    /// The affine quantization (`real = scale * (q - zero_point)`) as a dict, or None:
+    /// `{"scale", "zero_point"}`, and per channel also `{"axis", "scales", "zero_points"}`.
+    #[getter]
+    fn quantization<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let Some(q) = self.inner.quantization() else {
+            return Ok(None);
+        };
+        let d = PyDict::new(py);
+        d.set_item("scale", q.scale)?;
+        d.set_item("zero_point", q.zero_point)?;
+        if let Some(c) = &q.channels {
+            d.set_item("axis", c.axis)?;
+            d.set_item("scales", c.scales.clone())?;
+            d.set_item("zero_points", c.zero_points.clone())?;
+        }
+        Ok(Some(d))
+    }
+
+    /// The same tensor (same buffer) quantized per tensor (`scale`, `zero_point`) or per channel
+    /// along `axis` (`scales`, `zero_points`, one each per channel). An integer dtype only.
+    #[pyo3(signature = (scale = None, zero_point = 0, *, axis = None, scales = None, zero_points = None))]
+    fn with_quantization(
+        &self,
+        scale: Option<f32>,
+        zero_point: i32,
+        axis: Option<usize>,
+        scales: Option<Vec<f32>>,
+        zero_points: Option<Vec<i32>>,
+    ) -> PyResult<Self> {
+        let q =
+            match (scale, axis, scales, zero_points) {
+                (Some(scale), None, None, None) => {
+                    hwtensor::Quantization::per_tensor(scale, zero_point)
+                }
+                (None, Some(axis), Some(scales), Some(zero_points)) => {
+                    hwtensor::Quantization::per_channel(axis, scales, zero_points).or_py()?
+                }
+                _ => return Err(InvalidArgument::new_err(
+                    "quantize per tensor with scale (and zero_point), or per channel with axis, \
+                     scales and zero_points",
+                )),
+            };
+        self.inner
+            .with_quantization(Some(q))
+            .or_py()
+            .map(Self::wrap)
+    }
+
     /// The shape, as a tuple.
     #[getter]
     fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {

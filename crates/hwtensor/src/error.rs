@@ -289,6 +289,14 @@ const ADVICE: &[(&str, [&str; 3])] = &[
         ],
     ),
     (
+        "copy_planes",
+        [
+            "copy the frame with image_copied_from_planes",
+            "copy the frame with hwt_tensor_image_copied_from_planes",
+            "copy the frame (image_copied_from_planes in the Rust and C APIs)",
+        ],
+    ),
+    (
         "new_image",
         [
             "allocate it with Tensor::image",

@@ -69,6 +69,25 @@ fn handoff(what: impl Into<String>) -> Error {
     Error::Handoff(what.into())
 }
 
+/// A duplicate (close-on-exec) of the caller's `fd`, which the caller keeps: how bindings that
+/// get fds as numbers (the C ABI, Python) take one in without taking it over. A negative or
+/// closed number is an [`Error::Fd`] naming it.
+///
+/// # Safety
+/// `fd`, if open, must be one the caller may share: its number is only read and duplicated.
+#[allow(unsafe_code)]
+pub unsafe fn dup_callers_fd(fd: RawFd) -> Result<OwnedFd> {
+    if fd < 0 {
+        return Err(Error::Fd(format!("fd {fd} is not an fd")));
+    }
+    // SAFETY: only borrowed for the duplicate below; a closed fd makes that fail with EBADF,
+    // which is reported, not used.
+    let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
+    borrowed
+        .try_clone_to_owned()
+        .map_err(|e| Error::Fd(format!("fd {fd} cannot be duplicated: {e}")))
+}
+
 /// The caller's connected socket `fd` as a stream to hand tensors over, borrowed: never closed
 /// here. One `fstat` proves it open and a socket (a closed fd, a pipe or a file is refused by
 /// number; a duplicate to look at would cost two more syscalls per hand-off). For bindings that

@@ -153,6 +153,16 @@ impl TensorDyn {
         each_tensor!(self, t => t.quantization())
     }
 
+    /// The same tensor over the same buffer with `quantization` (see
+    /// [`Tensor::set_quantization`], which checks it against the dtype and shape).
+    pub fn with_quantization(&self, quantization: Option<crate::Quantization>) -> Result<Self> {
+        each_tensor!(self, t => {
+            let mut t = t.clone();
+            t.set_quantization(quantization)?;
+            Ok(t.into())
+        })
+    }
+
     /// See [`Tensor::view`].
     pub fn view(&self, region: Region) -> Result<Self> {
         each_tensor!(self, t => t.view(region).map(Element::into_dyn))

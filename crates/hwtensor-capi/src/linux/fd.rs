@@ -1,28 +1,18 @@
 //! Tensors over fds: imports of a DMA-BUF or memfd, and a tensor's fd for another API.
 
-use std::os::fd::{BorrowedFd, IntoRawFd, OwnedFd, RawFd};
+use std::os::fd::{IntoRawFd, OwnedFd, RawFd};
 
 use hwtensor::{PlaneFd, TensorDyn};
 
 use crate::codes::{access_of, dtype_of, format_of, memory_of};
-use crate::status::{fail, guard, put, slice_in, HwtStatus, OrStatus};
+use crate::status::{guard, put, slice_in, HwtStatus, OrStatus};
 use crate::tensor::{hand_out, tensor, HwtTensor, HWT_MAX_DIMS};
 
 /// A duplicate of the caller's `fd` (close-on-exec), which the caller keeps: a negative or
 /// closed fd is `HWT_STATUS_BAD_FD`.
 pub(crate) fn dup_callers(fd: RawFd) -> Result<OwnedFd, HwtStatus> {
-    if fd < 0 {
-        return Err(fail(HwtStatus::BadFd, format!("fd {fd} is not an fd")));
-    }
-    // SAFETY: only borrowed for the duplicate below; a closed fd makes that fail with EBADF,
-    // which is reported, not used.
-    let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
-    borrowed.try_clone_to_owned().map_err(|e| {
-        fail(
-            HwtStatus::BadFd,
-            format!("fd {fd} cannot be duplicated: {e}"),
-        )
-    })
+    // SAFETY: the caller's fd number, only duplicated (the ABI's rule for fds passed in).
+    unsafe { hwtensor::handoff::dup_callers_fd(fd) }.or_status()
 }
 
 /// A tensor of `shape` and `dtype` over `fd` (a DMA-BUF, a memfd, a shared memory file) from

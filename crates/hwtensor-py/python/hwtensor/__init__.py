@@ -24,7 +24,9 @@ from ._native import (
     Unavailable,
     __version__,
     cuda_unavailable_reason,
+    export_blob,
     from_dlpack,
+    import_blob,
     recv,
     send,
 )
@@ -48,8 +50,10 @@ __all__ = [
     "Unavailable",
     "__version__",
     "cuda_unavailable_reason",
+    "export_blob",
     "from_dlpack",
     "gpu",
+    "import_blob",
     "recv",
     "send",
 ]

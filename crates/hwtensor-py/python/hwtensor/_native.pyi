@@ -123,6 +123,46 @@ class Tensor:
         row_stride: Optional[int] = None,
     ) -> "Tensor": ...
     def copy_from(self, src: "Tensor") -> None: ...
+    @staticmethod
+    def from_fd(fd: int, shape: Tuple[int, ...] | list, dtype: str = "uint8", offset: int = 0) -> "Tensor":
+        """A tensor over ``fd`` (duplicated: close your own) from byte ``offset`` on."""
+    @staticmethod
+    def image_from_fd(
+        fd: int,
+        width: int,
+        height: int,
+        format: str,
+        dtype: str = "uint8",
+        offset: int = 0,
+        row_stride: Optional[int] = None,
+        access: str = "read_write",
+    ) -> "Tensor": ...
+    @staticmethod
+    def image_from_planes(
+        planes: list[Tuple[int, int, int]],
+        width: int,
+        height: int,
+        format: str,
+        dtype: str = "uint8",
+        access: str = "read_write",
+    ) -> "Tensor":
+        """An image over one ``(fd, offset, row_stride)`` per plane (each fd duplicated)."""
+    def fd(self) -> int:
+        """The buffer's fd, borrowed: valid while the tensor lives; never close it."""
+    def clone_fd(self) -> int:
+        """A new fd of the buffer, yours to close."""
+    def to_memory(self, memory: str) -> "Tensor": ...
+    @property
+    def quantization(self) -> Optional[dict]: ...
+    def with_quantization(
+        self,
+        scale: Optional[float] = None,
+        zero_point: int = 0,
+        *,
+        axis: Optional[int] = None,
+        scales: Optional[list[float]] = None,
+        zero_points: Optional[list[int]] = None,
+    ) -> "Tensor": ...
     def map_read(self) -> Map: ...
     def map_write(self) -> Map: ...
     def map_read_write(self) -> Map: ...
@@ -200,5 +240,9 @@ def device() -> GpuDevice: ...
 def send(sock: Union[socket.socket, int], tensor: Tensor, inline: bool = False) -> None: ...
 def recv(sock: Union[socket.socket, int], timeout: Optional[float] = None) -> Tensor: ...
 def cuda_unavailable_reason() -> Optional[str]: ...
+def export_blob(tensor: Tensor, inline: bool = False) -> Tuple[bytes, list[int]]:
+    """The blob describing ``tensor`` and its fds (new ones, yours to close; none inline)."""
+def import_blob(data: bytes, fds: list[int] = ...) -> Tensor:
+    """The tensor a blob describes; ``fds`` are duplicated. Hostile input raises HandoffError."""
 def from_dlpack(obj: Any) -> Tensor:
     """A tensor over a DLPack producer's memory (NumPy, PyTorch CPU or CUDA), without a copy."""
