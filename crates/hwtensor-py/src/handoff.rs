@@ -2,12 +2,14 @@
 //! passed as hwtensor passes them in Rust. The GIL is released while the bytes move.
 
 use std::mem::ManuallyDrop;
-use std::os::fd::RawFd;
+use std::os::fd::{IntoRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
+use hwtensor::blob::{self, Transport};
 use hwtensor::handoff;
 use pyo3::prelude::*;
+use pyo3::types::PyBytes;
 
 use crate::errors::{timeout_error, HandoffError, OrPy};
 use crate::tensor::PyTensor;
@@ -86,4 +88,45 @@ pub fn recv(py: Python<'_>, sock: &Bound<'_, PyAny>, timeout: Option<f64>) -> Py
         handoff::recv(&stream).or_py()
     })
     .map(PyTensor::wrap)
+}
+
+/// The blob that describes `tensor` and the fds that travel with it (new ones, the caller's to
+/// close; none inline). With `inline`, the bytes travel in the blob instead: for memory without
+/// an fd, or a peer on another machine.
+#[pyfunction]
+#[pyo3(signature = (tensor, inline = false))]
+pub fn export_blob<'py>(
+    py: Python<'py>,
+    tensor: &PyTensor,
+    inline: bool,
+) -> PyResult<(Bound<'py, PyBytes>, Vec<RawFd>)> {
+    let mode = if inline {
+        Transport::Inline
+    } else {
+        Transport::Reference
+    };
+    let (bytes, fds) = blob::export(&tensor.inner, mode).or_py()?;
+    let owned = fds
+        .iter()
+        .map(|fd| fd.try_clone_to_owned().map(IntoRawFd::into_raw_fd))
+        .collect::<std::io::Result<Vec<_>>>()
+        .map_err(|e| crate::errors::HandoffError::new_err(format!("dup of a blob's fd: {e}")))?;
+    Ok((PyBytes::new(py, &bytes), owned))
+}
+
+/// The tensor a blob describes, with the fds that came with it (duplicated: the caller closes
+/// its own). A hostile or short blob raises `HandoffError` naming the field; GPU memory by
+/// reference is accepted only as `hwtensor.recv` accepts it (from a peer of this user), which
+/// an fd list cannot prove, so here it is refused.
+#[pyfunction]
+#[pyo3(signature = (data, fds = Vec::new()))]
+pub fn import_blob(py: Python<'_>, data: &[u8], fds: Vec<RawFd>) -> PyResult<PyTensor> {
+    let fds = fds
+        .into_iter()
+        .map(crate::fd::dup_in)
+        .collect::<PyResult<Vec<_>>>()?;
+    let data = data.to_vec();
+    py.detach(|| blob::import(&data, fds))
+        .or_py()
+        .map(PyTensor::wrap)
 }

@@ -28,8 +28,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<stream::Producer>()?;
     m.add_function(wrap_pyfunction!(handoff::send, m)?)?;
     m.add_function(wrap_pyfunction!(handoff::recv, m)?)?;
-    m.add_function(wrap_pyfunction!(fd::export_blob, m)?)?;
-    m.add_function(wrap_pyfunction!(fd::import_blob, m)?)?;
+    m.add_function(wrap_pyfunction!(handoff::export_blob, m)?)?;
+    m.add_function(wrap_pyfunction!(handoff::import_blob, m)?)?;
     m.add_function(wrap_pyfunction!(gpu::device, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_unavailable_reason, m)?)?;
     m.add_function(wrap_pyfunction!(from_dlpack, m)?)?;

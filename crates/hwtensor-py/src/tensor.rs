@@ -103,7 +103,7 @@ impl PyTensor {
         dtype: &str,
         offset: usize,
     ) -> PyResult<Self> {
-        crate::fd::tensor_from_fd(py, fd, &shape, dtype_of(dtype)?, offset)
+        crate::fd::tensor_from_fd(py, fd, &shape, dtype_of(dtype)?, offset).map(Self::wrap)
     }
 
     /// An image of `width` x `height` in `format` over `fd` from byte `offset` on (V4L2's
@@ -124,7 +124,7 @@ impl PyTensor {
     ) -> PyResult<Self> {
         let image =
             crate::fd::ImageArgs::new(width, height, format, dtype_of(dtype)?, access_of(access)?)?;
-        crate::fd::image_from_fd(py, fd, offset, image, row_stride)
+        crate::fd::image_from_fd(py, fd, offset, image, row_stride).map(Self::wrap)
     }
 
     /// An image over one `(fd, offset, row_stride)` per plane of `format` (a decoder's NV12 in
@@ -142,7 +142,7 @@ impl PyTensor {
     ) -> PyResult<Self> {
         let image =
             crate::fd::ImageArgs::new(width, height, format, dtype_of(dtype)?, access_of(access)?)?;
-        crate::fd::image_from_planes(py, planes, image)
+        crate::fd::image_from_planes(py, planes, image).map(Self::wrap)
     }
 
     /// The buffer's fd number, borrowed: valid while the tensor lives, never to be closed

@@ -105,6 +105,16 @@ def test_a_hostile_blob_is_a_handoff_error_naming_what_is_wrong():
         os.close(f)
 
 
+def test_gpu_memory_in_a_blob_from_an_unknown_sender_is_refused_in_pythons_words(gpu):
+    t = hwtensor.Tensor((4096,), memory="gpu")
+    data, fds = hwtensor.export_blob(t)
+    with pytest.raises(hwtensor.HandoffError, match=r"hwtensor\.recv accepts it") as refused:
+        hwtensor.import_blob(data, fds)
+    assert "ImportPolicy" not in str(refused.value)
+    for f in fds:
+        os.close(f)
+
+
 def test_quantization_is_set_on_a_new_tensor_over_the_same_buffer_and_travels():
     t = hwtensor.Tensor((2, 3), "int8", memory="shm")
     assert t.quantization is None

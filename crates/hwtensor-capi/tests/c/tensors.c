@@ -609,6 +609,23 @@ static int gpu_tensors_expose_their_buffer_queue_and_timeline(void) {
     ASSERT(((const uint8_t *)m.data)[0] == 0xEE && ((const uint8_t *)m.data)[1] == 3);
     CHECK(hwt_map_end(&m));
 
+    /* GPU memory by reference from an unknown sender is refused, and the advice names the
+     * C flag that accepts it, not the Rust API. */
+    HwtBlob *blob = NULL;
+    const uint8_t *data = NULL;
+    const int32_t *fds = NULL;
+    size_t bytes = 0, nfds = 0;
+    CHECK(hwt_blob_export(gpu, HWT_TRANSPORT_REFERENCE, &blob));
+    CHECK(hwt_blob_data(blob, &data, &bytes));
+    CHECK(hwt_blob_fds(blob, &fds, &nfds));
+    HwtTensor *imported = NULL;
+    EXPECT(hwt_blob_import(data, bytes, fds, nfds, 0, &imported), HWT_STATUS_BAD_BLOB);
+    char why[512];
+    hwt_last_error(why, sizeof why);
+    ASSERT(strstr(why, "HWT_IMPORT_TRUSTED_PEER") != NULL);
+    ASSERT(strstr(why, "ImportPolicy") == NULL);
+    hwt_blob_free(blob);
+
     HwtCudaMap *cm = NULL;
     uint64_t device_ptr = 0;
     if (hwt_cuda_check() == HWT_STATUS_OK) {
