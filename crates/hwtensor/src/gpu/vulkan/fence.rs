@@ -12,19 +12,19 @@ use ash::vk;
 use crate::gpu::timeline::{QueueHeld, TimelineWords};
 use crate::{Error, GpuErrorKind, Result};
 
-/// How long `wait` spins on the counter before it blocks. On NVIDIA a thread blocked in
-/// `vkWaitSemaphores` can wake ~10 ms after a value signalled by CUDA lands, and blocking costs
-/// ~36 us where spinning sees a value in ~8 us (PLATFORM.md); 50 us of spinning catches the
-/// common case and costs little when the value is far off.
+/// How long `wait` spins on the counter before it polls. A thread blocked in
+/// `vkWaitSemaphores` on NVIDIA can wake ~10 ms after a value signalled by CUDA lands, and
+/// blocking costs ~36 us where spinning sees a value in ~8 us (PLATFORM.md); 50 us of spinning
+/// catches the common case and costs little when the value is far off.
 pub const WAIT_SPIN: Duration = Duration::from_micros(50);
 
 /// A wait spins on the counter at most this long: beyond it a spinning CPU does no one any
-/// good, and the rest of an expected wait polls instead.
+/// good, and the rest of the wait polls instead.
 const SPIN_CAP: Duration = Duration::from_millis(2);
 
-/// The sleep between two looks at the counter once the spin is over: a wait for a long copy
-/// ends at most about this late (plus the scheduler's wake-up), not the ~10 ms a blocked
-/// `vkWaitSemaphores` on a CUDA-signalled value takes on NVIDIA.
+/// The first sleep between two looks at the counter once the spin is over: a wait for work of
+/// the expected length ends at most about this late (plus the scheduler's wake-up), not the
+/// ~10 ms a blocked `vkWaitSemaphores` on a CUDA-signalled value takes on NVIDIA.
 const POLL_INTERVAL: Duration = Duration::from_micros(50);
 
 /// How long [`Timeline::observe`] gives the tracked timeline to show a value the process
@@ -323,10 +323,17 @@ fn drop_abandoned(waiting: &mut BTreeMap<u64, Vec<OwnedFd>>) {
     waiting.retain(|_, fds| !fds.is_empty());
 }
 
-/// Waits until the timeline `semaphore` reaches `value`, at most `timeout`. For the first
-/// `expected` of it (usually [`WAIT_SPIN`], or a copy's expected time) the counter is watched:
-/// spinning for up to [`SPIN_CAP`], then polling every [`POLL_INTERVAL`]; only then does it
-/// block, since a blocked wait on a value CUDA signals wakes ~10 ms late.
+/// Waits until the timeline `semaphore` reaches `value`, at most `timeout`, watching the
+/// counter and never blocking in `vkWaitSemaphores`: a blocked wait on a value CUDA signals
+/// wakes ~10 ms late on NVIDIA (PLATFORM.md; a consumer's hand-back waited so 10 ms a frame),
+/// and the Khronos validation layer of Debian 12 can deadlock a host wait against submissions
+/// on other threads (see [`WAITER_SLICE`]). The counter is spun on for the first `expected`
+/// of the wait (at most [`SPIN_CAP`]), then polled every [`POLL_INTERVAL`] until `expected`
+/// has passed, then with the interval doubling up to [`WAITER_SLICE`]: work that ends when
+/// expected is seen within microseconds, a long wait costs a wake-up every 2 ms and ends at
+/// most that late. Once reached, a zero-timeout `vkWaitSemaphores` confirms it, which returns
+/// at once and tells the validation layer (and any tool tracking submissions) that the work is
+/// done, so it does not report its objects as still in use.
 pub(crate) fn wait_semaphore(
     device: &ash::Device,
     semaphore: vk::Semaphore,
@@ -336,51 +343,41 @@ pub(crate) fn wait_semaphore(
 ) -> Result<()> {
     let counter = || {
         // SAFETY: a query of a live timeline semaphore of this device.
-        unsafe { device.get_semaphore_counter_value(semaphore) }.map_err(|e| {
-            Error::gpu(
-                super::vk_kind(e),
-                format!("reading the timeline failed: {e}"),
-            )
-        })
+        unsafe { device.get_semaphore_counter_value(semaphore) }
+            .map_err(super::failed("reading the timeline"))
     };
     let started = Instant::now();
-    let watch = expected.min(timeout);
-    let spin = watch.min(SPIN_CAP);
-    let mut left = timeout;
-    while started.elapsed() < watch {
+    let spin = expected.min(timeout).min(SPIN_CAP);
+    let mut interval = POLL_INTERVAL;
+    loop {
         if counter()? >= value {
-            // Confirmed below with a zero-timeout wait, which returns at once: the wait is
-            // what tells the validation layer (and any tool tracking submissions) that the
-            // work is done, so it does not report its objects as still in use.
-            left = Duration::ZERO;
             break;
         }
-        if started.elapsed() < spin {
-            std::hint::spin_loop();
-        } else {
-            std::thread::sleep(POLL_INTERVAL);
+        let elapsed = started.elapsed();
+        if elapsed >= timeout {
+            return Err(Error::Timeout(format!(
+                "timeline value {value} did not complete within {timeout:?} (reached {})",
+                counter().unwrap_or(0),
+            )));
         }
-    }
-    if !left.is_zero() {
-        left = timeout.saturating_sub(started.elapsed());
+        if elapsed < spin {
+            std::hint::spin_loop();
+            continue;
+        }
+        std::thread::sleep(interval.min(timeout - elapsed));
+        if elapsed >= expected {
+            interval = (interval * 2).min(WAITER_SLICE);
+        }
     }
     let values = [value];
     let semaphores = [semaphore];
     let info = vk::SemaphoreWaitInfo::default()
         .semaphores(&semaphores)
         .values(&values);
-    // SAFETY: a wait on a live semaphore of this device; waits need no queue lock.
-    match unsafe { device.wait_semaphores(&info, left.as_nanos().min(u64::MAX as u128) as u64) } {
-        Ok(()) => Ok(()),
-        Err(vk::Result::TIMEOUT) => Err(Error::Timeout(format!(
-            "timeline value {value} did not complete within {timeout:?} (reached {})",
-            counter().unwrap_or(0),
-        ))),
-        Err(e) => Err(Error::gpu(
-            super::vk_kind(e),
-            format!("waiting for timeline value {value} failed: {e}"),
-        )),
-    }
+    // SAFETY: a wait on a live semaphore of this device, already reached (so it returns at
+    // once); waits need no queue lock.
+    unsafe { device.wait_semaphores(&info, 0) }
+        .map_err(super::failed(&format!("confirming timeline value {value}")))
 }
 
 /// Set at process exit: the waiter must leave Vulkan alone from then on.

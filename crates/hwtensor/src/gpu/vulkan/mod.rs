@@ -707,14 +707,14 @@ impl GpuDevice {
         self.timeline.completed_value(&self.device)
     }
 
-    /// Waits for `value`, at most `timeout`: spins briefly, then blocks.
+    /// Waits for `value`, at most `timeout`: spins briefly, then polls the counter (never a
+    /// blocked driver wait: see `fence::wait_semaphore`).
     pub fn wait(&self, value: u64, timeout: Duration) -> Result<()> {
         self.timeline.wait(&self.device, value, timeout, WAIT_SPIN)
     }
 
     /// [`Self::wait`] for work expected to take about `expected` (a copy of a known size):
-    /// the counter is watched that long before the wait blocks, since a blocked wait's late
-    /// wake-up would cost more than the watching.
+    /// the counter is watched closely that long before the polls grow sparser.
     pub(crate) fn wait_expecting(
         &self,
         value: u64,
