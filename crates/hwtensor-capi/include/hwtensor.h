@@ -42,6 +42,12 @@
 #define HWT_MAX_DIMS 16
 
 /**
+ * `DRM_FORMAT_MOD_LINEAR`: an image whose rows lie one after another (every image hwtensor
+ * makes, and what CPU maps and copies read).
+ */
+#define HWT_DRM_FORMAT_MOD_LINEAR 0
+
+/**
  * The major version: a new one breaks the ABI (and renames the shared library's SONAME,
  * `libhwtensor.so.<major>`).
  */
@@ -940,6 +946,29 @@ enum HwtStatus hwt_tensor_repoint_image(const struct HwtTensor *t,
  * `t` must be a live handle; `out` valid for one write.
  */
 enum HwtStatus hwt_tensor_colorimetry(const struct HwtTensor *t, struct HwtColorimetry *out);
+
+/**
+ * The image's DRM format modifier (`DRM_FORMAT_MOD_*` of `drm_fourcc.h`;
+ * `HWT_DRM_FORMAT_MOD_LINEAR` for a plain tensor and every image hwtensor makes).
+ *
+ * # Safety
+ * `t` must be a live handle; `out` valid for one write.
+ */
+enum HwtStatus hwt_tensor_drm_modifier(const struct HwtTensor *t, uint64_t *out);
+
+/**
+ * The image `t` with its pixels laid out by DRM format `modifier` (a tiled or compressed
+ * frame a decoder or camera gave by fd): a new tensor over the same buffer that carries it
+ * through blobs and hand-offs unchanged. A modifier other than LINEAR leaves it no CPU access:
+ * maps, views and copies are then `HWT_STATUS_INVALID_ARGUMENT` with a message naming it. A
+ * plain tensor is `HWT_STATUS_INVALID_ARGUMENT`.
+ *
+ * # Safety
+ * `t` must be a live handle; `out` valid for one write.
+ */
+enum HwtStatus hwt_tensor_with_drm_modifier(const struct HwtTensor *t,
+                                            uint64_t modifier,
+                                            struct HwtTensor **out);
 
 /**
  * The image `t` with its colorimetry said (codes as `hwt_tensor_colorimetry` gives them): a

@@ -507,6 +507,42 @@ pub unsafe extern "C" fn hwt_tensor_colorimetry(
     })
 }
 
+/// `DRM_FORMAT_MOD_LINEAR`: an image whose rows lie one after another (every image hwtensor
+/// makes, and what CPU maps and copies read).
+pub const HWT_DRM_FORMAT_MOD_LINEAR: u64 = 0;
+
+/// The image's DRM format modifier (`DRM_FORMAT_MOD_*` of `drm_fourcc.h`;
+/// `HWT_DRM_FORMAT_MOD_LINEAR` for a plain tensor and every image hwtensor makes).
+///
+/// # Safety
+/// `t` must be a live handle; `out` valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn hwt_tensor_drm_modifier(t: *const HwtTensor, out: *mut u64) -> HwtStatus {
+    guard(|| put(out, "out", tensor(t, "the tensor")?.drm_modifier().0))
+}
+
+/// The image `t` with its pixels laid out by DRM format `modifier` (a tiled or compressed
+/// frame a decoder or camera gave by fd): a new tensor over the same buffer that carries it
+/// through blobs and hand-offs unchanged. A modifier other than LINEAR leaves it no CPU access:
+/// maps, views and copies are then `HWT_STATUS_INVALID_ARGUMENT` with a message naming it. A
+/// plain tensor is `HWT_STATUS_INVALID_ARGUMENT`.
+///
+/// # Safety
+/// `t` must be a live handle; `out` valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn hwt_tensor_with_drm_modifier(
+    t: *const HwtTensor,
+    modifier: u64,
+    out: *mut *mut HwtTensor,
+) -> HwtStatus {
+    guard(|| {
+        let t = tensor(t, "the tensor")?
+            .with_drm_modifier(hwtensor::DrmModifier(modifier))
+            .or_status()?;
+        hand_out(out, t)
+    })
+}
+
 /// The image `t` with its colorimetry said (codes as `hwt_tensor_colorimetry` gives them): a
 /// new tensor over the same buffer, carrying it through views and hand-offs. An unknown code
 /// or a plain tensor is `HWT_STATUS_INVALID_ARGUMENT`.

@@ -213,6 +213,23 @@ impl PyTensor {
             .map(Self::wrap)
     }
 
+    /// The image's DRM format modifier (`DRM_FORMAT_MOD_*`, an int; 0 is LINEAR, what every
+    /// image hwtensor makes has).
+    #[getter]
+    fn drm_modifier(&self) -> u64 {
+        self.inner.drm_modifier().0
+    }
+
+    /// The same image over the same buffer, its pixels laid out by DRM format `modifier` (a
+    /// tiled frame imported by fd). A non-LINEAR one travels unchanged and leaves the image no
+    /// CPU access: maps, views and copies raise `InvalidArgument` naming it.
+    fn with_drm_modifier(&self, modifier: u64) -> PyResult<Self> {
+        self.inner
+            .with_drm_modifier(hwtensor::DrmModifier(modifier))
+            .or_py()
+            .map(Self::wrap)
+    }
+
     /// The shape, as a tuple.
     #[getter]
     fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {

@@ -141,3 +141,23 @@ def test_to_memory_copies_into_the_memory_asked_for():
     assert s.memory == "shm" and s.identity != t.identity
     with s.map_read() as a:
         assert list(a) == list(range(8))
+
+
+X_TILED = 0x0100000000000001  # I915_FORMAT_MOD_X_TILED of drm_fourcc.h
+
+
+def test_a_tiled_frame_is_carried_and_refused_where_read_as_rows():
+    linear = hwtensor.Tensor.image(16, 8, "rgba", memory="shm")
+    assert linear.drm_modifier == 0
+    tiled = linear.with_drm_modifier(X_TILED)
+    assert tiled.drm_modifier == X_TILED and tiled.access == "none"
+    with pytest.raises(hwtensor.InvalidArgument, match="DRM format modifier .*Intel"):
+        with tiled.map_read():
+            pass
+    data, fds = hwtensor.export_blob(tiled)
+    back = hwtensor.import_blob(data, fds)
+    for f in fds:
+        os.close(f)
+    assert back.drm_modifier == X_TILED
+    with pytest.raises(hwtensor.InvalidArgument):
+        hwtensor.Tensor((4,), memory="mem").with_drm_modifier(X_TILED)  # not an image

@@ -51,6 +51,11 @@ impl<T: Element> Tensor<T> {
     /// # Ok::<(), hwtensor::Error>(())
     /// ```
     pub fn copy_from(&self, src: &Tensor<T>) -> Result<()> {
+        for image in [self.image, src.image].into_iter().flatten() {
+            if !image.modifier.is_linear() {
+                return Err(image.modifier.refusal("a copy"));
+            }
+        }
         if self.shape != src.shape {
             return Err(Error::Shape(format!(
                 "copy_from: shapes {:?} and {:?} differ",

@@ -29,6 +29,9 @@ pub struct ImageInfo {
     pub row_stride: usize,
     /// How its numbers become colours (unspecified unless someone said).
     pub colorimetry: crate::Colorimetry,
+    /// How its pixels lie in memory beyond format and stride: LINEAR (rows) unless a producer
+    /// of tiled or compressed frames said otherwise (see [`crate::DrmModifier`]).
+    pub modifier: crate::DrmModifier,
 }
 
 impl ImageInfo {
@@ -41,6 +44,7 @@ impl ImageInfo {
             height,
             row_stride,
             colorimetry: crate::Colorimetry::default(),
+            modifier: crate::DrmModifier::LINEAR,
         }
     }
 }
@@ -207,6 +211,32 @@ impl<T: Element> Tensor<T> {
                 "a plain tensor has no colorimetry; make it an image".into(),
             )),
         }
+    }
+
+    /// The image's DRM format modifier (LINEAR for a plain tensor and for every image
+    /// hwtensor makes).
+    pub fn drm_modifier(&self) -> crate::DrmModifier {
+        self.image
+            .map_or(crate::DrmModifier::LINEAR, |i| i.modifier)
+    }
+
+    /// The same image over the same buffer, its layout described by `modifier` (a tiled or
+    /// compressed frame from a decoder or a camera, imported by fd). A non-linear one is carried
+    /// through blobs, the channel and the bindings unchanged, and the image then declares no CPU
+    /// access: maps, views and copies are refused by name, since they would read tiles as rows.
+    pub fn with_drm_modifier(&self, modifier: crate::DrmModifier) -> Result<Tensor<T>> {
+        let Some(mut info) = self.image else {
+            return Err(Error::Image(
+                "a plain tensor has no DRM format modifier; make it an image".into(),
+            ));
+        };
+        let mut t = self.clone();
+        info.modifier = modifier;
+        t.image = Some(info);
+        if !modifier.is_linear() {
+            t.access = CpuAccess::None;
+        }
+        Ok(t)
     }
 
     /// The row stride in bytes of an image whose rows are padded; `None` when they are tight

@@ -51,6 +51,7 @@ mod identity;
 mod image;
 mod map;
 mod memory;
+mod modifier;
 #[cfg(target_os = "linux")]
 mod native;
 mod os;
@@ -82,6 +83,7 @@ pub use map::{
     StridedWrite, TensorMap,
 };
 pub use memory::{TensorMemory, FORCE_MEM_ENV};
+pub use modifier::DrmModifier;
 /// The ndarray crate the maps' `view()` and `view_mut()` speak, so a caller names its types
 /// (`hwtensor::ndarray::ArrayViewD`) without pinning a second, possibly other, version.
 #[cfg(feature = "ndarray")]

@@ -256,7 +256,22 @@ impl<T: Element> Tensor<T> {
     /// mapped extent in bytes, and the claim.
     #[inline(always)]
     fn begin_map(&self, direction: Direction) -> Result<(*mut u8, usize, AccessGuard<'_>)> {
-        self.map_site().claim(direction)
+        self.map_site()
+            .claim(direction)
+            .map_err(|e| self.why_not_mapped(e))
+    }
+
+    /// A refused map's error, naming the image's layout when that is why: an image of a
+    /// non-linear DRM modifier declares no CPU access (see [`Tensor::with_drm_modifier`]), so
+    /// its refusal costs the mapping path nothing and is explained only here, once it failed.
+    #[cold]
+    pub(crate) fn why_not_mapped(&self, e: Error) -> Error {
+        match (&e, self.image) {
+            (Error::AccessDenied { .. }, Some(info)) if !info.modifier.is_linear() => {
+                info.modifier.refusal("a CPU map")
+            }
+            _ => e,
+        }
     }
 
     /// What a map needs of this tensor, its element type set aside.
@@ -288,7 +303,9 @@ impl<T: Element> Tensor<T> {
     /// Maps the tensor as bytes in `direction`, the element type set aside: what a C or Python
     /// caller gets. The same claims and rules as the typed maps.
     pub fn map_bytes(&self, direction: Direction) -> Result<ByteMap<'_>> {
-        self.map_site().byte_map(direction)
+        self.map_site()
+            .byte_map(direction)
+            .map_err(|e| self.why_not_mapped(e))
     }
 
     /// Copies the elements into `dst` in logical order without row padding: the tight layout an

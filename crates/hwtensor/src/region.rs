@@ -39,6 +39,9 @@ impl<T: Element> Tensor<T> {
     pub fn view(&self, region: Region) -> Result<Self> {
         let (h_dim, w_dim) = self.row_and_column_dims()?;
         if let Some(info) = self.image {
+            if !info.modifier.is_linear() {
+                return Err(info.modifier.refusal("a view"));
+            }
             check_image_region(&info, region)?;
         }
         let fits = |start: usize, len: usize, dim: usize| {

@@ -174,7 +174,9 @@ impl TensorDyn {
     #[inline(always)]
     pub fn map_bytes(&self, direction: crate::Direction) -> Result<crate::map::ByteMap<'_>> {
         // Only the site depends on the element type: the claim is one body for all.
-        each_tensor!(self, t => t.map_site()).byte_map(direction)
+        each_tensor!(self, t => t.map_site())
+            .byte_map(direction)
+            .map_err(|e| each_tensor!(self, t => t.why_not_mapped(e)))
     }
 
     /// See [`Tensor::drop_would_free_a_mapped_buffer`].
@@ -200,6 +202,16 @@ impl TensorDyn {
     /// See [`Tensor::set_colorimetry`].
     pub fn set_colorimetry(&mut self, colorimetry: crate::Colorimetry) -> Result<()> {
         each_tensor!(self, t => t.set_colorimetry(colorimetry))
+    }
+
+    /// See [`Tensor::drm_modifier`].
+    pub fn drm_modifier(&self) -> crate::DrmModifier {
+        each_tensor!(self, t => t.drm_modifier())
+    }
+
+    /// See [`Tensor::with_drm_modifier`].
+    pub fn with_drm_modifier(&self, modifier: crate::DrmModifier) -> Result<Self> {
+        each_tensor!(self, t => t.with_drm_modifier(modifier).map(Element::into_dyn))
     }
 
     /// See [`Tensor::to_memory`].

@@ -359,6 +359,23 @@ static int every_bad_input_is_a_status_with_a_message_and_leaks_no_fd(void) {
     close(pair[1]);
     hwt_tensor_release(t);
 
+    /* A tiled frame (I915_FORMAT_MOD_X_TILED) is carried, and refused where read as rows. */
+    HwtTensor *linear = NULL, *tiled = NULL;
+    CHECK(hwt_tensor_new_image(8, 8, HWT_PIXEL_FORMAT_RGBA, HWT_D_TYPE_U8, 0, HWT_MEMORY_MEM,
+                               HWT_ACCESS_READ_WRITE, &linear));
+    uint64_t modifier = 1;
+    CHECK(hwt_tensor_drm_modifier(linear, &modifier));
+    ASSERT(modifier == HWT_DRM_FORMAT_MOD_LINEAR);
+    CHECK(hwt_tensor_with_drm_modifier(linear, 0x0100000000000001ull, &tiled));
+    CHECK(hwt_tensor_drm_modifier(tiled, &modifier));
+    ASSERT(modifier == 0x0100000000000001ull);
+    EXPECT(hwt_tensor_map(tiled, HWT_ACCESS_READ, &m), HWT_STATUS_INVALID_ARGUMENT);
+    char layout[512];
+    hwt_last_error(layout, sizeof layout);
+    ASSERT(strstr(layout, "DRM format modifier") != NULL && strstr(layout, "Intel") != NULL);
+    hwt_tensor_release(tiled);
+    hwt_tensor_release(linear);
+
     HwtTensor *ro = NULL;
     CHECK(hwt_tensor_new_image(8, 8, HWT_PIXEL_FORMAT_GREY, HWT_D_TYPE_U8, 0, HWT_MEMORY_MEM, HWT_ACCESS_READ, &ro));
     EXPECT(hwt_tensor_map(ro, HWT_ACCESS_WRITE, &m), HWT_STATUS_INVALID_OPERATION);

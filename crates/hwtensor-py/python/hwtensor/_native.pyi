@@ -153,6 +153,11 @@ class Tensor:
         """A new fd of the buffer, yours to close."""
     def to_memory(self, memory: str) -> "Tensor": ...
     @property
+    def drm_modifier(self) -> int:
+        """The image's DRM format modifier (0: LINEAR)."""
+    def with_drm_modifier(self, modifier: int) -> "Tensor":
+        """The same image laid out by ``modifier``; non-LINEAR: no CPU access, carried as is."""
+    @property
     def quantization(self) -> Optional[dict]: ...
     def with_quantization(
         self,

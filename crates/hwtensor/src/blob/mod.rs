@@ -25,7 +25,7 @@
 //! | 4 | 2 | version | 1; another value is refused |
 //! | 6 | 2 | header_len | bytes of the fixed header; 168 in v1, larger when a later writer appended fields (a v1 reader skips them) |
 //! | 8 | 4 | total_len | bytes of the whole blob, this header included |
-//! | 12 | 4 | required | features the reader must understand (bit 0 image, 1 quantization, 2 completion, 3 colorimetry, 4 per-channel quantization); unknown bits make a reader refuse instead of misread |
+//! | 12 | 4 | required | features the reader must understand (bit 0 image, 1 quantization, 2 completion, 3 colorimetry, 4 per-channel quantization, 5 DRM format modifier); unknown bits make a reader refuse instead of misread |
 //! | 16 | 1 | dtype | [`DType`] code |
 //! | 17 | 1 | memory | [`TensorMemory`] code of the exporter's buffer |
 //! | 18 | 1 | mode | 0 reference, 1 inline |
@@ -54,6 +54,11 @@
 //! | 144 | 8 | producer_start | GPU or CUDA memory by reference: that process's start time (else 0) |
 //! | 152 | 8 | producer_serial | GPU or CUDA memory by reference: the allocation's serial there (else 0) |
 //! | 160 | 8 | producer_semaphore | written 0; early v1 writers put their timeline's handle here, and readers ignore it (a handle value of another process proves nothing: under the validation layer every process has the same ones) |
+//!
+//! Appended after the v1 table, present only when `header_len` is 176 or more: `168 | 8 |
+//! drm_modifier`, an image's DRM format modifier ([`DrmModifier`](crate::DrmModifier)), written
+//! with required bit 5 when it is not LINEAR and absent otherwise (a linear image's blob is the
+//! 168-byte header, byte for byte as before the field existed).
 //!
 //! The producer fields name the buffer (its [`BufferIdentity`](crate::BufferIdentity) in every
 //! process) and let a receiver find its earlier import of a pooled buffer; the import is
@@ -110,7 +115,7 @@ use crate::{
     CpuAccess, DType, Element, Error, PixelFormat, Quantization, Result, Tensor, TensorDyn,
     TensorMemory,
 };
-use wire::{Cursor, GpuFields, Header, PlaneRecord, NO_FENCE, PLANE_LEN};
+use wire::{Cursor, GpuFields, Header, PlaneRecord, MODIFIER_HEADER_LEN, NO_FENCE, PLANE_LEN};
 
 /// First four bytes of every blob.
 pub const MAGIC: [u8; 4] = *b"HWTB";
@@ -137,12 +142,17 @@ pub const REQUIRES_COLORIMETRY: u32 = 1 << 3;
 /// `required` bit: the quantization is per channel (with bit 1): `quant_channels` pairs of
 /// scale and zero point follow the plane records.
 pub const REQUIRES_PER_CHANNEL: u32 = 1 << 4;
+/// `required` bit: the image's pixels are laid out by a DRM format modifier other than LINEAR
+/// (the header then has the `drm_modifier` field): a reader that cannot keep it must refuse
+/// rather than read tiles as rows.
+pub const REQUIRES_DRM_MODIFIER: u32 = 1 << 5;
 /// Every `required` bit this reader understands.
 const KNOWN_REQUIREMENTS: u32 = REQUIRES_IMAGE
     | REQUIRES_QUANTIZATION
     | REQUIRES_COMPLETION
     | REQUIRES_COLORIMETRY
-    | REQUIRES_PER_CHANNEL;
+    | REQUIRES_PER_CHANNEL
+    | REQUIRES_DRM_MODIFIER;
 /// Bytes of one per-channel pair: f32 scale, i32 zero point.
 const CHANNEL_LEN: usize = 8;
 
@@ -265,6 +275,12 @@ impl Outgoing {
         let planes = plane_records(t, self.byte_offset)?;
         let info = t.image_info().copied();
         let quant = t.quantization();
+        let tiled = info.is_some_and(|i| !i.modifier.is_linear());
+        let header_len = if tiled {
+            MODIFIER_HEADER_LEN
+        } else {
+            HEADER_LEN
+        };
         let mut required = 0;
         for (present, bit) in [
             (self.completion.is_some(), REQUIRES_COMPLETION),
@@ -278,6 +294,7 @@ impl Outgoing {
                 info.is_some_and(|i| i.colorimetry.is_specified()),
                 REQUIRES_COLORIMETRY,
             ),
+            (tiled, REQUIRES_DRM_MODIFIER),
         ] {
             if present {
                 required |= bit;
@@ -286,7 +303,7 @@ impl Outgoing {
         let rank = t.shape().len();
         let channels = quant.as_ref().and_then(|q| q.channels.as_ref());
         let channel_count = channels.map_or(0, |c| c.scales.len());
-        let total = HEADER_LEN
+        let total = header_len
             + 2 * 8 * rank
             + PLANE_LEN * planes.len()
             + CHANNEL_LEN * channel_count
@@ -300,7 +317,7 @@ impl Outgoing {
             .clone()
             .unwrap_or_else(|| Quantization::per_tensor(0.0, 0));
         let header = Header {
-            header_len: HEADER_LEN,
+            header_len,
             total_len: total,
             required,
             dtype: T::DTYPE.code(),
@@ -324,6 +341,7 @@ impl Outgoing {
             completion_fd: self.completion.map_or(NO_FENCE, |_| 1),
             completion_value: self.completion.unwrap_or(0),
             gpu: self.gpu,
+            drm_modifier: info.map_or(0, |i| i.modifier.0),
         };
         let mut b = Vec::with_capacity(total);
         b.extend_from_slice(&header.write());

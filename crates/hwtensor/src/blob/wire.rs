@@ -4,7 +4,8 @@
 
 use super::{
     bad, KNOWN_REQUIREMENTS, MAGIC, MAX_FDS, MAX_PLANES, MAX_RANK, REQUIRES_COLORIMETRY,
-    REQUIRES_COMPLETION, REQUIRES_IMAGE, REQUIRES_PER_CHANNEL, REQUIRES_QUANTIZATION, VERSION,
+    REQUIRES_COMPLETION, REQUIRES_DRM_MODIFIER, REQUIRES_IMAGE, REQUIRES_PER_CHANNEL,
+    REQUIRES_QUANTIZATION, VERSION,
 };
 use crate::gpu::{GpuOrigin, GpuReference};
 use crate::image::ImageInfo;
@@ -69,6 +70,17 @@ header_fields! {
 
 /// Length of the v1 fixed header: where the table ends.
 pub(super) const V1_HEADER_LEN: usize = 168;
+
+/// The first field appended after the v1 table: an image's DRM format modifier, written (with
+/// `required` bit 5) only when it is not LINEAR, so every linear blob stays the 168-byte header
+/// every reader knows, and a reader that predates the field refuses a tiled frame by its bit
+/// instead of reading tiles as rows.
+pub(super) const F_DRM_MODIFIER: Field<8> = Field {
+    at: V1_HEADER_LEN,
+    name: "drm_modifier",
+};
+/// The header's length when it carries [`F_DRM_MODIFIER`].
+pub(super) const MODIFIER_HEADER_LEN: usize = V1_HEADER_LEN + 8;
 /// Bytes of one plane record.
 pub(super) const PLANE_LEN: usize = 32;
 /// Fence index of "no completion fence".
@@ -106,6 +118,8 @@ pub(super) struct Header {
     pub completion_fd: u32,
     pub completion_value: u64,
     pub gpu: GpuFields,
+    /// The image's DRM format modifier (0, LINEAR, unless the header is long enough to say).
+    pub drm_modifier: u64,
 }
 
 /// One plane record.
@@ -123,12 +137,22 @@ fn put<const N: usize>(h: &mut [u8; V1_HEADER_LEN], f: Field<N>, value: [u8; N])
 }
 
 impl Header {
-    /// The header's bytes (v1: `header_len` is always [`V1_HEADER_LEN`] when written).
-    pub(super) fn write(&self) -> [u8; V1_HEADER_LEN] {
+    /// The header's bytes: the v1 table, then the modifier where `header_len` has room for it.
+    pub(super) fn write(&self) -> Vec<u8> {
+        let mut h = self.write_v1().to_vec();
+        if self.header_len >= MODIFIER_HEADER_LEN {
+            h.extend_from_slice(&self.drm_modifier.to_le_bytes());
+        }
+        h
+    }
+
+    /// The v1 table's bytes.
+    fn write_v1(&self) -> [u8; V1_HEADER_LEN] {
         let mut h = [0u8; V1_HEADER_LEN];
         put(&mut h, F_MAGIC, MAGIC);
         put(&mut h, F_VERSION, VERSION.to_le_bytes());
-        put(&mut h, F_HEADER_LEN, (V1_HEADER_LEN as u16).to_le_bytes());
+        let len = self.header_len.max(V1_HEADER_LEN) as u16;
+        put(&mut h, F_HEADER_LEN, len.to_le_bytes());
         put(&mut h, F_TOTAL_LEN, (self.total_len as u32).to_le_bytes());
         put(&mut h, F_REQUIRED, self.required.to_le_bytes());
         put(&mut h, F_DTYPE, [self.dtype]);
@@ -240,6 +264,10 @@ impl Header {
                     serial: r.u64(F_PRODUCER_SERIAL)?,
                 },
             },
+            drm_modifier: match header_len >= MODIFIER_HEADER_LEN {
+                true => r.u64(F_DRM_MODIFIER)?,
+                false => 0,
+            },
         };
         // Reserved fields must be zero: a writer that fills them is one this reader does not
         // understand, and silently ignoring what it meant is how misreads happen. The
@@ -312,6 +340,22 @@ impl Header {
         if colorimetry && self.required & REQUIRES_IMAGE == 0 {
             return Err(bad("colorimetry on a blob that is not an image"));
         }
+        let tiled = self.required & REQUIRES_DRM_MODIFIER != 0;
+        if tiled && self.header_len < MODIFIER_HEADER_LEN {
+            return Err(bad(format!(
+                "the drm_modifier bit on a {}-byte header, which has no drm_modifier field",
+                self.header_len
+            )));
+        }
+        if tiled != (self.drm_modifier != 0) {
+            return Err(bad(
+                "the drm_modifier bit and the drm_modifier field disagree (a LINEAR image sets \
+                 neither)",
+            ));
+        }
+        if tiled && self.required & REQUIRES_IMAGE == 0 {
+            return Err(bad("a DRM format modifier on a blob that is not an image"));
+        }
         if self.rank > MAX_RANK {
             return Err(bad(format!(
                 "rank {} is past the maximum of {MAX_RANK}",
@@ -351,6 +395,7 @@ impl Header {
             to_usize(self.row_stride, "row_stride")?,
         );
         info.colorimetry = crate::Colorimetry::from_codes(self.colorimetry).map_err(bad)?;
+        info.modifier = crate::DrmModifier(self.drm_modifier);
         Ok(Some(info))
     }
 }
