@@ -68,15 +68,11 @@ pub(crate) fn image_from_fd(
     row_stride: Option<usize>,
 ) -> PyResult<TensorDyn> {
     let fd = dup_in(fd)?;
-    let ImageArgs {
-        width,
-        height,
-        format,
-        dtype,
-        access,
-    } = image;
+    let i = image;
     py.detach(|| {
-        TensorDyn::image_from_fd_at(fd, offset, width, height, format, dtype, row_stride, access)
+        TensorDyn::image_from_fd_at(
+            fd, offset, i.width, i.height, i.format, i.dtype, row_stride, i.access,
+        )
     })
     .or_py()
 }
@@ -91,15 +87,17 @@ pub(crate) fn image_from_planes(
         .into_iter()
         .map(|(fd, offset, row_stride)| Ok(PlaneFd::new(dup_in(fd)?, offset, row_stride)))
         .collect::<PyResult<Vec<_>>>()?;
-    let ImageArgs {
-        width,
-        height,
-        format,
-        dtype,
-        access,
-    } = image;
-    py.detach(|| TensorDyn::image_from_planes(planes, width, height, format, dtype, access))
-        .or_py()
+    py.detach(|| {
+        TensorDyn::image_from_planes(
+            planes,
+            image.width,
+            image.height,
+            image.format,
+            image.dtype,
+            image.access,
+        )
+    })
+    .or_py()
 }
 
 /// `Tensor.fd()`: the tensor's own fd number, borrowed (valid while the tensor lives).
