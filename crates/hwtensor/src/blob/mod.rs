@@ -344,7 +344,7 @@ impl Outgoing {
             drm_modifier: info.map_or(0, |i| i.modifier.0),
         };
         let mut b = Vec::with_capacity(total);
-        b.extend_from_slice(&header.write());
+        header.write_into(&mut b);
         for v in t.shape().iter().chain(t.strides()) {
             b.extend_from_slice(&(*v as u64).to_le_bytes());
         }

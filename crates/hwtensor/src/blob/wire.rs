@@ -138,12 +138,19 @@ fn put<const N: usize>(h: &mut [u8; V1_HEADER_LEN], f: Field<N>, value: [u8; N])
 
 impl Header {
     /// The header's bytes: the v1 table, then the modifier where `header_len` has room for it.
+    #[cfg(test)]
     pub(super) fn write(&self) -> Vec<u8> {
-        let mut h = self.write_v1().to_vec();
-        if self.header_len >= MODIFIER_HEADER_LEN {
-            h.extend_from_slice(&self.drm_modifier.to_le_bytes());
-        }
+        let mut h = Vec::with_capacity(MODIFIER_HEADER_LEN);
+        self.write_into(&mut h);
         h
+    }
+
+    /// Appends the header's bytes to `out` (the blob being written: no buffer of its own).
+    pub(super) fn write_into(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.write_v1());
+        if self.header_len >= MODIFIER_HEADER_LEN {
+            out.extend_from_slice(&self.drm_modifier.to_le_bytes());
+        }
     }
 
     /// The v1 table's bytes.
