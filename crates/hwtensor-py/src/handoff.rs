@@ -106,12 +106,14 @@ pub fn export_blob<'py>(
         Transport::Reference
     };
     let (bytes, fds) = blob::export(&tensor.inner, mode).or_py()?;
+    // Owned until all are made: a failed dup closes those made before it.
     let owned = fds
         .iter()
-        .map(|fd| fd.try_clone_to_owned().map(IntoRawFd::into_raw_fd))
+        .map(|fd| fd.try_clone_to_owned())
         .collect::<std::io::Result<Vec<_>>>()
         .map_err(|e| crate::errors::HandoffError::new_err(format!("dup of a blob's fd: {e}")))?;
-    Ok((PyBytes::new(py, &bytes), owned))
+    let raw = owned.into_iter().map(IntoRawFd::into_raw_fd).collect();
+    Ok((PyBytes::new(py, &bytes), raw))
 }
 
 /// The tensor a blob describes, with the fds that came with it (duplicated: the caller closes
