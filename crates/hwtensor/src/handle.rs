@@ -33,7 +33,8 @@ impl<T: Element> Tensor<T> {
 
     /// A `w`x`h` GPU image over a texture another API or process shared (`share_gpu` on the
     /// other side): opens the NT handle (which stays the caller's), checks the texture is that
-    /// image, and queues a GPU wait for the completion where it carries a fence.
+    /// image, and waits (on the CPU, at most [`crate::gpu::GPU_WAIT`]) for the completion where
+    /// it carries a fence: a peer that never signals is a timeout, never a hung queue.
     pub fn image_from_gpu_share(
         texture: BorrowedHandle<'_>,
         completion: &GpuCompletion,
@@ -51,8 +52,11 @@ impl<T: Element> Tensor<T> {
         };
         let mem = GpuMemory::open_shared(texture, &req)?;
         if let Some(fence) = &completion.fence {
-            mem.device()
-                .wait_on_gpu(fence.as_handle(), completion.value)?;
+            mem.device().wait_for_peer(
+                fence.as_handle(),
+                completion.value,
+                crate::gpu::GPU_WAIT,
+            )?;
         }
         let stride = mem.pitch();
         let (shape, strides) = image_geometry(None, format, w, h, T::DTYPE.size(), stride)?;

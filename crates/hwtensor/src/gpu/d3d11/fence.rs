@@ -220,6 +220,15 @@ fn set(event: &OwnedHandle) -> Result<()> {
     unsafe { SetEvent(raw(event)) }.map_err(super::failed("setting an event"))
 }
 
+/// Waits on the CPU, at most `timeout`, until `fence` (ours or a peer's) reaches `value`.
+pub(super) fn wait_for_value(fence: &ID3D11Fence, value: u64, timeout: Duration) -> Result<()> {
+    // SAFETY: a query of a live fence.
+    if unsafe { fence.GetCompletedValue() } >= value {
+        return Ok(());
+    }
+    wait_handle(&completion_event(fence, value)?, timeout, value)
+}
+
 fn completion_event(fence: &ID3D11Fence, value: u64) -> Result<OwnedHandle> {
     let event = new_event()?;
     // SAFETY: a live fence and a live event, which the fence sets once and does not keep.

@@ -733,15 +733,18 @@ impl GpuDevice {
         }
     }
 
-    /// Makes the GPU wait (not the CPU) until the fence behind `fence` reaches `value`, before
-    /// any work queued after this call.
-    pub(crate) fn wait_on_gpu(
+    /// Waits, at most `timeout`, until a peer's fence behind `fence` reaches `value`. On the
+    /// CPU, bounded, as every peer completion is on Linux: a GPU-side `Wait` on a value the peer
+    /// chose would hold this device's queue, and everything behind it, for as long as the peer
+    /// likes (forever for a value it never signals).
+    pub(crate) fn wait_for_peer(
         &self,
         fence: std::os::windows::io::BorrowedHandle<'_>,
         value: u64,
+        timeout: Duration,
     ) -> Result<()> {
         use std::os::windows::io::AsRawHandle;
-        let (Some(device5), Some(context4)) = (&self.ifaces.device5, &self.ifaces.context4) else {
+        let Some(device5) = &self.ifaces.device5 else {
             return Err(Error::Unavailable {
                 memory: crate::TensorMemory::Gpu,
                 reason: format!("{} has no fences to wait on", self.adapter_label()),
@@ -758,9 +761,11 @@ impl GpuDevice {
                 "OpenSharedFence returned nothing",
             )
         })?;
-        self.with_queue(|| {
-            // SAFETY: a fence of this device, waited on in the queue bracket.
-            unsafe { context4.Wait(&opened, value) }.map_err(failed("queueing the fence wait"))
+        fence::wait_for_value(&opened, value, timeout).map_err(|e| match e {
+            Error::Timeout(_) => Error::Timeout(format!(
+                "the peer's completion {value} did not come within {timeout:?}"
+            )),
+            other => other,
         })
     }
 }
