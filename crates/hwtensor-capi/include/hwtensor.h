@@ -1527,6 +1527,28 @@ enum HwtStatus hwt_gpu_completion_event(uint64_t value, void **out_event);
 enum HwtStatus hwt_gpu_export_fence_handle(void **out_handle);
 #endif
 
+#if defined(HWT_WINDOWS)
+/**
+ * A `width` x `height` GPU image of `format` and `dtype` over `texture`, an
+ * `ID3D11Texture2D*` the caller made on the process device (`hwt_gpu_device_handle`): no copy.
+ * The tensor takes its own reference; the caller keeps (and releases) its own. `completion` is
+ * the timeline value after which the caller's last write to it is done (0: none pending); it
+ * is waited for, at most 10 s, and a value never signalled is `HWT_STATUS_INVALID_ARGUMENT`,
+ * as are a null texture, one of another device and one that is not this image.
+ *
+ * # Safety
+ * `texture` must be null or a live `ID3D11Texture2D*`; `out` valid for one write.
+ */
+enum HwtStatus hwt_tensor_from_d3d11_texture(void *texture,
+                                             uint64_t completion,
+                                             size_t width,
+                                             size_t height,
+                                             uint32_t format,
+                                             uint32_t dtype,
+                                             uint32_t cpu_access,
+                                             struct HwtTensor **out);
+#endif
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif  // __cplusplus

@@ -4,8 +4,12 @@ use std::ffi::c_void;
 use std::os::windows::io::IntoRawHandle;
 
 use hwtensor::gpu::windows::core::Interface;
-use hwtensor::{Error, GpuErrorKind};
+use hwtensor::gpu::windows::Win32::Graphics::Direct3D11::ID3D11Texture2D;
+use hwtensor::{Error, GpuErrorKind, TensorDyn};
 
+use crate::codes::{access_of, dtype_of, format_of};
+use crate::status::{guard, invalid, OrStatus};
+use crate::tensor::{hand_out, HwtTensor};
 use crate::{with_device, HwtStatus};
 
 /// The `ID3D11Device*` of the process device, as an integer (borrowed: no reference added).
@@ -53,4 +57,101 @@ pub extern "C" fn hwt_gpu_export_fence_handle(out_handle: *mut *mut c_void) -> H
                 )
             })
     })
+}
+
+/// A `width` x `height` GPU image of `format` and `dtype` over `texture`, an
+/// `ID3D11Texture2D*` the caller made on the process device (`hwt_gpu_device_handle`): no copy.
+/// The tensor takes its own reference; the caller keeps (and releases) its own. `completion` is
+/// the timeline value after which the caller's last write to it is done (0: none pending); it
+/// is waited for, at most 10 s, and a value never signalled is `HWT_STATUS_INVALID_ARGUMENT`,
+/// as are a null texture, one of another device and one that is not this image.
+///
+/// # Safety
+/// `texture` must be null or a live `ID3D11Texture2D*`; `out` valid for one write.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)] // the image's description, one value each
+pub unsafe extern "C" fn hwt_tensor_from_d3d11_texture(
+    texture: *mut c_void,
+    completion: u64,
+    width: usize,
+    height: usize,
+    format: u32,
+    dtype: u32,
+    cpu_access: u32,
+    out: *mut *mut HwtTensor,
+) -> HwtStatus {
+    guard(|| {
+        // SAFETY: null is refused; otherwise the caller's contract: a live texture, borrowed
+        // for the call (the tensor adds its own reference).
+        let texture = unsafe { ID3D11Texture2D::from_raw_borrowed(&texture) }
+            .ok_or_else(|| invalid("the texture is null"))?;
+        let (format, dtype, access) =
+            (format_of(format)?, dtype_of(dtype)?, access_of(cpu_access)?);
+        let t = TensorDyn::from_d3d11_texture(
+            texture, completion, width, height, format, dtype, access,
+        )
+        .or_status()?;
+        hand_out(out, t)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codes::{HwtAccess, HwtDType, HwtPixelFormat};
+    use hwtensor::gpu::windows::Win32::Graphics::Direct3D11::{
+        D3D11_BIND_SHADER_RESOURCE, D3D11_TEXTURE2D_DESC, D3D11_USAGE_DEFAULT,
+    };
+    use hwtensor::gpu::windows::Win32::Graphics::Dxgi::Common::{
+        DXGI_FORMAT_R8G8B8A8_UNORM, DXGI_SAMPLE_DESC,
+    };
+
+    fn from_texture(texture: *mut c_void, out: &mut *mut HwtTensor) -> HwtStatus {
+        let (rgba, u8_, rw) = (HwtPixelFormat::Rgba, HwtDType::U8, HwtAccess::ReadWrite);
+        // SAFETY: `texture` is null or a live texture of this test; `out` a local.
+        unsafe {
+            hwt_tensor_from_d3d11_texture(texture, 0, 8, 2, rgba as u32, u8_ as u32, rw as u32, out)
+        }
+    }
+
+    #[test]
+    fn a_c_host_wraps_its_own_texture_and_a_null_one_is_refused() {
+        let mut out = std::ptr::null_mut();
+        assert_eq!(
+            from_texture(std::ptr::null_mut(), &mut out),
+            HwtStatus::InvalidArgument
+        );
+        let Ok(device) = hwtensor::gpu::device() else {
+            return eprintln!("SKIPPED: a_c_host_wraps_its_own_texture_and_a_null_one_is_refused - no D3D11 device");
+        };
+        let desc = D3D11_TEXTURE2D_DESC {
+            Width: 8,
+            Height: 2,
+            MipLevels: 1,
+            ArraySize: 1,
+            Format: DXGI_FORMAT_R8G8B8A8_UNORM,
+            SampleDesc: DXGI_SAMPLE_DESC {
+                Count: 1,
+                Quality: 0,
+            },
+            Usage: D3D11_USAGE_DEFAULT,
+            BindFlags: D3D11_BIND_SHADER_RESOURCE.0 as u32,
+            CPUAccessFlags: 0,
+            MiscFlags: 0,
+        };
+        let mut texture = None;
+        // SAFETY: a valid description and an out-pointer to a local.
+        unsafe {
+            device
+                .device()
+                .CreateTexture2D(&desc, None, Some(&mut texture))
+        }
+        .unwrap();
+        let texture = texture.unwrap();
+        assert_eq!(from_texture(texture.as_raw(), &mut out), HwtStatus::Ok);
+        let t = crate::tensor::tensor(out, "the tensor").unwrap();
+        assert_eq!(t.shape(), &[2, 8, 4]);
+        // SAFETY: a handle this test owns.
+        unsafe { crate::tensor::hwt_tensor_release(out) };
+    }
 }

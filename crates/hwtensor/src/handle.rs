@@ -5,13 +5,13 @@
 use std::os::windows::io::{AsHandle, BorrowedHandle};
 
 use windows::core::Interface;
-use windows::Win32::Graphics::Direct3D11::ID3D11Resource;
+use windows::Win32::Graphics::Direct3D11::{ID3D11Resource, ID3D11Texture2D};
 
 use crate::backing::Storage;
 use crate::buffer::Buffer;
 use crate::gpu::{GpuCompletion, GpuMemory, GpuShare, TextureRequest};
 use crate::image::image_geometry;
-use crate::{CpuAccess, Element, Error, ImageInfo, PixelFormat, Result, Tensor};
+use crate::{CpuAccess, DType, Element, Error, ImageInfo, PixelFormat, Result, Tensor, TensorDyn};
 
 impl<T: Element> Tensor<T> {
     /// Shares this GPU image: a new NT handle of its texture plus the completion a consumer
@@ -43,13 +43,7 @@ impl<T: Element> Tensor<T> {
         format: PixelFormat,
         access: CpuAccess,
     ) -> Result<Self> {
-        let req = TextureRequest {
-            format,
-            width: w,
-            height: h,
-            dtype: T::DTYPE,
-            batch: 1,
-        };
+        let req = Self::texture_request(w, h, format);
         let mem = GpuMemory::open_shared(texture, &req)?;
         if let Some(fence) = &completion.fence {
             mem.device().wait_for_peer(
@@ -58,7 +52,52 @@ impl<T: Element> Tensor<T> {
                 crate::gpu::GPU_WAIT,
             )?;
         }
-        let stride = mem.pitch();
+        Self::over_texture(mem, req, access)
+    }
+
+    /// A `w`x`h` GPU image over `texture`, a texture the host made on the process device
+    /// (`gpu::device()?.device()`): no copy, no handle. `completion` is the timeline value after
+    /// which the host's last write to it is done (0: nothing to wait for, the host's work went to
+    /// the shared immediate context before this call); it is waited for on the CPU, at most
+    /// [`crate::gpu::GPU_WAIT`], and a value never signalled is refused. A texture of another
+    /// device, or one that is not this image (format, size, one layer, one sample), is refused.
+    pub fn from_d3d11_texture(
+        texture: &ID3D11Texture2D,
+        completion: u64,
+        w: usize,
+        h: usize,
+        format: PixelFormat,
+        access: CpuAccess,
+    ) -> Result<Self> {
+        let req = Self::texture_request(w, h, format);
+        let mem = GpuMemory::host_texture(texture.clone(), &req)?;
+        let device = mem.device();
+        if completion > device.last_signalled() {
+            return Err(Error::InvalidArgument(format!(
+                "completion {completion} was never signalled (the timeline is at {})",
+                device.last_signalled()
+            )));
+        }
+        if completion > 0 {
+            device.wait(completion, crate::gpu::GPU_WAIT)?;
+        }
+        Self::over_texture(mem, req, access)
+    }
+
+    /// The one texture a `w`x`h` image of `format` is.
+    fn texture_request(w: usize, h: usize, format: PixelFormat) -> TextureRequest {
+        TextureRequest {
+            format,
+            width: w,
+            height: h,
+            dtype: T::DTYPE,
+            batch: 1,
+        }
+    }
+
+    /// The image over `mem`, a texture checked to be `req`, rows its staging pitch apart.
+    fn over_texture(mem: GpuMemory, req: TextureRequest, access: CpuAccess) -> Result<Self> {
+        let (format, w, h, stride) = (req.format, req.width, req.height, mem.pitch());
         let (shape, strides) = image_geometry(None, format, w, h, T::DTYPE.size(), stride)?;
         let buffer = Buffer::new(Storage::Gpu(mem))?;
         let info = ImageInfo::new(format, w, h, stride);
@@ -68,5 +107,23 @@ impl<T: Element> Tensor<T> {
     /// The texture under this GPU image, for D3D11 or ANGLE work on the process device.
     pub fn d3d11_texture(&self) -> Option<ID3D11Resource> {
         self.buffer.gpu().and_then(|m| m.texture().cast().ok())
+    }
+}
+
+impl TensorDyn {
+    /// See [`Tensor::from_d3d11_texture`]; elements of `dtype`.
+    pub fn from_d3d11_texture(
+        texture: &ID3D11Texture2D,
+        completion: u64,
+        w: usize,
+        h: usize,
+        format: PixelFormat,
+        dtype: DType,
+        access: CpuAccess,
+    ) -> Result<Self> {
+        for_dtype!(
+            dtype,
+            from_d3d11_texture(texture, completion, w, h, format, access)
+        )
     }
 }

@@ -8,7 +8,13 @@
 mod common;
 
 use hwtensor::gpu::windows::core::Interface;
-use hwtensor::gpu::windows::Win32::Graphics::Direct3D11::ID3D11Resource;
+use hwtensor::gpu::windows::Win32::Graphics::Direct3D11::{
+    ID3D11Resource, ID3D11Texture2D, D3D11_BIND_SHADER_RESOURCE, D3D11_TEXTURE2D_DESC,
+    D3D11_USAGE_DEFAULT,
+};
+use hwtensor::gpu::windows::Win32::Graphics::Dxgi::Common::{
+    DXGI_FORMAT_R8G8B8A8_UNORM, DXGI_SAMPLE_DESC,
+};
 use hwtensor::{f16, CpuAccess, Error, PixelFormat, Tensor, TensorMemory};
 
 use common::{device_or_skip, skip_unless_required};
@@ -284,4 +290,57 @@ fn views_of_different_formats_copy_between_the_staging_textures() {
         .unwrap()
         .iter()
         .all(|&x| x == 0));
+}
+
+/// A texture as a host makes it on the process device: `w`x`h` RGBA8.
+fn host_texture(d: &hwtensor::gpu::GpuDevice, w: u32, h: u32) -> ID3D11Texture2D {
+    let desc = D3D11_TEXTURE2D_DESC {
+        Width: w,
+        Height: h,
+        MipLevels: 1,
+        ArraySize: 1,
+        Format: DXGI_FORMAT_R8G8B8A8_UNORM,
+        SampleDesc: DXGI_SAMPLE_DESC {
+            Count: 1,
+            Quality: 0,
+        },
+        Usage: D3D11_USAGE_DEFAULT,
+        BindFlags: D3D11_BIND_SHADER_RESOURCE.0 as u32,
+        CPUAccessFlags: 0,
+        MiscFlags: 0,
+    };
+    let mut texture = None;
+    // SAFETY: a valid description and an out-pointer to a local.
+    unsafe { d.device().CreateTexture2D(&desc, None, Some(&mut texture)) }.unwrap();
+    texture.unwrap()
+}
+
+#[test]
+fn a_hosts_own_texture_becomes_a_tensor_over_the_same_texels() {
+    let Some(d) = device_or_skip(test_name!()) else {
+        return;
+    };
+    let texture = host_texture(d, 16, 4);
+    let t = Tensor::<u8>::from_d3d11_texture(&texture, 0, 16, 4, PixelFormat::Rgba, RW).unwrap();
+    assert_eq!(t.memory(), TensorMemory::Gpu);
+    pattern(&t, 5);
+    // A second tensor over the same texture sees what the first wrote into it.
+    let again =
+        Tensor::<u8>::from_d3d11_texture(&texture, 0, 16, 4, PixelFormat::Rgba, RW).unwrap();
+    assert_eq!(again.to_vec().unwrap(), t.to_vec().unwrap());
+    assert!(again.to_vec().unwrap().iter().any(|&b| b != 0));
+}
+
+#[test]
+fn a_host_texture_that_is_not_the_image_or_a_completion_never_signalled_is_refused() {
+    let Some(d) = device_or_skip(test_name!()) else {
+        return;
+    };
+    let texture = host_texture(d, 16, 4);
+    let wrong = Tensor::<u8>::from_d3d11_texture(&texture, 0, 32, 4, PixelFormat::Rgba, RW);
+    assert!(matches!(wrong, Err(Error::InvalidArgument(_))), "{wrong:?}");
+    let never = d.last_signalled() + 1000;
+    let early = Tensor::<u8>::from_d3d11_texture(&texture, never, 16, 4, PixelFormat::Rgba, RW);
+    let err = early.unwrap_err().to_string();
+    assert!(err.contains("never signalled"), "{err}");
 }

@@ -326,6 +326,39 @@ impl GpuMemory {
                     device.adapter_label()
                 ))
             })?;
+        Self::adopt(device, texture, req, "the shared texture", true)
+    }
+
+    /// Wraps a texture a host made on the process device (the same `ID3D11Device`, so its
+    /// work and ours share one immediate context and are ordered), after checking that it is
+    /// the texture `req` describes. The texture is kept (a COM reference), never shared on.
+    pub(crate) fn host_texture(
+        texture: ID3D11Texture2D,
+        req: &TextureRequest,
+    ) -> Result<GpuMemory> {
+        let device = super::device()?;
+        // SAFETY: a query of a live texture's device (a new COM reference).
+        let owner = unsafe { texture.GetDevice() }.map_err(super::failed("GetDevice"))?;
+        if owner.as_raw() != device.device().as_raw() {
+            return Err(Error::InvalidArgument(format!(
+                "the texture belongs to another ID3D11Device, not the process device ({}): \
+                 make it with gpu::device()?.device(), or share it by NT handle \
+                 (Tensor::image_from_gpu_share)",
+                device.adapter_label()
+            )));
+        }
+        Self::adopt(device, texture, req, "the host's texture", false)
+    }
+
+    /// Takes `texture` as the image `req` describes (format and size checked), with a staging
+    /// texture and host block of its own.
+    fn adopt(
+        device: &'static GpuDevice,
+        texture: ID3D11Texture2D,
+        req: &TextureRequest,
+        what: &str,
+        shareable: bool,
+    ) -> Result<GpuMemory> {
         let grid = Grid::of(req)?;
         let mut desc = D3D11_TEXTURE2D_DESC::default();
         // SAFETY: a description query of a live texture into a local.
@@ -336,13 +369,13 @@ impl GpuMemory {
             || desc.SampleDesc.Count != 1
         {
             return Err(Error::InvalidArgument(format!(
-                "the shared texture is format {} {}x{} (array {}, {} samples) but the image needs format {} {}x{}",
+                "{what} is format {} {}x{} (array {}, {} samples) but the image needs format {} {}x{}",
                 got.0, got.1, got.2, desc.ArraySize, desc.SampleDesc.Count, grid.format, grid.width, grid.height
             )));
         }
         let pitch = staging_pitch(device, grid)?;
         let host = HeapBlock::zeroed(pitch * grid.height as usize)?;
-        Self::wrap(device, texture, grid, pitch, host, true)
+        Self::wrap(device, texture, grid, pitch, host, shareable)
     }
 
     pub(crate) fn device(&self) -> &'static GpuDevice {
