@@ -99,12 +99,9 @@ pub unsafe extern "C" fn hwt_tensor_from_d3d11_texture(
 mod tests {
     use super::*;
     use crate::codes::{HwtAccess, HwtDType, HwtPixelFormat};
-    use hwtensor::gpu::windows::Win32::Graphics::Direct3D11::{
-        D3D11_BIND_SHADER_RESOURCE, D3D11_TEXTURE2D_DESC, D3D11_USAGE_DEFAULT,
-    };
-    use hwtensor::gpu::windows::Win32::Graphics::Dxgi::Common::{
-        DXGI_FORMAT_R8G8B8A8_UNORM, DXGI_SAMPLE_DESC,
-    };
+
+    const GPU: Option<hwtensor::TensorMemory> = Some(hwtensor::TensorMemory::Gpu);
+    const RW: hwtensor::CpuAccess = hwtensor::CpuAccess::ReadWrite;
 
     fn from_texture(texture: *mut c_void, out: &mut *mut HwtTensor) -> HwtStatus {
         let (rgba, u8_, rw) = (HwtPixelFormat::Rgba, HwtDType::U8, HwtAccess::ReadWrite);
@@ -121,33 +118,14 @@ mod tests {
             from_texture(std::ptr::null_mut(), &mut out),
             HwtStatus::InvalidArgument
         );
-        let Ok(device) = hwtensor::gpu::device() else {
-            return eprintln!("SKIPPED: a_c_host_wraps_its_own_texture_and_a_null_one_is_refused - no D3D11 device");
+        // A host's texture on the process device: here, the one a GPU image of ours has.
+        let made = hwtensor::Tensor::<u8>::image(8, 2, hwtensor::PixelFormat::Rgba, GPU, RW);
+        let Some(resource) = made.ok().and_then(|t| t.d3d11_texture()) else {
+            return eprintln!(
+                "SKIPPED: a_c_host_wraps_its_own_texture_and_a_null_one_is_refused - no D3D11 device"
+            );
         };
-        let desc = D3D11_TEXTURE2D_DESC {
-            Width: 8,
-            Height: 2,
-            MipLevels: 1,
-            ArraySize: 1,
-            Format: DXGI_FORMAT_R8G8B8A8_UNORM,
-            SampleDesc: DXGI_SAMPLE_DESC {
-                Count: 1,
-                Quality: 0,
-            },
-            Usage: D3D11_USAGE_DEFAULT,
-            BindFlags: D3D11_BIND_SHADER_RESOURCE.0 as u32,
-            CPUAccessFlags: 0,
-            MiscFlags: 0,
-        };
-        let mut texture = None;
-        // SAFETY: a valid description and an out-pointer to a local.
-        unsafe {
-            device
-                .device()
-                .CreateTexture2D(&desc, None, Some(&mut texture))
-        }
-        .unwrap();
-        let texture = texture.unwrap();
+        let texture: ID3D11Texture2D = resource.cast().unwrap();
         assert_eq!(from_texture(texture.as_raw(), &mut out), HwtStatus::Ok);
         let t = crate::tensor::tensor(out, "the tensor").unwrap();
         assert_eq!(t.shape(), &[2, 8, 4]);
