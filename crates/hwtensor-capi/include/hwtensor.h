@@ -319,6 +319,39 @@ enum HwtPixelFormat
    * Planar RGBA.
    */
   HWT_PIXEL_FORMAT_PLANAR_RGBA = 11,
+  /**
+   * Semi-planar 4:2:0, chroma pairs V U.
+   */
+  HWT_PIXEL_FORMAT_NV21 = 12,
+  /**
+   * Packed 4:2:2 UYVY.
+   */
+  HWT_PIXEL_FORMAT_UYVY = 13,
+  /**
+   * Packed BGR, 3 bytes a pixel.
+   */
+  HWT_PIXEL_FORMAT_BGR = 14,
+  /**
+   * Packed BGR and an unused byte.
+   */
+  HWT_PIXEL_FORMAT_BGRX = 15,
+  /**
+   * One 16-bit little-endian sample a pixel (`HWT_DTYPE_U16`).
+   */
+  HWT_PIXEL_FORMAT_GRAY16 = 16,
+  /**
+   * Semi-planar 4:2:0, 10 bits in 16-bit little-endian samples (`HWT_DTYPE_U16`).
+   */
+  HWT_PIXEL_FORMAT_P010 = 17,
+  /**
+   * Planar 4:2:0: Y, then U and V at half width and height (chroma stride half the row
+   * stride).
+   */
+  HWT_PIXEL_FORMAT_I420 = 18,
+  /**
+   * Planar 4:2:0 as I420 with V before U.
+   */
+  HWT_PIXEL_FORMAT_YV12 = 19,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L

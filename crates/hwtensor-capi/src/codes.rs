@@ -82,6 +82,23 @@ pub enum HwtPixelFormat {
     PlanarRgb = 10,
     /// Planar RGBA.
     PlanarRgba = 11,
+    /// Semi-planar 4:2:0, chroma pairs V U.
+    Nv21 = 12,
+    /// Packed 4:2:2 UYVY.
+    Uyvy = 13,
+    /// Packed BGR, 3 bytes a pixel.
+    Bgr = 14,
+    /// Packed BGR and an unused byte.
+    Bgrx = 15,
+    /// One 16-bit little-endian sample a pixel (`HWT_DTYPE_U16`).
+    Gray16 = 16,
+    /// Semi-planar 4:2:0, 10 bits in 16-bit little-endian samples (`HWT_DTYPE_U16`).
+    P010 = 17,
+    /// Planar 4:2:0: Y, then U and V at half width and height (chroma stride half the row
+    /// stride).
+    I420 = 18,
+    /// Planar 4:2:0 as I420 with V before U.
+    Yv12 = 19,
 }
 
 /// What the CPU may do with a tensor (`uint32_t` parameters named `cpu_access`); also the
@@ -192,6 +209,14 @@ mod tests {
             (HwtPixelFormat::Nv24, PixelFormat::Nv24),
             (HwtPixelFormat::PlanarRgb, PixelFormat::PlanarRgb),
             (HwtPixelFormat::PlanarRgba, PixelFormat::PlanarRgba),
+            (HwtPixelFormat::Nv21, PixelFormat::Nv21),
+            (HwtPixelFormat::Uyvy, PixelFormat::Uyvy),
+            (HwtPixelFormat::Bgr, PixelFormat::Bgr),
+            (HwtPixelFormat::Bgrx, PixelFormat::Bgrx),
+            (HwtPixelFormat::Gray16, PixelFormat::Gray16),
+            (HwtPixelFormat::P010, PixelFormat::P010),
+            (HwtPixelFormat::I420, PixelFormat::I420),
+            (HwtPixelFormat::Yv12, PixelFormat::Yv12),
         ];
         assert_eq!(formats.len(), PixelFormat::ALL.len());
         for (c, rust) in formats {

@@ -19,6 +19,10 @@ pub enum Layout {
     Planar,
     /// A full-size luma plane followed by one interleaved chroma plane: `[rows, w]`.
     SemiPlanar,
+    /// A full-size luma plane followed by two chroma planes of half the width and half the
+    /// height, each row half the luma row stride apart (V4L2's single-buffer YU12/YV12):
+    /// `[rows, w]`, the same combined grid as NV12.
+    PlanarYuv,
 }
 
 /// The pixel formats hwtensor describes.
@@ -52,6 +56,23 @@ pub enum PixelFormat {
     PlanarRgb = 10,
     /// Planar R, G, B, A: four full planes.
     PlanarRgba = 11,
+    /// Semi-planar 4:2:0 as NV12, with the chroma pairs in the order V U.
+    Nv21 = 12,
+    /// Packed 4:2:2: U Y0 V Y1, two pixels in four bytes.
+    Uyvy = 13,
+    /// Packed 8-bit B, G, R.
+    Bgr = 14,
+    /// Packed 8-bit B, G, R and an unused byte.
+    Bgrx = 15,
+    /// One 16-bit little-endian luma channel (2-byte elements, e.g. `u16`).
+    Gray16 = 16,
+    /// Semi-planar 4:2:0 as NV12 with 16-bit little-endian samples holding 10 bits in their high
+    /// bits (2-byte elements, e.g. `u16`).
+    P010 = 17,
+    /// Planar 4:2:0: a Y plane, then a U and a V plane at half width and half height.
+    I420 = 18,
+    /// Planar 4:2:0 as I420 with the V plane before the U plane.
+    Yv12 = 19,
 }
 
 /// One plane of an image: where it starts in the buffer and how its rows are laid out.
@@ -76,7 +97,7 @@ pub const fn fourcc(code: &[u8; 4]) -> u32 {
 /// Each format's V4L2 and DRM FourCC, as the kernel documents their byte order: V4L2 names
 /// bytes in memory order, DRM little-endian words, so the two differ for RGB and grey. Planar
 /// RGB has neither.
-const FOURCCS: [(PixelFormat, &[u8; 4], &[u8; 4]); 9] = [
+const FOURCCS: [(PixelFormat, &[u8; 4], &[u8; 4]); 17] = [
     (PixelFormat::Rgb, b"RGB3", b"BG24"), // V4L2 RGB24 / DRM BGR888: R, G, B
     (PixelFormat::Rgba, b"AB24", b"AB24"), // V4L2 RGBA32 / DRM ABGR8888: R, G, B, A
     (PixelFormat::Bgra, b"AR24", b"AR24"), // V4L2 ABGR32 / DRM ARGB8888: B, G, R, A
@@ -86,11 +107,42 @@ const FOURCCS: [(PixelFormat, &[u8; 4], &[u8; 4]); 9] = [
     (PixelFormat::Nv12, b"NV12", b"NV12"),
     (PixelFormat::Nv16, b"NV16", b"NV16"),
     (PixelFormat::Nv24, b"NV24", b"NV24"),
+    (PixelFormat::Nv21, b"NV21", b"NV21"),
+    (PixelFormat::Uyvy, b"UYVY", b"UYVY"),
+    (PixelFormat::Bgr, b"BGR3", b"RG24"), // V4L2 BGR24 / DRM RGB888: B, G, R
+    (PixelFormat::Bgrx, b"XR24", b"XR24"), // V4L2 XBGR32 / DRM XRGB8888: B, G, R, X
+    (PixelFormat::Gray16, b"Y16 ", b"R16 "),
+    (PixelFormat::P010, b"P010", b"P010"),
+    (PixelFormat::I420, b"YU12", b"YU12"), // V4L2 YUV420 / DRM YUV420
+    (PixelFormat::Yv12, b"YV12", b"YV12"), // V4L2 YVU420 / DRM YVU420
+];
+
+/// Each format's name in GStreamer's `video/x-raw` caps (`GstVideoFormat`). hwtensor's planar
+/// RGBA (R, G, B, A planes) has none: GStreamer's four-plane RGB is `GBRA`, another order.
+const GST_NAMES: [(PixelFormat, &str); 18] = [
+    (PixelFormat::Rgb, "RGB"),
+    (PixelFormat::Rgba, "RGBA"),
+    (PixelFormat::Bgra, "BGRA"),
+    (PixelFormat::Grey, "GRAY8"),
+    (PixelFormat::Yuyv, "YUY2"),
+    (PixelFormat::Vyuy, "VYUY"),
+    (PixelFormat::Nv12, "NV12"),
+    (PixelFormat::Nv16, "NV16"),
+    (PixelFormat::Nv24, "NV24"),
+    (PixelFormat::PlanarRgb, "RGBP"),
+    (PixelFormat::Nv21, "NV21"),
+    (PixelFormat::Uyvy, "UYVY"),
+    (PixelFormat::Bgr, "BGR"),
+    (PixelFormat::Bgrx, "BGRx"),
+    (PixelFormat::Gray16, "GRAY16_LE"),
+    (PixelFormat::P010, "P010_10LE"),
+    (PixelFormat::I420, "I420"),
+    (PixelFormat::Yv12, "YV12"),
 ];
 
 impl PixelFormat {
     /// Every format, in code order.
-    pub const ALL: [PixelFormat; 11] = [
+    pub const ALL: [PixelFormat; 19] = [
         PixelFormat::Rgb,
         PixelFormat::Rgba,
         PixelFormat::Bgra,
@@ -102,6 +154,14 @@ impl PixelFormat {
         PixelFormat::Nv24,
         PixelFormat::PlanarRgb,
         PixelFormat::PlanarRgba,
+        PixelFormat::Nv21,
+        PixelFormat::Uyvy,
+        PixelFormat::Bgr,
+        PixelFormat::Bgrx,
+        PixelFormat::Gray16,
+        PixelFormat::P010,
+        PixelFormat::I420,
+        PixelFormat::Yv12,
     ];
 
     /// The stable name (`"rgba"`, `"nv12"`, `"planar_rgb"`, ...).
@@ -118,6 +178,14 @@ impl PixelFormat {
             PixelFormat::Nv24 => "nv24",
             PixelFormat::PlanarRgb => "planar_rgb",
             PixelFormat::PlanarRgba => "planar_rgba",
+            PixelFormat::Nv21 => "nv21",
+            PixelFormat::Uyvy => "uyvy",
+            PixelFormat::Bgr => "bgr",
+            PixelFormat::Bgrx => "bgrx",
+            PixelFormat::Gray16 => "gray16",
+            PixelFormat::P010 => "p010",
+            PixelFormat::I420 => "i420",
+            PixelFormat::Yv12 => "yv12",
         }
     }
 
@@ -126,7 +194,7 @@ impl PixelFormat {
         match self {
             PixelFormat::Rgb => &["rgb24", "rgb888"],
             PixelFormat::Rgba => &["rgba8", "rgba32", "rgbx"],
-            PixelFormat::Bgra => &["bgra8", "bgra32", "bgrx"],
+            PixelFormat::Bgra => &["bgra8", "bgra32"],
             PixelFormat::Grey => &["gray", "gray8", "grey8", "y8", "l8"],
             PixelFormat::Yuyv => &["yuy2", "yuyv422"],
             PixelFormat::Vyuy => &[],
@@ -135,6 +203,14 @@ impl PixelFormat {
             PixelFormat::Nv24 => &[],
             PixelFormat::PlanarRgb => &["rgbp", "planar-rgb", "rgb_planar"],
             PixelFormat::PlanarRgba => &["rgbap", "planar-rgba", "rgba_planar"],
+            PixelFormat::Nv21 => &[],
+            PixelFormat::Uyvy => &["uyvy422"],
+            PixelFormat::Bgr => &["bgr24", "bgr888"],
+            PixelFormat::Bgrx => &["bgrx8", "bgr0"],
+            PixelFormat::Gray16 => &["gray16_le", "gray16le", "y16"],
+            PixelFormat::P010 => &["p010_10le", "p010le"],
+            PixelFormat::I420 => &["yu12", "yuv420p"],
+            PixelFormat::Yv12 => &["yvu420p"],
         }
     }
 
@@ -150,12 +226,26 @@ impl PixelFormat {
         FOURCCS.iter().find(|c| c.0 == self).map(|c| fourcc(c.2))
     }
 
+    /// This format's name in GStreamer caps (`"I420"`, `"GRAY16_LE"`), where GStreamer has one.
+    pub fn gst_name(self) -> Option<&'static str> {
+        GST_NAMES.iter().find(|c| c.0 == self).map(|c| c.1)
+    }
+
+    /// The format a GStreamer caps name names (exact, as caps spell it); `None` for one
+    /// hwtensor does not lay out.
+    pub fn from_gst_name(name: &str) -> Option<PixelFormat> {
+        GST_NAMES.iter().find(|c| c.1 == name).map(|c| c.0)
+    }
+
     /// The format a V4L2 or DRM FourCC names, including V4L2's multi-planar variants (`NM12`,
-    /// `NM16`: the same pixels with one buffer per plane); `None` for a code hwtensor does not
-    /// lay out.
+    /// `NM21`, `NM16`: the same pixels with one buffer per plane); `None` for a code hwtensor
+    /// does not lay out.
     pub fn from_fourcc(code: u32) -> Option<PixelFormat> {
-        const MULTI_PLANAR: [(&[u8; 4], PixelFormat); 2] =
-            [(b"NM12", PixelFormat::Nv12), (b"NM16", PixelFormat::Nv16)];
+        const MULTI_PLANAR: [(&[u8; 4], PixelFormat); 3] = [
+            (b"NM12", PixelFormat::Nv12),
+            (b"NM21", PixelFormat::Nv21),
+            (b"NM16", PixelFormat::Nv16),
+        ];
         FOURCCS
             .iter()
             .find(|c| fourcc(c.1) == code || fourcc(c.2) == code)
@@ -172,30 +262,53 @@ impl PixelFormat {
     pub const fn layout(self) -> Layout {
         use PixelFormat::*;
         match self {
-            Rgb | Rgba | Bgra | Grey | Yuyv | Vyuy => Layout::Packed,
-            Nv12 | Nv16 | Nv24 => Layout::SemiPlanar,
+            Rgb | Rgba | Bgra | Grey | Yuyv | Vyuy | Uyvy | Bgr | Bgrx | Gray16 => Layout::Packed,
+            Nv12 | Nv16 | Nv24 | Nv21 | P010 => Layout::SemiPlanar,
             PlanarRgb | PlanarRgba => Layout::Planar,
+            I420 | Yv12 => Layout::PlanarYuv,
         }
     }
 
     /// Elements per pixel in a packed row (YUYV carries 2 per pixel: Y and alternately U or V),
-    /// or the number of planes of a planar format. 1 for semi-planar formats (per luma sample).
+    /// or the number of planes of a planar format. 1 for semi-planar and planar YUV formats
+    /// (per luma sample).
     pub const fn channels(self) -> usize {
         use PixelFormat::*;
         match self {
-            Grey | Nv12 | Nv16 | Nv24 => 1,
-            Yuyv | Vyuy => 2,
-            Rgb | PlanarRgb => 3,
-            Rgba | Bgra | PlanarRgba => 4,
+            Grey | Gray16 | Nv12 | Nv16 | Nv24 | Nv21 | P010 | I420 | Yv12 => 1,
+            Yuyv | Vyuy | Uyvy => 2,
+            Rgb | Bgr | PlanarRgb => 3,
+            Rgba | Bgra | Bgrx | PlanarRgba => 4,
+        }
+    }
+
+    /// The element size this format's samples demand (GRAY16 and P010 are 16-bit), or `None`
+    /// when any element type may carry it.
+    pub const fn sample_bytes(self) -> Option<usize> {
+        match self {
+            PixelFormat::Gray16 | PixelFormat::P010 => Some(2),
+            _ => None,
+        }
+    }
+
+    /// Checks that `elem`-byte elements can carry this format's samples.
+    pub fn check_element(self, elem: usize) -> Result<()> {
+        match self.sample_bytes() {
+            Some(bytes) if bytes != elem => Err(Error::Image(format!(
+                "{self} samples are {bytes}-byte words; use a {bytes}-byte element type \
+                 (u16), not a {elem}-byte one"
+            ))),
+            _ => Ok(()),
         }
     }
 
     /// Whether pixels come in horizontal pairs that share chroma, so widths and x offsets must
     /// be even.
     pub const fn pairs_pixels(self) -> bool {
+        use PixelFormat::*;
         matches!(
             self,
-            PixelFormat::Yuyv | PixelFormat::Vyuy | PixelFormat::Nv12 | PixelFormat::Nv16
+            Yuyv | Vyuy | Uyvy | Nv12 | Nv21 | Nv16 | P010 | I420 | Yv12
         )
     }
 
@@ -204,7 +317,11 @@ impl PixelFormat {
     /// Saturates rather than wraps: [`check_size`](Self::check_size) refuses such heights.
     pub const fn buffer_rows(self, height: usize) -> usize {
         match self {
-            PixelFormat::Nv12 => height.saturating_add(height.div_ceil(2)),
+            PixelFormat::Nv12
+            | PixelFormat::Nv21
+            | PixelFormat::P010
+            | PixelFormat::I420
+            | PixelFormat::Yv12 => height.saturating_add(height.div_ceil(2)),
             PixelFormat::Nv16 => height.saturating_mul(2),
             PixelFormat::Nv24 => height.saturating_mul(3),
             _ => height,
@@ -216,13 +333,15 @@ impl PixelFormat {
     /// Semi-planar formats are one combined `[rows, w]` grid with the luma row stride. For NV24
     /// that grid matches the chroma plane only when rows are tight: a padded NV24 chroma row is
     /// `2 * row_stride` bytes (the V4L2/DRM layout that [`plane_table`](Self::plane_table)
-    /// reports), so address a padded NV24 image's chroma through the plane table.
+    /// reports), so address a padded NV24 image's chroma through the plane table. I420 and YV12
+    /// fill the same grid as NV12: their two chroma planes, rows half the stride apart, take
+    /// the rows NV12's one chroma plane takes.
     pub fn allocation_shape(self, w: usize, h: usize) -> Vec<usize> {
         match (self.layout(), self.channels()) {
             (Layout::Packed, 1) => vec![h, w],
             (Layout::Packed, c) => vec![h, w, c],
             (Layout::Planar, c) => vec![c, h, w],
-            (Layout::SemiPlanar, _) => vec![self.buffer_rows(h), w],
+            (Layout::SemiPlanar | Layout::PlanarYuv, _) => vec![self.buffer_rows(h), w],
         }
     }
 
@@ -230,7 +349,7 @@ impl PixelFormat {
     /// are not independent samples (YUV) address pixels: NV12 and YUYV are `[h, w]`.
     pub fn addressing_shape(self, w: usize, h: usize) -> Vec<usize> {
         match (self.layout(), self.channels()) {
-            (Layout::SemiPlanar, _) => vec![h, w],
+            (Layout::SemiPlanar | Layout::PlanarYuv, _) => vec![h, w],
             (Layout::Packed, _) if self.pairs_pixels() => vec![h, w],
             _ => self.allocation_shape(w, h),
         }
@@ -249,7 +368,7 @@ impl PixelFormat {
     pub fn min_row_bytes(self, w: usize, elem: usize) -> Option<usize> {
         let per_px = match self.layout() {
             Layout::Packed => self.channels(),
-            Layout::Planar | Layout::SemiPlanar => 1,
+            Layout::Planar | Layout::SemiPlanar | Layout::PlanarYuv => 1,
         };
         w.checked_mul(per_px)?.checked_mul(elem)
     }
@@ -270,10 +389,12 @@ impl PixelFormat {
         Ok(())
     }
 
-    /// The planes of a `w`x`h` image whose rows are `row_stride` bytes apart.
+    /// The planes of a `w`x`h` image whose rows are `row_stride` bytes apart, in memory order
+    /// (YV12: Y, V, U).
     ///
     /// Row strides are bytes. The chroma plane of NV24 carries two bytes per pixel, so its rows
-    /// are `2 * row_stride` apart (the V4L2 and DRM convention).
+    /// are `2 * row_stride` apart; the chroma planes of I420 and YV12 half a luma row, so theirs
+    /// are `row_stride / 2` apart and the stride must be even (the V4L2 single-buffer convention).
     pub fn plane_table(self, w: usize, h: usize, row_stride: usize) -> Result<Vec<Plane>> {
         self.check_size(w, h)?;
         let plane = |offset: usize, row_stride: usize, rows: usize| -> Result<Plane> {
@@ -301,7 +422,23 @@ impl PixelFormat {
                 }
                 v
             }
-            PixelFormat::Nv12 => vec![luma, plane(luma.size, row_stride, h.div_ceil(2))?],
+            PixelFormat::Nv12 | PixelFormat::Nv21 | PixelFormat::P010 => {
+                vec![luma, plane(luma.size, row_stride, h.div_ceil(2))?]
+            }
+            PixelFormat::I420 | PixelFormat::Yv12 => {
+                if !row_stride.is_multiple_of(2) {
+                    return Err(Error::RowStride(format!(
+                        "{self} chroma rows are half the luma stride apart, so the stride must \
+                         be even (got {row_stride})"
+                    )));
+                }
+                let first = plane(luma.size, row_stride / 2, h.div_ceil(2))?;
+                let second = luma
+                    .size
+                    .checked_add(first.size)
+                    .ok_or_else(|| Error::Shape("plane offset overflows".into()))?;
+                vec![luma, first, plane(second, row_stride / 2, h.div_ceil(2))?]
+            }
             PixelFormat::Nv16 => vec![luma, plane(luma.size, row_stride, h)?],
             PixelFormat::Nv24 => {
                 let chroma_stride = row_stride
@@ -431,5 +568,79 @@ mod tests {
         );
         assert_eq!(PixelFormat::from_fourcc(fourcc(b"MJPG")), None);
         assert_eq!(PixelFormat::PlanarRgb.fourcc(), None);
+    }
+
+    #[test]
+    fn i420_chroma_planes_follow_luma_at_half_the_stride_and_yv12_shares_the_geometry() {
+        for f in [I420, Yv12] {
+            let planes = f.plane_table(1280, 720, 1280).unwrap();
+            let table: Vec<_> = planes
+                .iter()
+                .map(|p| (p.offset, p.row_stride, p.rows))
+                .collect();
+            assert_eq!(
+                table,
+                vec![(0, 1280, 720), (921_600, 640, 360), (1_152_000, 640, 360)]
+            );
+            assert_eq!(planes.iter().map(|p| p.size).sum::<usize>(), 1_382_400);
+            assert_eq!(f.allocation_shape(1280, 720), vec![1080, 1280]);
+        }
+    }
+
+    #[test]
+    fn an_odd_height_i420_keeps_its_last_chroma_rows_inside_the_nv12_grid() {
+        let planes = I420.plane_table(64, 5, 64).unwrap();
+        let end = planes[2].offset + planes[2].size;
+        assert_eq!(planes[1].rows, 3);
+        assert_eq!(end, I420.buffer_rows(5) * 64);
+    }
+
+    #[test]
+    fn an_odd_i420_stride_is_refused_because_chroma_rows_are_half_of_it() {
+        let err = I420.plane_table(64, 4, 65).unwrap_err();
+        assert!(err.to_string().contains("even"), "{err}");
+    }
+
+    #[test]
+    fn sixteen_bit_formats_demand_two_byte_elements() {
+        assert!(Gray16.check_element(2).is_ok());
+        assert!(P010.check_element(2).is_ok());
+        let err = P010.check_element(1).unwrap_err();
+        assert!(err.to_string().contains("u16"), "{err}");
+        assert!(Nv12.check_element(2).is_ok());
+        assert_eq!(P010.allocation_shape(64, 4), vec![6, 64]);
+        assert_eq!(P010.min_row_bytes(64, 2), Some(128));
+    }
+
+    #[test]
+    fn the_new_packed_formats_have_their_channels() {
+        assert_eq!(Bgr.allocation_shape(4, 2), vec![2, 4, 3]);
+        assert_eq!(Bgrx.allocation_shape(4, 2), vec![2, 4, 4]);
+        assert_eq!(Uyvy.allocation_shape(4, 2), vec![2, 4, 2]);
+        assert_eq!(Gray16.allocation_shape(4, 2), vec![2, 4]);
+        assert!(Uyvy.check_size(3, 2).is_err());
+        assert_eq!(Nv21.plane_table(8, 4, 8).unwrap()[1].offset, 32);
+    }
+
+    #[test]
+    fn gstreamer_names_round_trip_and_cover_every_format_but_planar_rgba() {
+        for f in PixelFormat::ALL {
+            match f.gst_name() {
+                Some(name) => assert_eq!(PixelFormat::from_gst_name(name), Some(f), "{f}"),
+                None => assert_eq!(f, PlanarRgba),
+            }
+        }
+        assert_eq!(PixelFormat::from_gst_name("I420"), Some(I420));
+        assert_eq!(PixelFormat::from_gst_name("BGRx"), Some(Bgrx));
+        assert_eq!(PixelFormat::from_gst_name("GBRA"), None);
+    }
+
+    #[test]
+    fn the_new_formats_carry_their_v4l2_and_drm_codes() {
+        assert_eq!(I420.fourcc(), Some(fourcc(b"YU12")));
+        assert_eq!(Yv12.drm_fourcc(), Some(fourcc(b"YV12")));
+        assert_eq!(Bgr.drm_fourcc(), Some(fourcc(b"RG24")));
+        assert_eq!(Gray16.fourcc(), Some(fourcc(b"Y16 ")));
+        assert_eq!(PixelFormat::from_fourcc(fourcc(b"NM21")), Some(Nv21));
     }
 }

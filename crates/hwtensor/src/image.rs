@@ -77,6 +77,7 @@ pub(crate) fn image_geometry(
     row_stride: usize,
 ) -> Result<(Vec<usize>, Vec<usize>)> {
     format.check_size(w, h)?;
+    format.check_element(elem)?;
     let mut shape = format.allocation_shape(w, h);
     if let Some(n) = batch {
         shape.insert(0, n);
@@ -294,6 +295,7 @@ pub(crate) fn check_row_stride(
     elem: usize,
     stride: usize,
 ) -> Result<usize> {
+    format.check_element(elem)?;
     let min = format
         .min_row_bytes(w, elem)
         .ok_or_else(|| Error::Shape(format!("a {w}-pixel {format} row overflows usize")))?;
@@ -305,6 +307,12 @@ pub(crate) fn check_row_stride(
     if !stride.is_multiple_of(elem) {
         return Err(Error::RowStride(format!(
             "{stride} bytes is not a whole number of {elem}-byte elements"
+        )));
+    }
+    if format.layout() == crate::format::Layout::PlanarYuv && !stride.is_multiple_of(2) {
+        return Err(Error::RowStride(format!(
+            "{format} chroma rows are half the luma stride apart, so the stride must be even \
+             (got {stride})"
         )));
     }
     Ok(stride)

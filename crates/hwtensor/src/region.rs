@@ -128,7 +128,7 @@ impl<T: Element> Tensor<T> {
 
 fn check_image_region(info: &ImageInfo, region: Region) -> Result<()> {
     match info.format.layout() {
-        Layout::SemiPlanar => Err(Error::Image(format!(
+        Layout::SemiPlanar | Layout::PlanarYuv => Err(Error::Image(format!(
             "a region of a {} image spans two planes and is not one strided tensor; \
              [[plane_table]]",
             info.format

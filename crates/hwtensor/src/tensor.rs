@@ -313,6 +313,7 @@ fn check_image_parts(
         )));
     }
     info.format.check_size(info.width, info.height)?;
+    info.format.check_element(elem)?;
     let min = info
         .format
         .min_row_bytes(info.width, elem)

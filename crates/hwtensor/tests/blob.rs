@@ -230,3 +230,63 @@ fn a_reference_blob_whose_offset_splits_an_element_is_refused_for_every_element_
         assert!(blob::import(&bytes, owned(&fds)).is_ok(), "{dtype:?}");
     }
 }
+
+/// Fills every byte of `t` with a pattern of its position, so a plane read at the wrong offset
+/// or stride shows.
+fn numbered<T: hwtensor::Element + From<u8>>(t: &Tensor<T>) {
+    for (i, v) in t.map_write().unwrap().iter_mut().enumerate() {
+        *v = T::from((i % 251) as u8);
+    }
+}
+
+#[test]
+fn every_format_added_for_cameras_and_decoders_round_trips_both_ways_with_its_planes() {
+    use PixelFormat::*;
+    for (format, w, h) in [
+        (Nv21, 64, 6),
+        (Uyvy, 64, 6),
+        (Bgr, 30, 5),
+        (Bgrx, 30, 5),
+        (I420, 64, 7),
+        (Yv12, 66, 6),
+    ] {
+        let t = Tensor::<u8>::image(w, h, format, Some(TensorMemory::Shm), CpuAccess::ReadWrite)
+            .unwrap();
+        numbered(&t);
+        let d = TensorDyn::from(t.clone());
+        let (bytes, fds) = blob::export(&d, Transport::Reference).unwrap();
+        let by_ref = blob::import(&bytes, owned(&fds)).unwrap();
+        let inline = blob::import_inline(&blob::export_inline(&d).unwrap()).unwrap();
+        for got in [by_ref, inline] {
+            assert_eq!(got.image_info(), t.image_info(), "{format}");
+            assert_eq!(
+                got.plane_table().unwrap(),
+                t.plane_table().unwrap(),
+                "{format}"
+            );
+            assert_eq!(
+                got.as_tensor::<u8>().unwrap().to_vec().unwrap(),
+                t.to_vec().unwrap(),
+                "{format}"
+            );
+        }
+    }
+    for format in [Gray16, P010] {
+        let t = Tensor::<u16>::image(32, 4, format, Some(TensorMemory::Shm), CpuAccess::ReadWrite)
+            .unwrap();
+        numbered(&t);
+        let got = blob::import_inline(&blob::export_inline(&t.clone().into()).unwrap()).unwrap();
+        assert_eq!(
+            got.as_tensor::<u16>().unwrap().to_vec().unwrap(),
+            t.to_vec().unwrap(),
+            "{format}"
+        );
+    }
+}
+
+#[test]
+fn a_sixteen_bit_format_over_byte_elements_is_refused_naming_the_element_type() {
+    let err =
+        Tensor::<u8>::image(32, 4, PixelFormat::P010, None, CpuAccess::ReadWrite).unwrap_err();
+    assert!(err.to_string().contains("u16"), "{err}");
+}

@@ -46,11 +46,16 @@ fn a_heap_tensor_travels_inline_with_its_bytes_only() {
 #[test]
 fn every_format_round_trips_inline() {
     for format in PixelFormat::ALL {
+        // GRAY16 and P010 samples are 16-bit words.
+        let dtype = match format.sample_bytes() {
+            Some(2) => DType::U16,
+            _ => DType::U8,
+        };
         let t = TensorDyn::image(
             8,
             5,
             format,
-            DType::U8,
+            dtype,
             Some(TensorMemory::Mem),
             CpuAccess::ReadWrite,
         )

@@ -112,8 +112,7 @@ use crate::buffer::Buffer;
 use crate::image::ImageInfo;
 use crate::tensor::{CheckedParts, Parts};
 use crate::{
-    CpuAccess, DType, Element, Error, PixelFormat, Quantization, Result, Tensor, TensorDyn,
-    TensorMemory,
+    CpuAccess, DType, Element, Error, Quantization, Result, Tensor, TensorDyn, TensorMemory,
 };
 use wire::{Cursor, GpuFields, Header, PlaneRecord, MODIFIER_HEADER_LEN, NO_FENCE, PLANE_LEN};
 
@@ -391,14 +390,13 @@ fn plane_records_of(info: &ImageInfo, elem: usize, byte_offset: usize) -> Result
     let overflow = || bad("plane geometry overflows");
     planes
         .iter()
-        .enumerate()
-        .map(|(i, p)| {
-            // NV24 chroma rows carry two bytes per pixel; every other plane row is the luma row.
-            let row = if info.format == PixelFormat::Nv24 && i == 1 {
-                luma_row.checked_mul(2).ok_or_else(overflow)?
-            } else {
-                luma_row
-            };
+        .map(|p| {
+            // A plane's row holds as much of the luma row as its stride holds of the luma
+            // stride: NV24 chroma twice, I420 chroma half, every other plane all of it.
+            let row = luma_row
+                .checked_mul(p.row_stride)
+                .map(|r| r / info.row_stride.max(1))
+                .ok_or_else(overflow)?;
             let size = match p.rows {
                 0 => 0,
                 rows => (rows - 1)

@@ -20,9 +20,9 @@ use windows::Win32::Graphics::Direct3D11::{
     D3D11_USAGE_DEFAULT, D3D11_USAGE_STAGING,
 };
 use windows::Win32::Graphics::Dxgi::Common::{
-    DXGI_FORMAT, DXGI_FORMAT_B8G8R8A8_UNORM, DXGI_FORMAT_R16G16B16A16_FLOAT,
-    DXGI_FORMAT_R32G32B32A32_FLOAT, DXGI_FORMAT_R8G8B8A8_UNORM, DXGI_FORMAT_R8G8_UNORM,
-    DXGI_FORMAT_R8_UNORM, DXGI_SAMPLE_DESC,
+    DXGI_FORMAT, DXGI_FORMAT_B8G8R8A8_UNORM, DXGI_FORMAT_B8G8R8X8_UNORM,
+    DXGI_FORMAT_R16G16B16A16_FLOAT, DXGI_FORMAT_R16_UNORM, DXGI_FORMAT_R32G32B32A32_FLOAT,
+    DXGI_FORMAT_R8G8B8A8_UNORM, DXGI_FORMAT_R8G8_UNORM, DXGI_FORMAT_R8_UNORM, DXGI_SAMPLE_DESC,
 };
 use windows::Win32::Graphics::Dxgi::IDXGIResource1;
 
@@ -56,8 +56,13 @@ fn dxgi_format(format: PixelFormat, dtype: DType) -> Option<(DXGI_FORMAT, usize)
     Some(match (format, dtype) {
         (P::Rgba, DType::U8) => (DXGI_FORMAT_R8G8B8A8_UNORM, 4),
         (P::Bgra, DType::U8) => (DXGI_FORMAT_B8G8R8A8_UNORM, 4),
-        (P::Grey | P::Nv12 | P::Nv16 | P::Nv24, DType::U8) => (DXGI_FORMAT_R8_UNORM, 1),
-        (P::Yuyv | P::Vyuy, DType::U8) => (DXGI_FORMAT_R8G8_UNORM, 2),
+        (P::Bgrx, DType::U8) => (DXGI_FORMAT_B8G8R8X8_UNORM, 4),
+        // Semi-planar and planar YUV images are their combined grid of samples.
+        (P::Grey | P::Nv12 | P::Nv21 | P::Nv16 | P::Nv24 | P::I420 | P::Yv12, DType::U8) => {
+            (DXGI_FORMAT_R8_UNORM, 1)
+        }
+        (P::Gray16 | P::P010, DType::U16) => (DXGI_FORMAT_R16_UNORM, 2),
+        (P::Yuyv | P::Vyuy | P::Uyvy, DType::U8) => (DXGI_FORMAT_R8G8_UNORM, 2),
         (P::Rgba, DType::F16) => (DXGI_FORMAT_R16G16B16A16_FLOAT, 8),
         (P::Rgba, DType::F32) => (DXGI_FORMAT_R32G32B32A32_FLOAT, 16),
         _ => return None,
