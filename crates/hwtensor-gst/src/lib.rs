@@ -1,0 +1,61 @@
+//! GStreamer elements for hwtensor's pooled channel (`hwtensor::stream`), so camera and video
+//! pipelines hand frames to other processes -- another pipeline, or a Rust, C or Python
+//! consumer -- without copies.
+//!
+//! - **`hwtensorsink`** publishes each buffer on a channel listening at `socket` (a path, or
+//!   `@name` for an abstract socket). It answers the allocation query with a pool whose
+//!   buffers are the channel's own shared-memory buffers, so upstream (videotestsrc,
+//!   videoconvert, decoders) writes straight into the memory consumers read; a frame upstream
+//!   wrote elsewhere is copied once, counted in the `copies` property. End of stream and a
+//!   change of caps reach consumers as frames of their own ([`wire`]). Properties: `socket`,
+//!   `pool-size`, `wait-for-consumer`, `when-full` (block or drop), `timeout`; counters
+//!   `copies`, `dropped`, `frames`, `consumers`.
+//! - **`hwtensorsrc`** attaches to a channel and pushes each frame as a buffer whose fd memory
+//!   *is* the frame (fd memory over the shm or DMA-BUF fd, with `GstVideoMeta`); the buffer's
+//!   last unref hands the frame back. A producer that leaves without end of stream ends the
+//!   stream with an element error that says so. GPU frames come as system-memory copies
+//!   through the CPU map (GStreamer 1.22's CUDA and Vulkan memory cannot import external
+//!   memory). Properties: `socket`, `timeout`, `is-live`; counters `copies`, `frames`.
+//!
+//! ```text
+//! GST_PLUGIN_PATH=target/release gst-launch-1.0 videotestsrc ! video/x-raw,format=I420 ! hwtensorsink socket=@cam
+//! GST_PLUGIN_PATH=target/release gst-launch-1.0 hwtensorsrc socket=@cam ! videoconvert ! autovideosink
+//! ```
+//!
+//! A consumer in Rust connects to the same socket with
+//! `hwtensor::stream::Consumer::connect(UnixStream::connect(...)?, CONNECT_TIMEOUT)` and reads
+//! each frame's [`wire::Marker`] from its payload.
+
+pub mod caps;
+mod copy;
+pub mod sink;
+pub mod slots;
+pub mod socket;
+pub mod source;
+pub mod wire;
+
+use gst::glib;
+
+fn plugin_init(plugin: &gst::Plugin) -> Result<(), glib::BoolError> {
+    sink::register(plugin)?;
+    source::register(plugin)
+}
+
+/// The plugin's entry points: the descriptor `gst-launch-1.0` loads, and
+/// `plugin_register_static` for programs (and tests) that link the elements in.
+#[allow(unsafe_code, missing_docs)] // the plugin descriptor GStreamer reads
+mod plugin {
+    use super::plugin_init;
+    gst::plugin_define!(
+        hwtensor,
+        env!("CARGO_PKG_DESCRIPTION"),
+        plugin_init,
+        env!("CARGO_PKG_VERSION"),
+        "MIT/X11",
+        env!("CARGO_PKG_NAME"),
+        env!("CARGO_PKG_NAME"),
+        "https://github.com/hwtensor/hwtensor"
+    );
+}
+
+pub use plugin::plugin_register_static;

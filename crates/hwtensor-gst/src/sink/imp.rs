@@ -1,0 +1,658 @@
+//! The sink's state: the listening socket, the channel for the current caps, the counters.
+
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Mutex, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use gst::glib;
+use gst::prelude::*;
+use gst::subclass::prelude::*;
+use gst_base::prelude::*;
+use gst_base::subclass::prelude::*;
+use hwtensor::stream::Producer;
+use hwtensor::{CpuAccess, TensorDyn, TensorMemory};
+
+use super::WhenFull;
+use crate::caps::{self, Geometry};
+use crate::slots::{Lender, Lent, SlotPool};
+use crate::socket::Address;
+use crate::wire::{Kind, Marker};
+
+static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
+    gst::DebugCategory::new(
+        "hwtensorsink",
+        gst::DebugColorFlags::empty(),
+        Some("hwtensor channel sink"),
+    )
+});
+
+/// Three buffers: one being written, one in flight, one being read.
+const DEFAULT_POOL_SIZE: u32 = 3;
+/// The most a pool may hold: the channel's ring capacity.
+const MAX_POOL_SIZE: u32 = 64;
+/// How long `when-full=block` waits for a consumer to hand a buffer back.
+const DEFAULT_TIMEOUT_MS: u32 = 5000;
+/// How often the accept thread looks for new consumers, and waits re-check for unlock: short
+/// enough to attach a consumer before its connect times out, long enough to cost nothing.
+const POLL: Duration = Duration::from_millis(10);
+/// One step of a wait for a free buffer, the state unlocked between steps so consumers can
+/// attach meanwhile.
+const ACQUIRE_STEP: Duration = Duration::from_millis(2);
+
+#[derive(Clone, Debug)]
+struct Settings {
+    socket: String,
+    pool_size: u32,
+    wait_for_consumer: bool,
+    when_full: WhenFull,
+    timeout: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            socket: String::new(),
+            pool_size: DEFAULT_POOL_SIZE,
+            wait_for_consumer: false,
+            when_full: WhenFull::Block,
+            timeout: Duration::from_millis(u64::from(DEFAULT_TIMEOUT_MS)),
+        }
+    }
+}
+
+/// The channel of the current caps.
+struct Channel {
+    producer: Producer,
+    geometry: Geometry,
+    info: gst_video::VideoInfo,
+    pool: SlotPool,
+    /// Slots sent since GStreamer last lent their buffer: consumers hold them now.
+    sent: Vec<bool>,
+    /// Which channel this is: a buffer of a replaced channel's pool that comes back late
+    /// must not touch the slots of the new one.
+    generation: u64,
+}
+
+#[derive(Default)]
+struct Shared {
+    channel: Option<Channel>,
+    /// Consumers that connected before there were caps to make a channel for.
+    waiting: Vec<UnixStream>,
+    seq: u64,
+    generations: u64,
+}
+
+/// What the pool and the accept thread share with the element.
+#[derive(Default)]
+struct Hub {
+    shared: Mutex<Shared>,
+    /// Set by `unlock` (a flush or a state change): every wait gives up.
+    unlocked: AtomicBool,
+}
+
+impl Hub {
+    /// Takes a free slot, waiting as `when_full` says.
+    /// `None` when `when_full` is `Drop` and none is free, or when `generation` names a
+    /// channel that has been replaced (its pool's late users get plain memory instead).
+    fn acquire(
+        &self,
+        when_full: WhenFull,
+        timeout: Duration,
+        flushing: &AtomicBool,
+        generation: Option<u64>,
+    ) -> Result<Option<usize>, gst::FlowError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self.unlocked.load(Ordering::SeqCst) || flushing.load(Ordering::SeqCst) {
+                return Err(gst::FlowError::Flushing);
+            }
+            {
+                let mut s = self.shared.lock().unwrap();
+                let ch = s.channel.as_mut().ok_or(gst::FlowError::Flushing)?;
+                if generation.is_some_and(|g| g != ch.generation) {
+                    return Ok(None);
+                }
+                match ch.producer.acquire(ACQUIRE_STEP) {
+                    Ok(slot) => return Ok(Some(slot.index())),
+                    Err(hwtensor::Error::Timeout(_)) => {}
+                    Err(e) => {
+                        gst::error!(CAT, "acquiring a buffer: {e}");
+                        return Err(gst::FlowError::Error);
+                    }
+                }
+            }
+            if when_full == WhenFull::Drop {
+                return Ok(None);
+            }
+            if Instant::now() >= deadline {
+                gst::error!(CAT, "consumers held every buffer for {timeout:?}");
+                return Err(gst::FlowError::Error);
+            }
+        }
+    }
+}
+
+/// The pool's view of the sink.
+struct SinkLender {
+    hub: Weak<Hub>,
+    generation: u64,
+    when_full: WhenFull,
+    timeout: Duration,
+}
+
+impl SinkLender {
+    /// Runs `f` on this lender's channel, if it is still the current one.
+    fn with_channel(&self, f: impl FnOnce(&mut Channel)) {
+        let Some(hub) = self.hub.upgrade() else {
+            return;
+        };
+        let mut s = hub.shared.lock().unwrap();
+        if let Some(ch) = s
+            .channel
+            .as_mut()
+            .filter(|ch| ch.generation == self.generation)
+        {
+            f(ch);
+        }
+    }
+}
+
+impl Lender for SinkLender {
+    fn next_slot(&self, flushing: &AtomicBool) -> Result<Lent, gst::FlowError> {
+        let hub = self.hub.upgrade().ok_or(gst::FlowError::Flushing)?;
+        let generation = Some(self.generation);
+        Ok(
+            match hub.acquire(self.when_full, self.timeout, flushing, generation)? {
+                Some(slot) => Lent::Slot(slot),
+                None => Lent::Spare,
+            },
+        )
+    }
+
+    fn returned(&self, slot: usize) {
+        self.with_channel(|ch| {
+            // A slot lent and never rendered goes back to the channel; a sent one is the
+            // consumers' until they hand it back.
+            if !std::mem::take(&mut ch.sent[slot]) {
+                if let Some(slot) = ch.producer.slot(slot) {
+                    ch.producer.release(slot);
+                }
+            }
+        });
+    }
+
+    fn unusable(&self, slot: usize) {
+        self.with_channel(|ch| {
+            if let Some(slot) = ch.producer.slot(slot) {
+                ch.producer.release(slot);
+            }
+        });
+    }
+}
+
+#[derive(Default)]
+pub struct HwtensorSink {
+    settings: Mutex<Settings>,
+    hub: Arc<Hub>,
+    listening: Mutex<Option<Listening>>,
+    copies: AtomicU64,
+    dropped: AtomicU64,
+    frames: AtomicU64,
+    told_of_copies: AtomicBool,
+}
+
+/// The socket consumers connect to, and the thread that attaches them.
+struct Listening {
+    address: Address,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for Listening {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        self.address.unlink();
+    }
+}
+
+fn accept_loop(listener: UnixListener, hub: Weak<Hub>, stop: Arc<AtomicBool>) {
+    while !stop.load(Ordering::SeqCst) {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                let Some(hub) = hub.upgrade() else { return };
+                let mut s = hub.shared.lock().unwrap();
+                match s.channel.as_mut() {
+                    Some(ch) => {
+                        if let Err(e) = ch.producer.attach(stream) {
+                            gst::warning!(CAT, "a consumer could not attach: {e}");
+                        }
+                    }
+                    None => s.waiting.push(stream),
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(POLL),
+            Err(e) => {
+                gst::warning!(CAT, "accepting a consumer: {e}");
+                std::thread::sleep(POLL);
+            }
+        }
+    }
+}
+
+impl HwtensorSink {
+    /// Makes the channel for `caps` unless the current one carries them; the consumers of a
+    /// channel being replaced are told to connect again.
+    fn ensure_channel(&self, caps: &gst::CapsRef) -> Result<(), String> {
+        let (geometry, info) = caps::geometry(caps)?;
+        let settings = self.settings.lock().unwrap().clone();
+        let mut s = self.hub.shared.lock().unwrap();
+        if s.channel.as_ref().is_some_and(|ch| ch.geometry == geometry) {
+            return Ok(());
+        }
+        if let Some(mut old) = s.channel.take() {
+            say_to_consumers(&mut old, Kind::Reconnect, &settings);
+        }
+        let tensors = (0..settings.pool_size)
+            .map(|_| pool_tensor(&geometry))
+            .collect::<hwtensor::Result<Vec<_>>>()
+            .map_err(|e| format!("allocating the channel's pool: {e}"))?;
+        let mut producer = Producer::new(tensors.clone()).map_err(|e| e.to_string())?;
+        for stream in s.waiting.drain(..) {
+            if let Err(e) = producer.attach(stream) {
+                gst::warning!(CAT, imp = self, "a consumer could not attach: {e}");
+            }
+        }
+        s.generations += 1;
+        let generation = s.generations;
+        let lender = SinkLender {
+            hub: Arc::downgrade(&self.hub),
+            generation,
+            when_full: settings.when_full,
+            timeout: settings.timeout,
+        };
+        let pool = SlotPool::new(tensors, Box::new(lender), false)?;
+        s.channel = Some(Channel {
+            producer,
+            geometry,
+            info,
+            pool,
+            sent: vec![false; settings.pool_size as usize],
+            generation,
+        });
+        gst::info!(CAT, imp = self, "channel for {caps}");
+        Ok(())
+    }
+
+    fn wait_for_consumer(&self) -> Result<(), gst::FlowError> {
+        loop {
+            if self.hub.unlocked.load(Ordering::SeqCst) {
+                return Err(gst::FlowError::Flushing);
+            }
+            let s = self.hub.shared.lock().unwrap();
+            if s.channel
+                .as_ref()
+                .is_some_and(|ch| ch.producer.consumers() > 0)
+            {
+                return Ok(());
+            }
+            drop(s);
+            std::thread::sleep(POLL);
+        }
+    }
+
+    /// Publishes a frame upstream wrote into memory that is not the channel's: one copy.
+    fn render_copy(
+        &self,
+        buffer: &gst::BufferRef,
+        marker: Marker,
+        settings: &Settings,
+    ) -> Result<(), gst::FlowError> {
+        let never = AtomicBool::new(false);
+        let Some(slot) = self
+            .hub
+            .acquire(settings.when_full, settings.timeout, &never, None)?
+        else {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        };
+        let mut s = self.hub.shared.lock().unwrap();
+        let seq = s.seq;
+        let ch = s.channel.as_mut().ok_or(gst::FlowError::NotNegotiated)?;
+        let slot = ch.producer.slot(slot).ok_or(gst::FlowError::Error)?;
+        let tensor = ch.producer.tensor(slot).clone();
+        if let Err(e) = crate::copy::into_slot(buffer, &ch.info, &tensor) {
+            ch.producer.release(slot);
+            gst::element_imp_error!(self, gst::StreamError::Format, ["{e}"]);
+            return Err(gst::FlowError::Error);
+        }
+        ch.producer.send(slot, marker.meta(seq)).map_err(|e| {
+            gst::element_imp_error!(self, gst::ResourceError::Write, ["{e}"]);
+            gst::FlowError::Error
+        })?;
+        s.seq += 1;
+        if !self.told_of_copies.swap(true, Ordering::Relaxed) {
+            gst::warning!(
+                CAT,
+                imp = self,
+                "upstream writes into its own memory, so each frame is copied once into the \
+                 channel; let it use this sink's pool (answered in the allocation query) to \
+                 avoid the copy"
+            );
+        }
+        self.copies.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// A pool tensor for `g`: shared memory, at GStreamer's stride where hwtensor lays every
+/// plane out as GStreamer does.
+fn pool_tensor(g: &Geometry) -> hwtensor::Result<TensorDyn> {
+    let memory = Some(TensorMemory::Shm);
+    match g.gst_stride {
+        Some(stride) => TensorDyn::image_with_pitch(
+            g.width,
+            g.height,
+            g.format,
+            g.dtype,
+            stride,
+            memory,
+            CpuAccess::ReadWrite,
+        ),
+        None => TensorDyn::image(
+            g.width,
+            g.height,
+            g.format,
+            g.dtype,
+            memory,
+            CpuAccess::ReadWrite,
+        ),
+    }
+}
+
+/// Sends a frame of `kind` (end of stream, reconnect) to a channel's consumers, waiting for a
+/// free buffer at most the sink's timeout.
+fn say_to_consumers(ch: &mut Channel, kind: Kind, settings: &Settings) {
+    if ch.producer.consumers() == 0 {
+        return;
+    }
+    let sent = ch
+        .producer
+        .acquire(settings.timeout)
+        .and_then(|slot| ch.producer.send(slot, Marker::of(kind).meta(u64::MAX)));
+    if let Err(e) = sent {
+        gst::warning!(CAT, "telling consumers of {kind:?}: {e}");
+    }
+}
+
+#[glib::object_subclass]
+impl ObjectSubclass for HwtensorSink {
+    const NAME: &'static str = "GstHwtensorSink";
+    type Type = super::HwtensorSink;
+    type ParentType = gst_base::BaseSink;
+}
+
+impl ObjectImpl for HwtensorSink {
+    fn properties() -> &'static [glib::ParamSpec] {
+        static PROPERTIES: LazyLock<Vec<glib::ParamSpec>> = LazyLock::new(|| {
+            vec![
+                glib::ParamSpecString::builder("socket")
+                    .nick("Socket")
+                    .blurb(
+                        "Where consumers connect: a socket path, or @name for an abstract socket",
+                    )
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecUInt::builder("pool-size")
+                    .nick("Pool size")
+                    .blurb("Buffers in the channel's pool")
+                    .minimum(1)
+                    .maximum(MAX_POOL_SIZE)
+                    .default_value(DEFAULT_POOL_SIZE)
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecBoolean::builder("wait-for-consumer")
+                    .nick("Wait for consumer")
+                    .blurb("Hold the first frame until a consumer attaches")
+                    .default_value(false)
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecEnum::builder_with_default("when-full", WhenFull::Block)
+                    .nick("When full")
+                    .blurb("What to do with a frame when consumers hold every buffer")
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecUInt::builder("timeout")
+                    .nick("Timeout")
+                    .blurb("Milliseconds when-full=block waits for a buffer before failing")
+                    .minimum(1)
+                    .default_value(DEFAULT_TIMEOUT_MS)
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecUInt64::builder("copies")
+                    .nick("Copies")
+                    .blurb("Frames copied into the channel because upstream wrote elsewhere")
+                    .read_only()
+                    .build(),
+                glib::ParamSpecUInt64::builder("dropped")
+                    .nick("Dropped")
+                    .blurb("Frames dropped because consumers held every buffer")
+                    .read_only()
+                    .build(),
+                glib::ParamSpecUInt64::builder("frames")
+                    .nick("Frames")
+                    .blurb("Frames published")
+                    .read_only()
+                    .build(),
+                glib::ParamSpecUInt::builder("consumers")
+                    .nick("Consumers")
+                    .blurb("Consumers attached now")
+                    .read_only()
+                    .build(),
+            ]
+        });
+        PROPERTIES.as_ref()
+    }
+
+    fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
+        let mut s = self.settings.lock().unwrap();
+        match pspec.name() {
+            "socket" => s.socket = value.get::<Option<String>>().unwrap().unwrap_or_default(),
+            "pool-size" => s.pool_size = value.get().unwrap(),
+            "wait-for-consumer" => s.wait_for_consumer = value.get().unwrap(),
+            "when-full" => s.when_full = value.get().unwrap(),
+            "timeout" => s.timeout = Duration::from_millis(u64::from(value.get::<u32>().unwrap())),
+            other => unreachable!("no writable property {other}"),
+        }
+    }
+
+    fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
+        let s = self.settings.lock().unwrap();
+        match pspec.name() {
+            "socket" => Some(s.socket.clone()).filter(|v| !v.is_empty()).to_value(),
+            "pool-size" => s.pool_size.to_value(),
+            "wait-for-consumer" => s.wait_for_consumer.to_value(),
+            "when-full" => s.when_full.to_value(),
+            "timeout" => (s.timeout.as_millis() as u32).to_value(),
+            "copies" => self.copies.load(Ordering::Relaxed).to_value(),
+            "dropped" => self.dropped.load(Ordering::Relaxed).to_value(),
+            "frames" => self.frames.load(Ordering::Relaxed).to_value(),
+            "consumers" => {
+                let shared = self.hub.shared.lock().unwrap();
+                let n = shared
+                    .channel
+                    .as_ref()
+                    .map_or(0, |ch| ch.producer.consumers());
+                (n as u32).to_value()
+            }
+            other => unreachable!("no property {other}"),
+        }
+    }
+
+    fn constructed(&self) {
+        self.parent_constructed();
+        // A sink that keeps the last buffer would hold a slot the channel has handed on.
+        self.obj().set_enable_last_sample(false);
+        self.obj().set_sync(false);
+    }
+}
+
+impl GstObjectImpl for HwtensorSink {}
+
+impl ElementImpl for HwtensorSink {
+    fn metadata() -> Option<&'static gst::subclass::ElementMetadata> {
+        static META: LazyLock<gst::subclass::ElementMetadata> = LazyLock::new(|| {
+            gst::subclass::ElementMetadata::new(
+                "hwtensor channel sink",
+                "Sink/Video",
+                "Publishes video frames on a hwtensor channel: a pool of shared buffers lent \
+                 once to each consumer process, then each frame an id. Upstream writes into the \
+                 pool itself when it takes this sink's buffer pool.",
+                "The hwtensor developers",
+            )
+        });
+        Some(&*META)
+    }
+
+    fn pad_templates() -> &'static [gst::PadTemplate] {
+        static TEMPLATES: LazyLock<Vec<gst::PadTemplate>> = LazyLock::new(|| {
+            vec![gst::PadTemplate::new(
+                "sink",
+                gst::PadDirection::Sink,
+                gst::PadPresence::Always,
+                &caps::template(),
+            )
+            .unwrap()]
+        });
+        TEMPLATES.as_ref()
+    }
+}
+
+impl BaseSinkImpl for HwtensorSink {
+    fn start(&self) -> Result<(), gst::ErrorMessage> {
+        let socket = self.settings.lock().unwrap().socket.clone();
+        let address = Address::parse(&socket).ok_or_else(|| {
+            gst::error_msg!(
+                gst::ResourceError::Settings,
+                ["set the socket property: a path, or @name for an abstract socket"]
+            )
+        })?;
+        let listener = address.bind().map_err(|e| {
+            gst::error_msg!(
+                gst::ResourceError::OpenWrite,
+                ["listening on {address}: {e}"]
+            )
+        })?;
+        listener.set_nonblocking(true).map_err(|e| {
+            gst::error_msg!(
+                gst::ResourceError::OpenWrite,
+                ["listening on {address}: {e}"]
+            )
+        })?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let (hub, flag) = (Arc::downgrade(&self.hub), stop.clone());
+        let thread = std::thread::Builder::new()
+            .name("hwtensorsink-accept".into())
+            .spawn(move || accept_loop(listener, hub, flag))
+            .map_err(|e| gst::error_msg!(gst::ResourceError::OpenWrite, ["{e}"]))?;
+        *self.listening.lock().unwrap() = Some(Listening {
+            address,
+            stop,
+            thread: Some(thread),
+        });
+        Ok(())
+    }
+
+    fn stop(&self) -> Result<(), gst::ErrorMessage> {
+        self.listening.lock().unwrap().take();
+        let mut s = self.hub.shared.lock().unwrap();
+        s.channel = None; // consumers see the producer leave
+        s.waiting.clear();
+        Ok(())
+    }
+
+    fn set_caps(&self, caps: &gst::Caps) -> Result<(), gst::LoggableError> {
+        self.ensure_channel(caps).map_err(|e| {
+            gst::element_imp_error!(self, gst::StreamError::Format, ["{e}"]);
+            gst::loggable_error!(CAT, "{e}")
+        })
+    }
+
+    fn propose_allocation(
+        &self,
+        query: &mut gst::query::Allocation,
+    ) -> Result<(), gst::LoggableError> {
+        let (caps, _need_pool) = query.get_owned();
+        let caps =
+            caps.ok_or_else(|| gst::loggable_error!(CAT, "allocation query without caps"))?;
+        self.ensure_channel(&caps)
+            .map_err(|e| gst::loggable_error!(CAT, "{e}"))?;
+        let s = self.hub.shared.lock().unwrap();
+        let ch = s.channel.as_ref().expect("just made");
+        // Only where upstream lays the frame out as we do: an element that ignores
+        // GstVideoMeta then still writes where consumers read.
+        if ch.geometry.gst_stride.is_some() {
+            let n = ch.sent.len() as u32;
+            query.add_allocation_pool(Some(&ch.pool), ch.info.size() as u32, n, n);
+        }
+        query.add_allocation_meta::<gst_video::VideoMeta>(None);
+        Ok(())
+    }
+
+    fn render(&self, buffer: &gst::Buffer) -> Result<gst::FlowSuccess, gst::FlowError> {
+        let settings = self.settings.lock().unwrap().clone();
+        if settings.wait_for_consumer {
+            self.wait_for_consumer()?;
+        }
+        let marker = Marker {
+            kind: Kind::Frame,
+            pts: buffer.pts().map(|t| t.nseconds()),
+            duration: buffer.duration().map(|t| t.nseconds()),
+        };
+        let mut s = self.hub.shared.lock().unwrap();
+        let seq = s.seq;
+        let ch = s.channel.as_mut().ok_or(gst::FlowError::NotNegotiated)?;
+        match ch.pool.slot_of(buffer) {
+            Some(index) => {
+                let slot = ch.producer.slot(index).ok_or(gst::FlowError::Error)?;
+                ch.producer.send(slot, marker.meta(seq)).map_err(|e| {
+                    gst::element_imp_error!(self, gst::ResourceError::Write, ["{e}"]);
+                    gst::FlowError::Error
+                })?;
+                ch.sent[index] = true;
+                s.seq += 1;
+            }
+            None if ch.producer.consumers() == 0 => {} // nobody to copy for
+            None => {
+                drop(s);
+                self.render_copy(buffer, marker, &settings)?;
+            }
+        }
+        self.frames.fetch_add(1, Ordering::Relaxed);
+        Ok(gst::FlowSuccess::Ok)
+    }
+
+    fn event(&self, event: gst::Event) -> bool {
+        if let gst::EventView::Eos(_) = event.view() {
+            let settings = self.settings.lock().unwrap().clone();
+            if let Some(ch) = self.hub.shared.lock().unwrap().channel.as_mut() {
+                say_to_consumers(ch, Kind::Eos, &settings);
+            }
+        }
+        self.parent_event(event)
+    }
+
+    fn unlock(&self) -> Result<(), gst::ErrorMessage> {
+        self.hub.unlocked.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn unlock_stop(&self) -> Result<(), gst::ErrorMessage> {
+        self.hub.unlocked.store(false, Ordering::SeqCst);
+        Ok(())
+    }
+}

@@ -1,0 +1,271 @@
+//! A buffer pool whose buffers are a channel's own buffers: one `GstBuffer` per pool slot,
+//! made once (its fd memory mapped once), lent out and taken back as the channel lends and
+//! takes back the slot. `hwtensorsink` offers it upstream, so producers write straight into the
+//! memory consumers read; `hwtensorsrc` pushes its buffers, so a frame's last unref downstream
+//! is what hands it back to the producer.
+//!
+//! Why a pool and not a buffer made per frame: fd memory is mapped when first mapped and
+//! unmapped when freed, so a fresh `GstMemory` per frame costs an mmap and a page fault per page
+//! (some 760 for a 1080p I420 frame) on every frame.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+use gst::glib;
+use gst::prelude::*;
+use gst::subclass::prelude::*;
+use hwtensor::{TensorDyn, TensorMemory};
+
+/// What a pool lends next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lent {
+    /// The buffer of this slot.
+    Slot(usize),
+    /// A buffer of plain memory laid out as the slots are (the sink's `when-full=drop`: the
+    /// frame written into it is dropped if no slot is free when it is rendered).
+    Spare,
+}
+
+/// The element behind a pool: which slot goes out next and what happens when one comes back.
+pub trait Lender: Send + Sync + 'static {
+    /// The slot whose buffer the next acquire lends, waiting at most as long as the element
+    /// allows, and never once `flushing` is set.
+    fn next_slot(&self, flushing: &AtomicBool) -> Result<Lent, gst::FlowError>;
+    /// The buffer of `slot` came back: nothing in this process holds it any more.
+    fn returned(&self, slot: usize);
+    /// `slot` was chosen while its buffer is still out (a downstream element holds it):
+    /// the pool does not lend it now; take the slot back.
+    fn unusable(&self, slot: usize);
+}
+
+/// `GST_BUFFER_OFFSET_NONE`: a buffer without an offset.
+const BUFFER_OFFSET_NONE: u64 = u64::MAX;
+
+/// The options the pool supports: upstream may lay frames out by `GstVideoMeta`.
+static OPTIONS: std::sync::LazyLock<[&'static str; 1]> =
+    std::sync::LazyLock::new(|| [gst_video::BUFFER_POOL_OPTION_VIDEO_META.as_str()]);
+
+mod imp {
+    use super::*;
+
+    pub(super) struct Inner {
+        pub lender: Box<dyn Lender>,
+        /// Kept so the fds the buffers' memories name stay open while any buffer lives.
+        pub tensors: Vec<TensorDyn>,
+        pub buffers: Mutex<Vec<Option<gst::Buffer>>>,
+        /// Each slot buffer's address: how a buffer that comes back finds its slot.
+        pub addresses: Vec<usize>,
+        pub flushing: AtomicBool,
+    }
+
+    #[derive(Default)]
+    pub struct SlotPool {
+        pub(super) inner: OnceLock<Inner>,
+    }
+
+    #[glib::object_subclass]
+    impl ObjectSubclass for SlotPool {
+        const NAME: &'static str = "GstHwtensorSlotPool";
+        type Type = super::SlotPool;
+        type ParentType = gst::BufferPool;
+    }
+
+    impl ObjectImpl for SlotPool {}
+    impl GstObjectImpl for SlotPool {}
+
+    impl BufferPoolImpl for SlotPool {
+        fn acquire_buffer(
+            &self,
+            _params: Option<&gst::BufferPoolAcquireParams>,
+        ) -> Result<gst::Buffer, gst::FlowError> {
+            let inner = self.inner.get().ok_or(gst::FlowError::NotNegotiated)?;
+            loop {
+                let slot = match inner.lender.next_slot(&inner.flushing)? {
+                    Lent::Slot(slot) => slot,
+                    Lent::Spare => return spare(inner),
+                };
+                let taken = inner.buffers.lock().unwrap()[slot].take();
+                match taken {
+                    Some(mut buffer) => {
+                        reset(
+                            buffer
+                                .get_mut()
+                                .expect("a pool buffer at rest has one owner"),
+                        );
+                        return Ok(buffer);
+                    }
+                    // The channel has the slot back while a downstream element still holds
+                    // its buffer: give the slot back and look again, after a breath.
+                    None => {
+                        inner.lender.unusable(slot);
+                        std::thread::sleep(std::time::Duration::from_millis(1));
+                    }
+                }
+            }
+        }
+
+        fn release_buffer(&self, buffer: gst::Buffer) {
+            let Some(inner) = self.inner.get() else {
+                return;
+            };
+            let address = buffer.as_ptr() as usize;
+            if let Some(slot) = inner.addresses.iter().position(|&a| a == address) {
+                inner.buffers.lock().unwrap()[slot] = Some(buffer);
+                inner.lender.returned(slot);
+            }
+            // Anything else (a spare) is simply freed.
+        }
+
+        // The slot buffers are made with the pool; nothing to allocate or free on activation.
+        fn start(&self) -> bool {
+            true
+        }
+
+        fn stop(&self) -> bool {
+            true
+        }
+
+        fn flush_start(&self) {
+            if let Some(inner) = self.inner.get() {
+                inner.flushing.store(true, Ordering::SeqCst);
+            }
+        }
+
+        fn flush_stop(&self) {
+            if let Some(inner) = self.inner.get() {
+                inner.flushing.store(false, Ordering::SeqCst);
+            }
+        }
+
+        fn options() -> &'static [&'static str] {
+            &*OPTIONS
+        }
+    }
+
+    fn reset(buffer: &mut gst::BufferRef) {
+        buffer.set_pts(gst::ClockTime::NONE);
+        buffer.set_dts(gst::ClockTime::NONE);
+        buffer.set_duration(gst::ClockTime::NONE);
+        buffer.set_offset(BUFFER_OFFSET_NONE);
+        buffer.set_offset_end(BUFFER_OFFSET_NONE);
+        buffer.unset_flags(gst::BufferFlags::all());
+    }
+
+    fn spare(inner: &Inner) -> Result<gst::Buffer, gst::FlowError> {
+        let t = &inner.tensors[0];
+        let size = crate::caps::image_bytes(t).map_err(|_| gst::FlowError::Error)?;
+        let mut buffer = gst::Buffer::with_size(size).map_err(|_| gst::FlowError::Error)?;
+        crate::caps::add_video_meta(buffer.get_mut().unwrap(), t)
+            .map_err(|_| gst::FlowError::Error)?;
+        Ok(buffer)
+    }
+}
+
+glib::wrapper! {
+    /// A pool over a channel's slots (see the module docs).
+    pub struct SlotPool(ObjectSubclass<imp::SlotPool>) @extends gst::BufferPool, gst::Object;
+}
+
+impl SlotPool {
+    /// A pool lending `tensors` (the channel's pool, shm or DMA-BUF, in slot order) as
+    /// `lender` decides; `read_only` marks the memories so (a received frame other consumers
+    /// also read: an element that writes gets a copy).
+    pub fn new(
+        tensors: Vec<TensorDyn>,
+        lender: Box<dyn Lender>,
+        read_only: bool,
+    ) -> Result<SlotPool, String> {
+        let buffers = tensors
+            .iter()
+            .map(|t| slot_buffer(t, read_only))
+            .collect::<Result<Vec<_>, _>>()?;
+        let addresses = buffers.iter().map(|b| b.as_ptr() as usize).collect();
+        let pool: SlotPool = glib::Object::new();
+        let inner = imp::Inner {
+            lender,
+            tensors,
+            buffers: Mutex::new(buffers.into_iter().map(Some).collect()),
+            addresses,
+            flushing: AtomicBool::new(false),
+        };
+        if pool.imp().inner.set(inner).is_err() {
+            unreachable!("a new pool has no slots yet");
+        }
+        Ok(pool)
+    }
+
+    /// The slot `buffer` is the buffer of, if it is one of this pool's.
+    pub fn slot_of(&self, buffer: &gst::BufferRef) -> Option<usize> {
+        let inner = self.imp().inner.get()?;
+        let address = buffer.as_ptr() as usize;
+        inner.addresses.iter().position(|&a| a == address)
+    }
+
+    /// The tensor behind `slot`.
+    pub fn tensor(&self, slot: usize) -> Option<&TensorDyn> {
+        self.imp().inner.get()?.tensors.get(slot)
+    }
+
+    /// Activates the pool for `caps` with its own slots as the buffers.
+    pub fn activate(&self, caps: &gst::Caps) -> Result<(), String> {
+        let size = self
+            .tensor(0)
+            .map(crate::caps::image_bytes)
+            .transpose()?
+            .unwrap_or(0);
+        let mut config = self.config();
+        let slots = self.imp().inner.get().map_or(0, |i| i.tensors.len()) as u32;
+        config.set_params(Some(caps), size as u32, slots, slots);
+        config.add_option(gst_video::BUFFER_POOL_OPTION_VIDEO_META);
+        self.set_config(config).map_err(|e| e.to_string())?;
+        self.set_active(true).map_err(|e| e.to_string())
+    }
+}
+
+/// The buffer of one slot: fd memory over the tensor's fd (DMA-BUF memory for a DMA-BUF, so
+/// downstream importers see one), covering the image, with its `GstVideoMeta`.
+#[allow(unsafe_code)] // fd memory over an fd the pool keeps open
+fn slot_buffer(t: &TensorDyn, read_only: bool) -> Result<gst::Buffer, String> {
+    use std::os::fd::AsRawFd;
+    let fd = t
+        .as_fd()
+        .ok_or_else(|| format!("{} memory has no fd to lend", t.memory()))?;
+    let start = t.byte_offset();
+    let size = crate::caps::image_bytes(t)?;
+    // KEEP_MAPPED: mapped once for the pool's life, not mmapped and unmapped per frame.
+    let flags =
+        gst_allocators::FdMemoryFlags::DONT_CLOSE | gst_allocators::FdMemoryFlags::KEEP_MAPPED;
+    // SAFETY: the fd stays open while the memory lives: the pool keeps the tensor that owns it
+    // (`Inner::tensors`), and every buffer of the pool, out or at rest, keeps the pool alive.
+    // DONT_CLOSE leaves closing it to the tensor.
+    let memory = unsafe {
+        match t.memory() {
+            TensorMemory::DmaBuf => gst_allocators::DmaBufAllocator::new().alloc_with_flags(
+                fd.as_raw_fd(),
+                start + size,
+                flags,
+            ),
+            _ => gst_allocators::FdAllocator::new().alloc(fd.as_raw_fd(), start + size, flags),
+        }
+    }
+    .map_err(|e| format!("wrapping the slot's fd: {e}"))?;
+    let mut buffer = gst::Buffer::new();
+    {
+        let b = buffer.get_mut().unwrap();
+        let mut memory = memory;
+        {
+            let m = memory.get_mut().unwrap();
+            m.resize(start..start + size);
+            if read_only {
+                // SAFETY: sets a flag bit of a memory this function alone holds; GStreamer
+                // reads GST_MEMORY_FLAG_READONLY when a writer maps it, and then copies.
+                unsafe {
+                    (*m.as_mut_ptr()).mini_object.flags |= gst::ffi::GST_MEMORY_FLAG_READONLY;
+                }
+            }
+        }
+        b.append_memory(memory);
+        crate::caps::add_video_meta(b, t)?;
+    }
+    Ok(buffer)
+}

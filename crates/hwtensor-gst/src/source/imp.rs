@@ -1,0 +1,427 @@
+//! The source's state: the consumer of the channel, the pool over its buffers, the frames
+//! downstream holds.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::{Duration, Instant};
+
+use gst::glib;
+use gst::prelude::*;
+use gst::subclass::prelude::*;
+use gst_base::prelude::*;
+use gst_base::subclass::base_src::CreateSuccess;
+use gst_base::subclass::prelude::*;
+use hwtensor::stream::{Consumer, Frame, Wait};
+use hwtensor::TensorMemory;
+
+use crate::slots::{Lender, Lent, SlotPool};
+use crate::socket::Address;
+use crate::wire::{Kind, Marker};
+
+static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
+    gst::DebugCategory::new(
+        "hwtensorsrc",
+        gst::DebugColorFlags::empty(),
+        Some("hwtensor channel source"),
+    )
+});
+
+/// How long the source keeps trying to reach a producer (one not started yet, or one
+/// replacing its channel) before it fails.
+const DEFAULT_TIMEOUT_MS: u32 = 10_000;
+/// One step of a wait for a frame: `unlock` (a flush, a state change) is seen within it.
+const RECV_STEP: Duration = Duration::from_millis(20);
+/// Pause between attempts to connect to a producer that is not listening yet.
+const CONNECT_RETRY: Duration = Duration::from_millis(20);
+
+#[derive(Clone, Debug)]
+struct Settings {
+    socket: String,
+    timeout: Duration,
+    is_live: bool,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            socket: String::new(),
+            timeout: Duration::from_millis(u64::from(DEFAULT_TIMEOUT_MS)),
+            is_live: true,
+        }
+    }
+}
+
+/// The frames whose buffers are downstream, by slot: a buffer's return to the pool drops
+/// its frame, which hands the slot back to the producer.
+#[derive(Default)]
+struct Lent_ {
+    next: Mutex<Option<usize>>,
+    frames: Mutex<Vec<Option<Frame>>>,
+}
+
+struct SrcLender(Arc<Lent_>);
+
+impl Lender for SrcLender {
+    fn next_slot(&self, _flushing: &AtomicBool) -> Result<Lent, gst::FlowError> {
+        let slot = self.0.next.lock().unwrap().take();
+        slot.map(Lent::Slot).ok_or(gst::FlowError::Error)
+    }
+
+    fn returned(&self, slot: usize) {
+        let frame = self
+            .0
+            .frames
+            .lock()
+            .unwrap()
+            .get_mut(slot)
+            .and_then(Option::take);
+        drop(frame); // hands the slot back
+    }
+
+    fn unusable(&self, slot: usize) {
+        // Cannot happen: the producer resends a slot only once we handed it back.
+        gst::error!(CAT, "slot {slot} came again while its buffer is out");
+    }
+}
+
+/// The channel as this source receives it.
+struct Receiving {
+    consumer: Consumer,
+    caps: gst::Caps,
+    /// `None` for GPU frames, which downstream gets as system-memory copies.
+    pool: Option<(SlotPool, Arc<Lent_>)>,
+}
+
+#[derive(Default)]
+pub struct HwtensorSrc {
+    settings: Mutex<Settings>,
+    receiving: Mutex<Option<Receiving>>,
+    unlocked: AtomicBool,
+    copies: AtomicU64,
+    frames: AtomicU64,
+}
+
+impl HwtensorSrc {
+    fn address(&self) -> Result<Address, gst::ErrorMessage> {
+        let socket = self.settings.lock().unwrap().socket.clone();
+        Address::parse(&socket).ok_or_else(|| {
+            gst::error_msg!(
+                gst::ResourceError::Settings,
+                ["set the socket property: a path, or @name for an abstract socket"]
+            )
+        })
+    }
+
+    /// Connects to the producer, retrying while none listens, within the timeout.
+    fn connect(&self) -> Result<Receiving, gst::ErrorMessage> {
+        let address = self.address()?;
+        let timeout = self.settings.lock().unwrap().timeout;
+        let deadline = Instant::now() + timeout;
+        let stream = loop {
+            match address.connect() {
+                Ok(s) => break s,
+                Err(e) if Instant::now() >= deadline => {
+                    return Err(gst::error_msg!(
+                        gst::ResourceError::OpenRead,
+                        ["no producer listens on {address} after {timeout:?}: {e}"]
+                    ))
+                }
+                Err(_) if self.unlocked.load(Ordering::SeqCst) => {
+                    return Err(gst::error_msg!(
+                        gst::ResourceError::OpenRead,
+                        ["interrupted"]
+                    ))
+                }
+                Err(_) => std::thread::sleep(CONNECT_RETRY),
+            }
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        let consumer = Consumer::connect(stream, left.max(hwtensor::stream::CONNECT_TIMEOUT))
+            .map_err(|e| {
+                gst::error_msg!(
+                    gst::ResourceError::OpenRead,
+                    ["attaching to {address}: {e}"]
+                )
+            })?;
+        let first = consumer.pool().first().ok_or_else(|| {
+            gst::error_msg!(gst::StreamError::Format, ["the channel has no buffers"])
+        })?;
+        let caps = crate::caps::caps_of(first)
+            .map_err(|e| gst::error_msg!(gst::StreamError::Format, ["{e}"]))?;
+        let pool = match first.memory() {
+            TensorMemory::Gpu | TensorMemory::Cuda => None,
+            _ => {
+                let lent = Arc::new(Lent_::default());
+                *lent.frames.lock().unwrap() = (0..consumer.pool().len()).map(|_| None).collect();
+                let pool = SlotPool::new(
+                    consumer.pool().to_vec(),
+                    Box::new(SrcLender(lent.clone())),
+                    true,
+                )
+                .map_err(|e| gst::error_msg!(gst::ResourceError::OpenRead, ["{e}"]))?;
+                pool.activate(&caps)
+                    .map_err(|e| gst::error_msg!(gst::ResourceError::OpenRead, ["{e}"]))?;
+                Some((pool, lent))
+            }
+        };
+        gst::info!(CAT, imp = self, "attached to {address}: {caps}");
+        Ok(Receiving {
+            consumer,
+            caps,
+            pool,
+        })
+    }
+
+    /// The next frame of the channel, or why the stream ends.
+    fn next_frame(&self, r: &mut Receiving) -> Result<Frame, gst::FlowError> {
+        loop {
+            if self.unlocked.load(Ordering::SeqCst) {
+                return Err(gst::FlowError::Flushing);
+            }
+            match r.consumer.recv(Wait::For(RECV_STEP)) {
+                Ok(frame) => return Ok(frame),
+                Err(hwtensor::Error::Timeout(_)) => continue,
+                Err(hwtensor::Error::PeerLeft(why)) => {
+                    gst::element_imp_error!(
+                        self,
+                        gst::ResourceError::Read,
+                        ["the producer left the channel before the end of the stream: {why}"]
+                    );
+                    return Err(gst::FlowError::Error);
+                }
+                Err(e) => {
+                    gst::element_imp_error!(self, gst::ResourceError::Read, ["{e}"]);
+                    return Err(gst::FlowError::Error);
+                }
+            }
+        }
+    }
+
+    /// The buffer downstream gets for `frame`: the slot's own buffer, or a copy of a GPU frame.
+    fn buffer_of(&self, r: &Receiving, frame: Frame) -> Result<gst::Buffer, gst::FlowError> {
+        match &r.pool {
+            Some((pool, lent)) => {
+                let slot = frame.slot();
+                lent.frames.lock().unwrap()[slot] = Some(frame);
+                *lent.next.lock().unwrap() = Some(slot);
+                pool.acquire_buffer(None)
+            }
+            None => {
+                let buffer = crate::copy::out_of(frame.tensor()).map_err(|e| {
+                    gst::element_imp_error!(self, gst::ResourceError::Read, ["{e}"]);
+                    gst::FlowError::Error
+                })?;
+                self.copies.fetch_add(1, Ordering::Relaxed);
+                Ok(buffer)
+            }
+        }
+    }
+}
+
+#[glib::object_subclass]
+impl ObjectSubclass for HwtensorSrc {
+    const NAME: &'static str = "GstHwtensorSrc";
+    type Type = super::HwtensorSrc;
+    type ParentType = gst_base::PushSrc;
+}
+
+impl ObjectImpl for HwtensorSrc {
+    fn properties() -> &'static [glib::ParamSpec] {
+        static PROPERTIES: LazyLock<Vec<glib::ParamSpec>> = LazyLock::new(|| {
+            vec![
+                glib::ParamSpecString::builder("socket")
+                    .nick("Socket")
+                    .blurb("The producer's socket: a path, or @name for an abstract socket")
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecUInt::builder("timeout")
+                    .nick("Timeout")
+                    .blurb("Milliseconds to wait for a producer to listen and attach")
+                    .minimum(1)
+                    .default_value(DEFAULT_TIMEOUT_MS)
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecBoolean::builder("is-live")
+                    .nick("Is live")
+                    .blurb("Act as a live source: frames are timestamped on arrival")
+                    .default_value(true)
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecUInt64::builder("copies")
+                    .nick("Copies")
+                    .blurb("Frames copied into system memory (GPU frames)")
+                    .read_only()
+                    .build(),
+                glib::ParamSpecUInt64::builder("frames")
+                    .nick("Frames")
+                    .blurb("Frames pushed")
+                    .read_only()
+                    .build(),
+            ]
+        });
+        PROPERTIES.as_ref()
+    }
+
+    fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
+        let mut s = self.settings.lock().unwrap();
+        match pspec.name() {
+            "socket" => s.socket = value.get::<Option<String>>().unwrap().unwrap_or_default(),
+            "timeout" => s.timeout = Duration::from_millis(u64::from(value.get::<u32>().unwrap())),
+            "is-live" => {
+                s.is_live = value.get().unwrap();
+                self.obj().set_live(s.is_live);
+                self.obj().set_do_timestamp(s.is_live);
+            }
+            other => unreachable!("no writable property {other}"),
+        }
+    }
+
+    fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
+        let s = self.settings.lock().unwrap();
+        match pspec.name() {
+            "socket" => Some(s.socket.clone()).filter(|v| !v.is_empty()).to_value(),
+            "timeout" => (s.timeout.as_millis() as u32).to_value(),
+            "is-live" => s.is_live.to_value(),
+            "copies" => self.copies.load(Ordering::Relaxed).to_value(),
+            "frames" => self.frames.load(Ordering::Relaxed).to_value(),
+            other => unreachable!("no property {other}"),
+        }
+    }
+
+    fn constructed(&self) {
+        self.parent_constructed();
+        let obj = self.obj();
+        obj.set_format(gst::Format::Time);
+        obj.set_live(true);
+        obj.set_do_timestamp(true);
+    }
+}
+
+impl GstObjectImpl for HwtensorSrc {}
+
+impl ElementImpl for HwtensorSrc {
+    fn metadata() -> Option<&'static gst::subclass::ElementMetadata> {
+        static META: LazyLock<gst::subclass::ElementMetadata> = LazyLock::new(|| {
+            gst::subclass::ElementMetadata::new(
+                "hwtensor channel source",
+                "Source/Video",
+                "Attaches to a hwtensor channel and pushes each frame as a buffer whose fd \
+                 memory is the frame's own (shared memory or DMA-BUF, with GstVideoMeta); the \
+                 buffer's last unref hands the frame back. GPU frames come as system-memory \
+                 copies through the CPU map: GStreamer 1.22's CUDA and Vulkan memory cannot \
+                 import external memory.",
+                "The hwtensor developers",
+            )
+        });
+        Some(&*META)
+    }
+
+    fn pad_templates() -> &'static [gst::PadTemplate] {
+        static TEMPLATES: LazyLock<Vec<gst::PadTemplate>> = LazyLock::new(|| {
+            vec![gst::PadTemplate::new(
+                "src",
+                gst::PadDirection::Src,
+                gst::PadPresence::Always,
+                &crate::caps::template(),
+            )
+            .unwrap()]
+        });
+        TEMPLATES.as_ref()
+    }
+}
+
+impl BaseSrcImpl for HwtensorSrc {
+    fn start(&self) -> Result<(), gst::ErrorMessage> {
+        let r = self.connect()?;
+        *self.receiving.lock().unwrap() = Some(r);
+        Ok(())
+    }
+
+    fn stop(&self) -> Result<(), gst::ErrorMessage> {
+        self.receiving.lock().unwrap().take();
+        Ok(())
+    }
+
+    fn caps(&self, filter: Option<&gst::Caps>) -> Option<gst::Caps> {
+        let caps = match self.receiving.lock().unwrap().as_ref() {
+            Some(r) => r.caps.clone(),
+            None => crate::caps::template(),
+        };
+        Some(match filter {
+            Some(f) => f.intersect_with_mode(&caps, gst::CapsIntersectMode::First),
+            None => caps,
+        })
+    }
+
+    fn is_seekable(&self) -> bool {
+        false
+    }
+
+    fn unlock(&self) -> Result<(), gst::ErrorMessage> {
+        self.unlocked.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn unlock_stop(&self) -> Result<(), gst::ErrorMessage> {
+        self.unlocked.store(false, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+impl PushSrcImpl for HwtensorSrc {
+    fn create(
+        &self,
+        _buffer: Option<&mut gst::BufferRef>,
+    ) -> Result<CreateSuccess, gst::FlowError> {
+        let mut guard = self.receiving.lock().unwrap();
+        let r = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
+        loop {
+            let frame = self.next_frame(r)?;
+            let Some(marker) = Marker::decode(frame.meta().payload()) else {
+                gst::element_imp_error!(
+                    self,
+                    gst::StreamError::Decode,
+                    ["a frame of a kind this source does not know; is the producer newer?"]
+                );
+                return Err(gst::FlowError::Error);
+            };
+            match marker.kind {
+                Kind::Eos => return Err(gst::FlowError::Eos),
+                Kind::Reconnect => {
+                    drop(frame);
+                    *r = self.connect().map_err(|e| {
+                        self.post_error_message(e);
+                        gst::FlowError::Error
+                    })?;
+                    let caps = r.caps.clone();
+                    drop(guard);
+                    self.obj()
+                        .set_caps(&caps)
+                        .map_err(|_| gst::FlowError::NotNegotiated)?;
+                    guard = self.receiving.lock().unwrap();
+                    return self.create_next(guard);
+                }
+                Kind::Frame => {}
+            }
+            let mut buffer = self.buffer_of(r, frame)?;
+            if !self.settings.lock().unwrap().is_live {
+                let b = buffer.get_mut().ok_or(gst::FlowError::Error)?;
+                b.set_pts(marker.pts.map(gst::ClockTime::from_nseconds));
+                b.set_duration(marker.duration.map(gst::ClockTime::from_nseconds));
+            }
+            self.frames.fetch_add(1, Ordering::Relaxed);
+            return Ok(CreateSuccess::NewBuffer(buffer));
+        }
+    }
+}
+
+impl HwtensorSrc {
+    /// `create` again on the channel just reconnected to.
+    fn create_next(
+        &self,
+        guard: std::sync::MutexGuard<'_, Option<Receiving>>,
+    ) -> Result<CreateSuccess, gst::FlowError> {
+        drop(guard);
+        PushSrcImpl::create(self, None)
+    }
+}

@@ -1,0 +1,132 @@
+//! What the elements put in a frame's payload ([`hwtensor::stream::FrameMeta::payload`]): the
+//! kind of message, and the buffer's presentation time and duration. Any consumer of a channel
+//! fed by `hwtensorsink` (Rust, C, Python) reads it with [`Marker::decode`] or by this layout:
+//!
+//! | byte | size | field |
+//! |---|---|---|
+//! | 0 | 1 | [`Kind`]: 0 a frame, 1 end of stream, 2 new caps (reconnect) |
+//! | 1 | 7 | zero |
+//! | 8 | 8 | PTS in ns, little-endian; `u64::MAX` when none |
+//! | 16 | 8 | duration in ns, little-endian; `u64::MAX` when none |
+//!
+//! End of stream and new caps travel as frames of their own (the buffer's bytes mean nothing):
+//! the channel has no other message, and a frame is ordered after every frame before it.
+
+use hwtensor::stream::FrameMeta;
+
+/// Bytes of a marker in the payload.
+pub const MARKER_BYTES: usize = 24;
+
+/// What a frame of the channel says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Kind {
+    /// A video frame.
+    Frame = 0,
+    /// End of stream: no frame follows.
+    Eos = 1,
+    /// The producer's caps change: it closes this channel and opens another on the same
+    /// socket with the new pool, so the consumer connects again.
+    Reconnect = 2,
+}
+
+/// A decoded payload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Marker {
+    /// What the frame says.
+    pub kind: Kind,
+    /// Presentation time in ns.
+    pub pts: Option<u64>,
+    /// Duration in ns.
+    pub duration: Option<u64>,
+}
+
+impl Marker {
+    /// A marker of `kind` without times.
+    pub fn of(kind: Kind) -> Marker {
+        Marker {
+            kind,
+            pts: None,
+            duration: None,
+        }
+    }
+
+    /// The payload bytes.
+    pub fn encode(&self) -> [u8; MARKER_BYTES] {
+        let mut out = [0u8; MARKER_BYTES];
+        out[0] = self.kind as u8;
+        out[8..16].copy_from_slice(&self.pts.unwrap_or(u64::MAX).to_le_bytes());
+        out[16..24].copy_from_slice(&self.duration.unwrap_or(u64::MAX).to_le_bytes());
+        out
+    }
+
+    /// Reads a frame's payload. A frame without one (a producer other than `hwtensorsink`)
+    /// is a plain frame; a kind this reader does not know is `None`.
+    pub fn decode(payload: &[u8]) -> Option<Marker> {
+        if payload.is_empty() {
+            return Some(Marker::of(Kind::Frame));
+        }
+        let kind = match payload[0] {
+            0 => Kind::Frame,
+            1 => Kind::Eos,
+            2 => Kind::Reconnect,
+            _ => return None,
+        };
+        let time = |at: usize| {
+            let bytes: [u8; 8] = payload.get(at..at + 8)?.try_into().ok()?;
+            Some(u64::from_le_bytes(bytes)).filter(|&t| t != u64::MAX)
+        };
+        Some(Marker {
+            kind,
+            pts: time(8),
+            duration: time(16),
+        })
+    }
+
+    /// Frame metadata carrying this marker.
+    pub fn meta(&self, seq: u64) -> FrameMeta {
+        FrameMeta::new(seq, monotonic_ns())
+            .with_payload(&self.encode())
+            .expect("a marker fits the payload")
+    }
+}
+
+/// `CLOCK_MONOTONIC` in ns: one clock for every process of the machine, as the channel's
+/// timestamps are documented to be.
+pub fn monotonic_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_marker_round_trips_through_the_payload() {
+        let m = Marker {
+            kind: Kind::Frame,
+            pts: Some(33_333_333),
+            duration: None,
+        };
+        assert_eq!(Marker::decode(&m.encode()), Some(m));
+        assert_eq!(
+            Marker::decode(&Marker::of(Kind::Eos).encode())
+                .unwrap()
+                .kind,
+            Kind::Eos
+        );
+    }
+
+    #[test]
+    fn an_empty_payload_is_a_frame_and_an_unknown_kind_is_refused() {
+        assert_eq!(Marker::decode(&[]).unwrap().kind, Kind::Frame);
+        assert_eq!(Marker::decode(&[9]), None);
+        assert_eq!(Marker::decode(&[1]).unwrap().pts, None);
+    }
+
+    #[test]
+    fn a_marker_fits_the_channel_payload() {
+        const { assert!(MARKER_BYTES <= hwtensor::stream::PAYLOAD_BYTES) };
+    }
+}
