@@ -113,7 +113,13 @@ pub fn layout(t: &TensorDyn) -> Result<(Vec<usize>, Vec<i32>), String> {
 }
 
 /// Adds `GstVideoMeta` to `buffer` saying how `t`'s image lies in it.
+///
+/// Through the C function itself: gstreamer-rs's `VideoMeta::add_full` checks the buffer
+/// against GStreamer's default size for the format, which refuses a tight I420 whose default
+/// rows GStreamer pads (1364 pixels: 684-byte chroma rows by default, 682 here).
+#[allow(unsafe_code)] // one FFI call on a buffer we hold mutably
 pub fn add_video_meta(buffer: &mut gst::BufferRef, t: &TensorDyn) -> Result<(), String> {
+    use gst::glib::translate::IntoGlib;
     let info = t.image_info().ok_or("not an image")?;
     let format = info
         .format
@@ -121,17 +127,30 @@ pub fn add_video_meta(buffer: &mut gst::BufferRef, t: &TensorDyn) -> Result<(), 
         .map(VideoFormat::from_string)
         .ok_or_else(|| format!("GStreamer has no name for {} images", info.format))?;
     let (offsets, strides) = layout(t)?;
-    gst_video::VideoMeta::add_full(
-        buffer,
-        gst_video::VideoFrameFlags::empty(),
-        format,
-        info.width as u32,
-        info.height as u32,
-        &offsets,
-        &strides,
-    )
-    .map(|_| ())
-    .map_err(|e| e.to_string())
+    if offsets.len() > gst_video::ffi::GST_VIDEO_MAX_PLANES as usize {
+        return Err(format!(
+            "{} has more planes than GStreamer describes",
+            info.format
+        ));
+    }
+    // SAFETY: `buffer` is a valid buffer we hold mutably; the offset and stride arrays hold
+    // `n_planes` (at most GST_VIDEO_MAX_PLANES) entries each and are copied by the call.
+    let meta = unsafe {
+        gst_video::ffi::gst_buffer_add_video_meta_full(
+            buffer.as_mut_ptr(),
+            gst_video::VideoFrameFlags::empty().into_glib(),
+            format.into_glib(),
+            info.width as u32,
+            info.height as u32,
+            offsets.len() as u32,
+            offsets.as_ptr() as *mut _,
+            strides.as_ptr() as *mut _,
+        )
+    };
+    match meta.is_null() {
+        true => Err("GStreamer refused the video meta".into()),
+        false => Ok(()),
+    }
 }
 
 #[cfg(test)]

@@ -149,6 +149,14 @@ mod imp {
         buffer.set_offset(BUFFER_OFFSET_NONE);
         buffer.set_offset_end(BUFFER_OFFSET_NONE);
         buffer.unset_flags(gst::BufferFlags::all());
+        // Metas of the last frame go (its send time); the layout stays.
+        buffer.foreach_meta_mut(|mut meta| {
+            use std::ops::ControlFlow::Continue;
+            match meta.downcast_ref::<gst_video::VideoMeta>() {
+                Some(_) => Continue(gst::buffer::BufferMetaForeachAction::Keep),
+                None => Continue(gst::buffer::BufferMetaForeachAction::Remove),
+            }
+        });
     }
 
     fn spare(inner: &Inner) -> Result<gst::Buffer, gst::FlowError> {

@@ -91,6 +91,11 @@ impl Marker {
     }
 }
 
+/// The caps of the `GstReferenceTimestampMeta` that `hwtensorsrc` puts on each buffer: the
+/// time the producer sent the frame, on `CLOCK_MONOTONIC` (one clock for every process of the
+/// machine), so a pipeline can measure how long the frame took to reach it.
+pub const SENT_TIME_CAPS: &str = "timestamp/x-hwtensor-monotonic";
+
 /// `CLOCK_MONOTONIC` in ns: one clock for every process of the machine, as the channel's
 /// timestamps are documented to be.
 pub fn monotonic_ns() -> u64 {

@@ -327,11 +327,11 @@ impl HwtensorSink {
         let tensor = ch.producer.tensor(slot).clone();
         if let Err(e) = crate::copy::into_slot(buffer, &ch.info, &tensor) {
             ch.producer.release(slot);
-            gst::element_imp_error!(self, gst::StreamError::Format, ["{e}"]);
+            gst::element_imp_error!(self, gst::StreamError::Format, ("{e}"));
             return Err(gst::FlowError::Error);
         }
         ch.producer.send(slot, marker.meta(seq)).map_err(|e| {
-            gst::element_imp_error!(self, gst::ResourceError::Write, ["{e}"]);
+            gst::element_imp_error!(self, gst::ResourceError::Write, ("{e}"));
             gst::FlowError::Error
         })?;
         s.seq += 1;
@@ -577,7 +577,7 @@ impl BaseSinkImpl for HwtensorSink {
 
     fn set_caps(&self, caps: &gst::Caps) -> Result<(), gst::LoggableError> {
         self.ensure_channel(caps).map_err(|e| {
-            gst::element_imp_error!(self, gst::StreamError::Format, ["{e}"]);
+            gst::element_imp_error!(self, gst::StreamError::Format, ("{e}"));
             gst::loggable_error!(CAT, "{e}")
         })
     }
@@ -620,7 +620,7 @@ impl BaseSinkImpl for HwtensorSink {
             Some(index) => {
                 let slot = ch.producer.slot(index).ok_or(gst::FlowError::Error)?;
                 ch.producer.send(slot, marker.meta(seq)).map_err(|e| {
-                    gst::element_imp_error!(self, gst::ResourceError::Write, ["{e}"]);
+                    gst::element_imp_error!(self, gst::ResourceError::Write, ("{e}"));
                     gst::FlowError::Error
                 })?;
                 ch.sent[index] = true;

@@ -26,6 +26,9 @@ static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
     )
 });
 
+static SENT_TIME: LazyLock<gst::Caps> =
+    LazyLock::new(|| gst::Caps::new_empty_simple(crate::wire::SENT_TIME_CAPS));
+
 /// How long the source keeps trying to reach a producer (one not started yet, or one
 /// replacing its channel) before it fails.
 const DEFAULT_TIMEOUT_MS: u32 = 10_000;
@@ -57,6 +60,13 @@ impl Default for Settings {
 struct Lent_ {
     next: Mutex<Option<usize>>,
     frames: Mutex<Vec<Option<Frame>>>,
+}
+
+impl Lent_ {
+    /// Frames downstream holds now.
+    fn held(&self) -> usize {
+        self.frames.lock().unwrap().iter().flatten().count()
+    }
 }
 
 struct SrcLender(Arc<Lent_>);
@@ -185,12 +195,12 @@ impl HwtensorSrc {
                     gst::element_imp_error!(
                         self,
                         gst::ResourceError::Read,
-                        ["the producer left the channel before the end of the stream: {why}"]
+                        ("the producer left the channel before the end of the stream: {why}")
                     );
                     return Err(gst::FlowError::Error);
                 }
                 Err(e) => {
-                    gst::element_imp_error!(self, gst::ResourceError::Read, ["{e}"]);
+                    gst::element_imp_error!(self, gst::ResourceError::Read, ("{e}"));
                     return Err(gst::FlowError::Error);
                 }
             }
@@ -200,15 +210,19 @@ impl HwtensorSrc {
     /// The buffer downstream gets for `frame`: the slot's own buffer, or a copy of a GPU frame.
     fn buffer_of(&self, r: &Receiving, frame: Frame) -> Result<gst::Buffer, gst::FlowError> {
         match &r.pool {
-            Some((pool, lent)) => {
+            // Lending the last slot downstream would leave the producer none to write into
+            // until downstream lets go (filesink batches small buffers, a queue holds many):
+            // that frame is copied and handed back at once, as v4l2src does when its pool
+            // runs low.
+            Some((pool, lent)) if lent.held() + 1 < r.consumer.pool().len() => {
                 let slot = frame.slot();
                 lent.frames.lock().unwrap()[slot] = Some(frame);
                 *lent.next.lock().unwrap() = Some(slot);
                 pool.acquire_buffer(None)
             }
-            None => {
+            _ => {
                 let buffer = crate::copy::out_of(frame.tensor()).map_err(|e| {
-                    gst::element_imp_error!(self, gst::ResourceError::Read, ["{e}"]);
+                    gst::element_imp_error!(self, gst::ResourceError::Read, ("{e}"));
                     gst::FlowError::Error
                 })?;
                 self.copies.fetch_add(1, Ordering::Relaxed);
@@ -249,7 +263,7 @@ impl ObjectImpl for HwtensorSrc {
                     .build(),
                 glib::ParamSpecUInt64::builder("copies")
                     .nick("Copies")
-                    .blurb("Frames copied into system memory (GPU frames)")
+                    .blurb("Frames copied into system memory: GPU frames, and frames that came while downstream held every other buffer")
                     .read_only()
                     .build(),
                 glib::ParamSpecUInt64::builder("frames")
@@ -381,7 +395,7 @@ impl PushSrcImpl for HwtensorSrc {
                 gst::element_imp_error!(
                     self,
                     gst::StreamError::Decode,
-                    ["a frame of a kind this source does not know; is the producer newer?"]
+                    ("a frame of a kind this source does not know; is the producer newer?")
                 );
                 return Err(gst::FlowError::Error);
             };
@@ -403,9 +417,16 @@ impl PushSrcImpl for HwtensorSrc {
                 }
                 Kind::Frame => {}
             }
+            let sent = frame.meta().timestamp_ns;
             let mut buffer = self.buffer_of(r, frame)?;
+            let b = buffer.get_mut().ok_or(gst::FlowError::Error)?;
+            gst::ReferenceTimestampMeta::add(
+                b,
+                &SENT_TIME,
+                gst::ClockTime::from_nseconds(sent),
+                gst::ClockTime::NONE,
+            );
             if !self.settings.lock().unwrap().is_live {
-                let b = buffer.get_mut().ok_or(gst::FlowError::Error)?;
                 b.set_pts(marker.pts.map(gst::ClockTime::from_nseconds));
                 b.set_duration(marker.duration.map(gst::ClockTime::from_nseconds));
             }

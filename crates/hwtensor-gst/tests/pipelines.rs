@@ -1,0 +1,207 @@
+//! hwtensorsink and hwtensorsrc in real pipelines: GStreamer 1.22 on both sides of a channel,
+//! two processes, every frame's bytes compared with what the source made.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use gst::prelude::*;
+
+/// Enough frames that the pool of three is reused several times.
+const FRAMES: u32 = 10;
+const LIMIT: Duration = Duration::from_secs(60);
+
+#[test]
+fn gst_inspect_lists_both_elements() {
+    let out = gst_tool("gst-inspect-1.0")
+        .arg("hwtensor")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("hwtensorsink") && text.contains("hwtensorsrc"),
+        "{text}"
+    );
+}
+
+/// Publishes `FRAMES` frames of `caps` from this process through hwtensorsink to a
+/// gst-launch-1.0 child reading them with hwtensorsrc into a file; returns what the child
+/// wrote and the sink's copy counter.
+fn across_processes(caps: &str) -> (Vec<u8>, u64) {
+    init();
+    let socket = socket_name();
+    let out = std::env::temp_dir().join(format!("{}.raw", socket.trim_start_matches('@')));
+    let producer = gst::parse::launch(&format!(
+        "videotestsrc num-buffers={FRAMES} pattern=ball ! {caps} ! \
+         hwtensorsink name=sink socket={socket} wait-for-consumer=true"
+    ))
+    .unwrap()
+    .downcast::<gst::Bin>()
+    .unwrap();
+    let sink = producer.by_name("sink").unwrap();
+    producer.set_state(gst::State::Playing).unwrap();
+    let consumer = launch(&format!(
+        "hwtensorsrc socket={socket} is-live=false ! filesink location={}",
+        out.display()
+    ));
+    run_to_eos(producer.upcast_ref(), LIMIT);
+    let done = wait_output(consumer, LIMIT);
+    assert!(
+        done.status.success(),
+        "the consumer failed: {}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    let bytes = std::fs::read(&out).unwrap();
+    std::fs::remove_file(&out).unwrap();
+    (bytes, sink.property::<u64>("copies"))
+}
+
+#[test]
+fn i420_720p_crosses_two_processes_byte_for_byte_without_a_copy() {
+    let caps = "video/x-raw,format=I420,width=1280,height=720";
+    let (got, copies) = across_processes(caps);
+    assert_eq!(got.len(), 1280 * 720 * 3 / 2 * FRAMES as usize);
+    assert!(got == reference_frames(caps, FRAMES), "I420 frames differ");
+    assert_eq!(copies, 0, "videotestsrc wrote into the channel's own pool");
+}
+
+#[test]
+fn nv12_1080p_crosses_two_processes_byte_for_byte_without_a_copy() {
+    let caps = "video/x-raw,format=NV12,width=1920,height=1080";
+    let (got, copies) = across_processes(caps);
+    assert!(got == reference_frames(caps, FRAMES), "NV12 frames differ");
+    assert_eq!(copies, 0);
+}
+
+#[test]
+fn rgba_1366x768_crosses_two_processes_byte_for_byte_without_a_copy() {
+    let caps = "video/x-raw,format=RGBA,width=1366,height=768";
+    let (got, copies) = across_processes(caps);
+    assert!(got == reference_frames(caps, FRAMES), "RGBA frames differ");
+    assert_eq!(copies, 0);
+}
+
+#[test]
+fn uyvy_vga_crosses_two_processes_byte_for_byte_without_a_copy() {
+    let caps = "video/x-raw,format=UYVY,width=640,height=480";
+    let (got, copies) = across_processes(caps);
+    assert!(got == reference_frames(caps, FRAMES), "UYVY frames differ");
+    assert_eq!(copies, 0);
+}
+
+#[test]
+fn a_frame_upstream_made_in_its_own_memory_is_copied_once_and_counted() {
+    // GStreamer pads I420 chroma rows to 4 bytes: at 1364 pixels its chroma rows are 684 bytes
+    // apart, not the channel's half luma stride (682), so the sink offers no pool and copies
+    // each frame, plane by plane, into its own.
+    let caps = "video/x-raw,format=I420,width=1364,height=768";
+    let (got, copies) = across_processes(caps);
+    assert_eq!(copies, u64::from(FRAMES));
+    let want = reference_frames(caps, FRAMES);
+    let (w, h) = (1364usize, 768usize);
+    let (ours, theirs) = (w * h * 3 / 2, w * h + 684 * h);
+    assert_eq!(got.len(), ours * FRAMES as usize);
+    for f in 0..FRAMES as usize {
+        let (a, b) = (&got[f * ours..][..ours], &want[f * theirs..][..theirs]);
+        assert!(a[..w * h] == b[..w * h], "frame {f}: luma differs");
+        // Chroma: U then V, each h/2 rows of w/2 bytes; 682 apart here, 684 in GStreamer's.
+        for (plane, (at_ours, at_theirs)) in
+            [(w * h, w * h), (w * h + 682 * h / 2, w * h + 684 * h / 2)]
+                .into_iter()
+                .enumerate()
+        {
+            for y in 0..h / 2 {
+                let same = a[at_ours + y * 682..][..682] == b[at_theirs + y * 684..][..682];
+                assert!(same, "frame {f}: chroma plane {plane} row {y} differs");
+            }
+        }
+    }
+}
+
+#[test]
+fn caps_the_channel_cannot_carry_are_refused_at_negotiation_naming_the_format() {
+    init();
+    let err = gst::parse::launch(&format!(
+        "videotestsrc num-buffers=1 ! video/x-raw,format=AYUV ! hwtensorsink socket={}",
+        socket_name()
+    ))
+    .unwrap_err();
+    assert!(err.to_string().contains("AYUV"), "{err}");
+}
+
+#[test]
+fn a_producer_killed_mid_stream_ends_the_consumer_with_an_error_that_says_so() {
+    init();
+    let socket = socket_name();
+    let mut producer = launch(&format!(
+        "videotestsrc is-live=true ! video/x-raw,format=I420,width=320,height=240,framerate=60/1 ! \
+         hwtensorsink socket={socket}"
+    ));
+    let consumer = gst::parse::launch(&format!(
+        "hwtensorsrc name=src socket={socket} timeout=20000 ! fakesink"
+    ))
+    .unwrap()
+    .downcast::<gst::Bin>()
+    .unwrap();
+    let src = consumer.by_name("src").unwrap();
+    consumer.set_state(gst::State::Playing).unwrap();
+    let bus = consumer.bus().unwrap();
+    let started = std::time::Instant::now();
+    while src.property::<u64>("frames") < 5 {
+        assert!(started.elapsed() < LIMIT, "no frames came");
+        if let Some(m) = bus.pop_filtered(&[gst::MessageType::Error]) {
+            panic!("{m:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    producer.kill().unwrap();
+    producer.wait().unwrap();
+    let msg = bus
+        .timed_pop_filtered(
+            gst::ClockTime::from_seconds(10),
+            &[gst::MessageType::Error, gst::MessageType::Eos],
+        )
+        .expect("the consumer ends within 10 s of its producer's death");
+    let gst::MessageView::Error(e) = msg.view() else {
+        panic!("a killed producer must not look like end of stream: {msg:?}");
+    };
+    assert!(
+        e.error().to_string().contains("producer left"),
+        "{}",
+        e.error()
+    );
+    consumer.set_state(gst::State::Null).unwrap();
+}
+
+#[test]
+fn a_consumer_started_before_its_producer_waits_for_it_and_gets_every_frame() {
+    init();
+    let socket = socket_name();
+    let out = std::env::temp_dir().join(format!("{}.raw", socket.trim_start_matches('@')));
+    let consumer = launch(&format!(
+        "hwtensorsrc socket={socket} is-live=false ! filesink location={}",
+        out.display()
+    ));
+    std::thread::sleep(Duration::from_millis(300));
+    let caps = "video/x-raw,format=GRAY8,width=64,height=48";
+    let producer = gst::parse::launch(&format!(
+        "videotestsrc num-buffers={FRAMES} pattern=ball ! {caps} ! \
+         hwtensorsink socket={socket} wait-for-consumer=true"
+    ))
+    .unwrap();
+    run_to_eos(&producer, LIMIT);
+    let done = wait_output(consumer, LIMIT);
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    assert!(std::fs::read(&out).unwrap() == reference_frames(caps, FRAMES));
+    std::fs::remove_file(&out).unwrap();
+}
