@@ -153,6 +153,13 @@ pub fn add_video_meta(buffer: &mut gst::BufferRef, t: &TensorDyn) -> Result<(), 
     }
 }
 
+/// Bytes of `t`'s image from its first byte to the end of its last plane (within its buffer).
+pub fn image_bytes(t: &TensorDyn) -> Result<usize, String> {
+    let planes = t.plane_table().map_err(|e| e.to_string())?;
+    let end = planes.iter().map(|p| p.offset + p.size).max().unwrap_or(0);
+    Ok(end.min(t.buffer_len().saturating_sub(t.byte_offset())))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -227,11 +234,4 @@ mod tests {
             );
         }
     }
-}
-
-/// Bytes of `t`'s image from its first byte to the end of its last plane (within its buffer).
-pub fn image_bytes(t: &TensorDyn) -> Result<usize, String> {
-    let planes = t.plane_table().map_err(|e| e.to_string())?;
-    let end = planes.iter().map(|p| p.offset + p.size).max().unwrap_or(0);
-    Ok(end.min(t.buffer_len().saturating_sub(t.byte_offset())))
 }

@@ -389,60 +389,47 @@ impl PushSrcImpl for HwtensorSrc {
     ) -> Result<CreateSuccess, gst::FlowError> {
         let mut guard = self.receiving.lock().unwrap();
         let r = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
-        loop {
-            let frame = self.next_frame(r)?;
-            let Some(marker) = Marker::decode(frame.meta().payload()) else {
-                gst::element_imp_error!(
-                    self,
-                    gst::StreamError::Decode,
-                    ("a frame of a kind this source does not know; is the producer newer?")
-                );
-                return Err(gst::FlowError::Error);
-            };
-            match marker.kind {
-                Kind::Eos => return Err(gst::FlowError::Eos),
-                Kind::Reconnect => {
-                    drop(frame);
-                    *r = self.connect().map_err(|e| {
-                        self.post_error_message(e);
-                        gst::FlowError::Error
-                    })?;
-                    let caps = r.caps.clone();
-                    drop(guard);
-                    self.obj()
-                        .set_caps(&caps)
-                        .map_err(|_| gst::FlowError::NotNegotiated)?;
-                    guard = self.receiving.lock().unwrap();
-                    return self.create_next(guard);
-                }
-                Kind::Frame => {}
-            }
-            let sent = frame.meta().timestamp_ns;
-            let mut buffer = self.buffer_of(r, frame)?;
-            let b = buffer.get_mut().ok_or(gst::FlowError::Error)?;
-            gst::ReferenceTimestampMeta::add(
-                b,
-                &SENT_TIME,
-                gst::ClockTime::from_nseconds(sent),
-                gst::ClockTime::NONE,
+        let frame = self.next_frame(r)?;
+        let Some(marker) = Marker::decode(frame.meta().payload()) else {
+            gst::element_imp_error!(
+                self,
+                gst::StreamError::Decode,
+                ("a frame of a kind this source does not know; is the producer newer?")
             );
-            if !self.settings.lock().unwrap().is_live {
-                b.set_pts(marker.pts.map(gst::ClockTime::from_nseconds));
-                b.set_duration(marker.duration.map(gst::ClockTime::from_nseconds));
+            return Err(gst::FlowError::Error);
+        };
+        match marker.kind {
+            Kind::Eos => return Err(gst::FlowError::Eos),
+            Kind::Reconnect => {
+                drop(frame);
+                *r = self.connect().map_err(|e| {
+                    self.post_error_message(e);
+                    gst::FlowError::Error
+                })?;
+                let caps = r.caps.clone();
+                drop(guard);
+                self.obj()
+                    .set_caps(&caps)
+                    .map_err(|_| gst::FlowError::NotNegotiated)?;
+                // The frame after the new caps, from the new channel.
+                return PushSrcImpl::create(self, None);
             }
-            self.frames.fetch_add(1, Ordering::Relaxed);
-            return Ok(CreateSuccess::NewBuffer(buffer));
+            Kind::Frame => {}
         }
-    }
-}
-
-impl HwtensorSrc {
-    /// `create` again on the channel just reconnected to.
-    fn create_next(
-        &self,
-        guard: std::sync::MutexGuard<'_, Option<Receiving>>,
-    ) -> Result<CreateSuccess, gst::FlowError> {
-        drop(guard);
-        PushSrcImpl::create(self, None)
+        let sent = frame.meta().timestamp_ns;
+        let mut buffer = self.buffer_of(r, frame)?;
+        let b = buffer.get_mut().ok_or(gst::FlowError::Error)?;
+        gst::ReferenceTimestampMeta::add(
+            b,
+            &SENT_TIME,
+            gst::ClockTime::from_nseconds(sent),
+            gst::ClockTime::NONE,
+        );
+        if !self.settings.lock().unwrap().is_live {
+            b.set_pts(marker.pts.map(gst::ClockTime::from_nseconds));
+            b.set_duration(marker.duration.map(gst::ClockTime::from_nseconds));
+        }
+        self.frames.fetch_add(1, Ordering::Relaxed);
+        Ok(CreateSuccess::NewBuffer(buffer))
     }
 }

@@ -1,0 +1,214 @@
+//! The elements with our own code on the other end: a Rust consumer of a channel that
+//! hwtensorsink feeds, and hwtensorsrc fed by a Rust producer.
+
+mod common;
+
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
+use std::time::Duration;
+
+use common::*;
+use gst::prelude::*;
+use gsthwtensor::wire::{Kind, Marker};
+use hwtensor::stream::{Consumer, Producer, Wait, CONNECT_TIMEOUT};
+use hwtensor::{CpuAccess, DType, PixelFormat, TensorDyn, TensorMemory};
+
+const FRAMES: usize = 8;
+
+fn abstract_addr(socket: &str) -> SocketAddr {
+    SocketAddr::from_abstract_name(socket.trim_start_matches('@').as_bytes()).unwrap()
+}
+
+#[test]
+fn a_rust_consumer_reads_every_frame_hwtensorsink_publishes_then_its_end_of_stream() {
+    init();
+    let socket = socket_name();
+    let caps = "video/x-raw,format=NV21,width=320,height=240";
+    let producer = gst::parse::launch(&format!(
+        "videotestsrc num-buffers={FRAMES} pattern=ball ! {caps} ! \
+         hwtensorsink socket={socket} wait-for-consumer=true"
+    ))
+    .unwrap();
+    producer.set_state(gst::State::Playing).unwrap();
+    let addr = abstract_addr(&socket);
+    let reader = std::thread::spawn(move || {
+        let stream = loop {
+            match UnixStream::connect_addr(&addr) {
+                Ok(s) => break s,
+                Err(_) => std::thread::sleep(Duration::from_millis(10)),
+            }
+        };
+        let mut consumer = Consumer::connect(stream, CONNECT_TIMEOUT).unwrap();
+        let mut frames = Vec::new();
+        loop {
+            let frame = consumer.recv(Wait::For(Duration::from_secs(20))).unwrap();
+            let marker = Marker::decode(frame.meta().payload()).unwrap();
+            if marker.kind == Kind::Eos {
+                return frames;
+            }
+            let t = frame.tensor();
+            let info = t.image_info().unwrap();
+            assert_eq!(
+                (info.format, info.width, info.height),
+                (PixelFormat::Nv21, 320, 240)
+            );
+            assert!(marker.pts.is_some(), "the buffer's PTS travels");
+            frames.extend_from_slice(&t.as_tensor::<u8>().unwrap().to_vec().unwrap());
+        }
+    });
+    run_to_eos(&producer, Duration::from_secs(60));
+    let got = reader.join().unwrap();
+    assert!(
+        got == reference_frames(caps, FRAMES as u32),
+        "NV21 frames differ"
+    );
+}
+
+/// A Rust producer of `count` frames of 64x48 `format` on `listener`, each filled with its
+/// number, then end of stream. Four buffers: the appsink's queue and the sample the test
+/// holds take two, and hwtensorsrc copies rather than lend the last one it has.
+fn rust_producer(listener: UnixListener, format: PixelFormat, count: usize) {
+    let pool = (0..4)
+        .map(|_| {
+            TensorDyn::image(
+                64,
+                48,
+                format,
+                DType::U8,
+                Some(TensorMemory::Shm),
+                CpuAccess::ReadWrite,
+            )
+        })
+        .collect::<hwtensor::Result<Vec<_>>>()
+        .unwrap();
+    let mut producer = Producer::new(pool).unwrap();
+    let (stream, _) = listener.accept().unwrap();
+    producer.attach(stream).unwrap();
+    for i in 0..count {
+        let slot = producer.acquire(Duration::from_secs(20)).unwrap();
+        producer
+            .tensor(slot)
+            .as_tensor::<u8>()
+            .unwrap()
+            .map_write()
+            .unwrap()
+            .fill(i as u8);
+        let marker = Marker {
+            kind: Kind::Frame,
+            pts: Some(i as u64 * 1_000_000),
+            duration: Some(1_000_000),
+        };
+        producer.send(slot, marker.meta(i as u64)).unwrap();
+    }
+    let slot = producer.acquire(Duration::from_secs(20)).unwrap();
+    producer.send(slot, Marker::of(Kind::Eos).meta(0)).unwrap();
+    // Stay until the consumer has handed everything back: leaving early is not end of stream.
+    let _ = producer.acquire(Duration::from_millis(200));
+}
+
+#[test]
+fn hwtensorsrc_fed_by_a_rust_producer_pushes_fd_memory_that_hands_each_frame_back() {
+    init();
+    let socket = socket_name();
+    let listener = UnixListener::bind_addr(&abstract_addr(&socket)).unwrap();
+    // More frames than the pool holds: each must come back for the producer to go on.
+    let count = 12;
+    let producer = std::thread::spawn(move || rust_producer(listener, PixelFormat::Bgrx, count));
+    let pipeline = gst::parse::launch(&format!(
+        "hwtensorsrc socket={socket} is-live=false ! appsink name=out sync=false max-buffers=1"
+    ))
+    .unwrap()
+    .downcast::<gst::Bin>()
+    .unwrap();
+    let sink = pipeline
+        .by_name("out")
+        .unwrap()
+        .downcast::<gst_app::AppSink>()
+        .unwrap();
+    pipeline.set_state(gst::State::Playing).unwrap();
+    let mut seen = Vec::new();
+    while let Ok(sample) = sink.pull_sample() {
+        let caps = sample.caps().unwrap().structure(0).unwrap().to_owned();
+        assert_eq!(caps.get::<&str>("format").unwrap(), "BGRx");
+        let buffer = sample.buffer().unwrap();
+        let memory = buffer.peek_memory(0);
+        assert!(
+            memory.is_memory_type::<gst_allocators::FdMemory>(),
+            "the frame's own fd memory, not a copy"
+        );
+        let bytes = buffer.map_readable().unwrap();
+        assert_eq!(bytes.len(), 64 * 48 * 4);
+        let first = bytes[0];
+        assert!(bytes.iter().all(|&b| b == first), "frame {first} is torn");
+        assert_eq!(
+            buffer.pts(),
+            Some(gst::ClockTime::from_mseconds(u64::from(first)))
+        );
+        seen.push(first);
+    }
+    pipeline.set_state(gst::State::Null).unwrap();
+    producer.join().unwrap();
+    assert_eq!(seen, (0..count as u8).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_producer_that_changes_caps_is_followed_by_hwtensorsrc_renegotiating() {
+    init();
+    let socket = socket_name();
+    let addr = abstract_addr(&socket);
+    let listener = UnixListener::bind_addr(&addr).unwrap();
+    let producer = std::thread::spawn(move || {
+        let make = |format| {
+            let pool = (0..2)
+                .map(|_| {
+                    TensorDyn::image(
+                        32,
+                        16,
+                        format,
+                        DType::U8,
+                        Some(TensorMemory::Shm),
+                        CpuAccess::ReadWrite,
+                    )
+                })
+                .collect::<hwtensor::Result<Vec<_>>>()
+                .unwrap();
+            let mut p = Producer::new(pool).unwrap();
+            p.attach(listener.accept().unwrap().0).unwrap();
+            p
+        };
+        let mut first = make(PixelFormat::Rgba);
+        let slot = first.acquire(Duration::from_secs(20)).unwrap();
+        first.send(slot, Marker::of(Kind::Frame).meta(0)).unwrap();
+        let slot = first.acquire(Duration::from_secs(20)).unwrap();
+        first
+            .send(slot, Marker::of(Kind::Reconnect).meta(1))
+            .unwrap();
+        let mut second = make(PixelFormat::Grey);
+        drop(first);
+        let slot = second.acquire(Duration::from_secs(20)).unwrap();
+        second.send(slot, Marker::of(Kind::Frame).meta(2)).unwrap();
+        let slot = second.acquire(Duration::from_secs(20)).unwrap();
+        second.send(slot, Marker::of(Kind::Eos).meta(3)).unwrap();
+        let _ = second.acquire(Duration::from_millis(200));
+    });
+    let pipeline = gst::parse::launch(&format!(
+        "hwtensorsrc socket={socket} is-live=false ! appsink name=out sync=false"
+    ))
+    .unwrap()
+    .downcast::<gst::Bin>()
+    .unwrap();
+    let sink = pipeline
+        .by_name("out")
+        .unwrap()
+        .downcast::<gst_app::AppSink>()
+        .unwrap();
+    pipeline.set_state(gst::State::Playing).unwrap();
+    let mut formats = Vec::new();
+    while let Ok(sample) = sink.pull_sample() {
+        let s = sample.caps().unwrap().structure(0).unwrap().to_owned();
+        formats.push(s.get::<String>("format").unwrap());
+    }
+    pipeline.set_state(gst::State::Null).unwrap();
+    producer.join().unwrap();
+    assert_eq!(formats, ["RGBA", "GRAY8"]);
+}
