@@ -1,0 +1,289 @@
+//! The elements against the bare channel, side by side in one run (issue #29's numbers):
+//!
+//! - one-way latency of 1080p I420 frames from a producer to a consumer process: the bare
+//!   `hwtensor::stream` channel (a Rust producer and consumer) against hwtensorsink ->
+//!   hwtensorsrc (send time stamped by the sink, arrival at the consumer's appsink), frames
+//!   paced at 5 ms, alternating blocks. Both producers write each whole frame right after
+//!   sending the one before, as a live source does: on two cores that work competes with the
+//!   consumer's wake-up (here a bare producer that writes nothing measured 18 us, one that
+//!   writes each frame 113 us), so a producer that writes nothing is no baseline;
+//! - the CPU time per frame of hwtensorsink (in the producer process, over a fakesink run) and
+//!   of hwtensorsrc (the whole consumer process), against a `videoconvert` of the same frame
+//!   to RGBA;
+//! - the sink's copy counter (0 on the pooled path).
+//!
+//! `cargo run --release -p hwtensor-gst --example bench [-- ROUNDS FRAMES]`
+
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use gst::prelude::*;
+use gsthwtensor::wire::{monotonic_ns, Kind, Marker, SENT_TIME_CAPS};
+use hwtensor::stream::{Consumer, Producer, Wait, CONNECT_TIMEOUT};
+use hwtensor::{CpuAccess, DType, PixelFormat, TensorDyn, TensorMemory};
+
+const CAPS: &str = "video/x-raw,format=I420,width=1920,height=1080";
+/// Frames are paced as a 200 fps camera would send them, so each one finds its consumer idle.
+const PACE: Duration = Duration::from_millis(5);
+
+fn cpu_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+fn addr(name: &str) -> SocketAddr {
+    SocketAddr::from_abstract_name(name.as_bytes()).unwrap()
+}
+
+fn connect(name: &str) -> UnixStream {
+    let deadline = Instant::now() + CONNECT_TIMEOUT;
+    loop {
+        match UnixStream::connect_addr(&addr(name)) {
+            Ok(s) => return s,
+            Err(e) if Instant::now() > deadline => panic!("connecting to @{name}: {e}"),
+            Err(_) => std::thread::sleep(Duration::from_millis(5)),
+        }
+    }
+}
+
+/// Child: a bare consumer of `frames` frames; prints each one-way latency (ns).
+fn bare_consumer(name: &str, frames: usize) {
+    let mut consumer = Consumer::connect(connect(name), CONNECT_TIMEOUT).unwrap();
+    let mut lat = Vec::with_capacity(frames);
+    for _ in 0..frames {
+        let f = consumer.recv(Wait::For(Duration::from_secs(10))).unwrap();
+        lat.push(monotonic_ns().saturating_sub(f.meta().timestamp_ns));
+    }
+    println!("LAT {}", join(&lat));
+}
+
+/// Child: hwtensorsrc into an appsink until end of stream; prints each one-way latency (the
+/// sink's send time to the appsink) and the process's CPU time per frame.
+fn gst_consumer(name: &str) {
+    gst::init().unwrap();
+    gsthwtensor::plugin_register_static().unwrap();
+    let pipeline = gst::parse::launch(&format!(
+        "hwtensorsrc socket=@{name} is-live=false ! appsink name=out sync=false"
+    ))
+    .unwrap()
+    .downcast::<gst::Bin>()
+    .unwrap();
+    let sink = pipeline
+        .by_name("out")
+        .unwrap()
+        .downcast::<gst_app::AppSink>()
+        .unwrap();
+    let sent_caps = gst::Caps::new_empty_simple(SENT_TIME_CAPS);
+    pipeline.set_state(gst::State::Playing).unwrap();
+    let mut lat = Vec::new();
+    let mut cpu_start = None;
+    while let Ok(sample) = sink.pull_sample() {
+        let now = monotonic_ns();
+        let buffer = sample.buffer().unwrap();
+        let sent = buffer
+            .iter_meta::<gst::ReferenceTimestampMeta>()
+            .find(|m| m.reference().can_intersect(&sent_caps))
+            .expect("hwtensorsrc stamps the send time")
+            .timestamp();
+        lat.push(now.saturating_sub(sent.nseconds()));
+        cpu_start.get_or_insert_with(cpu_ns); // from the first frame: set-up not counted
+    }
+    let cpu = cpu_ns() - cpu_start.unwrap();
+    pipeline.set_state(gst::State::Null).unwrap();
+    println!("LAT {}", join(&lat));
+    println!("CPU {}", cpu / (lat.len().max(2) as u64 - 1));
+}
+
+fn join(v: &[u64]) -> String {
+    v.iter().map(u64::to_string).collect::<Vec<_>>().join(" ")
+}
+
+fn child(args: &[&str]) -> std::process::Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args(args)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Parses a child's `KEY v v v` lines.
+fn report(out: std::process::Output, key: &str) -> Vec<u64> {
+    assert!(out.status.success(), "a consumer child failed");
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix(key).map(str::to_owned))
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(|v| v.parse().unwrap())
+        .collect()
+}
+
+/// One block of the bare channel: `frames` paced frames to a consumer process.
+fn bare_block(name: &str, frames: usize) -> Vec<u64> {
+    let listener = UnixListener::bind_addr(&addr(name)).unwrap();
+    let consumer = child(&["--bare-consumer", name, &frames.to_string()]);
+    let pool = (0..3)
+        .map(|_| {
+            TensorDyn::image(
+                1920,
+                1080,
+                PixelFormat::I420,
+                DType::U8,
+                Some(TensorMemory::Shm),
+                CpuAccess::ReadWrite,
+            )
+        })
+        .collect::<hwtensor::Result<Vec<_>>>()
+        .unwrap();
+    let mut producer = Producer::new(pool).unwrap();
+    producer.attach(listener.accept().unwrap().0).unwrap();
+    // As a live source does: write the next frame as soon as the last is sent, then wait for
+    // its time to send it (videotestsrc fills a frame, then waits on the clock).
+    let fill = |producer: &mut Producer, i: usize| {
+        let slot = producer.acquire(Duration::from_secs(10)).unwrap();
+        let t = producer.tensor(slot).as_tensor::<u8>().unwrap();
+        t.map_write().unwrap().fill(i as u8);
+        slot
+    };
+    let mut slot = fill(&mut producer, 0);
+    let mut next = Instant::now();
+    for i in 0..frames {
+        next += PACE;
+        std::thread::sleep(next.saturating_duration_since(Instant::now()));
+        producer
+            .send(slot, Marker::of(Kind::Frame).meta(i as u64))
+            .unwrap();
+        if i + 1 < frames {
+            slot = fill(&mut producer, i + 1);
+        }
+    }
+    report(consumer.wait_with_output().unwrap(), "LAT ")
+}
+
+/// Runs `pipeline` in this process to its end; returns the process CPU time it took.
+fn run(pipeline: &str) -> (u64, gst::Bin) {
+    let p = gst::parse::launch(pipeline)
+        .unwrap()
+        .downcast::<gst::Bin>()
+        .unwrap();
+    let start = cpu_ns();
+    p.set_state(gst::State::Playing).unwrap();
+    let msg = p
+        .bus()
+        .unwrap()
+        .timed_pop_filtered(
+            gst::ClockTime::from_seconds(120),
+            &[gst::MessageType::Eos, gst::MessageType::Error],
+        )
+        .unwrap();
+    assert!(matches!(msg.view(), gst::MessageView::Eos(_)), "{msg:?}");
+    let cpu = cpu_ns() - start;
+    p.set_state(gst::State::Null).unwrap();
+    (cpu, p)
+}
+
+/// One block through the elements: returns (latencies, sink CPU ns, src CPU ns per frame, copies).
+fn gst_block(name: &str, frames: usize) -> (Vec<u64>, u64, u64, u64) {
+    let fps = 1000 / PACE.as_millis();
+    let source = format!(
+        "videotestsrc is-live=true num-buffers={frames} pattern=black ! {CAPS},framerate={fps}/1"
+    );
+    let consumer = child(&["--gst-consumer", name]);
+    let (with_sink, p) = run(&format!(
+        "{source} ! hwtensorsink name=sink socket=@{name} wait-for-consumer=true"
+    ));
+    let copies = p.by_name("sink").unwrap().property::<u64>("copies");
+    let out = consumer.wait_with_output().unwrap();
+    let lat = report(
+        std::process::Output {
+            status: out.status,
+            stdout: out.stdout.clone(),
+            stderr: Vec::new(),
+        },
+        "LAT ",
+    );
+    let src_cpu = report(out, "CPU ").first().copied().unwrap_or(0);
+    let (without, _) = run(&format!("{source} ! fakesink"));
+    let sink_cpu = with_sink.saturating_sub(without) / frames as u64;
+    (lat, sink_cpu, src_cpu, copies)
+}
+
+fn percentile(v: &mut [u64], p: f64) -> u64 {
+    v.sort_unstable();
+    v[((v.len() - 1) as f64 * p).round() as usize]
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    match args.get(1).map(String::as_str) {
+        Some("--bare-consumer") => return bare_consumer(&args[2], args[3].parse().unwrap()),
+        Some("--gst-consumer") => return gst_consumer(&args[2]),
+        _ => {}
+    }
+    let rounds: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(4);
+    let frames: usize = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(200);
+    gst::init().unwrap();
+    gsthwtensor::plugin_register_static().unwrap();
+    let (mut bare, mut through) = (Vec::new(), Vec::new());
+    let (mut sink_cpu, mut src_cpu, mut copies) = (Vec::new(), Vec::new(), 0);
+    for r in 0..rounds {
+        let name = format!("hwtensor-gst-bench-{}-{r}", std::process::id());
+        bare.extend(bare_block(&format!("{name}-bare"), frames));
+        let (lat, sink, src, c) = gst_block(&format!("{name}-gst"), frames);
+        through.extend(lat);
+        sink_cpu.push(sink);
+        src_cpu.push(src);
+        copies += c;
+    }
+    let convert = {
+        let n = frames;
+        let src = format!("videotestsrc num-buffers={n} pattern=black ! {CAPS}");
+        let (with, _) = run(&format!(
+            "{src} ! videoconvert ! video/x-raw,format=RGBA ! fakesink"
+        ));
+        let (without, _) = run(&format!("{src} ! fakesink"));
+        with.saturating_sub(without) / n as u64
+    };
+    let (b50, b99) = (percentile(&mut bare, 0.5), percentile(&mut bare, 0.99));
+    let (g50, g99) = (
+        percentile(&mut through, 0.5),
+        percentile(&mut through, 0.99),
+    );
+    let (sink, src) = (
+        percentile(&mut sink_cpu, 0.5),
+        percentile(&mut src_cpu, 0.5),
+    );
+    println!("1080p I420, {rounds} alternating rounds of {frames} frames paced at {PACE:?}");
+    println!(
+        "one-way latency  bare channel       median {:>8.1} us  p99 {:>8.1} us",
+        b50 as f64 / 1e3,
+        b99 as f64 / 1e3
+    );
+    println!(
+        "one-way latency  sink -> src        median {:>8.1} us  p99 {:>8.1} us",
+        g50 as f64 / 1e3,
+        g99 as f64 / 1e3
+    );
+    println!(
+        "ratio (elements / bare)             median {:>8.2}x    p99 {:>8.2}x",
+        g50 as f64 / b50 as f64,
+        g99 as f64 / b99 as f64
+    );
+    println!(
+        "CPU per frame    hwtensorsink {:>8.1} us  hwtensorsrc {:>8.1} us",
+        sink as f64 / 1e3,
+        src as f64 / 1e3
+    );
+    println!(
+        "CPU per frame    videoconvert I420 -> RGBA {:>8.1} us",
+        convert as f64 / 1e3
+    );
+    println!(
+        "ratio (sink + src) / videoconvert   {:>8.1} %",
+        (sink + src) as f64 * 100.0 / convert as f64
+    );
+    println!("frames copied by the sink           {copies}");
+}
