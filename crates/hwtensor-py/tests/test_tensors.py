@@ -136,3 +136,31 @@ def test_hwtensors_timeout_is_also_the_builtin_one():
         assert "within" in str(e)
     else:
         raise AssertionError("a receive with nothing sent returned")
+
+
+def test_the_formats_cameras_and_decoders_produce_have_their_planes():
+    i420 = hwtensor.Tensor.image(64, 32, "i420", memory="shm")
+    assert i420.plane_table == [(0, 64, 32, 2048), (2048, 32, 16, 512), (2560, 32, 16, 512)]
+    assert hwtensor.Tensor.image(64, 32, "yv12").plane_table == i420.plane_table
+    assert hwtensor.Tensor.image(64, 32, "nv21").plane_table[1] == (2048, 64, 16, 1024)
+    assert hwtensor.Tensor.image(8, 2, "bgr").shape == (2, 8, 3)
+    assert hwtensor.Tensor.image(8, 2, "bgrx").shape == (2, 8, 4)
+    assert hwtensor.Tensor.image(8, 2, "uyvy").shape == (2, 8, 2)
+    p010 = hwtensor.Tensor.image(64, 32, "p010", dtype="uint16")
+    assert p010.plane_table == [(0, 128, 32, 4096), (4096, 128, 16, 2048)]
+    assert hwtensor.Tensor.image(8, 2, "gray16_le", dtype="u16").format == "gray16"
+
+
+def test_a_sixteen_bit_format_over_bytes_is_refused_naming_the_dtype():
+    with pytest.raises(hwtensor.Error, match="u16"):
+        hwtensor.Tensor.image(64, 32, "p010", dtype="uint8")
+
+
+def test_an_i420_frame_copies_between_memories_plane_for_plane():
+    src = hwtensor.Tensor.image(64, 32, "i420", memory="mem")
+    with src.map_write() as a:
+        a[:] = np.arange(a.size, dtype=np.uint32).reshape(a.shape) % 251
+    dst = hwtensor.Tensor.image(64, 32, "i420", memory="shm")
+    dst.copy_from(src)
+    with src.map_read() as a, dst.map_read() as b:
+        assert (a == b).all()
