@@ -12,7 +12,7 @@
 //!   to RGBA;
 //! - the sink's copy counter (0 on the pooled path).
 //!
-//! `cargo run --release -p hwtensor-gst --example bench [-- ROUNDS FRAMES]`
+//! `cargo run --release -p hwtensor-gst --example elements_bench [-- ROUNDS FRAMES]`
 
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
