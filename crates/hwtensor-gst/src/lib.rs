@@ -8,7 +8,8 @@
 //!   videoconvert, decoders) writes straight into the memory consumers read; a frame upstream
 //!   wrote elsewhere is copied once, counted in the `copies` property. End of stream and a
 //!   change of caps reach consumers as frames of their own ([`wire`]). Properties: `socket`,
-//!   `pool-size`, `wait-for-consumer`, `when-full` (block or drop), `timeout`; counters
+//!   `pool-size`, `memory` (shm, or DMA-BUF for hardware upstream such as v4l2src
+//!   `io-mode=dmabuf-import`), `wait-for-consumer`, `when-full` (block or drop), `timeout`; counters
 //!   `copies`, `dropped`, `frames`, `consumers`.
 //! - **`hwtensorsrc`** attaches to a channel and pushes each frame as a buffer whose fd memory
 //!   *is* the frame (fd memory over the shm or DMA-BUF fd, with `GstVideoMeta`); the buffer's

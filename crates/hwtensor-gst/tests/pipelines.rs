@@ -205,3 +205,61 @@ fn a_consumer_started_before_its_producer_waits_for_it_and_gets_every_frame() {
     assert!(std::fs::read(&out).unwrap() == reference_frames(caps, FRAMES));
     std::fs::remove_file(&out).unwrap();
 }
+
+#[test]
+fn a_dmabuf_pool_is_made_where_a_dma_heap_exists_and_refused_by_name_where_not() {
+    init();
+    let pipeline = gst::parse::launch(&format!(
+        "videotestsrc num-buffers=2 ! video/x-raw,format=NV12,width=64,height=48 ! \
+         hwtensorsink socket={} memory=dmabuf",
+        socket_name()
+    ))
+    .unwrap();
+    pipeline.set_state(gst::State::Playing).unwrap();
+    let msg = pipeline
+        .bus()
+        .unwrap()
+        .timed_pop_filtered(
+            gst::ClockTime::from_seconds(20),
+            &[gst::MessageType::Error, gst::MessageType::Eos],
+        )
+        .expect("the pipeline ends in time");
+    let heap = std::path::Path::new("/dev/dma_heap").exists();
+    match msg.view() {
+        gst::MessageView::Eos(_) => assert!(heap, "a DMA-BUF pool without a DMA heap"),
+        gst::MessageView::Error(e) => {
+            assert!(!heap, "{}", e.error());
+            let text = e.error().to_string().to_lowercase();
+            assert!(text.contains("dma"), "{text}");
+        }
+        _ => unreachable!(),
+    }
+    pipeline.set_state(gst::State::Null).unwrap();
+}
+
+#[test]
+fn an_auto_pool_falls_back_to_shared_memory_and_carries_frames() {
+    init();
+    let socket = socket_name();
+    let caps = "video/x-raw,format=NV12,width=64,height=48";
+    let out = std::env::temp_dir().join(format!("{}.raw", socket.trim_start_matches('@')));
+    let producer = gst::parse::launch(&format!(
+        "videotestsrc num-buffers={FRAMES} pattern=ball ! {caps} ! \
+         hwtensorsink socket={socket} memory=auto wait-for-consumer=true"
+    ))
+    .unwrap();
+    producer.set_state(gst::State::Playing).unwrap();
+    let consumer = launch(&format!(
+        "hwtensorsrc socket={socket} is-live=false ! filesink location={} buffer-mode=unbuffered",
+        out.display()
+    ));
+    run_to_eos(&producer, LIMIT);
+    let done = wait_output(consumer, LIMIT);
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    assert!(std::fs::read(&out).unwrap() == reference_frames(caps, FRAMES));
+    std::fs::remove_file(&out).unwrap();
+}

@@ -14,7 +14,7 @@ use gst_base::subclass::prelude::*;
 use hwtensor::stream::Producer;
 use hwtensor::{CpuAccess, TensorDyn, TensorMemory};
 
-use super::WhenFull;
+use super::{PoolMemory, WhenFull};
 use crate::caps::{self, Geometry};
 use crate::slots::{Lender, Lent, SlotPool};
 use crate::socket::Address;
@@ -45,6 +45,7 @@ const ACQUIRE_STEP: Duration = Duration::from_millis(2);
 struct Settings {
     socket: String,
     pool_size: u32,
+    memory: PoolMemory,
     wait_for_consumer: bool,
     when_full: WhenFull,
     timeout: Duration,
@@ -55,6 +56,7 @@ impl Default for Settings {
         Settings {
             socket: String::new(),
             pool_size: DEFAULT_POOL_SIZE,
+            memory: PoolMemory::Shm,
             wait_for_consumer: false,
             when_full: WhenFull::Block,
             timeout: Duration::from_millis(u64::from(DEFAULT_TIMEOUT_MS)),
@@ -258,7 +260,7 @@ impl HwtensorSink {
             say_to_consumers(&mut old, Kind::Reconnect, &settings);
         }
         let tensors = (0..settings.pool_size)
-            .map(|_| pool_tensor(&geometry))
+            .map(|_| pool_tensor(&geometry, settings.memory))
             .collect::<hwtensor::Result<Vec<_>>>()
             .map_err(|e| format!("allocating the channel's pool: {e}"))?;
         let mut producer = Producer::new(tensors.clone()).map_err(|e| e.to_string())?;
@@ -349,18 +351,17 @@ impl HwtensorSink {
     }
 }
 
-/// A pool tensor for `g`: shared memory, at GStreamer's stride where hwtensor lays every
-/// plane out as GStreamer does.
-fn pool_tensor(g: &Geometry) -> hwtensor::Result<TensorDyn> {
-    let memory = Some(TensorMemory::Shm);
-    match g.gst_stride {
+/// A pool tensor for `g` on `memory`, at GStreamer's stride where hwtensor lays every plane out
+/// as GStreamer does.
+fn pool_tensor(g: &Geometry, memory: PoolMemory) -> hwtensor::Result<TensorDyn> {
+    let on = |memory| match g.gst_stride {
         Some(stride) => TensorDyn::image_with_pitch(
             g.width,
             g.height,
             g.format,
             g.dtype,
             stride,
-            memory,
+            Some(memory),
             CpuAccess::ReadWrite,
         ),
         None => TensorDyn::image(
@@ -368,9 +369,14 @@ fn pool_tensor(g: &Geometry) -> hwtensor::Result<TensorDyn> {
             g.height,
             g.format,
             g.dtype,
-            memory,
+            Some(memory),
             CpuAccess::ReadWrite,
         ),
+    };
+    match memory {
+        PoolMemory::Shm => on(TensorMemory::Shm),
+        PoolMemory::DmaBuf => on(TensorMemory::DmaBuf),
+        PoolMemory::Auto => on(TensorMemory::DmaBuf).or_else(|_| on(TensorMemory::Shm)),
     }
 }
 
@@ -413,6 +419,11 @@ impl ObjectImpl for HwtensorSink {
                     .minimum(1)
                     .maximum(MAX_POOL_SIZE)
                     .default_value(DEFAULT_POOL_SIZE)
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecEnum::builder_with_default("memory", PoolMemory::Shm)
+                    .nick("Memory")
+                    .blurb("What the channel's buffers are: shm, dmabuf (for hardware importers), or auto")
                     .mutable_ready()
                     .build(),
                 glib::ParamSpecBoolean::builder("wait-for-consumer")
@@ -463,6 +474,7 @@ impl ObjectImpl for HwtensorSink {
         match pspec.name() {
             "socket" => s.socket = value.get::<Option<String>>().unwrap().unwrap_or_default(),
             "pool-size" => s.pool_size = value.get().unwrap(),
+            "memory" => s.memory = value.get().unwrap(),
             "wait-for-consumer" => s.wait_for_consumer = value.get().unwrap(),
             "when-full" => s.when_full = value.get().unwrap(),
             "timeout" => s.timeout = Duration::from_millis(u64::from(value.get::<u32>().unwrap())),
@@ -475,6 +487,7 @@ impl ObjectImpl for HwtensorSink {
         match pspec.name() {
             "socket" => Some(s.socket.clone()).filter(|v| !v.is_empty()).to_value(),
             "pool-size" => s.pool_size.to_value(),
+            "memory" => s.memory.to_value(),
             "wait-for-consumer" => s.wait_for_consumer.to_value(),
             "when-full" => s.when_full.to_value(),
             "timeout" => (s.timeout.as_millis() as u32).to_value(),

@@ -24,6 +24,23 @@ pub enum WhenFull {
     Drop = 1,
 }
 
+/// Which memory the channel's pool is made of.
+#[derive(Debug, Eq, PartialEq, Ord, PartialOrd, Hash, Clone, Copy, glib::Enum)]
+#[repr(u32)]
+#[enum_type(name = "GstHwtensorSinkMemory")]
+pub enum PoolMemory {
+    /// Sealed shared memory (memfd): every machine has it, and CPU readers read it cached.
+    #[enum_value(name = "Shm: sealed shared memory", nick = "shm")]
+    Shm = 0,
+    /// DMA-BUF from a DMA heap: what hardware upstream or downstream imports (v4l2src
+    /// io-mode=dmabuf-import, encoders, displays). Refused where the machine has no DMA heap.
+    #[enum_value(name = "DMA-BUF from a DMA heap", nick = "dmabuf")]
+    DmaBuf = 1,
+    /// DMA-BUF where the machine has a DMA heap, shared memory otherwise.
+    #[enum_value(name = "Auto: DMA-BUF if a heap exists, else shm", nick = "auto")]
+    Auto = 2,
+}
+
 /// Registers the element with `plugin`.
 pub fn register(plugin: &gst::Plugin) -> Result<(), glib::BoolError> {
     gst::Element::register(
