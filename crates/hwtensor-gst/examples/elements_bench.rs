@@ -17,6 +17,7 @@
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use gst::prelude::*;
@@ -59,41 +60,16 @@ fn bare_consumer(name: &str, frames: usize) {
     println!("LAT {}", join(&lat));
 }
 
-/// Child: hwtensorsrc into an appsink until end of stream; prints each one-way latency (the
-/// sink's send time to the appsink) and the process's CPU time per frame.
+/// Child: hwtensorsrc into a fakesink until end of stream; prints each one-way latency (the
+/// sink's send time to the fakesink) and the process's CPU time per frame.
 fn gst_consumer(name: &str) {
     gst::init().unwrap();
     gsthwtensor::plugin_register_static().unwrap();
-    let pipeline = gst::parse::launch(&format!(
-        "hwtensorsrc socket=@{name} is-live=false ! appsink name=out sync=false"
-    ))
-    .unwrap()
-    .downcast::<gst::Bin>()
-    .unwrap();
-    let sink = pipeline
-        .by_name("out")
-        .unwrap()
-        .downcast::<gst_app::AppSink>()
-        .unwrap();
-    let sent_caps = gst::Caps::new_empty_simple(SENT_TIME_CAPS);
-    pipeline.set_state(gst::State::Playing).unwrap();
-    let mut lat = Vec::new();
-    let mut cpu_start = None;
-    while let Ok(sample) = sink.pull_sample() {
-        let now = monotonic_ns();
-        let buffer = sample.buffer().unwrap();
-        let sent = buffer
-            .iter_meta::<gst::ReferenceTimestampMeta>()
-            .find(|m| m.reference().can_intersect(&sent_caps))
-            .expect("hwtensorsrc stamps the send time")
-            .timestamp();
-        lat.push(now.saturating_sub(sent.nseconds()));
-        cpu_start.get_or_insert_with(cpu_ns); // from the first frame: set-up not counted
-    }
-    let cpu = cpu_ns() - cpu_start.unwrap();
-    pipeline.set_state(gst::State::Null).unwrap();
+    let (per_frame, lat, _) = run(&format!(
+        "hwtensorsrc socket=@{name} is-live=false ! fakesink name=last sync=false"
+    ));
     println!("LAT {}", join(&lat));
-    println!("CPU {}", cpu / (lat.len().max(2) as u64 - 1));
+    println!("CPU {per_frame}");
 }
 
 fn join(v: &[u64]) -> String {
@@ -163,13 +139,34 @@ fn bare_block(name: &str, frames: usize) -> Vec<u64> {
     report(consumer.wait_with_output().unwrap(), "LAT ")
 }
 
-/// Runs `pipeline` in this process to its end; returns the process CPU time it took.
-fn run(pipeline: &str) -> (u64, gst::Bin) {
+/// Runs `pipeline` in this process to its end. Returns the process's CPU time per frame in
+/// the steady state (from the first buffer reaching the element named `last` to the end of
+/// stream: pool allocation and page faults of the first frames are set-up), and each
+/// buffer's one-way latency from its send time, where it carries one.
+fn run(pipeline: &str) -> (u64, Vec<u64>, gst::Bin) {
     let p = gst::parse::launch(pipeline)
         .unwrap()
         .downcast::<gst::Bin>()
         .unwrap();
-    let start = cpu_ns();
+    let seen = Arc::new(Mutex::new((None::<u64>, 0u64, Vec::new())));
+    let sent_caps = gst::Caps::new_empty_simple(SENT_TIME_CAPS);
+    let pad = p.by_name("last").unwrap().static_pad("sink").unwrap();
+    let probe = seen.clone();
+    pad.add_probe(gst::PadProbeType::BUFFER, move |_, info| {
+        let now = monotonic_ns();
+        let mut s = probe.lock().unwrap();
+        s.0.get_or_insert_with(cpu_ns);
+        s.1 += 1;
+        if let Some(b) = info.buffer() {
+            let sent = b
+                .iter_meta::<gst::ReferenceTimestampMeta>()
+                .find(|m| m.reference().can_intersect(&sent_caps));
+            if let Some(m) = sent {
+                s.2.push(now.saturating_sub(m.timestamp().nseconds()));
+            }
+        }
+        gst::PadProbeReturn::Ok
+    });
     p.set_state(gst::State::Playing).unwrap();
     let msg = p
         .bus()
@@ -180,9 +177,11 @@ fn run(pipeline: &str) -> (u64, gst::Bin) {
         )
         .unwrap();
     assert!(matches!(msg.view(), gst::MessageView::Eos(_)), "{msg:?}");
-    let cpu = cpu_ns() - start;
+    let end = cpu_ns();
     p.set_state(gst::State::Null).unwrap();
-    (cpu, p)
+    let (start, frames, lat) = std::mem::take(&mut *seen.lock().unwrap());
+    let per_frame = (end - start.unwrap()) / frames.saturating_sub(1).max(1);
+    (per_frame, lat, p)
 }
 
 /// One block through the elements: returns (latencies, sink CPU ns, src CPU ns per frame, copies).
@@ -192,10 +191,10 @@ fn gst_block(name: &str, frames: usize) -> (Vec<u64>, u64, u64, u64) {
         "videotestsrc is-live=true num-buffers={frames} pattern=black ! {CAPS},framerate={fps}/1"
     );
     let consumer = child(&["--gst-consumer", name]);
-    let (with_sink, p) = run(&format!(
-        "{source} ! hwtensorsink name=sink socket=@{name} wait-for-consumer=true"
+    let (with_sink, _, p) = run(&format!(
+        "{source} ! hwtensorsink name=last socket=@{name} wait-for-consumer=true"
     ));
-    let copies = p.by_name("sink").unwrap().property::<u64>("copies");
+    let copies = p.by_name("last").unwrap().property::<u64>("copies");
     let out = consumer.wait_with_output().unwrap();
     let lat = report(
         std::process::Output {
@@ -206,8 +205,8 @@ fn gst_block(name: &str, frames: usize) -> (Vec<u64>, u64, u64, u64) {
         "LAT ",
     );
     let src_cpu = report(out, "CPU ").first().copied().unwrap_or(0);
-    let (without, _) = run(&format!("{source} ! fakesink"));
-    let sink_cpu = with_sink.saturating_sub(without) / frames as u64;
+    let (without, _, _) = run(&format!("{source} ! fakesink name=last sync=false"));
+    let sink_cpu = with_sink.saturating_sub(without);
     (lat, sink_cpu, src_cpu, copies)
 }
 
@@ -241,11 +240,11 @@ fn main() {
     let convert = {
         let n = frames;
         let src = format!("videotestsrc num-buffers={n} pattern=black ! {CAPS}");
-        let (with, _) = run(&format!(
-            "{src} ! videoconvert ! video/x-raw,format=RGBA ! fakesink"
+        let (with, _, _) = run(&format!(
+            "{src} ! videoconvert ! video/x-raw,format=RGBA ! fakesink name=last sync=false"
         ));
-        let (without, _) = run(&format!("{src} ! fakesink"));
-        with.saturating_sub(without) / n as u64
+        let (without, _, _) = run(&format!("{src} ! fakesink name=last sync=false"));
+        with.saturating_sub(without)
     };
     let (b50, b99) = (percentile(&mut bare, 0.5), percentile(&mut bare, 0.99));
     let (g50, g99) = (
