@@ -30,7 +30,7 @@
 //! | 17 | 1 | memory | [`TensorMemory`] code of the exporter's buffer |
 //! | 18 | 1 | mode | 0 reference, 1 inline |
 //! | 19 | 1 | rank | at most 8 |
-//! | 20 | 1 | format | [`PixelFormat`] code, 0 for a plain tensor |
+//! | 20 | 1 | format | [`PixelFormat`](crate::PixelFormat) code, 0 for a plain tensor |
 //! | 21 | 1 | access | [`CpuAccess`] the exporter declared |
 //! | 22 | 1 | plane_count | at most 4 |
 //! | 23 | 1 | fd_count | fds that travel with the blob: 1 in reference mode (2 for GPU or CUDA memory with its fence), 0 inline |
