@@ -94,22 +94,30 @@ pub fn run_to_eos(pipeline: &gst::Element, limit: Duration) {
 
 /// The bytes `videotestsrc` makes for `caps`: the reference each carried frame is compared with.
 pub fn reference_frames(caps: &str, frames: u32) -> Vec<u8> {
-    let pipeline = gst::parse::launch(&format!(
+    samples(&format!(
         "videotestsrc num-buffers={frames} pattern=ball ! {caps} ! appsink name=out sync=false"
     ))
-    .unwrap()
-    .downcast::<gst::Bin>()
-    .unwrap();
+    .iter()
+    .flat_map(|s| s.buffer().unwrap().map_readable().unwrap().to_vec())
+    .collect()
+}
+
+/// Plays `pipeline` (with an appsink named `out`) to its end and returns each sample.
+pub fn samples(pipeline: &str) -> Vec<gst::Sample> {
+    let pipeline = gst::parse::launch(pipeline)
+        .unwrap()
+        .downcast::<gst::Bin>()
+        .unwrap();
     let sink = pipeline
         .by_name("out")
         .unwrap()
         .downcast::<gst_app::AppSink>()
         .unwrap();
     pipeline.set_state(gst::State::Playing).unwrap();
-    let mut bytes = Vec::new();
+    let mut all = Vec::new();
     while let Ok(sample) = sink.pull_sample() {
-        bytes.extend_from_slice(&sample.buffer().unwrap().map_readable().unwrap());
+        all.push(sample);
     }
     pipeline.set_state(gst::State::Null).unwrap();
-    bytes
+    all
 }
