@@ -208,3 +208,44 @@ fn a_producer_that_changes_caps_is_followed_by_hwtensorsrc_renegotiating() {
     producer.join().unwrap();
     assert_eq!(formats, ["RGBA", "GRAY8"]);
 }
+
+#[test]
+fn a_producer_whose_buffers_differ_is_refused_before_any_frame() {
+    init();
+    let socket = socket_name();
+    let listener = UnixListener::bind_addr(&abstract_addr(&socket)).unwrap();
+    let producer = std::thread::spawn(move || {
+        let image = |w| {
+            TensorDyn::image(
+                w,
+                16,
+                PixelFormat::Rgba,
+                DType::U8,
+                Some(TensorMemory::Shm),
+                CpuAccess::ReadWrite,
+            )
+            .unwrap()
+        };
+        // Caps say 64x16; the second buffer is 8x16, too small for them.
+        let mut p = Producer::new(vec![image(64), image(8)]).unwrap();
+        p.attach(listener.accept().unwrap().0).unwrap();
+        std::thread::sleep(Duration::from_millis(500));
+    });
+    let pipeline = gst::parse::launch(&format!("hwtensorsrc socket={socket} ! fakesink")).unwrap();
+    let _ = pipeline.set_state(gst::State::Playing);
+    let msg = pipeline
+        .bus()
+        .unwrap()
+        .timed_pop_filtered(gst::ClockTime::from_seconds(10), &[gst::MessageType::Error])
+        .expect("refused within the timeout");
+    let gst::MessageView::Error(e) = msg.view() else {
+        unreachable!()
+    };
+    assert!(
+        e.error().to_string().contains("not all the same image"),
+        "{}",
+        e.error()
+    );
+    pipeline.set_state(gst::State::Null).unwrap();
+    producer.join().unwrap();
+}

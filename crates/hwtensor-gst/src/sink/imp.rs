@@ -551,19 +551,19 @@ impl BaseSinkImpl for HwtensorSink {
         let address = Address::parse(&socket).ok_or_else(|| {
             gst::error_msg!(
                 gst::ResourceError::Settings,
-                ["set the socket property: a path, or @name for an abstract socket"]
+                ("set the socket property: a path, or @name for an abstract socket")
             )
         })?;
         let listener = address.bind().map_err(|e| {
             gst::error_msg!(
                 gst::ResourceError::OpenWrite,
-                ["listening on {address}: {e}"]
+                ("listening on {address}: {e}")
             )
         })?;
         listener.set_nonblocking(true).map_err(|e| {
             gst::error_msg!(
                 gst::ResourceError::OpenWrite,
-                ["listening on {address}: {e}"]
+                ("listening on {address}: {e}")
             )
         })?;
         let stop = Arc::new(AtomicBool::new(false));
@@ -571,7 +571,7 @@ impl BaseSinkImpl for HwtensorSink {
         let thread = std::thread::Builder::new()
             .name("hwtensorsink-accept".into())
             .spawn(move || accept_loop(listener, hub, flag))
-            .map_err(|e| gst::error_msg!(gst::ResourceError::OpenWrite, ["{e}"]))?;
+            .map_err(|e| gst::error_msg!(gst::ResourceError::OpenWrite, ("{e}")))?;
         *self.listening.lock().unwrap() = Some(Listening {
             address,
             stop,

@@ -117,7 +117,7 @@ impl HwtensorSrc {
         Address::parse(&socket).ok_or_else(|| {
             gst::error_msg!(
                 gst::ResourceError::Settings,
-                ["set the socket property: a path, or @name for an abstract socket"]
+                ("set the socket property: a path, or @name for an abstract socket")
             )
         })
     }
@@ -133,13 +133,13 @@ impl HwtensorSrc {
                 Err(e) if Instant::now() >= deadline => {
                     return Err(gst::error_msg!(
                         gst::ResourceError::OpenRead,
-                        ["no producer listens on {address} after {timeout:?}: {e}"]
+                        ("no producer listens on {address} after {timeout:?}: {e}")
                     ))
                 }
                 Err(_) if self.unlocked.load(Ordering::SeqCst) => {
                     return Err(gst::error_msg!(
                         gst::ResourceError::OpenRead,
-                        ["interrupted"]
+                        ("interrupted")
                     ))
                 }
                 Err(_) => std::thread::sleep(CONNECT_RETRY),
@@ -150,14 +150,26 @@ impl HwtensorSrc {
             .map_err(|e| {
                 gst::error_msg!(
                     gst::ResourceError::OpenRead,
-                    ["attaching to {address}: {e}"]
+                    ("attaching to {address}: {e}")
                 )
             })?;
         let first = consumer.pool().first().ok_or_else(|| {
-            gst::error_msg!(gst::StreamError::Format, ["the channel has no buffers"])
+            gst::error_msg!(gst::StreamError::Format, ("the channel has no buffers"))
         })?;
         let caps = crate::caps::caps_of(first)
-            .map_err(|e| gst::error_msg!(gst::StreamError::Format, ["{e}"]))?;
+            .map_err(|e| gst::error_msg!(gst::StreamError::Format, ("{e}")))?;
+        // One caps for every frame: a pool whose buffers differ would hand downstream buffers
+        // smaller than the caps say (a broken or hostile producer).
+        let same = |t: &hwtensor::TensorDyn| {
+            (t.image_info(), t.dtype(), t.memory())
+                == (first.image_info(), first.dtype(), first.memory())
+        };
+        if !consumer.pool().iter().all(same) {
+            return Err(gst::error_msg!(
+                gst::StreamError::Format,
+                ("the producer's buffers are not all the same image; hwtensorsrc needs one caps")
+            ));
+        }
         let pool = match first.memory() {
             TensorMemory::Gpu | TensorMemory::Cuda => None,
             _ => {
@@ -168,9 +180,9 @@ impl HwtensorSrc {
                     Box::new(SrcLender(lent.clone())),
                     true,
                 )
-                .map_err(|e| gst::error_msg!(gst::ResourceError::OpenRead, ["{e}"]))?;
+                .map_err(|e| gst::error_msg!(gst::ResourceError::OpenRead, ("{e}")))?;
                 pool.activate(&caps)
-                    .map_err(|e| gst::error_msg!(gst::ResourceError::OpenRead, ["{e}"]))?;
+                    .map_err(|e| gst::error_msg!(gst::ResourceError::OpenRead, ("{e}")))?;
                 Some((pool, lent))
             }
         };
