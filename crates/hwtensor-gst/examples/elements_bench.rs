@@ -6,7 +6,8 @@
 //!   paced at 5 ms, alternating blocks. Both producers write each whole frame right after
 //!   sending the one before, as a live source does: on two cores that work competes with the
 //!   consumer's wake-up (here a bare producer that writes nothing measured 18 us, one that
-//!   writes each frame 113 us), so a producer that writes nothing is no baseline;
+//!   writes each frame 113 us), so a producer that writes nothing is no baseline. A third
+//!   contender, hwtensorsink feeding a bare Rust consumer, shows which side adds what;
 //! - the CPU time per frame of hwtensorsink (in the producer process, over a fakesink run) and
 //!   of hwtensorsrc (the whole consumer process), against a `videoconvert` of the same frame
 //!   to RGBA;
@@ -186,13 +187,10 @@ fn run(pipeline: &str) -> (u64, Vec<u64>, gst::Bin) {
 
 /// One block through the elements: returns (latencies, sink CPU ns, src CPU ns per frame, copies).
 fn gst_block(name: &str, frames: usize) -> (Vec<u64>, u64, u64, u64) {
-    let fps = 1000 / PACE.as_millis();
-    let source = format!(
-        "videotestsrc is-live=true num-buffers={frames} pattern=black ! {CAPS},framerate={fps}/1"
-    );
     let consumer = child(&["--gst-consumer", name]);
     let (with_sink, _, p) = run(&format!(
-        "{source} ! hwtensorsink name=last socket=@{name} wait-for-consumer=true"
+        "{} ! hwtensorsink name=last socket=@{name} wait-for-consumer=true",
+        live_source(frames)
     ));
     let copies = p.by_name("last").unwrap().property::<u64>("copies");
     let out = consumer.wait_with_output().unwrap();
@@ -205,9 +203,31 @@ fn gst_block(name: &str, frames: usize) -> (Vec<u64>, u64, u64, u64) {
         "LAT ",
     );
     let src_cpu = report(out, "CPU ").first().copied().unwrap_or(0);
-    let (without, _, _) = run(&format!("{source} ! fakesink name=last sync=false"));
+    let (without, _, _) = run(&format!(
+        "{} ! fakesink name=last sync=false",
+        live_source(frames)
+    ));
     let sink_cpu = with_sink.saturating_sub(without);
     (lat, sink_cpu, src_cpu, copies)
+}
+
+/// A live 1080p I420 test source of `frames` frames at the pace.
+fn live_source(frames: usize) -> String {
+    let fps = 1000 / PACE.as_millis();
+    format!(
+        "videotestsrc is-live=true num-buffers={frames} pattern=black ! {CAPS},framerate={fps}/1"
+    )
+}
+
+/// One block of hwtensorsink feeding a bare Rust consumer process: where the elements' extra
+/// latency lies, producer side or consumer side.
+fn sink_to_bare_block(name: &str, frames: usize) -> Vec<u64> {
+    let consumer = child(&["--bare-consumer", name, &frames.to_string()]);
+    run(&format!(
+        "{} ! hwtensorsink name=last socket=@{name} wait-for-consumer=true",
+        live_source(frames)
+    ));
+    report(consumer.wait_with_output().unwrap(), "LAT ")
 }
 
 fn percentile(v: &mut [u64], p: f64) -> u64 {
@@ -226,11 +246,12 @@ fn main() {
     let frames: usize = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(200);
     gst::init().unwrap();
     gsthwtensor::plugin_register_static().unwrap();
-    let (mut bare, mut through) = (Vec::new(), Vec::new());
+    let (mut bare, mut through, mut sink_only) = (Vec::new(), Vec::new(), Vec::new());
     let (mut sink_cpu, mut src_cpu, mut copies) = (Vec::new(), Vec::new(), 0);
     for r in 0..rounds {
         let name = format!("hwtensor-gst-bench-{}-{r}", std::process::id());
         bare.extend(bare_block(&format!("{name}-bare"), frames));
+        sink_only.extend(sink_to_bare_block(&format!("{name}-mixed"), frames));
         let (lat, sink, src, c) = gst_block(&format!("{name}-gst"), frames);
         through.extend(lat);
         sink_cpu.push(sink);
@@ -260,6 +281,15 @@ fn main() {
         "one-way latency  bare channel       median {:>8.1} us  p99 {:>8.1} us",
         b50 as f64 / 1e3,
         b99 as f64 / 1e3
+    );
+    let (m50, m99) = (
+        percentile(&mut sink_only, 0.5),
+        percentile(&mut sink_only, 0.99),
+    );
+    println!(
+        "one-way latency  sink -> bare       median {:>8.1} us  p99 {:>8.1} us",
+        m50 as f64 / 1e3,
+        m99 as f64 / 1e3
     );
     println!(
         "one-way latency  sink -> src        median {:>8.1} us  p99 {:>8.1} us",

@@ -154,6 +154,7 @@ impl Producer {
             payload: meta.payload,
         };
         let mut broken = Vec::new();
+        let mut woke = false;
         for (c, consumer) in self.consumers.iter_mut().enumerate() {
             match consumer.ring.push_frame(entry) {
                 Ok(()) => {
@@ -161,6 +162,7 @@ impl Producer {
                     self.out[i] += 1;
                     if consumer.ring.peer_sleeps(true) {
                         wake::wake(consumer.stream.as_fd());
+                        woke = true;
                     }
                 }
                 Err(e) => {
@@ -171,6 +173,13 @@ impl Producer {
         }
         for c in broken.into_iter().rev() {
             self.detach(c);
+        }
+        if woke {
+            // The kernel tends to wake a consumer on the waker's core; a producer that goes on
+            // working (writing its next frame) then holds it off. Yielding once lets it run:
+            // 1080p frames paced at 5 ms on 2 cores reached a sleeping consumer in 19 us
+            // instead of 113 us (`hwtensor-gst`'s elements_bench). Costs one syscall per wake.
+            std::thread::yield_now();
         }
         Ok(())
     }
