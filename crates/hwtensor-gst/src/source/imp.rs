@@ -57,35 +57,54 @@ impl Default for Settings {
 /// The frames whose buffers are downstream, by slot: a buffer's return to the pool drops
 /// its frame, which hands the slot back to the producer.
 #[derive(Default)]
-struct Lent_ {
-    next: Mutex<Option<usize>>,
-    frames: Mutex<Vec<Option<Frame>>>,
+struct Downstream(Mutex<Held>);
+
+#[derive(Default)]
+struct Held {
+    /// The slot the next acquire from the pool lends.
+    next: Option<usize>,
+    frames: Vec<Option<Frame>>,
 }
 
-impl Lent_ {
-    /// Frames downstream holds now.
-    fn held(&self) -> usize {
-        self.frames.lock().unwrap().iter().flatten().count()
+impl Downstream {
+    fn new(slots: usize) -> Downstream {
+        let frames = (0..slots).map(|_| None).collect();
+        Downstream(Mutex::new(Held { next: None, frames }))
+    }
+
+    /// Keeps `frame` for the buffer the pool lends next, unless lending it would leave the
+    /// producer no buffer at all: then the frame comes back, to be copied.
+    fn lend(&self, frame: Frame) -> Option<Frame> {
+        let mut held = self.0.lock().unwrap();
+        let out = held.frames.iter().flatten().count();
+        if out + 1 >= held.frames.len() {
+            return Some(frame);
+        }
+        let slot = frame.slot();
+        held.next = Some(slot);
+        held.frames[slot] = Some(frame);
+        None
     }
 }
 
-struct SrcLender(Arc<Lent_>);
+struct SrcLender(Arc<Downstream>);
 
 impl Lender for SrcLender {
     fn next_slot(&self, _flushing: &AtomicBool) -> Result<Lent, gst::FlowError> {
-        let slot = self.0.next.lock().unwrap().take();
+        let slot = self.0 .0.lock().unwrap().next.take();
         slot.map(Lent::Slot).ok_or(gst::FlowError::Error)
     }
 
     fn returned(&self, slot: usize) {
         let frame = self
             .0
-            .frames
+             .0
             .lock()
             .unwrap()
+            .frames
             .get_mut(slot)
             .and_then(Option::take);
-        drop(frame); // hands the slot back
+        drop(frame); // hands the slot back, outside the lock
     }
 
     fn unusable(&self, slot: usize) {
@@ -99,7 +118,7 @@ struct Receiving {
     consumer: Consumer,
     caps: gst::Caps,
     /// `None` for GPU frames, which downstream gets as system-memory copies.
-    pool: Option<(SlotPool, Arc<Lent_>)>,
+    pool: Option<(SlotPool, Arc<Downstream>)>,
 }
 
 #[derive(Default)]
@@ -107,6 +126,8 @@ pub struct HwtensorSrc {
     settings: Mutex<Settings>,
     receiving: Mutex<Option<Receiving>>,
     unlocked: AtomicBool,
+    /// `is-live`, read on every frame without the settings lock.
+    live: AtomicBool,
     copies: AtomicU64,
     frames: AtomicU64,
 }
@@ -173,17 +194,16 @@ impl HwtensorSrc {
         let pool = match first.memory() {
             TensorMemory::Gpu | TensorMemory::Cuda => None,
             _ => {
-                let lent = Arc::new(Lent_::default());
-                *lent.frames.lock().unwrap() = (0..consumer.pool().len()).map(|_| None).collect();
+                let downstream = Arc::new(Downstream::new(consumer.pool().len()));
                 let pool = SlotPool::new(
                     consumer.pool().to_vec(),
-                    Box::new(SrcLender(lent.clone())),
+                    Box::new(SrcLender(downstream.clone())),
                     true,
                 )
                 .map_err(|e| gst::error_msg!(gst::ResourceError::OpenRead, ("{e}")))?;
                 pool.activate(&caps)
                     .map_err(|e| gst::error_msg!(gst::ResourceError::OpenRead, ("{e}")))?;
-                Some((pool, lent))
+                Some((pool, downstream))
             }
         };
         gst::info!(CAT, imp = self, "attached to {address}: {caps}");
@@ -221,26 +241,22 @@ impl HwtensorSrc {
 
     /// The buffer downstream gets for `frame`: the slot's own buffer, or a copy of a GPU frame.
     fn buffer_of(&self, r: &Receiving, frame: Frame) -> Result<gst::Buffer, gst::FlowError> {
-        match &r.pool {
-            // Lending the last slot downstream would leave the producer none to write into
-            // until downstream lets go (filesink batches small buffers, a queue holds many):
-            // that frame is copied and handed back at once, as v4l2src does when its pool
-            // runs low.
-            Some((pool, lent)) if lent.held() + 1 < r.consumer.pool().len() => {
-                let slot = frame.slot();
-                lent.frames.lock().unwrap()[slot] = Some(frame);
-                *lent.next.lock().unwrap() = Some(slot);
-                pool.acquire_buffer(None)
-            }
-            _ => {
-                let buffer = crate::copy::out_of(frame.tensor()).map_err(|e| {
-                    gst::element_imp_error!(self, gst::ResourceError::Read, ("{e}"));
-                    gst::FlowError::Error
-                })?;
-                self.copies.fetch_add(1, Ordering::Relaxed);
-                Ok(buffer)
-            }
-        }
+        // Lending the last slot downstream would leave the producer none to write into until
+        // downstream lets go (filesink batches small buffers, a queue holds many): that frame
+        // is copied and handed back at once, as v4l2src does when its pool runs low.
+        let frame = match &r.pool {
+            Some((pool, downstream)) => match downstream.lend(frame) {
+                None => return pool.acquire_buffer(None),
+                Some(frame) => frame,
+            },
+            None => frame,
+        };
+        let buffer = crate::copy::out_of(frame.tensor()).map_err(|e| {
+            gst::element_imp_error!(self, gst::ResourceError::Read, ("{e}"));
+            gst::FlowError::Error
+        })?;
+        self.copies.fetch_add(1, Ordering::Relaxed);
+        Ok(buffer)
     }
 }
 
@@ -295,6 +311,7 @@ impl ObjectImpl for HwtensorSrc {
             "timeout" => s.timeout = Duration::from_millis(u64::from(value.get::<u32>().unwrap())),
             "is-live" => {
                 s.is_live = value.get().unwrap();
+                self.live.store(s.is_live, Ordering::Relaxed);
                 self.obj().set_live(s.is_live);
                 self.obj().set_do_timestamp(s.is_live);
             }
@@ -320,6 +337,7 @@ impl ObjectImpl for HwtensorSrc {
         obj.set_format(gst::Format::Time);
         obj.set_live(true);
         obj.set_do_timestamp(true);
+        self.live.store(true, Ordering::Relaxed);
     }
 }
 
@@ -437,7 +455,7 @@ impl PushSrcImpl for HwtensorSrc {
             gst::ClockTime::from_nseconds(sent),
             gst::ClockTime::NONE,
         );
-        if !self.settings.lock().unwrap().is_live {
+        if !self.live.load(Ordering::Relaxed) {
             b.set_pts(marker.pts.map(gst::ClockTime::from_nseconds));
             b.set_duration(marker.duration.map(gst::ClockTime::from_nseconds));
         }
