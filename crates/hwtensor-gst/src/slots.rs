@@ -55,7 +55,14 @@ mod imp {
         pub buffers: Mutex<Vec<Option<gst::Buffer>>>,
         /// Each slot buffer's address: how a buffer that comes back finds its slot.
         pub addresses: Vec<usize>,
+        /// Each slot buffer's own memory. An element that cannot map it as it wants may put a
+        /// copy in its place (`gst_memory_make_mapped`): its writes then never reach the slot,
+        /// so such a buffer is known by its memory and the slot's memory is put back.
+        pub memories: Vec<gst::Memory>,
         pub flushing: AtomicBool,
+        /// The slots are not laid out as GStreamer lays out these caps by default: only a
+        /// user that reads and writes through `GstVideoMeta` may take them.
+        pub meta_required: AtomicBool,
     }
 
     #[derive(Default)]
@@ -110,6 +117,12 @@ mod imp {
             };
             let address = buffer.as_ptr() as usize;
             if let Some(slot) = inner.addresses.iter().position(|&a| a == address) {
+                let mut buffer = buffer;
+                if !holds(&buffer, &inner.memories[slot]) {
+                    if let Some(b) = buffer.get_mut() {
+                        b.replace_all_memory(inner.memories[slot].clone());
+                    }
+                }
                 inner.buffers.lock().unwrap()[slot] = Some(buffer);
                 inner.lender.returned(slot);
             }
@@ -140,6 +153,31 @@ mod imp {
         fn options() -> &'static [&'static str] {
             &*OPTIONS
         }
+
+        // The default would check each buffer against the configured size, which for a layout
+        // tighter than GStreamer's default is larger than the slot, and drop the buffer.
+        fn reset_buffer(&self, buffer: &mut gst::BufferRef) {
+            reset(buffer);
+        }
+
+        // An element that did not ask for GstVideoMeta writes GStreamer's default layout:
+        // where the slots lie otherwise, it is refused and allocates its own buffers (which
+        // the sink then copies, counted).
+        fn set_config(&self, config: &mut gst::BufferPoolConfigRef) -> bool {
+            let required = self
+                .inner
+                .get()
+                .is_some_and(|i| i.meta_required.load(Ordering::SeqCst));
+            if required && !config.has_option(gst_video::BUFFER_POOL_OPTION_VIDEO_META.as_str()) {
+                return false;
+            }
+            self.parent_set_config(config)
+        }
+    }
+
+    /// Whether `buffer` still holds `memory`, and nothing else.
+    pub(super) fn holds(buffer: &gst::BufferRef, memory: &gst::Memory) -> bool {
+        buffer.n_memory() == 1 && buffer.peek_memory(0).as_ptr() == memory.as_ptr()
     }
 
     fn reset(buffer: &mut gst::BufferRef) {
@@ -188,13 +226,20 @@ impl SlotPool {
             .map(|t| slot_buffer(t, read_only))
             .collect::<Result<Vec<_>, _>>()?;
         let addresses = buffers.iter().map(|b| b.as_ptr() as usize).collect();
+        // `memory(0)` takes a reference; `to_owned` of a MemoryRef would copy the bytes.
+        let memories = buffers
+            .iter()
+            .map(|b| b.memory(0).expect("a slot buffer has one memory"))
+            .collect();
         let pool: SlotPool = glib::Object::new();
         let inner = imp::Inner {
             lender,
             tensors,
             buffers: Mutex::new(buffers.into_iter().map(Some).collect()),
             addresses,
+            memories,
             flushing: AtomicBool::new(false),
+            meta_required: AtomicBool::new(false),
         };
         if pool.imp().inner.set(inner).is_err() {
             unreachable!("a new pool has no slots yet");
@@ -202,11 +247,21 @@ impl SlotPool {
         Ok(pool)
     }
 
-    /// The slot `buffer` is the buffer of, if it is one of this pool's.
-    pub fn slot_of(&self, buffer: &gst::BufferRef) -> Option<usize> {
+    /// Lends the slots only to users that lay frames out by `GstVideoMeta` (the slots' layout
+    /// is not GStreamer's default for their caps).
+    pub fn require_video_meta(&self) {
+        if let Some(inner) = self.imp().inner.get() {
+            inner.meta_required.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// The slot `buffer` is the buffer of, if it is one of this pool's, and whether the slot's
+    /// memory is still in it (`false`: an element replaced it with a copy it wrote instead).
+    pub fn slot_of(&self, buffer: &gst::BufferRef) -> Option<(usize, bool)> {
         let inner = self.imp().inner.get()?;
         let address = buffer.as_ptr() as usize;
-        inner.addresses.iter().position(|&a| a == address)
+        let slot = inner.addresses.iter().position(|&a| a == address)?;
+        Some((slot, imp::holds(buffer, &inner.memories[slot])))
     }
 
     /// The tensor behind `slot`.
@@ -214,13 +269,15 @@ impl SlotPool {
         self.imp().inner.get()?.tensors.get(slot)
     }
 
+    /// Bytes of a slot's image: the buffer size the pool lends.
+    pub fn slot_size(&self) -> Option<usize> {
+        self.tensor(0)
+            .and_then(|t| crate::caps::image_bytes(t).ok())
+    }
+
     /// Activates the pool for `caps` with its own slots as the buffers.
     pub fn activate(&self, caps: &gst::Caps) -> Result<(), String> {
-        let size = self
-            .tensor(0)
-            .map(crate::caps::image_bytes)
-            .transpose()?
-            .unwrap_or(0);
+        let size = self.slot_size().unwrap_or(0);
         let mut config = self.config();
         let slots = self.imp().inner.get().map_or(0, |i| i.tensors.len()) as u32;
         config.set_params(Some(caps), size as u32, slots, slots);

@@ -6,6 +6,8 @@ mod common;
 use std::time::Duration;
 
 use common::*;
+use std::str::FromStr;
+
 use gst::prelude::*;
 
 /// Enough frames that the pool of three is reused several times.
@@ -34,11 +36,16 @@ fn gst_inspect_lists_both_elements() {
 /// gst-launch-1.0 child reading them with hwtensorsrc into a file; returns what the child
 /// wrote and the sink's copy counter.
 fn across_processes(caps: &str) -> (Vec<u8>, u64) {
+    across_processes_via(caps, "")
+}
+
+/// [`across_processes`] with `between` (elements and `!`s) before the sink.
+fn across_processes_via(caps: &str, between: &str) -> (Vec<u8>, u64) {
     init();
     let socket = socket_name();
     let out = std::env::temp_dir().join(format!("{}.raw", socket.trim_start_matches('@')));
     let producer = gst::parse::launch(&format!(
-        "videotestsrc num-buffers={FRAMES} pattern=ball ! {caps} ! \
+        "videotestsrc num-buffers={FRAMES} pattern=ball ! {caps} ! {between} \
          hwtensorsink name=sink socket={socket} wait-for-consumer=true"
     ))
     .unwrap()
@@ -95,14 +102,9 @@ fn uyvy_vga_crosses_two_processes_byte_for_byte_without_a_copy() {
     carried_zero_copy("video/x-raw,format=UYVY,width=640,height=480");
 }
 
-#[test]
-fn a_frame_upstream_made_in_its_own_memory_is_copied_once_and_counted() {
-    // GStreamer pads I420 chroma rows to 4 bytes: at 1364 pixels its chroma rows are 684 bytes
-    // apart, not the channel's half luma stride (682), so the sink offers no pool and copies
-    // each frame, plane by plane, into its own.
-    let caps = "video/x-raw,format=I420,width=1364,height=768";
-    let (got, copies) = across_processes(caps);
-    assert_eq!(copies, u64::from(FRAMES));
+/// Checks that `got` holds the I420 1364x768 frames videotestsrc makes: the channel's rows
+/// are tight (chroma 682 bytes apart), GStreamer pads its chroma rows to 4 bytes (684).
+fn assert_tight_i420_1364(got: &[u8], caps: &str) {
     let want = reference_frames(caps, FRAMES);
     let (w, h) = (1364usize, 768usize);
     let (ours, theirs) = (w * h * 3 / 2, w * h + 684 * h);
@@ -110,18 +112,64 @@ fn a_frame_upstream_made_in_its_own_memory_is_copied_once_and_counted() {
     for f in 0..FRAMES as usize {
         let (a, b) = (&got[f * ours..][..ours], &want[f * theirs..][..theirs]);
         assert!(a[..w * h] == b[..w * h], "frame {f}: luma differs");
-        // Chroma: U then V, each h/2 rows of w/2 bytes; 682 apart here, 684 in GStreamer's.
-        for (plane, (at_ours, at_theirs)) in
-            [(w * h, w * h), (w * h + 682 * h / 2, w * h + 684 * h / 2)]
-                .into_iter()
-                .enumerate()
-        {
+        // Chroma: U then V, each h/2 rows of w/2 bytes.
+        let chroma = [(w * h, w * h), (w * h + 682 * h / 2, w * h + 684 * h / 2)];
+        for (plane, (at_ours, at_theirs)) in chroma.into_iter().enumerate() {
             for y in 0..h / 2 {
                 let same = a[at_ours + y * 682..][..682] == b[at_theirs + y * 684..][..682];
                 assert!(same, "frame {f}: chroma plane {plane} row {y} differs");
             }
         }
     }
+}
+
+#[test]
+fn a_layout_unlike_gstreamers_default_is_written_through_video_meta_without_a_copy() {
+    // GStreamer pads I420 chroma rows to 4 bytes: at 1364 pixels its default chroma rows are
+    // 684 bytes apart, the channel's half the luma stride (682). videotestsrc asks for
+    // GstVideoMeta, so it takes the pool and writes the channel's layout itself.
+    let caps = "video/x-raw,format=I420,width=1364,height=768";
+    let (got, copies) = across_processes(caps);
+    assert_eq!(copies, 0);
+    assert_tight_i420_1364(&got, caps);
+}
+
+#[test]
+fn a_frame_upstream_made_in_its_own_memory_is_copied_once_and_counted() {
+    // identity drop-allocation keeps the sink's pool from upstream: every frame is copied,
+    // plane by plane, from GStreamer's default layout into the channel's.
+    let caps = "video/x-raw,format=I420,width=1364,height=768";
+    let (got, copies) = across_processes_via(caps, "identity drop-allocation=true !");
+    assert_eq!(copies, u64::from(FRAMES));
+    assert_tight_i420_1364(&got, caps);
+}
+
+#[test]
+fn a_pool_laid_out_unlike_gstreamers_default_refuses_a_user_without_video_meta() {
+    init();
+    let caps = gst::Caps::from_str("video/x-raw,format=I420,width=1364,height=768,framerate=30/1")
+        .unwrap();
+    let sink = gst::ElementFactory::make("hwtensorsink")
+        .property("socket", socket_name())
+        .build()
+        .unwrap();
+    sink.set_state(gst::State::Paused)
+        .unwrap_or_else(|_| panic!("sink starts"));
+    let mut query = gst::query::Allocation::new(Some(&caps), true);
+    assert!(sink.static_pad("sink").unwrap().query(&mut query));
+    let (pool, size, min, max) = query.allocation_pools().into_iter().next().unwrap();
+    let pool = pool.expect("the sink offers its pool");
+    let mut config = pool.config();
+    config.set_params(Some(&caps), size, min, max);
+    assert!(
+        pool.set_config(config).is_err(),
+        "no GstVideoMeta asked for"
+    );
+    let mut config = pool.config();
+    config.set_params(Some(&caps), size, min, max);
+    config.add_option(gst_video::BUFFER_POOL_OPTION_VIDEO_META.as_str());
+    assert!(pool.set_config(config).is_ok());
+    sink.set_state(gst::State::Null).unwrap();
 }
 
 #[test]

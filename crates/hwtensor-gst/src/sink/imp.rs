@@ -278,6 +278,9 @@ impl HwtensorSink {
             timeout: settings.timeout,
         };
         let pool = SlotPool::new(tensors, Box::new(lender), false)?;
+        if geometry.gst_stride.is_none() {
+            pool.require_video_meta();
+        }
         s.channel = Some(Channel {
             producer,
             geometry,
@@ -337,6 +340,14 @@ impl HwtensorSink {
             gst::FlowError::Error
         })?;
         s.seq += 1;
+        self.counted_copy();
+        Ok(())
+    }
+}
+
+impl HwtensorSink {
+    /// Counts a copied frame, and says once why frames are copied.
+    fn counted_copy(&self) {
         if !self.told_of_copies.swap(true, Ordering::Relaxed) {
             gst::warning!(
                 CAT,
@@ -347,7 +358,6 @@ impl HwtensorSink {
             );
         }
         self.copies.fetch_add(1, Ordering::Relaxed);
-        Ok(())
     }
 }
 
@@ -606,12 +616,11 @@ impl BaseSinkImpl for HwtensorSink {
             .map_err(|e| gst::loggable_error!(CAT, "{e}"))?;
         let s = self.hub.shared.lock().unwrap();
         let ch = s.channel.as_ref().expect("just made");
-        // Only where upstream lays the frame out as we do: an element that ignores
-        // GstVideoMeta then still writes where consumers read.
-        if ch.geometry.gst_stride.is_some() {
-            let n = ch.sent.len() as u32;
-            query.add_allocation_pool(Some(&ch.pool), ch.info.size() as u32, n, n);
-        }
+        // Where the channel's layout is not GStreamer's default for these caps, the pool
+        // refuses a configuration without GstVideoMeta (see `SlotPool::require_video_meta`).
+        let n = ch.sent.len() as u32;
+        let size = ch.pool.slot_size().unwrap_or(ch.info.size());
+        query.add_allocation_pool(Some(&ch.pool), size as u32, n, n);
         query.add_allocation_meta::<gst_video::VideoMeta>(None);
         Ok(())
     }
@@ -630,8 +639,18 @@ impl BaseSinkImpl for HwtensorSink {
         let seq = s.seq;
         let ch = s.channel.as_mut().ok_or(gst::FlowError::NotNegotiated)?;
         match ch.pool.slot_of(buffer) {
-            Some(index) => {
+            Some((index, intact)) => {
                 let slot = ch.producer.slot(index).ok_or(gst::FlowError::Error)?;
+                if !intact {
+                    // Upstream wrote a copy it put in place of the slot's memory: bring the
+                    // frame into the slot itself.
+                    let tensor = ch.producer.tensor(slot).clone();
+                    crate::copy::into_slot(buffer, &ch.info, &tensor).map_err(|e| {
+                        gst::element_imp_error!(self, gst::StreamError::Format, ("{e}"));
+                        gst::FlowError::Error
+                    })?;
+                    self.counted_copy();
+                }
                 ch.producer.send(slot, marker.meta(seq)).map_err(|e| {
                     gst::element_imp_error!(self, gst::ResourceError::Write, ("{e}"));
                     gst::FlowError::Error
