@@ -1,10 +1,8 @@
-//! The sink's state: the listening socket, the channel for the current caps, the counters.
+//! The sink element: its properties, caps, allocation answer and rendering.
 
-use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, Weak};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::Duration;
 
 use gst::glib;
 use gst::prelude::*;
@@ -12,21 +10,15 @@ use gst::subclass::prelude::*;
 use gst_base::prelude::*;
 use gst_base::subclass::prelude::*;
 use hwtensor::stream::Producer;
-use hwtensor::{CpuAccess, TensorDyn, TensorMemory};
 
-use super::{PoolMemory, WhenFull};
-use crate::caps::{self, Geometry};
-use crate::slots::{Lender, Lent, SlotPool};
+use super::channel::{
+    accept_loop, pool_tensor, say_to_consumers, Channel, Hub, Listening, SinkLender, POLL,
+};
+use super::{PoolMemory, WhenFull, CAT};
+use crate::caps;
+use crate::slots::SlotPool;
 use crate::socket::Address;
 use crate::wire::{Kind, Marker};
-
-static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
-    gst::DebugCategory::new(
-        "hwtensorsink",
-        gst::DebugColorFlags::empty(),
-        Some("hwtensor channel sink"),
-    )
-});
 
 /// Three buffers: one being written, one in flight, one being read.
 const DEFAULT_POOL_SIZE: u32 = 3;
@@ -34,12 +26,6 @@ const DEFAULT_POOL_SIZE: u32 = 3;
 const MAX_POOL_SIZE: u32 = 64;
 /// How long `when-full=block` waits for a consumer to hand a buffer back.
 const DEFAULT_TIMEOUT_MS: u32 = 5000;
-/// How often the accept thread looks for new consumers, and waits re-check for unlock: short
-/// enough to attach a consumer before its connect times out, long enough to cost nothing.
-const POLL: Duration = Duration::from_millis(10);
-/// One step of a wait for a free buffer, the state unlocked between steps so consumers can
-/// attach meanwhile.
-const ACQUIRE_STEP: Duration = Duration::from_millis(2);
 
 #[derive(Clone, Debug)]
 struct Settings {
@@ -64,136 +50,6 @@ impl Default for Settings {
     }
 }
 
-/// The channel of the current caps.
-struct Channel {
-    producer: Producer,
-    geometry: Geometry,
-    info: gst_video::VideoInfo,
-    pool: SlotPool,
-    /// Slots sent since GStreamer last lent their buffer: consumers hold them now.
-    sent: Vec<bool>,
-    /// Which channel this is: a buffer of a replaced channel's pool that comes back late
-    /// must not touch the slots of the new one.
-    generation: u64,
-}
-
-#[derive(Default)]
-struct Shared {
-    channel: Option<Channel>,
-    /// Consumers that connected before there were caps to make a channel for.
-    waiting: Vec<UnixStream>,
-    seq: u64,
-    generations: u64,
-}
-
-/// What the pool and the accept thread share with the element.
-#[derive(Default)]
-struct Hub {
-    shared: Mutex<Shared>,
-    /// Set by `unlock` (a flush or a state change): every wait gives up.
-    unlocked: AtomicBool,
-}
-
-impl Hub {
-    /// Takes a free slot, waiting as `when_full` says.
-    /// `None` when `when_full` is `Drop` and none is free, or when `generation` names a
-    /// channel that has been replaced (its pool's late users get plain memory instead).
-    fn acquire(
-        &self,
-        when_full: WhenFull,
-        timeout: Duration,
-        flushing: &AtomicBool,
-        generation: Option<u64>,
-    ) -> Result<Option<usize>, gst::FlowError> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if self.unlocked.load(Ordering::SeqCst) || flushing.load(Ordering::SeqCst) {
-                return Err(gst::FlowError::Flushing);
-            }
-            {
-                let mut s = self.shared.lock().unwrap();
-                let ch = s.channel.as_mut().ok_or(gst::FlowError::Flushing)?;
-                if generation.is_some_and(|g| g != ch.generation) {
-                    return Ok(None);
-                }
-                match ch.producer.acquire(ACQUIRE_STEP) {
-                    Ok(slot) => return Ok(Some(slot.index())),
-                    Err(hwtensor::Error::Timeout(_)) => {}
-                    Err(e) => {
-                        gst::error!(CAT, "acquiring a buffer: {e}");
-                        return Err(gst::FlowError::Error);
-                    }
-                }
-            }
-            if when_full == WhenFull::Drop {
-                return Ok(None);
-            }
-            if Instant::now() >= deadline {
-                gst::error!(CAT, "consumers held every buffer for {timeout:?}");
-                return Err(gst::FlowError::Error);
-            }
-        }
-    }
-}
-
-/// The pool's view of the sink.
-struct SinkLender {
-    hub: Weak<Hub>,
-    generation: u64,
-    when_full: WhenFull,
-    timeout: Duration,
-}
-
-impl SinkLender {
-    /// Runs `f` on this lender's channel, if it is still the current one.
-    fn with_channel(&self, f: impl FnOnce(&mut Channel)) {
-        let Some(hub) = self.hub.upgrade() else {
-            return;
-        };
-        let mut s = hub.shared.lock().unwrap();
-        if let Some(ch) = s
-            .channel
-            .as_mut()
-            .filter(|ch| ch.generation == self.generation)
-        {
-            f(ch);
-        }
-    }
-}
-
-impl Lender for SinkLender {
-    fn next_slot(&self, flushing: &AtomicBool) -> Result<Lent, gst::FlowError> {
-        let hub = self.hub.upgrade().ok_or(gst::FlowError::Flushing)?;
-        let generation = Some(self.generation);
-        Ok(
-            match hub.acquire(self.when_full, self.timeout, flushing, generation)? {
-                Some(slot) => Lent::Slot(slot),
-                None => Lent::Spare,
-            },
-        )
-    }
-
-    fn returned(&self, slot: usize) {
-        self.with_channel(|ch| {
-            // A slot lent and never rendered goes back to the channel; a sent one is the
-            // consumers' until they hand it back.
-            if !std::mem::take(&mut ch.sent[slot]) {
-                if let Some(slot) = ch.producer.slot(slot) {
-                    ch.producer.release(slot);
-                }
-            }
-        });
-    }
-
-    fn unusable(&self, slot: usize) {
-        self.with_channel(|ch| {
-            if let Some(slot) = ch.producer.slot(slot) {
-                ch.producer.release(slot);
-            }
-        });
-    }
-}
-
 #[derive(Default)]
 pub struct HwtensorSink {
     settings: Mutex<Settings>,
@@ -203,47 +59,6 @@ pub struct HwtensorSink {
     dropped: AtomicU64,
     frames: AtomicU64,
     told_of_copies: AtomicBool,
-}
-
-/// The socket consumers connect to, and the thread that attaches them.
-struct Listening {
-    address: Address,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Drop for Listening {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-        self.address.unlink();
-    }
-}
-
-fn accept_loop(listener: UnixListener, hub: Weak<Hub>, stop: Arc<AtomicBool>) {
-    while !stop.load(Ordering::SeqCst) {
-        match listener.accept() {
-            Ok((stream, _)) => {
-                let Some(hub) = hub.upgrade() else { return };
-                let mut s = hub.shared.lock().unwrap();
-                match s.channel.as_mut() {
-                    Some(ch) => {
-                        if let Err(e) = ch.producer.attach(stream) {
-                            gst::warning!(CAT, "a consumer could not attach: {e}");
-                        }
-                    }
-                    None => s.waiting.push(stream),
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(POLL),
-            Err(e) => {
-                gst::warning!(CAT, "accepting a consumer: {e}");
-                std::thread::sleep(POLL);
-            }
-        }
-    }
 }
 
 impl HwtensorSink {
@@ -257,7 +72,7 @@ impl HwtensorSink {
             return Ok(());
         }
         if let Some(mut old) = s.channel.take() {
-            say_to_consumers(&mut old, Kind::Reconnect, &settings);
+            say_to_consumers(&mut old, Kind::Reconnect, settings.timeout);
         }
         let tensors = (0..settings.pool_size)
             .map(|_| pool_tensor(&geometry, settings.memory))
@@ -358,50 +173,6 @@ impl HwtensorSink {
             );
         }
         self.copies.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-/// A pool tensor for `g` on `memory`, at GStreamer's stride where hwtensor lays every plane out
-/// as GStreamer does.
-fn pool_tensor(g: &Geometry, memory: PoolMemory) -> hwtensor::Result<TensorDyn> {
-    let on = |memory| match g.gst_stride {
-        Some(stride) => TensorDyn::image_with_pitch(
-            g.width,
-            g.height,
-            g.format,
-            g.dtype,
-            stride,
-            Some(memory),
-            CpuAccess::ReadWrite,
-        ),
-        None => TensorDyn::image(
-            g.width,
-            g.height,
-            g.format,
-            g.dtype,
-            Some(memory),
-            CpuAccess::ReadWrite,
-        ),
-    };
-    match memory {
-        PoolMemory::Shm => on(TensorMemory::Shm),
-        PoolMemory::DmaBuf => on(TensorMemory::DmaBuf),
-        PoolMemory::Auto => on(TensorMemory::DmaBuf).or_else(|_| on(TensorMemory::Shm)),
-    }
-}
-
-/// Sends a frame of `kind` (end of stream, reconnect) to a channel's consumers, waiting for a
-/// free buffer at most the sink's timeout.
-fn say_to_consumers(ch: &mut Channel, kind: Kind, settings: &Settings) {
-    if ch.producer.consumers() == 0 {
-        return;
-    }
-    let sent = ch
-        .producer
-        .acquire(settings.timeout)
-        .and_then(|slot| ch.producer.send(slot, Marker::of(kind).meta(u64::MAX)));
-    if let Err(e) = sent {
-        gst::warning!(CAT, "telling consumers of {kind:?}: {e}");
     }
 }
 
@@ -672,7 +443,7 @@ impl BaseSinkImpl for HwtensorSink {
         if let gst::EventView::Eos(_) = event.view() {
             let settings = self.settings.lock().unwrap().clone();
             if let Some(ch) = self.hub.shared.lock().unwrap().channel.as_mut() {
-                say_to_consumers(ch, Kind::Eos, &settings);
+                say_to_consumers(ch, Kind::Eos, settings.timeout);
             }
         }
         self.parent_event(event)

@@ -1,9 +1,20 @@
 //! `hwtensorsink`: publishes each buffer on a hwtensor channel (see the crate docs).
 
+use std::sync::LazyLock;
+
 use gst::glib;
 use gst::prelude::*;
 
+mod channel;
 mod imp;
+
+static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
+    gst::DebugCategory::new(
+        "hwtensorsink",
+        gst::DebugColorFlags::empty(),
+        Some("hwtensor channel sink"),
+    )
+});
 
 glib::wrapper! {
     /// The `hwtensorsink` element.

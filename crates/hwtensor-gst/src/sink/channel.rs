@@ -1,0 +1,239 @@
+//! The sink's channel: the producer of the current caps, the consumers waiting for one, the
+//! socket they connect to, and the pool's view of it all.
+
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use hwtensor::stream::Producer;
+use hwtensor::{CpuAccess, TensorDyn, TensorMemory};
+
+use super::{PoolMemory, WhenFull, CAT};
+use crate::caps::Geometry;
+use crate::slots::{Lender, Lent, SlotPool};
+use crate::socket::Address;
+use crate::wire::{Kind, Marker};
+
+/// How often the accept thread looks for new consumers, and waits re-check for unlock: short
+/// enough to attach a consumer before its connect times out, long enough to cost nothing.
+pub(super) const POLL: Duration = Duration::from_millis(10);
+/// One step of a wait for a free buffer, the state unlocked between steps so consumers can
+/// attach meanwhile.
+const ACQUIRE_STEP: Duration = Duration::from_millis(2);
+
+/// The channel of the current caps.
+pub(super) struct Channel {
+    pub(super) producer: Producer,
+    pub(super) geometry: Geometry,
+    pub(super) info: gst_video::VideoInfo,
+    pub(super) pool: SlotPool,
+    /// Slots sent since GStreamer last lent their buffer: consumers hold them now.
+    pub(super) sent: Vec<bool>,
+    /// Which channel this is: a buffer of a replaced channel's pool that comes back late
+    /// must not touch the slots of the new one.
+    pub(super) generation: u64,
+}
+
+#[derive(Default)]
+pub(super) struct Shared {
+    pub(super) channel: Option<Channel>,
+    /// Consumers that connected before there were caps to make a channel for.
+    pub(super) waiting: Vec<UnixStream>,
+    pub(super) seq: u64,
+    pub(super) generations: u64,
+}
+
+/// What the pool and the accept thread share with the element.
+#[derive(Default)]
+pub(super) struct Hub {
+    pub(super) shared: Mutex<Shared>,
+    /// Set by `unlock` (a flush or a state change): every wait gives up.
+    pub(super) unlocked: AtomicBool,
+}
+
+impl Hub {
+    /// Takes a free slot, waiting as `when_full` says.
+    /// `None` when `when_full` is `Drop` and none is free, or when `generation` names a
+    /// channel that has been replaced (its pool's late users get plain memory instead).
+    pub(super) fn acquire(
+        &self,
+        when_full: WhenFull,
+        timeout: Duration,
+        flushing: &AtomicBool,
+        generation: Option<u64>,
+    ) -> Result<Option<usize>, gst::FlowError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self.unlocked.load(Ordering::SeqCst) || flushing.load(Ordering::SeqCst) {
+                return Err(gst::FlowError::Flushing);
+            }
+            {
+                let mut s = self.shared.lock().unwrap();
+                let ch = s.channel.as_mut().ok_or(gst::FlowError::Flushing)?;
+                if generation.is_some_and(|g| g != ch.generation) {
+                    return Ok(None);
+                }
+                match ch.producer.acquire(ACQUIRE_STEP) {
+                    Ok(slot) => return Ok(Some(slot.index())),
+                    Err(hwtensor::Error::Timeout(_)) => {}
+                    Err(e) => {
+                        gst::error!(CAT, "acquiring a buffer: {e}");
+                        return Err(gst::FlowError::Error);
+                    }
+                }
+            }
+            if when_full == WhenFull::Drop {
+                return Ok(None);
+            }
+            if Instant::now() >= deadline {
+                gst::error!(CAT, "consumers held every buffer for {timeout:?}");
+                return Err(gst::FlowError::Error);
+            }
+        }
+    }
+}
+
+/// The pool's view of the sink.
+pub(super) struct SinkLender {
+    pub(super) hub: Weak<Hub>,
+    pub(super) generation: u64,
+    pub(super) when_full: WhenFull,
+    pub(super) timeout: Duration,
+}
+
+impl SinkLender {
+    /// Runs `f` on this lender's channel, if it is still the current one.
+    fn with_channel(&self, f: impl FnOnce(&mut Channel)) {
+        let Some(hub) = self.hub.upgrade() else {
+            return;
+        };
+        let mut s = hub.shared.lock().unwrap();
+        if let Some(ch) = s
+            .channel
+            .as_mut()
+            .filter(|ch| ch.generation == self.generation)
+        {
+            f(ch);
+        }
+    }
+}
+
+impl Lender for SinkLender {
+    fn next_slot(&self, flushing: &AtomicBool) -> Result<Lent, gst::FlowError> {
+        let hub = self.hub.upgrade().ok_or(gst::FlowError::Flushing)?;
+        let generation = Some(self.generation);
+        Ok(
+            match hub.acquire(self.when_full, self.timeout, flushing, generation)? {
+                Some(slot) => Lent::Slot(slot),
+                None => Lent::Spare,
+            },
+        )
+    }
+
+    fn returned(&self, slot: usize) {
+        self.with_channel(|ch| {
+            // A slot lent and never rendered goes back to the channel; a sent one is the
+            // consumers' until they hand it back.
+            if !std::mem::take(&mut ch.sent[slot]) {
+                if let Some(slot) = ch.producer.slot(slot) {
+                    ch.producer.release(slot);
+                }
+            }
+        });
+    }
+
+    fn unusable(&self, slot: usize) {
+        self.with_channel(|ch| {
+            if let Some(slot) = ch.producer.slot(slot) {
+                ch.producer.release(slot);
+            }
+        });
+    }
+}
+
+/// The socket consumers connect to, and the thread that attaches them.
+pub(super) struct Listening {
+    pub(super) address: Address,
+    pub(super) stop: Arc<AtomicBool>,
+    pub(super) thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for Listening {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        self.address.unlink();
+    }
+}
+
+pub(super) fn accept_loop(listener: UnixListener, hub: Weak<Hub>, stop: Arc<AtomicBool>) {
+    while !stop.load(Ordering::SeqCst) {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                let Some(hub) = hub.upgrade() else { return };
+                let mut s = hub.shared.lock().unwrap();
+                match s.channel.as_mut() {
+                    Some(ch) => {
+                        if let Err(e) = ch.producer.attach(stream) {
+                            gst::warning!(CAT, "a consumer could not attach: {e}");
+                        }
+                    }
+                    None => s.waiting.push(stream),
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(POLL),
+            Err(e) => {
+                gst::warning!(CAT, "accepting a consumer: {e}");
+                std::thread::sleep(POLL);
+            }
+        }
+    }
+}
+
+/// A pool tensor for `g` on `memory`, at GStreamer's stride where hwtensor lays every plane out
+/// as GStreamer does.
+pub(super) fn pool_tensor(g: &Geometry, memory: PoolMemory) -> hwtensor::Result<TensorDyn> {
+    let on = |memory| match g.gst_stride {
+        Some(stride) => TensorDyn::image_with_pitch(
+            g.width,
+            g.height,
+            g.format,
+            g.dtype,
+            stride,
+            Some(memory),
+            CpuAccess::ReadWrite,
+        ),
+        None => TensorDyn::image(
+            g.width,
+            g.height,
+            g.format,
+            g.dtype,
+            Some(memory),
+            CpuAccess::ReadWrite,
+        ),
+    };
+    match memory {
+        PoolMemory::Shm => on(TensorMemory::Shm),
+        PoolMemory::DmaBuf => on(TensorMemory::DmaBuf),
+        PoolMemory::Auto => on(TensorMemory::DmaBuf).or_else(|_| on(TensorMemory::Shm)),
+    }
+}
+
+/// Sends a frame of `kind` (end of stream, reconnect) to a channel's consumers, waiting for a
+/// free buffer at most `timeout`.
+pub(super) fn say_to_consumers(ch: &mut Channel, kind: Kind, timeout: Duration) {
+    if ch.producer.consumers() == 0 {
+        return;
+    }
+    let sent = ch
+        .producer
+        .acquire(timeout)
+        .and_then(|slot| ch.producer.send(slot, Marker::of(kind).meta(u64::MAX)));
+    if let Err(e) = sent {
+        gst::warning!(CAT, "telling consumers of {kind:?}: {e}");
+    }
+}
