@@ -249,3 +249,73 @@ fn a_producer_whose_buffers_differ_is_refused_before_any_frame() {
     pipeline.set_state(gst::State::Null).unwrap();
     producer.join().unwrap();
 }
+
+/// A consumer of hwtensorsink's channel on `socket` that keeps every frame it receives.
+fn hoarding_consumer(socket: &str) -> std::thread::JoinHandle<usize> {
+    let addr = abstract_addr(socket);
+    std::thread::spawn(move || {
+        let stream = loop {
+            match UnixStream::connect_addr(&addr) {
+                Ok(s) => break s,
+                Err(_) => std::thread::sleep(Duration::from_millis(10)),
+            }
+        };
+        let mut consumer = Consumer::connect(stream, CONNECT_TIMEOUT).unwrap();
+        let mut kept = Vec::new();
+        while let Ok(frame) = consumer.recv(Wait::For(Duration::from_secs(2))) {
+            kept.push(frame);
+        }
+        kept.len()
+    })
+}
+
+#[test]
+fn a_consumer_that_never_hands_back_costs_a_blocking_sink_its_timeout_and_an_error() {
+    init();
+    let socket = socket_name();
+    let pipeline = gst::parse::launch(&format!(
+        "videotestsrc num-buffers=20 ! video/x-raw,format=GRAY8,width=64,height=48 ! \
+         hwtensorsink socket={socket} wait-for-consumer=true pool-size=2 timeout=300"
+    ))
+    .unwrap();
+    pipeline.set_state(gst::State::Playing).unwrap();
+    let hoarder = hoarding_consumer(&socket);
+    let msg = pipeline
+        .bus()
+        .unwrap()
+        .timed_pop_filtered(
+            gst::ClockTime::from_seconds(20),
+            &[gst::MessageType::Error, gst::MessageType::Eos],
+        )
+        .expect("the pipeline ends in time");
+    let gst::MessageView::Error(e) = msg.view() else {
+        panic!("a sink whose buffers are all held cannot reach the end: {msg:?}");
+    };
+    let text = e.error().to_string();
+    assert!(
+        text.contains("held every buffer") && text.contains("pool-size"),
+        "{text}"
+    );
+    pipeline.set_state(gst::State::Null).unwrap();
+    assert_eq!(hoarder.join().unwrap(), 2, "the hoarder got the whole pool");
+}
+
+#[test]
+fn a_sink_that_drops_when_full_keeps_going_and_counts_what_it_dropped() {
+    init();
+    let socket = socket_name();
+    let pipeline = gst::parse::launch(&format!(
+        "videotestsrc num-buffers=20 ! video/x-raw,format=GRAY8,width=64,height=48 ! \
+         hwtensorsink name=sink socket={socket} wait-for-consumer=true pool-size=2 when-full=drop"
+    ))
+    .unwrap()
+    .downcast::<gst::Bin>()
+    .unwrap();
+    pipeline.set_state(gst::State::Playing).unwrap();
+    let hoarder = hoarding_consumer(&socket);
+    run_to_eos(pipeline.upcast_ref(), Duration::from_secs(20));
+    let sink = pipeline.by_name("sink").unwrap();
+    assert_eq!(hoarder.join().unwrap(), 2);
+    // 20 frames: two reached the hoarder, the end-of-stream marker found no buffer either.
+    assert_eq!(sink.property::<u64>("dropped"), 18);
+}

@@ -63,41 +63,51 @@ impl Hub {
         timeout: Duration,
         flushing: &AtomicBool,
         generation: Option<u64>,
-    ) -> Result<Option<usize>, gst::FlowError> {
+    ) -> Result<Option<usize>, NoBuffer> {
         let deadline = Instant::now() + timeout;
         loop {
             if self.unlocked.load(Ordering::SeqCst) || flushing.load(Ordering::SeqCst) {
-                return Err(gst::FlowError::Flushing);
+                return Err(NoBuffer::Flushing);
             }
             {
                 let mut s = self.shared.lock().unwrap();
-                let ch = s.channel.as_mut().ok_or(gst::FlowError::Flushing)?;
+                let ch = s.channel.as_mut().ok_or(NoBuffer::Flushing)?;
                 if generation.is_some_and(|g| g != ch.generation) {
                     return Ok(None);
                 }
                 match ch.producer.acquire(ACQUIRE_STEP) {
                     Ok(slot) => return Ok(Some(slot.index())),
                     Err(hwtensor::Error::Timeout(_)) => {}
-                    Err(e) => {
-                        gst::error!(CAT, "acquiring a buffer: {e}");
-                        return Err(gst::FlowError::Error);
-                    }
+                    Err(e) => return Err(NoBuffer::Failed(format!("acquiring a buffer: {e}"))),
                 }
             }
             if when_full == WhenFull::Drop {
                 return Ok(None);
             }
             if Instant::now() >= deadline {
-                gst::error!(CAT, "consumers held every buffer for {timeout:?}");
-                return Err(gst::FlowError::Error);
+                return Err(NoBuffer::Failed(format!(
+                    "consumers held every buffer of the channel for {timeout:?}; a consumer \
+                     that keeps its frames needs a larger pool-size, or when-full=drop"
+                )));
             }
         }
     }
 }
 
+/// Why no buffer was had.
+pub(super) enum NoBuffer {
+    /// The element is stopping or flushing.
+    Flushing,
+    /// Consumers kept every buffer too long, or the channel failed: an element error.
+    Failed(String),
+}
+
 /// The pool's view of the sink.
 pub(super) struct SinkLender {
     pub(super) hub: Weak<Hub>,
+    /// Where a failure to lend is posted as an element error (upstream would say only that
+    /// its allocation failed).
+    pub(super) element: gst::glib::WeakRef<super::HwtensorSink>,
     pub(super) generation: u64,
     pub(super) when_full: WhenFull,
     pub(super) timeout: Duration,
@@ -124,12 +134,17 @@ impl Lender for SinkLender {
     fn next_slot(&self, flushing: &AtomicBool) -> Result<Lent, gst::FlowError> {
         let hub = self.hub.upgrade().ok_or(gst::FlowError::Flushing)?;
         let generation = Some(self.generation);
-        Ok(
-            match hub.acquire(self.when_full, self.timeout, flushing, generation)? {
-                Some(slot) => Lent::Slot(slot),
-                None => Lent::Spare,
-            },
-        )
+        match hub.acquire(self.when_full, self.timeout, flushing, generation) {
+            Ok(Some(slot)) => Ok(Lent::Slot(slot)),
+            Ok(None) => Ok(Lent::Spare),
+            Err(NoBuffer::Flushing) => Err(gst::FlowError::Flushing),
+            Err(NoBuffer::Failed(why)) => {
+                if let Some(element) = self.element.upgrade() {
+                    gst::element_error!(element, gst::ResourceError::Write, ("{why}"));
+                }
+                Err(gst::FlowError::Error)
+            }
+        }
     }
 
     fn returned(&self, slot: usize) {

@@ -12,7 +12,7 @@ use gst_base::subclass::prelude::*;
 use hwtensor::stream::Producer;
 
 use super::channel::{
-    accept_loop, pool_tensor, say_to_consumers, Channel, Hub, Listening, SinkLender, POLL,
+    accept_loop, pool_tensor, say_to_consumers, Channel, Hub, Listening, NoBuffer, SinkLender, POLL,
 };
 use super::{PoolMemory, WhenFull, CAT};
 use crate::caps;
@@ -88,6 +88,7 @@ impl HwtensorSink {
         let generation = s.generations;
         let lender = SinkLender {
             hub: Arc::downgrade(&self.hub),
+            element: self.obj().downgrade(),
             generation,
             when_full: settings.when_full,
             timeout: settings.timeout,
@@ -133,12 +134,20 @@ impl HwtensorSink {
         settings: &Settings,
     ) -> Result<(), gst::FlowError> {
         let never = AtomicBool::new(false);
-        let Some(slot) = self
+        let acquired = self
             .hub
-            .acquire(settings.when_full, settings.timeout, &never, None)?
-        else {
-            self.dropped.fetch_add(1, Ordering::Relaxed);
-            return Ok(());
+            .acquire(settings.when_full, settings.timeout, &never, None);
+        let slot = match acquired {
+            Ok(Some(slot)) => slot,
+            Ok(None) => {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+                return Ok(());
+            }
+            Err(NoBuffer::Flushing) => return Err(gst::FlowError::Flushing),
+            Err(NoBuffer::Failed(why)) => {
+                gst::element_imp_error!(self, gst::ResourceError::Write, ("{why}"));
+                return Err(gst::FlowError::Error);
+            }
         };
         let mut s = self.hub.shared.lock().unwrap();
         let seq = s.seq;
