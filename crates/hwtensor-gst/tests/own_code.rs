@@ -68,6 +68,20 @@ fn a_rust_consumer_reads_every_frame_hwtensorsink_publishes_then_its_end_of_stre
 /// number, then end of stream. Four buffers: the appsink's queue and the sample the test
 /// holds take two, and hwtensorsrc copies rather than lend the last one it has.
 fn rust_producer(listener: UnixListener, format: PixelFormat, count: usize) {
+    rust_producer_of(listener, format, TensorMemory::Shm, count)
+}
+
+/// [`rust_producer`] of BGRx frames on `memory`.
+fn rust_producer_on(listener: UnixListener, memory: TensorMemory, count: usize) {
+    rust_producer_of(listener, PixelFormat::Bgrx, memory, count)
+}
+
+fn rust_producer_of(
+    listener: UnixListener,
+    format: PixelFormat,
+    memory: TensorMemory,
+    count: usize,
+) {
     let pool = (0..4)
         .map(|_| {
             TensorDyn::image(
@@ -75,7 +89,7 @@ fn rust_producer(listener: UnixListener, format: PixelFormat, count: usize) {
                 48,
                 format,
                 DType::U8,
-                Some(TensorMemory::Shm),
+                Some(memory),
                 CpuAccess::ReadWrite,
             )
         })
@@ -318,4 +332,51 @@ fn a_sink_that_drops_when_full_keeps_going_and_counts_what_it_dropped() {
     assert_eq!(hoarder.join().unwrap(), 2);
     // 20 frames: two reached the hoarder, the end-of-stream marker found no buffer either.
     assert_eq!(sink.property::<u64>("dropped"), 18);
+}
+
+#[test]
+fn gpu_frames_reach_downstream_as_system_memory_copies_through_the_cpu_map() {
+    init();
+    if gpu_or_skip("gpu_frames_reach_downstream_as_system_memory_copies_through_the_cpu_map")
+        .is_none()
+    {
+        return;
+    }
+    let socket = socket_name();
+    let listener = UnixListener::bind_addr(&abstract_addr(&socket)).unwrap();
+    let count = 5;
+    let producer = std::thread::spawn(move || rust_producer_on(listener, TensorMemory::Gpu, count));
+    let pipeline = gst::parse::launch(&format!(
+        "hwtensorsrc name=src socket={socket} is-live=false ! appsink name=out sync=false"
+    ))
+    .unwrap()
+    .downcast::<gst::Bin>()
+    .unwrap();
+    let sink = pipeline
+        .by_name("out")
+        .unwrap()
+        .downcast::<gst_app::AppSink>()
+        .unwrap();
+    pipeline.set_state(gst::State::Playing).unwrap();
+    let mut seen = Vec::new();
+    while let Ok(sample) = sink.pull_sample() {
+        let buffer = sample.buffer().unwrap();
+        let memory = buffer.peek_memory(0);
+        assert!(
+            !memory.is_memory_type::<gst_allocators::FdMemory>(),
+            "a copy in system memory"
+        );
+        let bytes = buffer.map_readable().unwrap();
+        let first = bytes[0];
+        assert!(bytes.iter().all(|&b| b == first), "frame {first} is torn");
+        seen.push(first);
+    }
+    let copies = pipeline.by_name("src").unwrap().property::<u64>("copies");
+    pipeline.set_state(gst::State::Null).unwrap();
+    producer.join().unwrap();
+    assert_eq!(seen, (0..count as u8).collect::<Vec<_>>());
+    assert_eq!(
+        copies, count as u64,
+        "every GPU frame is copied, and counted"
+    );
 }

@@ -121,3 +121,18 @@ pub fn samples(pipeline: &str) -> Vec<gst::Sample> {
     pipeline.set_state(gst::State::Null).unwrap();
     all
 }
+
+/// The process GPU device, or `None` after printing `SKIPPED: <test> - <reason>`; a failure
+/// instead under `HWTENSOR_TEST_REQUIRE_GPU=1` (lavapipe is a real device in CI).
+pub fn gpu_or_skip(test: &str) -> Option<&'static hwtensor::gpu::GpuDevice> {
+    match hwtensor::gpu::device() {
+        Ok(d) => Some(d),
+        Err(e) if std::env::var("HWTENSOR_TEST_REQUIRE_GPU").is_ok_and(|v| v == "1") => {
+            panic!("{test}: HWTENSOR_TEST_REQUIRE_GPU=1 but there is no GPU device: {e}")
+        }
+        Err(e) => {
+            eprintln!("SKIPPED: {test} - {e}");
+            None
+        }
+    }
+}
