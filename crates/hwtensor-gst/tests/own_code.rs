@@ -5,6 +5,7 @@ mod common;
 
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
+use std::str::FromStr;
 use std::time::Duration;
 
 use common::*;
@@ -379,4 +380,60 @@ fn gpu_frames_reach_downstream_as_system_memory_copies_through_the_cpu_map() {
         copies, count as u64,
         "every GPU frame is copied, and counted"
     );
+}
+
+#[test]
+fn a_caps_change_at_hwtensorsink_reaches_hwtensorsrc_which_renegotiates() {
+    init();
+    let socket = socket_name();
+    let producer = gst::parse::launch(&format!(
+        "appsrc name=in format=time ! hwtensorsink socket={socket} wait-for-consumer=true"
+    ))
+    .unwrap()
+    .downcast::<gst::Bin>()
+    .unwrap();
+    let input = producer
+        .by_name("in")
+        .unwrap()
+        .downcast::<gst_app::AppSrc>()
+        .unwrap();
+    producer.set_state(gst::State::Playing).unwrap();
+    let consumer = std::thread::spawn(move || {
+        samples(&format!(
+            "hwtensorsrc socket={socket} is-live=false ! appsink name=out sync=false"
+        ))
+        .iter()
+        .map(|s| {
+            let caps = s.caps().unwrap().structure(0).unwrap().to_owned();
+            let first = s.buffer().unwrap().map_readable().unwrap()[0];
+            (caps.get::<String>("format").unwrap(), first)
+        })
+        .collect::<Vec<_>>()
+    });
+    for (format, bytes_per_pixel, fill) in [("RGBA", 4, 1u8), ("GRAY8", 1, 2u8)] {
+        let caps = gst::Caps::from_str(&format!(
+            "video/x-raw,format={format},width=32,height=16,framerate=30/1"
+        ))
+        .unwrap();
+        input.set_caps(Some(&caps));
+        for i in 0..2u8 {
+            let mut buffer =
+                gst::Buffer::from_mut_slice(vec![fill + i * 10; 32 * 16 * bytes_per_pixel]);
+            buffer
+                .get_mut()
+                .unwrap()
+                .set_pts(gst::ClockTime::from_mseconds(u64::from(i)));
+            input.push_buffer(buffer).unwrap();
+        }
+    }
+    input.end_of_stream().unwrap();
+    run_to_eos(producer.upcast_ref(), Duration::from_secs(30));
+    let got = consumer.join().unwrap();
+    let want: Vec<(String, u8)> = vec![
+        ("RGBA".into(), 1),
+        ("RGBA".into(), 11),
+        ("GRAY8".into(), 2),
+        ("GRAY8".into(), 12),
+    ];
+    assert_eq!(got, want);
 }
