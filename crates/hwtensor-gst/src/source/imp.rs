@@ -32,7 +32,9 @@ static SENT_TIME: LazyLock<gst::Caps> =
 /// How long the source keeps trying to reach a producer (one not started yet, or one
 /// replacing its channel) before it fails.
 const DEFAULT_TIMEOUT_MS: u32 = 10_000;
-/// One step of a wait for a frame: `unlock` (a flush, a state change) is seen within it.
+/// One step of a wait for a frame: `unlock` (a flush, a state change) is seen within it. The
+/// wait sleeps at once (`Wait::Sleep`): video frames come milliseconds apart, so the channel's
+/// short spin would find nothing and cost some 20 us of CPU per frame.
 const RECV_STEP: Duration = Duration::from_millis(20);
 /// Pause between attempts to connect to a producer that is not listening yet.
 const CONNECT_RETRY: Duration = Duration::from_millis(20);
@@ -220,7 +222,7 @@ impl HwtensorSrc {
             if self.unlocked.load(Ordering::SeqCst) {
                 return Err(gst::FlowError::Flushing);
             }
-            match r.consumer.recv(Wait::For(RECV_STEP)) {
+            match r.consumer.recv(Wait::Sleep(RECV_STEP)) {
                 Ok(frame) => return Ok(frame),
                 Err(hwtensor::Error::Timeout(_)) => continue,
                 Err(hwtensor::Error::PeerLeft(why)) => {

@@ -33,6 +33,10 @@ pub enum Wait {
     Block,
     /// As `Block`, for at most this long (then `Error::Timeout`).
     For(Duration),
+    /// Sleep at once until a frame comes, for at most this long (then `Error::Timeout`),
+    /// without the spin: for frames that come far apart (a video source at 30-200 fps), where
+    /// the spin finds nothing and only burns [`SPIN`](super) of CPU per frame.
+    Sleep(Duration),
 }
 
 /// What a consumer shares with the frames it handed out: the way back.
@@ -179,8 +183,13 @@ impl Consumer {
     pub fn recv(&mut self, wait: Wait) -> Result<Frame> {
         let started = Instant::now();
         let deadline = match wait {
-            Wait::For(d) => Some(started + d),
+            Wait::For(d) | Wait::Sleep(d) => Some(started + d),
             _ => None,
+        };
+        let spins = match wait {
+            Wait::Spin => Duration::MAX,
+            Wait::Sleep(_) => Duration::ZERO,
+            Wait::Block | Wait::For(_) => SPIN,
         };
         let mut checked = started;
         loop {
@@ -192,7 +201,7 @@ impl Consumer {
             if deadline.is_some_and(|d| now >= d) {
                 return Err(no_frame());
             }
-            if wait == Wait::Spin || now < started + SPIN {
+            if now.saturating_duration_since(started) < spins {
                 if now >= checked + SPIN_LIVENESS {
                     self.check_producer()?;
                     checked = now;
@@ -384,6 +393,24 @@ mod tests {
         setup::send(&a, 3, ring.capacity(), ring.fd(), None).unwrap();
         let started = Instant::now();
         let got = Consumer::connect(b, Duration::from_millis(200));
+        assert!(matches!(got, Err(Error::Timeout(_))), "{got:?}");
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+
+    #[test]
+    fn a_sleeping_receive_is_woken_by_a_frame_sent_after_it_slept_and_times_out_without_one() {
+        let (mut producer, mut consumer) = connected();
+        let sender = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            let slot = producer.acquire(Duration::from_secs(1)).unwrap();
+            producer.send(slot, FrameMeta::new(7, 0)).unwrap();
+            producer
+        });
+        let frame = consumer.recv(Wait::Sleep(Duration::from_secs(5))).unwrap();
+        assert_eq!(frame.meta().seq, 7);
+        let _producer = sender.join().unwrap();
+        let started = Instant::now();
+        let got = consumer.recv(Wait::Sleep(Duration::from_millis(100)));
         assert!(matches!(got, Err(Error::Timeout(_))), "{got:?}");
         assert!(started.elapsed() < Duration::from_secs(5));
     }
