@@ -129,17 +129,9 @@ fn hwtensorsrc_fed_by_a_rust_producer_pushes_fd_memory_that_hands_each_frame_bac
     // More frames than the pool holds: each must come back for the producer to go on.
     let count = 12;
     let producer = std::thread::spawn(move || rust_producer(listener, PixelFormat::Bgrx, count));
-    let pipeline = gst::parse::launch(&format!(
+    let (pipeline, sink) = with_appsink(&format!(
         "hwtensorsrc socket={socket} is-live=false ! appsink name=out sync=false max-buffers=1"
-    ))
-    .unwrap()
-    .downcast::<gst::Bin>()
-    .unwrap();
-    let sink = pipeline
-        .by_name("out")
-        .unwrap()
-        .downcast::<gst_app::AppSink>()
-        .unwrap();
+    ));
     pipeline.set_state(gst::State::Playing).unwrap();
     let mut seen = Vec::new();
     while let Ok(sample) = sink.pull_sample() {
@@ -347,17 +339,9 @@ fn gpu_frames_reach_downstream_as_system_memory_copies_through_the_cpu_map() {
     let listener = UnixListener::bind_addr(&abstract_addr(&socket)).unwrap();
     let count = 5;
     let producer = std::thread::spawn(move || rust_producer_on(listener, TensorMemory::Gpu, count));
-    let pipeline = gst::parse::launch(&format!(
+    let (pipeline, sink) = with_appsink(&format!(
         "hwtensorsrc name=src socket={socket} is-live=false ! appsink name=out sync=false"
-    ))
-    .unwrap()
-    .downcast::<gst::Bin>()
-    .unwrap();
-    let sink = pipeline
-        .by_name("out")
-        .unwrap()
-        .downcast::<gst_app::AppSink>()
-        .unwrap();
+    ));
     pipeline.set_state(gst::State::Playing).unwrap();
     let mut seen = Vec::new();
     while let Ok(sample) = sink.pull_sample() {

@@ -102,8 +102,8 @@ pub fn reference_frames(caps: &str, frames: u32) -> Vec<u8> {
     .collect()
 }
 
-/// Plays `pipeline` (with an appsink named `out`) to its end and returns each sample.
-pub fn samples(pipeline: &str) -> Vec<gst::Sample> {
+/// `pipeline` parsed, with its appsink named `out`.
+pub fn with_appsink(pipeline: &str) -> (gst::Bin, gst_app::AppSink) {
     let pipeline = gst::parse::launch(pipeline)
         .unwrap()
         .downcast::<gst::Bin>()
@@ -113,6 +113,12 @@ pub fn samples(pipeline: &str) -> Vec<gst::Sample> {
         .unwrap()
         .downcast::<gst_app::AppSink>()
         .unwrap();
+    (pipeline, sink)
+}
+
+/// Plays `pipeline` (with an appsink named `out`) to its end and returns each sample.
+pub fn samples(pipeline: &str) -> Vec<gst::Sample> {
+    let (pipeline, sink) = with_appsink(pipeline);
     pipeline.set_state(gst::State::Playing).unwrap();
     let mut all = Vec::new();
     while let Ok(sample) = sink.pull_sample() {
