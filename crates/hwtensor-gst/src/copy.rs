@@ -8,16 +8,15 @@ use hwtensor::{Direction, TensorDyn};
 /// Bytes of data in each row of each plane of `t` (rows may be padded beyond it).
 fn row_bytes(t: &TensorDyn) -> Result<Vec<usize>, String> {
     let info = t.image_info().ok_or("not an image")?;
-    let luma = info
-        .format
-        .min_row_bytes(info.width, t.dtype().size())
-        .ok_or("row size overflows")?;
     let planes = t.plane_table().map_err(|e| e.to_string())?;
-    // A plane's row holds as much of the luma row as its stride holds of the luma stride.
-    Ok(planes
-        .iter()
-        .map(|p| luma * p.row_stride / info.row_stride.max(1))
-        .collect())
+    let row = |p| {
+        let elem = t.dtype().size();
+        let bytes = info
+            .format
+            .plane_row_bytes(info.width, elem, info.row_stride, p);
+        bytes.ok_or_else(|| "row size overflows".to_string())
+    };
+    planes.iter().map(row).collect()
 }
 
 /// Runs `f` over the tensor's bytes, mapped for writing.

@@ -291,6 +291,33 @@ impl PixelFormat {
         }
     }
 
+    /// Checks that a row stride of `row_stride` bytes lays out every plane: planar YUV chroma
+    /// rows are half of it apart, so it must be even.
+    pub fn check_stride(self, row_stride: usize) -> Result<()> {
+        if self.layout() == Layout::PlanarYuv && !row_stride.is_multiple_of(2) {
+            return Err(Error::RowStride(format!(
+                "{self} chroma rows are half the luma stride apart, so the stride must be even \
+                 (got {row_stride})"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Bytes of data in each row of `plane` of a `w`-pixel image of `elem`-byte elements whose
+    /// luma rows are `row_stride` apart: a plane's row holds as much of the luma row as its
+    /// stride holds of the luma stride (NV24 chroma twice, I420 chroma half, others all).
+    /// `None` on overflow.
+    pub fn plane_row_bytes(
+        self,
+        w: usize,
+        elem: usize,
+        row_stride: usize,
+        plane: &Plane,
+    ) -> Option<usize> {
+        let luma = self.min_row_bytes(w, elem)?;
+        Some(luma.checked_mul(plane.row_stride)? / row_stride.max(1))
+    }
+
     /// Checks that `elem`-byte elements can carry this format's samples.
     pub fn check_element(self, elem: usize) -> Result<()> {
         match self.sample_bytes() {
@@ -426,12 +453,7 @@ impl PixelFormat {
                 vec![luma, plane(luma.size, row_stride, h.div_ceil(2))?]
             }
             PixelFormat::I420 | PixelFormat::Yv12 => {
-                if !row_stride.is_multiple_of(2) {
-                    return Err(Error::RowStride(format!(
-                        "{self} chroma rows are half the luma stride apart, so the stride must \
-                         be even (got {row_stride})"
-                    )));
-                }
+                self.check_stride(row_stride)?;
                 let first = plane(luma.size, row_stride / 2, h.div_ceil(2))?;
                 let second = luma
                     .size

@@ -309,12 +309,7 @@ pub(crate) fn check_row_stride(
             "{stride} bytes is not a whole number of {elem}-byte elements"
         )));
     }
-    if format.layout() == crate::format::Layout::PlanarYuv && !stride.is_multiple_of(2) {
-        return Err(Error::RowStride(format!(
-            "{format} chroma rows are half the luma stride apart, so the stride must be even \
-             (got {stride})"
-        )));
-    }
+    format.check_stride(stride)?;
     Ok(stride)
 }
 

@@ -383,19 +383,13 @@ fn plane_records_of(info: &ImageInfo, elem: usize, byte_offset: usize) -> Result
     let planes = info
         .format
         .plane_table(info.width, info.height, info.row_stride)?;
-    let luma_row = info
-        .format
-        .min_row_bytes(info.width, elem)
-        .ok_or_else(|| bad("row size overflows"))?;
     let overflow = || bad("plane geometry overflows");
     planes
         .iter()
         .map(|p| {
-            // A plane's row holds as much of the luma row as its stride holds of the luma
-            // stride: NV24 chroma twice, I420 chroma half, every other plane all of it.
-            let row = luma_row
-                .checked_mul(p.row_stride)
-                .map(|r| r / info.row_stride.max(1))
+            let row = info
+                .format
+                .plane_row_bytes(info.width, elem, info.row_stride, p)
                 .ok_or_else(overflow)?;
             let size = match p.rows {
                 0 => 0,
