@@ -33,8 +33,8 @@ pub trait Lender: Send + Sync + 'static {
     fn next_slot(&self, flushing: &AtomicBool) -> Result<Lent, gst::FlowError>;
     /// The buffer of `slot` came back: nothing in this process holds it any more.
     fn returned(&self, slot: usize);
-    /// `slot` was chosen while its buffer is still out (a downstream element holds it):
-    /// the pool does not lend it now; take the slot back.
+    /// `slot` was chosen while its buffer is still out (a downstream element holds it): the
+    /// pool did not lend it; take the slot back (called once the acquire that chose it ends).
     fn unusable(&self, slot: usize);
 }
 
@@ -86,29 +86,32 @@ mod imp {
             _params: Option<&gst::BufferPoolAcquireParams>,
         ) -> Result<gst::Buffer, gst::FlowError> {
             let inner = self.inner.get().ok_or(gst::FlowError::NotNegotiated)?;
-            loop {
-                let slot = match inner.lender.next_slot(&inner.flushing)? {
-                    Lent::Slot(slot) => slot,
-                    Lent::Spare => return spare(inner),
+            // Slots the channel has back while a downstream element still holds their buffer
+            // stay taken until another is found, so the next look gets another slot (or
+            // waits, bounded, as the lender does) instead of the same one again.
+            let mut held_elsewhere = Vec::new();
+            let got = loop {
+                let slot = match inner.lender.next_slot(&inner.flushing) {
+                    Ok(Lent::Slot(slot)) => slot,
+                    Ok(Lent::Spare) => break spare(inner),
+                    Err(e) => break Err(e),
                 };
                 let taken = inner.buffers.lock().unwrap()[slot].take();
                 match taken {
                     Some(mut buffer) => {
-                        reset(
-                            buffer
-                                .get_mut()
-                                .expect("a pool buffer at rest has one owner"),
-                        );
-                        return Ok(buffer);
+                        let at_rest = buffer
+                            .get_mut()
+                            .expect("a pool buffer at rest has one owner");
+                        reset(at_rest);
+                        break Ok(buffer);
                     }
-                    // The channel has the slot back while a downstream element still holds
-                    // its buffer: give the slot back and look again, after a breath.
-                    None => {
-                        inner.lender.unusable(slot);
-                        std::thread::sleep(std::time::Duration::from_millis(1));
-                    }
+                    None => held_elsewhere.push(slot),
                 }
+            };
+            for slot in held_elsewhere {
+                inner.lender.unusable(slot);
             }
+            got
         }
 
         fn release_buffer(&self, buffer: gst::Buffer) {

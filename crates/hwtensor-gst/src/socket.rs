@@ -18,6 +18,12 @@ pub enum Address {
 }
 
 impl Address {
+    /// Parses the elements' `socket` property, or says what it must be.
+    pub fn from_property(value: &str) -> Result<Address, &'static str> {
+        Address::parse(value)
+            .ok_or("set the socket property: a path, or @name for an abstract socket")
+    }
+
     /// Parses a property value; an empty one (or a bare `@`) names nothing.
     pub fn parse(value: &str) -> Option<Address> {
         match value.strip_prefix('@') {

@@ -240,13 +240,9 @@ fn a_producer_whose_buffers_differ_is_refused_before_any_frame() {
     });
     let pipeline = gst::parse::launch(&format!("hwtensorsrc socket={socket} ! fakesink")).unwrap();
     let _ = pipeline.set_state(gst::State::Playing);
-    let msg = pipeline
-        .bus()
-        .unwrap()
-        .timed_pop_filtered(gst::ClockTime::from_seconds(10), &[gst::MessageType::Error])
-        .expect("refused within the timeout");
+    let msg = ending(pipeline.upcast_ref(), Duration::from_secs(10));
     let gst::MessageView::Error(e) = msg.view() else {
-        unreachable!()
+        panic!("a mismatched pool must be refused, not streamed: {msg:?}")
     };
     assert!(
         e.error().to_string().contains("not all the same image"),
@@ -287,14 +283,7 @@ fn a_consumer_that_never_hands_back_costs_a_blocking_sink_its_timeout_and_an_err
     .unwrap();
     pipeline.set_state(gst::State::Playing).unwrap();
     let hoarder = hoarding_consumer(&socket);
-    let msg = pipeline
-        .bus()
-        .unwrap()
-        .timed_pop_filtered(
-            gst::ClockTime::from_seconds(20),
-            &[gst::MessageType::Error, gst::MessageType::Eos],
-        )
-        .expect("the pipeline ends in time");
+    let msg = ending(pipeline.upcast_ref(), Duration::from_secs(20));
     let gst::MessageView::Error(e) = msg.view() else {
         panic!("a sink whose buffers are all held cannot reach the end: {msg:?}");
     };

@@ -210,12 +210,8 @@ fn a_producer_killed_mid_stream_ends_the_consumer_with_an_error_that_says_so() {
     }
     producer.kill().unwrap();
     producer.wait().unwrap();
-    let msg = bus
-        .timed_pop_filtered(
-            gst::ClockTime::from_seconds(10),
-            &[gst::MessageType::Error, gst::MessageType::Eos],
-        )
-        .expect("the consumer ends within 10 s of its producer's death");
+    // The consumer ends within 10 s of its producer's death.
+    let msg = ending(consumer.upcast_ref(), Duration::from_secs(10));
     let gst::MessageView::Error(e) = msg.view() else {
         panic!("a killed producer must not look like end of stream: {msg:?}");
     };
@@ -264,14 +260,7 @@ fn a_dmabuf_pool_is_made_where_a_dma_heap_exists_and_refused_by_name_where_not()
     ))
     .unwrap();
     pipeline.set_state(gst::State::Playing).unwrap();
-    let msg = pipeline
-        .bus()
-        .unwrap()
-        .timed_pop_filtered(
-            gst::ClockTime::from_seconds(20),
-            &[gst::MessageType::Error, gst::MessageType::Eos],
-        )
-        .expect("the pipeline ends in time");
+    let msg = ending(pipeline.upcast_ref(), Duration::from_secs(20));
     let heap = std::path::Path::new("/dev/dma_heap").exists();
     match msg.view() {
         gst::MessageView::Eos(_) => assert!(heap, "a DMA-BUF pool without a DMA heap"),

@@ -12,7 +12,8 @@ use gst_base::subclass::prelude::*;
 use hwtensor::stream::Producer;
 
 use super::channel::{
-    accept_loop, pool_tensor, say_to_consumers, Channel, Hub, Listening, NoBuffer, SinkLender, POLL,
+    accept_loop, pool_tensor, say_to_consumers, Channel, Hub, Listening, NoBuffer, Shared,
+    SinkLender, POLL,
 };
 use super::{PoolMemory, WhenFull, CAT};
 use crate::caps;
@@ -32,6 +33,12 @@ struct Settings {
     socket: String,
     pool_size: u32,
     memory: PoolMemory,
+    flow: Flow,
+}
+
+/// The settings each frame reads: copied out of the lock, nothing allocated per frame.
+#[derive(Clone, Copy, Debug)]
+struct Flow {
     wait_for_consumer: bool,
     when_full: WhenFull,
     timeout: Duration,
@@ -43,9 +50,11 @@ impl Default for Settings {
             socket: String::new(),
             pool_size: DEFAULT_POOL_SIZE,
             memory: PoolMemory::Shm,
-            wait_for_consumer: false,
-            when_full: WhenFull::Block,
-            timeout: Duration::from_millis(u64::from(DEFAULT_TIMEOUT_MS)),
+            flow: Flow {
+                wait_for_consumer: false,
+                when_full: WhenFull::Block,
+                timeout: Duration::from_millis(u64::from(DEFAULT_TIMEOUT_MS)),
+            },
         }
     }
 }
@@ -72,7 +81,7 @@ impl HwtensorSink {
             return Ok(());
         }
         if let Some(mut old) = s.channel.take() {
-            say_to_consumers(&mut old, Kind::Reconnect, settings.timeout);
+            say_to_consumers(&mut old, Kind::Reconnect, settings.flow.timeout);
         }
         let tensors = (0..settings.pool_size)
             .map(|_| pool_tensor(&geometry, settings.memory))
@@ -90,8 +99,8 @@ impl HwtensorSink {
             hub: Arc::downgrade(&self.hub),
             element: self.obj().downgrade(),
             generation,
-            when_full: settings.when_full,
-            timeout: settings.timeout,
+            when_full: settings.flow.when_full,
+            timeout: settings.flow.timeout,
         };
         let pool = SlotPool::new(tensors, Box::new(lender), false)?;
         if geometry.gst_stride.is_none() {
@@ -131,14 +140,12 @@ impl HwtensorSink {
         &self,
         buffer: &gst::BufferRef,
         marker: Marker,
-        settings: &Settings,
+        flow: Flow,
     ) -> Result<(), gst::FlowError> {
         let never = AtomicBool::new(false);
-        let acquired = self
-            .hub
-            .acquire(settings.when_full, settings.timeout, &never, None);
-        let slot = match acquired {
-            Ok(Some(slot)) => slot,
+        let acquired = self.hub.acquire(flow.when_full, flow.timeout, &never, None);
+        let index = match acquired {
+            Ok(Some(index)) => index,
             Ok(None) => {
                 self.dropped.fetch_add(1, Ordering::Relaxed);
                 return Ok(());
@@ -150,21 +157,41 @@ impl HwtensorSink {
             }
         };
         let mut s = self.hub.shared.lock().unwrap();
+        let published = self.publish(&mut s, index, Some(buffer), marker);
+        // A frame that could not go out leaves its slot free again.
+        if let (Err(_), Some(ch)) = (&published, s.channel.as_mut()) {
+            if let Some(slot) = ch.producer.slot(index) {
+                ch.producer.release(slot);
+            }
+        }
+        published
+    }
+
+    /// Sends slot `index` of the current channel to its consumers, first copying the frame of
+    /// `copy` into it (counted) when upstream wrote it elsewhere.
+    fn publish(
+        &self,
+        s: &mut Shared,
+        index: usize,
+        copy: Option<&gst::BufferRef>,
+        marker: Marker,
+    ) -> Result<(), gst::FlowError> {
         let seq = s.seq;
         let ch = s.channel.as_mut().ok_or(gst::FlowError::NotNegotiated)?;
-        let slot = ch.producer.slot(slot).ok_or(gst::FlowError::Error)?;
-        let tensor = ch.producer.tensor(slot).clone();
-        if let Err(e) = crate::copy::into_slot(buffer, &ch.info, &tensor) {
-            ch.producer.release(slot);
-            gst::element_imp_error!(self, gst::StreamError::Format, ("{e}"));
-            return Err(gst::FlowError::Error);
+        let slot = ch.producer.slot(index).ok_or(gst::FlowError::Error)?;
+        if let Some(buffer) = copy {
+            let tensor = ch.producer.tensor(slot).clone();
+            crate::copy::into_slot(buffer, &ch.info, &tensor).map_err(|e| {
+                gst::element_imp_error!(self, gst::StreamError::Format, ("{e}"));
+                gst::FlowError::Error
+            })?;
+            self.counted_copy();
         }
         ch.producer.send(slot, marker.meta(seq)).map_err(|e| {
             gst::element_imp_error!(self, gst::ResourceError::Write, ("{e}"));
             gst::FlowError::Error
         })?;
         s.seq += 1;
-        self.counted_copy();
         Ok(())
     }
 }
@@ -265,9 +292,11 @@ impl ObjectImpl for HwtensorSink {
             "socket" => s.socket = value.get::<Option<String>>().unwrap().unwrap_or_default(),
             "pool-size" => s.pool_size = value.get().unwrap(),
             "memory" => s.memory = value.get().unwrap(),
-            "wait-for-consumer" => s.wait_for_consumer = value.get().unwrap(),
-            "when-full" => s.when_full = value.get().unwrap(),
-            "timeout" => s.timeout = Duration::from_millis(u64::from(value.get::<u32>().unwrap())),
+            "wait-for-consumer" => s.flow.wait_for_consumer = value.get().unwrap(),
+            "when-full" => s.flow.when_full = value.get().unwrap(),
+            "timeout" => {
+                s.flow.timeout = Duration::from_millis(u64::from(value.get::<u32>().unwrap()))
+            }
             other => unreachable!("no writable property {other}"),
         }
     }
@@ -278,9 +307,9 @@ impl ObjectImpl for HwtensorSink {
             "socket" => Some(s.socket.clone()).filter(|v| !v.is_empty()).to_value(),
             "pool-size" => s.pool_size.to_value(),
             "memory" => s.memory.to_value(),
-            "wait-for-consumer" => s.wait_for_consumer.to_value(),
-            "when-full" => s.when_full.to_value(),
-            "timeout" => (s.timeout.as_millis() as u32).to_value(),
+            "wait-for-consumer" => s.flow.wait_for_consumer.to_value(),
+            "when-full" => s.flow.when_full.to_value(),
+            "timeout" => (s.flow.timeout.as_millis() as u32).to_value(),
             "copies" => self.copies.load(Ordering::Relaxed).to_value(),
             "dropped" => self.dropped.load(Ordering::Relaxed).to_value(),
             "frames" => self.frames.load(Ordering::Relaxed).to_value(),
@@ -338,24 +367,17 @@ impl ElementImpl for HwtensorSink {
 impl BaseSinkImpl for HwtensorSink {
     fn start(&self) -> Result<(), gst::ErrorMessage> {
         let socket = self.settings.lock().unwrap().socket.clone();
-        let address = Address::parse(&socket).ok_or_else(|| {
-            gst::error_msg!(
-                gst::ResourceError::Settings,
-                ("set the socket property: a path, or @name for an abstract socket")
-            )
-        })?;
-        let listener = address.bind().map_err(|e| {
-            gst::error_msg!(
-                gst::ResourceError::OpenWrite,
-                ("listening on {address}: {e}")
-            )
-        })?;
-        listener.set_nonblocking(true).map_err(|e| {
-            gst::error_msg!(
-                gst::ResourceError::OpenWrite,
-                ("listening on {address}: {e}")
-            )
-        })?;
+        let address = Address::from_property(&socket)
+            .map_err(|why| gst::error_msg!(gst::ResourceError::Settings, ("{why}")))?;
+        let listener = address
+            .bind()
+            .and_then(|l| l.set_nonblocking(true).map(|()| l))
+            .map_err(|e| {
+                gst::error_msg!(
+                    gst::ResourceError::OpenWrite,
+                    ("listening on {address}: {e}")
+                )
+            })?;
         let stop = Arc::new(AtomicBool::new(false));
         let (hub, flag) = (Arc::downgrade(&self.hub), stop.clone());
         let thread = std::thread::Builder::new()
@@ -406,8 +428,8 @@ impl BaseSinkImpl for HwtensorSink {
     }
 
     fn render(&self, buffer: &gst::Buffer) -> Result<gst::FlowSuccess, gst::FlowError> {
-        let settings = self.settings.lock().unwrap().clone();
-        if settings.wait_for_consumer {
+        let flow = self.settings.lock().unwrap().flow;
+        if flow.wait_for_consumer {
             self.wait_for_consumer()?;
         }
         let marker = Marker {
@@ -416,32 +438,19 @@ impl BaseSinkImpl for HwtensorSink {
             duration: buffer.duration().map(|t| t.nseconds()),
         };
         let mut s = self.hub.shared.lock().unwrap();
-        let seq = s.seq;
         let ch = s.channel.as_mut().ok_or(gst::FlowError::NotNegotiated)?;
         match ch.pool.slot_of(buffer) {
+            // Our own buffer; if upstream put a copy in place of the slot's memory, the frame
+            // is in that copy and goes into the slot first.
             Some((index, intact)) => {
-                let slot = ch.producer.slot(index).ok_or(gst::FlowError::Error)?;
-                if !intact {
-                    // Upstream wrote a copy it put in place of the slot's memory: bring the
-                    // frame into the slot itself.
-                    let tensor = ch.producer.tensor(slot).clone();
-                    crate::copy::into_slot(buffer, &ch.info, &tensor).map_err(|e| {
-                        gst::element_imp_error!(self, gst::StreamError::Format, ("{e}"));
-                        gst::FlowError::Error
-                    })?;
-                    self.counted_copy();
-                }
-                ch.producer.send(slot, marker.meta(seq)).map_err(|e| {
-                    gst::element_imp_error!(self, gst::ResourceError::Write, ("{e}"));
-                    gst::FlowError::Error
-                })?;
-                ch.sent[index] = true;
-                s.seq += 1;
+                let copy = (!intact).then_some(buffer.as_ref());
+                self.publish(&mut s, index, copy, marker)?;
+                s.channel.as_mut().expect("still there").sent[index] = true;
             }
             None if ch.producer.consumers() == 0 => {} // nobody to copy for
             None => {
                 drop(s);
-                self.render_copy(buffer, marker, &settings)?;
+                self.render_copy(buffer, marker, flow)?;
             }
         }
         self.frames.fetch_add(1, Ordering::Relaxed);
@@ -450,9 +459,9 @@ impl BaseSinkImpl for HwtensorSink {
 
     fn event(&self, event: gst::Event) -> bool {
         if let gst::EventView::Eos(_) = event.view() {
-            let settings = self.settings.lock().unwrap().clone();
+            let timeout = self.settings.lock().unwrap().flow.timeout;
             if let Some(ch) = self.hub.shared.lock().unwrap().channel.as_mut() {
-                say_to_consumers(ch, Kind::Eos, settings.timeout);
+                say_to_consumers(ch, Kind::Eos, timeout);
             }
         }
         self.parent_event(event)

@@ -12,7 +12,7 @@ use gst_base::prelude::*;
 use gst_base::subclass::base_src::CreateSuccess;
 use gst_base::subclass::prelude::*;
 use hwtensor::stream::{Consumer, Frame, Wait};
-use hwtensor::TensorMemory;
+use hwtensor::{TensorDyn, TensorMemory};
 
 use crate::slots::{Lender, Lent, SlotPool};
 use crate::socket::Address;
@@ -137,12 +137,8 @@ pub struct HwtensorSrc {
 impl HwtensorSrc {
     fn address(&self) -> Result<Address, gst::ErrorMessage> {
         let socket = self.settings.lock().unwrap().socket.clone();
-        Address::parse(&socket).ok_or_else(|| {
-            gst::error_msg!(
-                gst::ResourceError::Settings,
-                ("set the socket property: a path, or @name for an abstract socket")
-            )
-        })
+        Address::from_property(&socket)
+            .map_err(|why| gst::error_msg!(gst::ResourceError::Settings, ("{why}")))
     }
 
     /// Connects to the producer, retrying while none listens, within the timeout.
@@ -176,37 +172,14 @@ impl HwtensorSrc {
                     ("attaching to {address}: {e}")
                 )
             })?;
-        let first = consumer.pool().first().ok_or_else(|| {
-            gst::error_msg!(gst::StreamError::Format, ("the channel has no buffers"))
-        })?;
-        let caps = crate::caps::caps_of(first)
+        let caps = one_caps(consumer.pool())
             .map_err(|e| gst::error_msg!(gst::StreamError::Format, ("{e}")))?;
-        // One caps for every frame: a pool whose buffers differ would hand downstream buffers
-        // smaller than the caps say (a broken or hostile producer).
-        let same = |t: &hwtensor::TensorDyn| {
-            (t.image_info(), t.dtype(), t.memory())
-                == (first.image_info(), first.dtype(), first.memory())
-        };
-        if !consumer.pool().iter().all(same) {
-            return Err(gst::error_msg!(
-                gst::StreamError::Format,
-                ("the producer's buffers are not all the same image; hwtensorsrc needs one caps")
-            ));
-        }
-        let pool = match first.memory() {
+        let pool = match consumer.pool()[0].memory() {
             TensorMemory::Gpu | TensorMemory::Cuda => None,
-            _ => {
-                let downstream = Arc::new(Downstream::new(consumer.pool().len()));
-                let pool = SlotPool::new(
-                    consumer.pool().to_vec(),
-                    Box::new(SrcLender(downstream.clone())),
-                    true,
-                )
-                .map_err(|e| gst::error_msg!(gst::ResourceError::OpenRead, ("{e}")))?;
-                pool.activate(&caps)
-                    .map_err(|e| gst::error_msg!(gst::ResourceError::OpenRead, ("{e}")))?;
-                Some((pool, downstream))
-            }
+            _ => Some(
+                lend(consumer.pool(), &caps)
+                    .map_err(|e| gst::error_msg!(gst::ResourceError::OpenRead, ("{e}")))?,
+            ),
         };
         gst::info!(CAT, imp = self, "attached to {address}: {caps}");
         Ok(Receiving {
@@ -260,6 +233,31 @@ impl HwtensorSrc {
         self.copies.fetch_add(1, Ordering::Relaxed);
         Ok(buffer)
     }
+}
+
+/// The caps of a channel's images. One caps for every frame: a pool whose buffers differ
+/// would hand downstream buffers smaller than the caps say (a broken or hostile producer).
+fn one_caps(pool: &[TensorDyn]) -> Result<gst::Caps, String> {
+    let first = pool.first().ok_or("the channel has no buffers")?;
+    let same = |t: &TensorDyn| {
+        (t.image_info(), t.dtype(), t.memory())
+            == (first.image_info(), first.dtype(), first.memory())
+    };
+    if !pool.iter().all(same) {
+        return Err(
+            "the producer's buffers are not all the same image; hwtensorsrc needs one caps".into(),
+        );
+    }
+    crate::caps::caps_of(first)
+}
+
+/// A pool lending the channel's buffers downstream, active for `caps`.
+fn lend(pool: &[TensorDyn], caps: &gst::Caps) -> Result<(SlotPool, Arc<Downstream>), String> {
+    let downstream = Arc::new(Downstream::new(pool.len()));
+    let lender = Box::new(SrcLender(downstream.clone()));
+    let slots = SlotPool::new(pool.to_vec(), lender, true)?;
+    slots.activate(caps)?;
+    Ok((slots, downstream))
 }
 
 #[glib::object_subclass]

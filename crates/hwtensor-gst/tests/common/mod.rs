@@ -76,16 +76,22 @@ pub fn socket_name() -> String {
     )
 }
 
-/// Runs `pipeline` in this process to its end; the first error message fails the test.
-pub fn run_to_eos(pipeline: &gst::Element, limit: Duration) {
-    pipeline.set_state(gst::State::Playing).unwrap();
-    let bus = pipeline.bus().unwrap();
-    let msg = bus
+/// The message that ends `pipeline` (an error or end of stream), waited for at most `limit`.
+pub fn ending(pipeline: &gst::Element, limit: Duration) -> gst::Message {
+    pipeline
+        .bus()
+        .unwrap()
         .timed_pop_filtered(
             gst::ClockTime::from_nseconds(limit.as_nanos() as u64),
             &[gst::MessageType::Eos, gst::MessageType::Error],
         )
-        .expect("the pipeline ended in time");
+        .unwrap_or_else(|| panic!("the pipeline did not end within {limit:?}"))
+}
+
+/// Runs `pipeline` in this process to its end; the first error message fails the test.
+pub fn run_to_eos(pipeline: &gst::Element, limit: Duration) {
+    pipeline.set_state(gst::State::Playing).unwrap();
+    let msg = ending(pipeline, limit);
     if let gst::MessageView::Error(e) = msg.view() {
         panic!("pipeline error: {} ({:?})", e.error(), e.debug());
     }
