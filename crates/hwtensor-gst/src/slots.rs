@@ -96,14 +96,13 @@ mod imp {
                     Ok(Lent::Spare) => break spare(inner),
                     Err(e) => break Err(e),
                 };
-                let taken = inner.buffers.lock().unwrap()[slot].take();
-                match taken {
-                    Some(mut buffer) => {
-                        let at_rest = buffer
-                            .get_mut()
-                            .expect("a pool buffer at rest has one owner");
+                let mut buffers = inner.buffers.lock().unwrap();
+                // At rest a slot's buffer has us as its one owner, so it is writable; one that
+                // is not (or is out) is held elsewhere.
+                match buffers[slot].as_mut().and_then(|b| b.get_mut()) {
+                    Some(at_rest) => {
                         reset(at_rest);
-                        break Ok(buffer);
+                        break Ok(buffers[slot].take().expect("just looked at"));
                     }
                     None => held_elsewhere.push(slot),
                 }

@@ -417,7 +417,11 @@ impl BaseSinkImpl for HwtensorSink {
         self.ensure_channel(&caps)
             .map_err(|e| gst::loggable_error!(CAT, "{e}"))?;
         let s = self.hub.shared.lock().unwrap();
-        let ch = s.channel.as_ref().expect("just made");
+        // Made just now, unless the element stopped meanwhile.
+        let ch = s
+            .channel
+            .as_ref()
+            .ok_or_else(|| gst::loggable_error!(CAT, "the sink stopped"))?;
         // Where the channel's layout is not GStreamer's default for these caps, the pool
         // refuses a configuration without GstVideoMeta (see `SlotPool::require_video_meta`).
         let n = ch.sent.len() as u32;
@@ -445,7 +449,9 @@ impl BaseSinkImpl for HwtensorSink {
             Some((index, intact)) => {
                 let copy = (!intact).then_some(buffer.as_ref());
                 self.publish(&mut s, index, copy, marker)?;
-                s.channel.as_mut().expect("still there").sent[index] = true;
+                if let Some(ch) = s.channel.as_mut() {
+                    ch.sent[index] = true;
+                }
             }
             None if ch.producer.consumers() == 0 => {} // nobody to copy for
             None => {
