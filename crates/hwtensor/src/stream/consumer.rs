@@ -35,7 +35,7 @@ pub enum Wait {
     For(Duration),
     /// Sleep at once until a frame comes, for at most this long (then `Error::Timeout`),
     /// without the spin: for frames that come far apart (a video source at 30-200 fps), where
-    /// the spin finds nothing and only burns [`SPIN`](super) of CPU per frame.
+    /// the spin (20 us) finds nothing and only burns CPU on every frame.
     Sleep(Duration),
 }
 
