@@ -54,6 +54,7 @@
 //! ```
 #![cfg(target_os = "linux")]
 
+pub mod edgefirst;
 mod host;
 mod info;
 mod publisher;
@@ -62,7 +63,7 @@ mod subscriber;
 
 pub use host::host_id;
 pub use info::{FrameInfo, INFO_LEN};
-pub use publisher::{Publisher, PublisherOptions};
+pub use publisher::{Encoding, Publisher, PublisherOptions, DEFAULT_KEEP_FRAMES};
 pub use subscriber::{Received, Subscriber, SubscriberOptions, MAX_LOCAL_PUBLISHERS};
 pub use zenoh;
 
@@ -79,6 +80,9 @@ pub enum Error {
     /// No frame came within the receive's timeout.
     #[error("no frame within {0:?}")]
     Timeout(std::time::Duration),
+    /// A tensor has no EdgeFirst message form (the reason).
+    #[error("EdgeFirst message: {0}")]
+    EdgeFirst(String),
     /// The subscriber's inputs are gone (its session closed).
     #[error("the subscriber is closed")]
     Closed,

@@ -1,6 +1,6 @@
 //! [`Publisher`]: puts tensors on a key; hands them by fd to subscribers on its host.
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::io::Write;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
@@ -15,8 +15,28 @@ use uuid::Uuid;
 use zenoh::sample::SampleKind;
 use zenoh::{Session, Wait};
 
+use crate::edgefirst::{self, Stamp};
 use crate::info::FrameInfo;
-use crate::{host_id, now_ns, socket_name, token_chunk, token_key, zenoh_err, Result};
+use crate::{host_id, now_ns, socket_name, token_chunk, token_key, zenoh_err, Error, Result};
+
+/// What a publisher puts in its Zenoh samples.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Encoding {
+    /// hwtensor's own blob (the default): inline bytes, only while a subscriber on another
+    /// host needs them; subscribers on this host take frames by fd hand-off.
+    #[default]
+    Hwtensor,
+    /// EdgeFirst messages (edgefirst-schemas 4.x): `CameraFrame` for images, `TensorStamped`
+    /// for plain tensors, put for every frame (EdgeFirst subscribers announce nothing), by
+    /// reference on this host or inline. See the crate's EdgeFirst section. hwtensor
+    /// subscribers on this host still take frames by fd hand-off.
+    EdgeFirst,
+}
+
+/// Frames an EdgeFirst publisher keeps by default after publishing them by reference, so their
+/// fd numbers stay open for subscribers: at 30 frames a second, a quarter of a second.
+pub const DEFAULT_KEEP_FRAMES: usize = 8;
 
 /// How a publisher behaves.
 #[derive(Clone, Copy, Debug)]
@@ -29,6 +49,12 @@ pub struct PublisherOptions {
     /// What Zenoh does with a frame its queue cannot take: drop it (Zenoh's default, the
     /// subscriber sees a gap) or block the publisher until it can.
     pub congestion: zenoh::qos::CongestionControl,
+    /// What the samples carry: hwtensor's blob or EdgeFirst messages.
+    pub encoding: Encoding,
+    /// With [`Encoding::EdgeFirst`]: how many frames published by reference the publisher
+    /// holds (and so keeps their fds open) after it publishes them. A subscriber must take a
+    /// frame's fds before this many newer frames are published.
+    pub keep_frames: usize,
 }
 
 impl Default for PublisherOptions {
@@ -37,6 +63,8 @@ impl Default for PublisherOptions {
             always_inline: false,
             local_delivery: true,
             congestion: zenoh::qos::CongestionControl::Drop,
+            encoding: Encoding::Hwtensor,
+            keep_frames: DEFAULT_KEEP_FRAMES,
         }
     }
 }
@@ -52,6 +80,10 @@ pub struct Publisher {
     options: PublisherOptions,
     id: Uuid,
     seq: u64,
+    /// EdgeFirst frames published by reference, held so their fd numbers stay open.
+    kept: VecDeque<TensorDyn>,
+    /// EdgeFirst's `frame_id` of every frame.
+    frame_id: String,
     // Dropped last: they announce the publisher and watch for subscribers.
     _watch: zenoh::pubsub::Subscriber<()>,
     _token: zenoh::liveliness::LivelinessToken,
@@ -87,6 +119,8 @@ impl Publisher {
             options,
             id,
             seq: 0,
+            kept: VecDeque::new(),
+            frame_id: String::new(),
             _watch: watch,
             _token: token,
         })
@@ -102,6 +136,12 @@ impl Publisher {
         self.local.lock().map_or(0, |l| l.len())
     }
 
+    /// Sets the `frame_id` EdgeFirst messages carry (the coordinate frame, such as
+    /// `"camera"`; empty by default).
+    pub fn set_frame_id(&mut self, frame_id: impl Into<String>) {
+        self.frame_id = frame_id.into();
+    }
+
     /// Whether frames currently go out as inline bytes on Zenoh.
     pub fn publishes_inline(&self) -> bool {
         self.options.always_inline || self.remote.lock().is_ok_and(|r| !r.is_empty())
@@ -112,9 +152,10 @@ impl Publisher {
     /// others get its bytes, read after its GPU completion.
     pub fn publish(&mut self, tensor: &TensorDyn) -> Result<u64> {
         self.seq += 1;
+        let timestamp_ns = now_ns();
         let info = FrameInfo {
             seq: self.seq,
-            timestamp_ns: now_ns(),
+            timestamp_ns,
             publisher: self.id,
             host: host_id(),
             blocks: self.options.congestion == zenoh::qos::CongestionControl::Block,
@@ -129,7 +170,9 @@ impl Publisher {
                 }
             });
         }
-        if self.publishes_inline() {
+        if self.options.encoding == Encoding::EdgeFirst {
+            self.put_edgefirst(tensor, &info, timestamp_ns)?;
+        } else if self.publishes_inline() {
             let (blob, _) = hwtensor::blob::export(tensor, Transport::Inline)?;
             self.publisher
                 .put(blob)
@@ -138,6 +181,34 @@ impl Publisher {
                 .map_err(zenoh_err)?;
         }
         Ok(self.seq)
+    }
+}
+
+impl Publisher {
+    /// Puts `tensor` as an EdgeFirst message: by reference unless a subscriber elsewhere needs
+    /// the bytes, holding a frame sent by reference for `keep_frames` more frames.
+    fn put_edgefirst(&mut self, tensor: &TensorDyn, info: &[u8], time_ns: u64) -> Result<()> {
+        let by_reference = !self.publishes_inline();
+        let stamp = Stamp {
+            seq: self.seq,
+            time_ns,
+            frame_id: &self.frame_id,
+        };
+        let mut message = Vec::new();
+        let schema = edgefirst::encode(tensor, by_reference, &stamp, &mut message)
+            .map_err(Error::EdgeFirst)?;
+        if by_reference {
+            self.kept.push_back(tensor.clone());
+            while self.kept.len() > self.options.keep_frames {
+                self.kept.pop_front();
+            }
+        }
+        self.publisher
+            .put(message)
+            .encoding(zenoh::bytes::Encoding::APPLICATION_CDR.with_schema(schema.name()))
+            .attachment(info.to_vec())
+            .wait()
+            .map_err(zenoh_err)
     }
 }
 

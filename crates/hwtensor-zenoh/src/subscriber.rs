@@ -16,6 +16,7 @@ use uuid::Uuid;
 use zenoh::sample::{Sample, SampleKind};
 use zenoh::{Session, Wait};
 
+use crate::edgefirst;
 use crate::info::{FrameInfo, INFO_LEN};
 use crate::sequence::{Sequences, Verdict};
 use crate::{host_id, socket_name, token_chunk, token_key, zenoh_err, Error, Result};
@@ -69,6 +70,30 @@ pub struct Received {
     pub gap: u64,
     /// Whether it came by fd hand-off (no copy) rather than as bytes.
     pub zero_copy: bool,
+    /// An EdgeFirst message's `frame_id` (empty for hwtensor's own frames).
+    pub frame_id: String,
+}
+
+/// A frame read from a Zenoh sample: its record, tensor, whether it came without a copy, and
+/// an EdgeFirst `frame_id`.
+type Remote = (FrameInfo, TensorDyn, bool, String);
+
+/// The Zenoh encoding of CDR, before any `;schema`.
+const CDR: &str = "application/cdr";
+
+/// Whether a sample says it carries CDR (EdgeFirst's messages do; hwtensor's blobs do not).
+fn is_cdr(sample: &Sample) -> bool {
+    let name: std::borrow::Cow<'_, str> = sample.encoding().into();
+    name.starts_with(CDR)
+}
+
+/// The id that stands for a publisher of EdgeFirst's own on `key`: one per key and frame id
+/// (its messages name no publisher; a pid is 0 for inline frames).
+fn foreign_publisher(key: &str, frame_id: &str) -> Uuid {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (key, frame_id).hash(&mut h);
+    Uuid::from_u64_pair(h.finish(), u64::MAX)
 }
 
 /// A sample's payload in one piece: the bytes an inline frame is read from in place.
@@ -96,6 +121,8 @@ pub struct Subscriber {
     options: SubscriberOptions,
     dropped: u64,
     gaps: u64,
+    /// Frames of bare EdgeFirst `Tensor` messages, which carry no sequence number.
+    bare_seq: u64,
     overflowed: Arc<AtomicU64>,
     _data: zenoh::pubsub::Subscriber<()>,
     _watch: Option<zenoh::pubsub::Subscriber<()>>,
@@ -160,6 +187,7 @@ impl Subscriber {
             options,
             dropped: 0,
             gaps: 0,
+            bare_seq: 0,
             overflowed,
             _data: data,
             _watch: watch,
@@ -177,10 +205,10 @@ impl Subscriber {
                 Err(RecvTimeoutError::Timeout) => return Err(Error::Timeout(timeout)),
                 Err(RecvTimeoutError::Disconnected) => return Err(Error::Closed),
             };
-            let (info, tensor, zero_copy) = match incoming {
-                Incoming::Local(info, tensor) => (info, tensor, true),
+            let (info, tensor, zero_copy, frame_id) = match incoming {
+                Incoming::Local(info, tensor) => (info, tensor, true, String::new()),
                 Incoming::Remote(sample) => match self.parse_remote(&sample) {
-                    Ok(Some((info, tensor))) => (info, tensor, false),
+                    Ok(Some(frame)) => frame,
                     Ok(None) => continue, // ours by fd already
                     Err(why) => {
                         self.drop_sample(&why);
@@ -211,6 +239,7 @@ impl Subscriber {
                 publisher: info.publisher,
                 gap,
                 zero_copy,
+                frame_id,
             });
         }
     }
@@ -242,17 +271,17 @@ impl Subscriber {
         log::warn!("hwtensor-zenoh: dropped a sample: {why}");
     }
 
-    /// A Zenoh sample as a frame; `None` for one that reaches us by fd too.
-    fn parse_remote(
-        &self,
-        sample: &Sample,
-    ) -> std::result::Result<Option<(FrameInfo, TensorDyn)>, String> {
+    /// A Zenoh sample as a frame (its record, tensor, whether it came without a copy, and an
+    /// EdgeFirst `frame_id`); `None` for one that reaches us by fd too. A sample without
+    /// hwtensor's frame record is read as an EdgeFirst message.
+    fn parse_remote(&mut self, sample: &Sample) -> std::result::Result<Option<Remote>, String> {
         if sample.kind() != SampleKind::Put {
             return Err("a delete on the key".into());
         }
-        let record = sample
-            .attachment()
-            .ok_or("a sample without the hwtensor frame record")?;
+        let payload = sample.payload();
+        let Some(record) = sample.attachment() else {
+            return self.parse_edgefirst(sample, None).map(Some);
+        };
         let info = FrameInfo::decode(&record.to_bytes())?;
         let by_fd = self
             .local
@@ -261,14 +290,43 @@ impl Subscriber {
         if by_fd {
             return Ok(None);
         }
-        let payload = sample.payload();
+        if is_cdr(sample) {
+            return self.parse_edgefirst(sample, Some(info)).map(Some);
+        }
         // A payload in one piece is read where Zenoh received it; one in pieces is joined.
         let tensor = match payload.slices().count() {
             1 => hwtensor::blob::import_inline_from(Payload(payload.clone())),
             _ => hwtensor::blob::import_inline_from(payload.to_bytes().into_owned()),
         }
         .map_err(|e| format!("frame {} of {}: {e}", info.seq, info.publisher))?;
-        Ok(Some((info, tensor)))
+        Ok(Some((info, tensor, false, String::new())))
+    }
+
+    /// An EdgeFirst message as a frame. Without hwtensor's record (a publisher of EdgeFirst's
+    /// own), the message's sequence number and stamp stand in for it, and its publisher is
+    /// told apart by key and pid.
+    fn parse_edgefirst(
+        &mut self,
+        sample: &Sample,
+        info: Option<FrameInfo>,
+    ) -> std::result::Result<Remote, String> {
+        let bytes = sample.payload().to_bytes();
+        let decoded = edgefirst::decode(&bytes).map_err(|e| e.to_string())?;
+        let zero_copy = matches!(
+            decoded.tensor.memory(),
+            TensorMemory::Shm | TensorMemory::DmaBuf
+        );
+        let info = info.unwrap_or_else(|| {
+            self.bare_seq += 1;
+            FrameInfo {
+                seq: decoded.seq.unwrap_or(self.bare_seq),
+                timestamp_ns: decoded.time_ns,
+                publisher: foreign_publisher(sample.key_expr().as_str(), &decoded.frame_id),
+                host: Uuid::nil(),
+                blocks: false,
+            }
+        });
+        Ok((info, decoded.tensor, zero_copy, decoded.frame_id))
     }
 
     /// The tensor in the memory asked for: as it is, or copied into a new tensor there.

@@ -147,7 +147,8 @@ impl<T: Element> Tensor<T> {
                 std::mem::align_of::<T>()
             )));
         }
-        let bytes = extent(&shape, &strides, Self::elem())?;
+        let tail = image.map_or(0, |i| crate::image::chroma_tail(&i, Self::elem()));
+        let bytes = extent(&shape, &strides, Self::elem())? + tail;
         let needed = offset.checked_add(bytes).ok_or_else(|| {
             Error::InvalidArgument(format!("offset {offset} + {bytes} bytes overflows"))
         })?;

@@ -67,6 +67,33 @@ pub(crate) fn default_row_stride(
     }
 }
 
+/// Bytes an image's last chroma row reaches past the end of its grid (0 for most formats).
+///
+/// The grid (`allocation_shape` at the luma row stride) ends at the luma width of its last
+/// row. I420's and YV12's chroma rows are half a luma row apart, so the last V row starts half
+/// a row into the grid's last row; NV24's are two rows apart. With padded rows that row ends
+/// past the grid: without these bytes a map, an import's size check or an allocation would
+/// miss the end of the last chroma row.
+pub(crate) fn chroma_tail(info: &ImageInfo, elem: usize) -> usize {
+    let f = info.format;
+    if f.layout() != crate::Layout::PlanarYuv && f != PixelFormat::Nv24 {
+        return 0;
+    }
+    let planes = match f.plane_table(info.width, info.height, info.row_stride) {
+        Ok(p) => p,
+        Err(_) => return 0,
+    };
+    let Some(last) = planes.last() else { return 0 };
+    let row = f
+        .plane_row_bytes(info.width, elem, info.row_stride, last)
+        .unwrap_or(0);
+    let end = last.offset + (last.rows.max(1) - 1) * last.row_stride + row;
+    let grid_rows = f.buffer_rows(info.height);
+    let grid_end =
+        (grid_rows.max(1) - 1) * info.row_stride + f.min_row_bytes(info.width, elem).unwrap_or(0);
+    end.saturating_sub(grid_end)
+}
+
 /// Shape and strides of `batch` (or one, when `None`) images.
 pub(crate) fn image_geometry(
     batch: Option<usize>,
@@ -165,8 +192,12 @@ impl<T: Element> Tensor<T> {
             };
             image_geometry(batch, format, w, h, elem, stride).map(|g| (g, stride))
         };
-        let bytes =
-            |m| geometry(m).and_then(|((shape, strides), _)| extent(&shape, &strides, elem));
+        let bytes = |m| {
+            geometry(m).and_then(|((shape, strides), stride)| {
+                let tail = chroma_tail(&ImageInfo::new(format, w, h, stride), elem);
+                Ok(extent(&shape, &strides, elem)? + tail)
+            })
+        };
         let cpu_reads = access.allows(crate::Direction::Read);
         let (buffer, chosen) =
             allocate_choosing(Purpose::Image, memory, bytes, Some(&texture), cpu_reads)?;
@@ -265,7 +296,8 @@ impl<T: Element> Tensor<T> {
         check_row_stride(info.format, info.width, elem, row_stride)?;
         let row = Some((info.format.row_dim_from_end(), row_stride));
         let strides = byte_strides(&self.shape, elem, row)?;
-        let end = extent(&self.shape, &strides, elem)?
+        let tail = chroma_tail(&ImageInfo { row_stride, ..info }, elem);
+        let end = (extent(&self.shape, &strides, elem)? + tail)
             .checked_add(self.offset)
             .ok_or_else(|| Error::RowStride(format!("{row_stride} bytes overflows")))?;
         if end > self.buffer.len() {
@@ -316,6 +348,26 @@ pub(crate) fn check_row_stride(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_padded_i420_map_reaches_the_end_of_its_last_v_row() {
+        let (w, h, stride) = (64, 48, 128);
+        let t = Tensor::<u8>::image_with_pitch(
+            w,
+            h,
+            PixelFormat::I420,
+            stride,
+            Some(TensorMemory::Mem),
+            crate::CpuAccess::ReadWrite,
+        )
+        .unwrap();
+        let last = *t.plane_table().unwrap().last().unwrap();
+        let end = last.offset + (last.rows - 1) * last.row_stride + w / 2;
+        assert_eq!(t.map_span_read().unwrap().len(), end);
+        assert!(t.buffer_len() >= end);
+        let tight = ImageInfo::new(PixelFormat::I420, w, h, w);
+        assert_eq!(chroma_tail(&tight, 1), 0);
+    }
 
     #[test]
     fn device_memory_rows_are_padded_to_64_bytes_and_host_rows_are_tight() {

@@ -64,6 +64,8 @@ mod region;
 mod reshape;
 #[cfg(target_os = "linux")]
 pub mod stream;
+#[cfg(target_os = "linux")]
+mod sync_file;
 mod tensor;
 mod tensor_dyn;
 
@@ -94,6 +96,8 @@ pub use planes::PlaneFd;
 pub use policy::ImportPolicy;
 pub use quantization::{ChannelQuantization, Quantization, MAX_QUANT_CHANNELS};
 pub use region::Region;
+#[cfg(target_os = "linux")]
+pub use sync_file::SyncFile;
 pub use tensor::Tensor;
 pub use tensor_dyn::TensorDyn;
 pub use tensor_dyn::WrongDType;

@@ -69,6 +69,31 @@ impl ByteMap<'_> {
     pub fn direction(&self) -> Direction {
         self.direction
     }
+    /// The mapped bytes, for a map made to read (`None` for a write-only one, whose staged
+    /// bytes need not hold the tensor's values).
+    pub fn as_bytes(&self) -> Option<&[u8]> {
+        if self.direction == Direction::Write {
+            return None;
+        }
+        if self.len == 0 {
+            return Some(&[]);
+        }
+        // SAFETY: `ptr` is the start of `len` mapped bytes, readable in this direction, and the
+        // claim held by `_access` keeps them mapped and unwritten by others for `&self`'s life.
+        Some(unsafe { std::slice::from_raw_parts(self.ptr, self.len) })
+    }
+    /// The mapped bytes to write, for a map made to write (`None` for a read-only one).
+    pub fn as_bytes_mut(&mut self) -> Option<&mut [u8]> {
+        if self.direction == Direction::Read {
+            return None;
+        }
+        if self.len == 0 {
+            return Some(&mut []);
+        }
+        // SAFETY: `ptr` is the start of `len` mapped bytes, writable in this direction, and the
+        // claim held by `_access` excludes every other access to them for `&mut self`'s life.
+        Some(unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) })
+    }
     /// Whether ending the map does more than give back its claim: a staged GPU or CUDA map's
     /// write-back, a DMA-BUF's sync. Ending a map that is not bracketed is an atomic operation
     /// (for a part, a short list update under a lock) and runs no driver code.

@@ -112,7 +112,10 @@ impl<T: Element> Tensor<T> {
             }
             end += (d - 1) * s;
         }
-        end
+        match &self.image {
+            Some(info) => end + crate::image::chroma_tail(info, Self::elem()),
+            None => end,
+        }
     }
 
     /// Size of the whole buffer in bytes.

@@ -23,6 +23,11 @@ pub(crate) const HUGETLBFS_MAGIC: u32 = 0x9584_58f6;
 /// `f_type` of the anonymous-inode filesystem: eventfds, sync files and many drivers' objects.
 pub(crate) const ANON_INODE_FS_MAGIC: u32 = 0x0904_1934;
 
+/// The `/proc/self/fd` link of a DMA-fence sync_file: the kernel makes each one an anonymous
+/// inode named `sync_file` (drivers/dma-buf/sync_file.c), so the name tells it from an eventfd
+/// or a driver's own fence object, which poll differently or not at all.
+const SYNC_FILE_LINK: &str = "anon_inode:sync_file";
+
 /// Names of memfds that GPU drivers export as memory handles. Such a file starts with the
 /// driver's own header (lavapipe: size and data offset), so mapping it as plain shared memory
 /// and writing through it corrupts the allocation for every importer.
@@ -121,6 +126,11 @@ impl FdKind {
     pub(crate) fn is_memfd(&self) -> bool {
         matches!(self.magic, TMPFS_MAGIC | HUGETLBFS_MAGIC)
             && FileType::from_raw_mode(self.mode) == FileType::RegularFile
+    }
+
+    /// Whether this is a DMA-fence sync_file.
+    pub(crate) fn is_sync_file(&self) -> bool {
+        self.magic == ANON_INODE_FS_MAGIC && self.name.as_deref() == Some(SYNC_FILE_LINK)
     }
 
     /// Says what this kind is, for errors.
