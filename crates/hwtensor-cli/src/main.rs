@@ -62,6 +62,11 @@ enum Command {
         /// With `--zenoh`: the subscriber takes no local delivery (the path across hosts).
         #[arg(long, requires = "zenoh")]
         inline: bool,
+        /// With `--zenoh`: publish EdgeFirst `CameraFrame` messages (pid and fd numbers, or
+        /// inline data with `--inline`) to a plain Zenoh subscriber that decodes them with the
+        /// schema crate, takes the fds with pidfd_getfd and verifies every pixel.
+        #[arg(long, requires = "zenoh")]
+        edgefirst: bool,
     },
     /// Core and hand-off benchmarks, with the reference figures measured in the same run.
     Bench {
@@ -92,6 +97,8 @@ enum Command {
         frames: u32,
         #[arg(long)]
         inline: bool,
+        #[arg(long)]
+        edgefirst: bool,
     },
     /// The consumer half of `demo` (started by the producer).
     #[command(hide = true)]
@@ -115,8 +122,9 @@ fn main() -> ExitCode {
             frames,
             zenoh: true,
             inline,
+            edgefirst,
             ..
-        } => zenoh_demo(frames, inline),
+        } => zenoh_demo(frames, inline, edgefirst),
         Command::Demo {
             frames,
             gpu,
@@ -129,7 +137,15 @@ fn main() -> ExitCode {
             port,
             frames,
             inline,
+            edgefirst: false,
         } => platform::zenoh_demo::subscriber(port, frames, inline),
+        #[cfg(target_os = "linux")]
+        Command::DemoZenohSubscriber {
+            port,
+            frames,
+            edgefirst: true,
+            ..
+        } => platform::zenoh_demo::edgefirst_subscriber(port, frames),
         Command::Bench { quick } => bench::run(quick),
         Command::DemoConsumer { socket, gpu, cuda } => {
             platform::demo::consumer(&socket, gpu || cuda, cuda)
@@ -152,11 +168,14 @@ fn main() -> ExitCode {
 }
 
 /// `demo --zenoh`: the publisher side (Linux: the one-host path passes fds).
-fn zenoh_demo(frames: u32, inline: bool) -> Result {
+fn zenoh_demo(frames: u32, inline: bool, edgefirst: bool) -> Result {
     #[cfg(target_os = "linux")]
-    return platform::zenoh_demo::publisher(frames, inline);
+    return platform::zenoh_demo::publisher(frames, inline, edgefirst);
     #[cfg(not(target_os = "linux"))]
-    return Err(format!("demo --zenoh (inline: {inline}, {frames} frames) runs on Linux").into());
+    return Err(format!(
+        "demo --zenoh (inline: {inline}, edgefirst: {edgefirst}, {frames} frames) runs on Linux"
+    )
+    .into());
 }
 
 /// Errors of the command: a library error or a failed check, as one line.

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use hwtensor::{CpuAccess, PixelFormat, Tensor, TensorDyn, TensorMemory};
 use hwtensor_zenoh::zenoh::{self, Wait};
 use hwtensor_zenoh::{
-    FrameInfo, Publisher, PublisherOptions, Received, Subscriber, SubscriberOptions,
+    Encoding, FrameInfo, Publisher, PublisherOptions, Received, Subscriber, SubscriberOptions,
 };
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -451,4 +451,147 @@ fn a_dropped_subscriber_stops_the_bytes_and_a_late_one_gets_only_new_frames() {
         late.recv(Duration::from_millis(200)),
         Err(hwtensor_zenoh::Error::Timeout(_))
     ));
+}
+
+/// The environment variable that makes this binary the EdgeFirst subscriber process.
+const EDGEFIRST_CHILD: &str = "HWTENSOR_ZENOH_TEST_EDGEFIRST_CHILD";
+const EDGEFIRST_ACROSS: &str =
+    "a_plain_zenoh_process_imports_camera_frames_another_publishes_by_pidfd";
+const EDGEFIRST_READY: &str = "test/edgefirst-ready";
+
+/// A plain Zenoh subscriber, as an EdgeFirst node is: each message read with the schema crate
+/// and imported by `edgefirst::decode`, which takes the fds with pidfd_getfd.
+fn edgefirst_subscriber_process(port: &str) {
+    use edgefirst_schemas::edgefirst_msgs::CameraFrame;
+    let b = session(port.parse().unwrap(), false);
+    let samples = b.declare_subscriber("test/edgefirst").wait().unwrap();
+    let _ready = b
+        .liveliness()
+        .declare_token(EDGEFIRST_READY)
+        .wait()
+        .unwrap();
+    for n in 1..=ACROSS_FRAMES {
+        let sample = samples.recv_timeout(WAIT).unwrap().expect("a CameraFrame");
+        let bytes = sample.payload().to_bytes();
+        let message = CameraFrame::from_cdr(&bytes[..]).unwrap();
+        assert_eq!((message.seq(), message.frame_id()), (n, "front"));
+        assert_eq!(message.tensor().format(), "rgba8");
+        assert_eq!(message.tensor().pid(), std::os::unix::process::parent_id());
+        let d = hwtensor_zenoh::edgefirst::decode(&bytes).unwrap();
+        assert_eq!(d.tensor.memory(), TensorMemory::Shm);
+        let r = Received {
+            tensor: d.tensor,
+            seq: n,
+            timestamp_ns: d.time_ns,
+            publisher: uuid::Uuid::nil(),
+            gap: 0,
+            zero_copy: true,
+            frame_id: d.frame_id,
+        };
+        assert_eq!(first_wrong(&r), None, "frame {n}");
+    }
+}
+
+#[test]
+fn a_plain_zenoh_process_imports_camera_frames_another_publishes_by_pidfd() {
+    if let Ok(port) = std::env::var(EDGEFIRST_CHILD) {
+        return edgefirst_subscriber_process(&port);
+    }
+    let port = free_port();
+    let a = session(port, true);
+    let options = PublisherOptions {
+        encoding: Encoding::EdgeFirst,
+        ..every_frame()
+    };
+    let mut publisher = Publisher::new(&a, "test/edgefirst", options).unwrap();
+    publisher.set_frame_id("front");
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            EDGEFIRST_ACROSS,
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(EDGEFIRST_CHILD, port.to_string())
+        .spawn()
+        .unwrap();
+    wait_until("the EdgeFirst subscriber process", || {
+        a.liveliness()
+            .get(EDGEFIRST_READY)
+            .timeout(Duration::from_millis(200))
+            .wait()
+            .is_ok_and(|r| r.recv().is_ok())
+    });
+    // Each frame its own buffer, held by the test: the subscriber reads them in its own time.
+    let frames: Vec<_> = (1..=ACROSS_FRAMES)
+        .map(|n| frame(n, TensorMemory::Shm))
+        .collect();
+    for f in &frames {
+        publisher.publish(f).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        child.wait().unwrap().success(),
+        "the EdgeFirst subscriber failed"
+    );
+}
+
+#[test]
+fn a_hwtensor_subscriber_takes_edgefirst_frames_of_a_foreign_publisher_and_drops_hostile_ones() {
+    use edgefirst_schemas::edgefirst_msgs::CameraFrame;
+    use edgefirst_schemas::tensor::{TensorFields, TensorPlaneView};
+    use std::os::fd::AsRawFd;
+    let port = free_port();
+    let (a, b) = (session(port, true), session(port, false));
+    let key = "test/edgefirst-foreign";
+    let options = SubscriberOptions {
+        queue: 64, // every hostile message waits its turn, to be counted
+        ..SubscriberOptions::default()
+    };
+    let mut subscriber = Subscriber::new(&b, key, options).unwrap();
+    let camera = frame(5, TensorMemory::Shm);
+    let fd = camera.as_fd().unwrap().as_raw_fd() as i64;
+    let message = |seq: u64, handle: i64| {
+        let planes = [TensorPlaneView {
+            handle,
+            offset: 0,
+            stride: (W * 4) as u64,
+            size: (W * H * 4) as u64,
+            used: (W * H * 4) as u64,
+            modifier: 0,
+            handle_bytes: &[],
+            data: &[],
+        }];
+        let fields = TensorFields {
+            storage_kind: 1,
+            pid: std::process::id(),
+            shape: &[H as u64, W as u64, 4],
+            format: "rgba8".into(),
+            planes: &planes,
+            ..TensorFields::default()
+        };
+        CameraFrame::builder()
+            .seq(seq)
+            .frame_id("left")
+            .tensor(&fields)
+            .build()
+            .unwrap()
+            .to_cdr()
+    };
+    let put = a.declare_publisher(key).wait().unwrap();
+    let before = open_fds();
+    const HOSTILE: u64 = 20;
+    for _ in 0..HOSTILE {
+        put.put(message(5, 999_999)).wait().unwrap(); // an fd the publisher does not have
+        put.put(b"not a message".to_vec()).wait().unwrap();
+    }
+    put.put(message(5, fd)).wait().unwrap();
+    let r = subscriber.recv(WAIT).unwrap();
+    assert_eq!((r.seq, r.frame_id.as_str(), r.zero_copy), (5, "left", true));
+    assert_eq!(r.tensor.identity(), camera.identity());
+    assert_eq!(first_wrong(&r), None);
+    assert_eq!(subscriber.dropped(), 2 * HOSTILE);
+    drop(r);
+    // Other tests of this binary open fds meanwhile: a leak would be one per message.
+    wait_until("the frame's fds closed", || open_fds() <= before + 2);
 }

@@ -32,9 +32,55 @@ pub struct Decoded {
     pub frame_id: String,
 }
 
+/// The alignment the schema crate reads its `float32[]` and `int32[]` fields at in place: it
+/// panics on a buffer that starts off it, and a Zenoh payload may start anywhere.
+const CDR_ALIGN: usize = 8;
+
+/// Message bytes at an address the schema crate can read in place: the caller's own where
+/// they are aligned, else a copy placed at an aligned offset of a new buffer.
+struct Aligned<'a> {
+    bytes: std::borrow::Cow<'a, [u8]>,
+    start: usize,
+}
+
+impl<'a> Aligned<'a> {
+    fn of(bytes: &'a [u8]) -> Aligned<'a> {
+        if (bytes.as_ptr() as usize).is_multiple_of(CDR_ALIGN) {
+            return Aligned {
+                bytes: bytes.into(),
+                start: 0,
+            };
+        }
+        let mut copy = vec![0u8; bytes.len() + CDR_ALIGN];
+        let start = copy.as_ptr().align_offset(CDR_ALIGN);
+        copy[start..start + bytes.len()].copy_from_slice(bytes);
+        Aligned {
+            bytes: copy.into(),
+            start,
+        }
+    }
+
+    fn get(&self) -> &[u8] {
+        &self.bytes[self.start..self.start + self.bytes.len() - self.padding()]
+    }
+
+    fn padding(&self) -> usize {
+        match &self.bytes {
+            std::borrow::Cow::Borrowed(_) => 0,
+            std::borrow::Cow::Owned(_) => CDR_ALIGN,
+        }
+    }
+}
+
 /// Decodes `bytes`: a stamped message first (CameraFrame and TensorStamped share one layout),
 /// then a bare Tensor.
 pub(crate) fn decode(bytes: &[u8]) -> Result<Decoded, String> {
+    let aligned = Aligned::of(bytes);
+    parse(aligned.get())
+}
+
+/// `decode` of bytes the schema crate can read in place.
+fn parse(bytes: &[u8]) -> Result<Decoded, String> {
     if let Ok(frame) = CameraFrame::from_cdr(bytes) {
         let stamp = frame.stamp();
         return Ok(Decoded {

@@ -107,6 +107,7 @@ mod tests {
 
     #[test]
     fn fds_of_this_process_are_taken_and_one_number_is_fetched_once() {
+        let _fds = crate::edgefirst::fds_held();
         let memfd = rustix::fs::memfd_create("x", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
         let number = std::os::fd::AsRawFd::as_raw_fd(&memfd) as i64;
         let mut me = Publisher::open(std::process::id()).unwrap();
@@ -120,6 +121,7 @@ mod tests {
 
     #[test]
     fn a_closed_fd_a_negative_number_and_a_missing_process_each_name_their_field() {
+        let _fds = crate::edgefirst::fds_held();
         let mut me = Publisher::open(std::process::id()).unwrap();
         let not_open = {
             let fd = rustix::fs::memfd_create("x", rustix::fs::MemfdFlags::CLOEXEC).unwrap();

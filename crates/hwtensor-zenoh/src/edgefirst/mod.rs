@@ -58,3 +58,14 @@ impl Schema {
 
 #[cfg(test)]
 mod tests;
+
+/// Held by every test here that opens fds: those that count this process's fds must not see
+/// another test's come and go.
+#[cfg(test)]
+pub(crate) static FDS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Takes [`FDS`] (whatever a failed test left it in).
+#[cfg(test)]
+pub(crate) fn fds_held() -> std::sync::MutexGuard<'static, ()> {
+    FDS.lock().unwrap_or_else(|e| e.into_inner())
+}

@@ -69,6 +69,7 @@ fn open_fds() -> usize {
 
 #[test]
 fn every_format_round_trips_inline_with_its_strides_colorimetry_and_bytes() {
+    let _fds = super::fds_held();
     for format in PixelFormat::ALL {
         let t = image(format, TensorMemory::Mem);
         let d = round_trip(&t, true); // heap memory has no fd: inline whatever was asked
@@ -95,6 +96,7 @@ fn every_format_round_trips_inline_with_its_strides_colorimetry_and_bytes() {
 
 #[test]
 fn a_shm_image_by_reference_is_the_publishers_own_buffer() {
+    let _fds = super::fds_held();
     for format in [PixelFormat::Nv12, PixelFormat::I420, PixelFormat::Rgba] {
         let t = image(format, TensorMemory::Shm);
         let before = open_fds();
@@ -116,6 +118,7 @@ fn a_shm_image_by_reference_is_the_publishers_own_buffer() {
 
 #[test]
 fn plain_tensors_keep_dtype_shape_and_quantization_both_ways() {
+    let _fds = super::fds_held();
     let t = Tensor::<i8>::new(&[3, 5, 7], Some(TensorMemory::Shm)).unwrap();
     t.map_write()
         .unwrap()
@@ -140,6 +143,7 @@ fn plain_tensors_keep_dtype_shape_and_quantization_both_ways() {
 
 #[test]
 fn an_image_is_a_camera_frame_and_a_plain_tensor_is_tensor_stamped() {
+    let _fds = super::fds_held();
     let mut out = Vec::new();
     let image = image(PixelFormat::Nv12, TensorMemory::Mem);
     assert_eq!(
@@ -238,6 +242,7 @@ impl Camera {
 
 #[test]
 fn the_schema_crates_camera_frame_by_reference_is_imported_without_a_copy() {
+    let _fds = super::fds_held();
     let camera = Camera::new();
     let d = decode(&camera.message(|_, _| {})).unwrap();
     let info = *d.tensor.image_info().unwrap();
@@ -257,6 +262,7 @@ fn the_schema_crates_camera_frame_by_reference_is_imported_without_a_copy() {
 
 #[test]
 fn hostile_messages_are_refused_naming_the_field_and_leak_no_fd() {
+    let _fds = super::fds_held();
     let camera = Camera::new();
     let eventfd = rustix::event::eventfd(0, rustix::event::EventfdFlags::CLOEXEC).unwrap();
     let ev = eventfd.as_raw_fd();
@@ -307,6 +313,7 @@ fn hostile_messages_are_refused_naming_the_field_and_leak_no_fd() {
 
 #[test]
 fn inline_data_shorter_than_its_plane_is_refused_naming_the_plane() {
+    let _fds = super::fds_held();
     let t = image(PixelFormat::I420, TensorMemory::Mem);
     let mut message = Vec::new();
     encode(&t, false, &stamp(), &mut message).unwrap();
@@ -335,4 +342,27 @@ fn inline_data_shorter_than_its_plane_is_refused_naming_the_plane() {
         .to_cdr();
     let err = decode(&short).unwrap_err();
     assert!(err.starts_with("planes[2].data"), "{err}");
+}
+
+#[test]
+fn a_message_at_an_odd_address_is_read_like_any_other() {
+    let _fds = super::fds_held();
+    let t = TensorDyn::from(Tensor::<f32>::new(&[4], None).unwrap())
+        .with_quantization(None)
+        .unwrap();
+    let mut message = Vec::new();
+    encode(&t, false, &stamp(), &mut message).unwrap();
+    let mut shifted = vec![0u8; message.len() + 1];
+    shifted[1..].copy_from_slice(&message);
+    let q = Tensor::<i8>::new(&[2], None).unwrap();
+    let q = TensorDyn::from(q)
+        .with_quantization(Some(Quantization::per_tensor(0.5, 3)))
+        .unwrap();
+    let mut quantized = Vec::new();
+    encode(&q, false, &stamp(), &mut quantized).unwrap();
+    let mut odd = vec![0u8; quantized.len() + 3];
+    odd[3..].copy_from_slice(&quantized);
+    assert_eq!(decode(&shifted[1..]).unwrap().tensor.shape(), &[4]);
+    let d = decode(&odd[3..]).unwrap();
+    assert_eq!(d.tensor.quantization(), q.quantization());
 }
