@@ -103,6 +103,20 @@ impl ByteMap<'_> {
     }
 }
 
+/// Waits, bounded, for the sync_file a tensor's bytes are complete at: a producer that never
+/// finishes costs a map [`GPU_WAIT`](crate::gpu::GPU_WAIT), then an error.
+#[cold]
+#[cfg(target_os = "linux")]
+fn wait_for_acquire(fence: &crate::AcquireFence) -> Result<()> {
+    fence.wait(crate::gpu::GPU_WAIT)
+}
+
+/// Windows has no sync_files (the type has no values).
+#[cfg(not(target_os = "linux"))]
+fn wait_for_acquire(fence: &crate::AcquireFence) -> Result<()> {
+    match *fence {}
+}
+
 /// What a map needs of a tensor, its element type set aside: one body of code claims every
 /// map (a map of a `TensorDyn` dispatched to the typed code was 40% slower than a typed map).
 #[derive(Clone, Copy)]
@@ -119,6 +133,8 @@ pub(crate) struct MapSite<'a> {
     access: crate::CpuAccess,
     /// The element alignment: an empty tensor's pointer (it maps nothing).
     align: usize,
+    /// A sync_file the bytes are complete at.
+    acquire: Option<&'a crate::AcquireFence>,
 }
 
 impl<'a> MapSite<'a> {
@@ -127,6 +143,9 @@ impl<'a> MapSite<'a> {
     /// branches on it (the typed maps pass one; `byte_map` makes one per arm).
     #[inline(always)]
     fn claim(self, direction: Direction) -> Result<(*mut u8, usize, AccessGuard<'a>)> {
+        if let Some(fence) = self.acquire {
+            wait_for_acquire(fence)?;
+        }
         if !self.access.allows(direction) {
             return Err(Error::AccessDenied {
                 requested: match direction {
@@ -314,6 +333,7 @@ impl<T: Element> Tensor<T> {
             empty: extent == 0,
             access: self.access,
             align: std::mem::align_of::<T>(),
+            acquire: self.acquire.as_ref(),
         }
     }
 

@@ -7,17 +7,21 @@
 //! fence never signals costs its consumer a timeout, not a device that waits for ever.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rustix::event::{PollFd, PollFlags};
 
 use crate::os::classify::FdKind;
-use crate::{Error, Result};
+use crate::{Element, Error, Result, Tensor, TensorDyn};
 
 /// A DMA-fence sync_file, checked to be one.
 #[derive(Debug)]
 pub struct SyncFile {
     fd: OwnedFd,
+    /// Seen signalled once: a fence never unsignals, so later waits cost no poll.
+    signalled: AtomicBool,
 }
 
 impl SyncFile {
@@ -31,19 +35,38 @@ impl SyncFile {
                 kind.describe()
             )));
         }
-        Ok(SyncFile { fd })
+        Ok(SyncFile::checked(fd))
+    }
+
+    /// An fd already known to be a sync_file.
+    fn checked(fd: OwnedFd) -> SyncFile {
+        SyncFile {
+            fd,
+            signalled: AtomicBool::new(false),
+        }
     }
 
     /// Whether the fence has signalled (it never unsignals).
     pub fn is_signalled(&self) -> Result<bool> {
-        readable(self.fd.as_fd(), Duration::ZERO)
+        if self.signalled.load(Ordering::Acquire) {
+            return Ok(true);
+        }
+        let now = readable(self.fd.as_fd(), Duration::ZERO)?;
+        self.signalled.store(now, Ordering::Release);
+        Ok(now)
     }
 
     /// Waits at most `timeout` for the fence to signal: `Error::Timeout` naming the bound if it
     /// does not, so a producer that never finishes costs a bounded wait.
     pub fn wait(&self, timeout: Duration) -> Result<()> {
+        if self.signalled.load(Ordering::Acquire) {
+            return Ok(());
+        }
         match readable(self.fd.as_fd(), timeout)? {
-            true => Ok(()),
+            true => {
+                self.signalled.store(true, Ordering::Release);
+                Ok(())
+            }
             false => Err(Error::Timeout(format!(
                 "a sync_file fence did not signal within {timeout:?}: its producer has not \
                  finished the frame (or never will)"
@@ -60,6 +83,37 @@ impl SyncFile {
 impl AsFd for SyncFile {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
+    }
+}
+
+impl<T: Element> Tensor<T> {
+    /// The same tensor over the same buffer, its bytes complete only once `fence` signals: a
+    /// frame a V4L2 driver or a GPU is still writing. A CPU map waits for the fence (at most
+    /// [`GPU_WAIT`](crate::gpu::GPU_WAIT)); a blob by reference carries it to the receiver
+    /// (which waits for it, bounded, before it returns the tensor); an EdgeFirst message by
+    /// reference names it as `fence_fd`. The pooled channel's frames are its own pool's
+    /// tensors and carry no fence: wait for one ([`SyncFile::wait`]) before `send`.
+    pub fn with_sync_file(&self, fence: SyncFile) -> Tensor<T> {
+        let mut t = self.clone();
+        t.acquire = Some(Arc::new(fence));
+        t
+    }
+
+    /// The sync_file the bytes are complete at, if any.
+    pub fn sync_file(&self) -> Option<&SyncFile> {
+        self.acquire.as_deref()
+    }
+}
+
+impl TensorDyn {
+    /// See [`Tensor::with_sync_file`].
+    pub fn with_sync_file(&self, fence: SyncFile) -> TensorDyn {
+        each_tensor!(self, t => TensorDyn::from(t.with_sync_file(fence)))
+    }
+
+    /// See [`Tensor::sync_file`].
+    pub fn sync_file(&self) -> Option<&SyncFile> {
+        each_tensor!(self, t => t.sync_file())
     }
 }
 
@@ -91,6 +145,15 @@ fn readable(fd: BorrowedFd<'_>, timeout: Duration) -> Result<bool> {
                 })
             }
         }
+    }
+}
+
+#[cfg(test)]
+impl SyncFile {
+    /// Any pollable fd taken as a fence, for tests: no machine of ours can make a sync_file
+    /// without a GPU or sw_sync, and an eventfd polls readable as a signalled fence does.
+    pub(crate) fn stand_in(fd: OwnedFd) -> SyncFile {
+        SyncFile::checked(fd)
     }
 }
 

@@ -28,6 +28,9 @@ pub struct Tensor<T: Element> {
     pub(crate) image: Option<ImageInfo>,
     pub(crate) access: CpuAccess,
     pub(crate) quantization: Option<Quantization>,
+    /// A sync_file its bytes are complete at (a V4L2 or GPU producer's), waited for before a
+    /// CPU map and carried by blobs by reference.
+    pub(crate) acquire: Option<crate::AcquireFence>,
     pub(crate) _elem: PhantomData<T>,
 }
 
@@ -66,6 +69,7 @@ impl<T: Element> Tensor<T> {
             image,
             access,
             quantization: None,
+            acquire: None,
             _elem: PhantomData,
         }
     }
@@ -260,6 +264,7 @@ impl<T: Element> Tensor<T> {
             image,
             access,
             quantization,
+            acquire: None,
             _elem: PhantomData,
         })
     }

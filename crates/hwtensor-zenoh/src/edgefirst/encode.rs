@@ -2,7 +2,7 @@
 //! tensor, its planes by reference (this process's pid and fd numbers) or inline.
 
 use std::borrow::Cow;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 
 use edgefirst_schemas::builtin_interfaces::Time;
 use edgefirst_schemas::edgefirst_msgs::{CameraFrame, TensorStamped};
@@ -14,8 +14,8 @@ use super::codes::{
 };
 use super::Schema;
 
-/// EdgeFirst's "no fence": the frame is complete (hwtensor's CPU memory is, and GPU memory
-/// is read after its completion to go inline).
+/// EdgeFirst's "no fence": the frame is complete (hwtensor's CPU memory is, unless it carries
+/// a sync_file, and GPU memory is read after its completion to go inline).
 const NO_FENCE: i32 = -1;
 /// `quant_axis` of a tensor without quantization.
 const NO_QUANT: i32 = -2;
@@ -37,6 +37,8 @@ struct Planes {
     storage: u32,
     pid: u32,
     handle: i64,
+    /// The sync_file the bytes are complete at, by its fd number (by reference only).
+    fence: i32,
     /// (offset in the tensor's span, row stride, size) per plane.
     spans: Vec<(usize, usize, usize)>,
     base: usize,
@@ -65,6 +67,10 @@ pub(crate) fn encode(
         },
         pid: fd.map_or(0, |_| std::process::id()),
         handle: fd.map_or(-1, |fd| i64::from(fd.as_raw_fd())),
+        fence: match (fd, tensor.sync_file()) {
+            (Some(_), Some(f)) => f.as_fd().as_raw_fd(),
+            _ => NO_FENCE,
+        },
         spans,
         base: tensor.byte_offset(),
     };
@@ -129,7 +135,7 @@ fn write(
     let fields = TensorFields {
         storage_kind: planes.storage,
         pid: planes.pid,
-        fence_fd: NO_FENCE,
+        fence_fd: planes.fence,
         dtype: dtype_code(tensor.dtype()),
         quant_axis: axis,
         shape: &shape,

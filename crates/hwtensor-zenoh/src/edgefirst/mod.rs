@@ -11,7 +11,9 @@
 //!   take the fds within that window (a late one may find the number reused, and the import's
 //!   checks refuse what is not a frame). Heap, GPU and CUDA frames, and every frame while a
 //!   subscriber on another host is alive, go **inline** (`data`, read after the frame's
-//!   completion). `fence_fd` is -1: the frame is complete when it is published.
+//!   completion). `fence_fd` is -1 (the frame is complete when it is published) unless a frame
+//!   by reference carries a sync_file ([`Tensor::with_sync_file`](hwtensor::Tensor::with_sync_file)):
+//!   then it is that fd's number, held open with the frame.
 //! - **Subscribing**: a sample without hwtensor's frame record is read as an EdgeFirst
 //!   `CameraFrame`, `TensorStamped` or bare `Tensor`. Planes by reference are copied out of the
 //!   publisher with `pidfd_getfd` (which needs ptrace access to it: same user and

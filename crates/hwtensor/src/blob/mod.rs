@@ -25,7 +25,7 @@
 //! | 4 | 2 | version | 1; another value is refused |
 //! | 6 | 2 | header_len | bytes of the fixed header; 168 in v1, larger when a later writer appended fields (a v1 reader skips them) |
 //! | 8 | 4 | total_len | bytes of the whole blob, this header included |
-//! | 12 | 4 | required | features the reader must understand (bit 0 image, 1 quantization, 2 completion, 3 colorimetry, 4 per-channel quantization, 5 DRM format modifier); unknown bits make a reader refuse instead of misread |
+//! | 12 | 4 | required | features the reader must understand (bit 0 image, 1 quantization, 2 completion, 3 colorimetry, 4 per-channel quantization, 5 DRM format modifier, 6 sync_file); unknown bits make a reader refuse instead of misread |
 //! | 16 | 1 | dtype | [`DType`] code |
 //! | 17 | 1 | memory | [`TensorMemory`] code of the exporter's buffer |
 //! | 18 | 1 | mode | 0 reference, 1 inline |
@@ -33,7 +33,7 @@
 //! | 20 | 1 | format | [`PixelFormat`](crate::PixelFormat) code, 0 for a plain tensor |
 //! | 21 | 1 | access | [`CpuAccess`] the exporter declared |
 //! | 22 | 1 | plane_count | at most 4 |
-//! | 23 | 1 | fd_count | fds that travel with the blob: 1 in reference mode (2 for GPU or CUDA memory with its fence), 0 inline |
+//! | 23 | 1 | fd_count | fds that travel with the blob: 1 in reference mode (2 for GPU or CUDA memory with its fence, or shm or a DMA-BUF with its sync_file), 0 inline |
 //! | 24 | 8 | byte_offset | of the first element in the buffer |
 //! | 32 | 8 | buffer_len | bytes of the buffer (at most the fd's size; the inline data length) |
 //! | 40 | 8 | width | image width in pixels (0 for a plain tensor) |
@@ -41,7 +41,7 @@
 //! | 56 | 8 | row_stride | image row stride in bytes |
 //! | 64 | 4 | quant_scale | f32, with required bit 1 |
 //! | 68 | 4 | quant_zero_point | i32, with required bit 1 |
-//! | 72 | 4 | completion_fd | fd-table index of the completion fence, `u32::MAX` for none |
+//! | 72 | 4 | completion_fd | fd-table index of the completion fence (a timeline with bit 2, a sync_file with bit 6), `u32::MAX` for none |
 //! | 76 | 4 | quant_channels | per-channel quantization: the channel count, with required bit 4 (else 0) |
 //! | 80 | 8 | completion_value | timeline value to wait for, with required bit 2 |
 //! | 88 | 4 | colorimetry | an image's colour primaries, transfer, matrix and range codes ([`Colorimetry`](crate::Colorimetry)), with required bit 3 |
@@ -145,13 +145,18 @@ pub const REQUIRES_PER_CHANNEL: u32 = 1 << 4;
 /// (the header then has the `drm_modifier` field): a reader that cannot keep it must refuse
 /// rather than read tiles as rows.
 pub const REQUIRES_DRM_MODIFIER: u32 = 1 << 5;
+/// `required` bit: shared memory or a DMA-BUF by reference whose bytes are complete only when
+/// the DMA-fence sync_file at fd index 1 (`completion_fd`) signals (a V4L2 or GPU producer's
+/// fence). The reader waits for it, bounded, before it returns the tensor; never with bit 2.
+pub const REQUIRES_SYNC_FILE: u32 = 1 << 6;
 /// Every `required` bit this reader understands.
 const KNOWN_REQUIREMENTS: u32 = REQUIRES_IMAGE
     | REQUIRES_QUANTIZATION
     | REQUIRES_COMPLETION
     | REQUIRES_COLORIMETRY
     | REQUIRES_PER_CHANNEL
-    | REQUIRES_DRM_MODIFIER;
+    | REQUIRES_DRM_MODIFIER
+    | REQUIRES_SYNC_FILE;
 /// Bytes of one per-channel pair: f32 scale, i32 zero point.
 const CHANNEL_LEN: usize = 8;
 
@@ -254,6 +259,8 @@ struct Outgoing {
     gpu: GpuFields,
     /// The timeline value the reader waits for, through fd 1.
     completion: Option<u64>,
+    /// fd 1 is a sync_file the reader waits for.
+    sync_file: bool,
 }
 
 impl Outgoing {
@@ -266,6 +273,7 @@ impl Outgoing {
             fd_count: 0,
             gpu: GpuFields::default(),
             completion: None,
+            sync_file: false,
         }
     }
 
@@ -283,6 +291,7 @@ impl Outgoing {
         let mut required = 0;
         for (present, bit) in [
             (self.completion.is_some(), REQUIRES_COMPLETION),
+            (self.sync_file, REQUIRES_SYNC_FILE),
             (info.is_some(), REQUIRES_IMAGE),
             (quant.is_some(), REQUIRES_QUANTIZATION),
             (
@@ -337,7 +346,10 @@ impl Outgoing {
             quant_zero_point: q.zero_point,
             quant_channels: channel_count as u32,
             quant_axis: channels.map_or(0, |c| c.axis as u32),
-            completion_fd: self.completion.map_or(NO_FENCE, |_| 1),
+            completion_fd: match self.completion.is_some() || self.sync_file {
+                true => 1,
+                false => NO_FENCE,
+            },
             completion_value: self.completion.unwrap_or(0),
             gpu: self.gpu,
             drm_modifier: info.map_or(0, |i| i.modifier.0),
@@ -482,6 +494,16 @@ impl<'a> Described<'a> {
         if has_fence && (h.completion_fd != 1 || !device_memory || h.mode != MODE_REFERENCE) {
             return Err(bad(format!(
                 "a completion fence must be fd 1 of GPU or CUDA memory sent by reference (fd index {})",
+                h.completion_fd
+            )));
+        }
+        let has_sync_file = h.required & REQUIRES_SYNC_FILE != 0;
+        if has_sync_file
+            && (h.completion_fd != 1 || device_memory || has_fence || h.mode != MODE_REFERENCE)
+        {
+            return Err(bad(format!(
+                "a sync_file must be fd 1 of shared memory or a DMA-BUF sent by reference, \
+                 without a timeline completion (fd index {})",
                 h.completion_fd
             )));
         }

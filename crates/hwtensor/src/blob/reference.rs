@@ -7,6 +7,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use super::wire::GpuFields;
 use super::{
     bad, inline_buffer, Described, Outgoing, Transport, MODE_REFERENCE, REQUIRES_COMPLETION,
+    REQUIRES_SYNC_FILE,
 };
 use crate::backing::Storage;
 use crate::buffer::Buffer;
@@ -38,6 +39,7 @@ fn export_reference<T: Element>(t: &Tensor<T>) -> Result<(Vec<u8>, Vec<BorrowedF
         fd_count: 1,
         gpu: GpuFields::default(),
         completion: None,
+        sync_file: false,
     };
     if let Some(described) = t.buffer.describe_device() {
         let (reference, completion) = described?;
@@ -45,6 +47,16 @@ fn export_reference<T: Element>(t: &Tensor<T>) -> Result<(Vec<u8>, Vec<BorrowedF
         if let Some((fence, value)) = completion {
             fds.push(fence);
             out.completion = Some(value);
+        }
+    }
+    if let Some(fence) = t.sync_file() {
+        if out.completion.is_some() {
+            // Device memory's own timeline orders its writes; a sync_file beside it is waited
+            // for here, so the blob names one fence.
+            fence.wait(GPU_WAIT)?;
+        } else {
+            fds.push(fence.as_fd());
+            out.sync_file = true;
         }
     }
     out.fd_count = fds.len();
@@ -90,7 +102,8 @@ fn reference_buffer(
              driver trusts the fd's content): [[accept_gpu_reference]]",
         ));
     }
-    let needed = 1 + (h.required & REQUIRES_COMPLETION != 0) as usize;
+    let fenced = h.required & (REQUIRES_COMPLETION | REQUIRES_SYNC_FILE) != 0;
+    let needed = 1 + fenced as usize;
     if h.fd_count != needed || fds.len() != needed {
         return Err(bad(format!(
             "a reference blob of this kind needs exactly {needed} fd(s): it names {}, {} arrived",
@@ -102,12 +115,26 @@ fn reference_buffer(
     let Some(fd) = fds.pop() else {
         return Err(bad("the memory fd is missing"));
     };
+    if h.required & REQUIRES_SYNC_FILE != 0 {
+        // Waited for here, bounded, and dropped: the tensor returned is complete.
+        let fence = fence.ok_or_else(|| bad("the sync_file fd is missing"))?;
+        crate::SyncFile::from_fd(fence)
+            .and_then(|f| f.wait(GPU_WAIT))
+            .map_err(|e| bad(format!("completion_fd: {e}")))?;
+        return shared_buffer(d, fd, policy);
+    }
     if memory == TensorMemory::Gpu {
         return gpu_buffer(d, fd, fence, MemorySource::Vulkan);
     }
     if memory == TensorMemory::Cuda {
         return cuda_buffer(d, fd, fence);
     }
+    shared_buffer(d, fd, policy)
+}
+
+/// Shared memory or a DMA-BUF by reference, checked to be the kind the blob says.
+fn shared_buffer(d: &Described<'_>, fd: OwnedFd, policy: &ImportPolicy) -> Result<Buffer> {
+    let memory = d.memory;
     if !matches!(memory, TensorMemory::Shm | TensorMemory::DmaBuf) {
         return Err(bad(format!(
             "a reference blob of {memory} memory cannot be imported by fd"
@@ -181,4 +208,61 @@ fn cuda_buffer(d: &Described<'_>, fd: OwnedFd, fence: Option<OwnedFd>) -> Result
         timeline.wait(d.header.completion_value, GPU_WAIT)?;
     }
     Ok(buffer)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::SyncFile;
+
+    fn eventfd(count: u32) -> OwnedFd {
+        rustix::event::eventfd(count, rustix::event::EventfdFlags::CLOEXEC).unwrap()
+    }
+
+    fn owned(fds: Vec<BorrowedFd<'_>>) -> Vec<OwnedFd> {
+        fds.iter()
+            .map(|f| f.try_clone_to_owned().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn a_tensor_with_a_sync_file_travels_with_it_as_fd_1_and_the_sync_file_bit() {
+        let t = Tensor::<u8>::new(&[64], Some(TensorMemory::Shm)).unwrap();
+        let fenced = TensorDyn::from(t.with_sync_file(SyncFile::stand_in(eventfd(1))));
+        let (blob, fds) = export(&fenced, Transport::Reference).unwrap();
+        assert_eq!(fds.len(), 2);
+        let d = Described::read(&blob).unwrap();
+        assert_ne!(d.header.required & REQUIRES_SYNC_FILE, 0);
+        assert_eq!(d.header.completion_fd, 1);
+        // The stand-in is no sync_file: the receiver's check refuses it by name.
+        let err = import(&blob, owned(fds)).unwrap_err().to_string();
+        assert!(
+            err.contains("completion_fd") && err.contains("sync_file"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_sync_file_bit_without_its_fd_or_beside_a_timeline_is_refused() {
+        let t = Tensor::<u8>::new(&[64], Some(TensorMemory::Shm)).unwrap();
+        let fenced = TensorDyn::from(t.with_sync_file(SyncFile::stand_in(eventfd(1))));
+        let (blob, fds) = export(&fenced, Transport::Reference).unwrap();
+        let mut only_memory = owned(fds);
+        only_memory.truncate(1);
+        assert!(import(&blob, only_memory).is_err());
+        let mut both = blob.clone();
+        let required = u32::from_le_bytes(both[12..16].try_into().unwrap());
+        both[12..16].copy_from_slice(&(required | REQUIRES_COMPLETION).to_le_bytes());
+        let err = Described::read(&both).err().unwrap().to_string();
+        assert!(err.contains("completion"), "{err}");
+    }
+
+    #[test]
+    fn a_cpu_map_waits_for_the_sync_file_and_then_reads() {
+        let t = Tensor::<u8>::new(&[4], Some(TensorMemory::Shm)).unwrap();
+        t.map_write().unwrap().fill(9);
+        let fenced = t.with_sync_file(SyncFile::stand_in(eventfd(1)));
+        assert_eq!(fenced.to_vec().unwrap(), [9; 4]);
+        assert!(fenced.sync_file().unwrap().is_signalled().unwrap());
+    }
 }

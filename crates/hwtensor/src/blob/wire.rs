@@ -5,7 +5,7 @@
 use super::{
     bad, KNOWN_REQUIREMENTS, MAGIC, MAX_FDS, MAX_PLANES, MAX_RANK, REQUIRES_COLORIMETRY,
     REQUIRES_COMPLETION, REQUIRES_DRM_MODIFIER, REQUIRES_IMAGE, REQUIRES_PER_CHANNEL,
-    REQUIRES_QUANTIZATION, VERSION,
+    REQUIRES_QUANTIZATION, REQUIRES_SYNC_FILE, VERSION,
 };
 use crate::gpu::{GpuOrigin, GpuReference};
 use crate::image::ImageInfo;
@@ -309,8 +309,9 @@ impl Header {
                 "quantization fields are set without the quantization bit",
             ));
         }
-        if self.required & REQUIRES_COMPLETION == 0
-            && (self.completion_fd != NO_FENCE || self.completion_value != 0)
+        let fenced = self.required & (REQUIRES_COMPLETION | REQUIRES_SYNC_FILE) != 0;
+        if (!fenced && self.completion_fd != NO_FENCE)
+            || (self.required & REQUIRES_COMPLETION == 0 && self.completion_value != 0)
         {
             return Err(bad("completion fields are set without the completion bit"));
         }
