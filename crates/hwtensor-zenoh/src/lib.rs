@@ -15,6 +15,11 @@
 //!   The publisher puts inline bytes on Zenoh only while a subscriber on another host (or one
 //!   that asked for no local delivery) is alive, so a one-host pipeline moves no frame bytes.
 //!
+//! - **EdgeFirst messages** ([`Encoding::EdgeFirst`]; see [`edgefirst`]): `CameraFrame` and
+//!   `TensorStamped` of edgefirst-schemas 4.x, by the publisher's pid and fd numbers on one host
+//!   or inline, so EdgeFirst perception services and hwtensor programs read each other's
+//!   frames. The subscriber reads them from any publisher.
+//!
 //! The subscriber's code is the same either way. Samples are parsed as hostile input: a
 //! malformed or truncated one is dropped with a logged reason and counted
 //! ([`Subscriber::dropped`]). A frame whose sequence number is a little behind the last one from
