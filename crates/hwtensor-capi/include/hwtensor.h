@@ -567,7 +567,8 @@ typedef struct HwtIdentity {
    * 0: a kind this version of the ABI does not know; 1: an fd-backed buffer (`a` = st_dev,
    * `b` = st_ino); 2: heap memory of this process
    * (`a` = its base address); 3: GPU or CUDA memory (`a` = the allocating pid, `b` = its
-   * start time, `c` = the allocation's serial there).
+   * start time, `c` = the allocation's serial there); 4: Windows shared memory, a section
+   * (`a` = the pid that made it, `b` = its serial there).
    */
   uint32_t kind;
   /**

@@ -28,7 +28,8 @@ pub struct HwtIdentity {
     /// 0: a kind this version of the ABI does not know; 1: an fd-backed buffer (`a` = st_dev,
     /// `b` = st_ino); 2: heap memory of this process
     /// (`a` = its base address); 3: GPU or CUDA memory (`a` = the allocating pid, `b` = its
-    /// start time, `c` = the allocation's serial there).
+    /// start time, `c` = the allocation's serial there); 4: Windows shared memory, a section
+    /// (`a` = the pid that made it, `b` = its serial there).
     pub kind: u32,
     /// See `kind`.
     pub a: u64,
@@ -339,6 +340,12 @@ pub unsafe extern "C" fn hwt_tensor_identity(
                 a: pid.into(),
                 b: start_time,
                 c: serial,
+            },
+            BufferIdentity::Section { pid, serial } => HwtIdentity {
+                kind: 4,
+                a: pid.into(),
+                b: serial,
+                c: 0,
             },
             // A kind of identity newer than this ABI: kind 0, "unknown".
             _ => HwtIdentity::default(),

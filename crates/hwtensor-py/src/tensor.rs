@@ -347,7 +347,8 @@ impl PyTensor {
     }
 
     /// What names the buffer across processes: `("file", dev, ino)`, `("heap", address)`,
-    /// `("gpu", pid, start_time, serial)`, or `("other",)` for a kind this binding predates.
+    /// `("gpu", pid, start_time, serial)`, `("section", pid, serial)` (Windows shared memory),
+    /// or `("other",)` for a kind this binding predates.
     #[getter]
     fn identity(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         let id = match self.inner.identity() {
@@ -360,6 +361,9 @@ impl PyTensor {
             } => ("gpu", pid, start_time, serial)
                 .into_pyobject(py)?
                 .into_any(),
+            BufferIdentity::Section { pid, serial } => {
+                ("section", pid, serial).into_pyobject(py)?.into_any()
+            }
             _ => ("other",).into_pyobject(py)?.into_any(),
         };
         Ok(id.unbind())

@@ -43,6 +43,14 @@ pub enum BufferIdentity {
         /// The allocation's serial there.
         serial: u64,
     },
+    /// Shared memory on Windows, a pagefile-backed section: named by the process that made it
+    /// and the section's serial there (a section has no inode; its name travels with it).
+    Section {
+        /// The process that made the section.
+        pid: u32,
+        /// The section's serial there.
+        serial: u64,
+    },
 }
 
 impl BufferIdentity {

@@ -19,7 +19,8 @@ pub const FORCE_MEM_ENV: &str = "HWTENSOR_FORCE_MEM";
 pub enum TensorMemory {
     /// Heap memory of this process: 64-byte aligned, page aligned from one page up.
     Mem = 1,
-    /// A sealed memfd: shareable with other processes by fd.
+    /// Shared memory: a sealed memfd on Linux (shareable by fd), a pagefile-backed section on
+    /// Windows.
     Shm = 2,
     /// A kernel DMA-BUF: allocated from a dma-heap, or imported from a driver.
     DmaBuf = 3,

@@ -9,8 +9,8 @@ use hwtensor::{CpuAccess, PixelFormat, Tensor, TensorMemory};
 use crate::bench::Samples;
 use crate::timing::{fmt, median};
 
-/// Host memories the core benchmarks measure: no fd-backed shared memory on Windows.
-pub const HOST_MEMORIES: &[TensorMemory] = &[TensorMemory::Mem];
+/// Host memories the core benchmarks measure: heap, and shared memory (a section here).
+pub const HOST_MEMORIES: &[TensorMemory] = &[TensorMemory::Mem, TensorMemory::Shm];
 
 /// Signals each thread makes when measuring throughput.
 const SIGNALS_PER_THREAD: usize = 500;

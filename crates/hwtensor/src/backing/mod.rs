@@ -14,14 +14,26 @@
 pub(crate) mod foreign;
 #[cfg(target_os = "linux")]
 pub(crate) mod linux;
+#[cfg(not(windows))]
+mod no_section;
 #[cfg(not(target_os = "linux"))]
 mod stub;
+#[cfg(windows)]
+mod windows;
 
-// The one platform switch of this file: the Linux-only backings, or their uninhabited stubs.
+// The platform switches of this file: the Linux-only backings or their uninhabited stubs, and
+// the Windows section or its stub.
+#[cfg(not(windows))]
+use no_section::SectionMapping;
+#[cfg(windows)]
+use windows::SectionMapping;
 #[cfg(target_os = "linux")]
 use {crate::cuda, linux as fd_backed};
 #[cfg(not(target_os = "linux"))]
 use {stub as fd_backed, stub::cuda};
+
+/// Whether shared memory here is a section (Windows) rather than a memfd.
+const SHM_IS_SECTION: bool = cfg!(windows);
 
 use crate::gpu::{self, GpuCpuAccess, GpuMemory, TextureRequest};
 use crate::identity::BufferIdentity;
@@ -48,6 +60,8 @@ pub(crate) enum Storage {
     Gpu(GpuMemory),
     /// CUDA device memory (Linux).
     Cuda(CudaMemory),
+    /// Shared memory on Windows: a pagefile-backed section and its view.
+    Section(SectionMapping),
 }
 
 /// What a CPU access of a storage holds open: the GPU write-back of a staged map, or the
@@ -72,6 +86,7 @@ impl TensorMemory {
     pub fn unavailable_reason(self) -> Option<String> {
         match self {
             TensorMemory::Mem => None,
+            TensorMemory::Shm if SHM_IS_SECTION => None,
             TensorMemory::Shm | TensorMemory::DmaBuf => fd_backed::unavailable_reason(self),
             TensorMemory::Gpu => gpu::device().err().map(|e| e.to_string()),
             TensorMemory::Cuda => cuda::unavailable_reason(),
@@ -114,6 +129,9 @@ impl Storage {
             TensorMemory::Mem => HeapBlock::zeroed(len).map(Storage::Heap),
             TensorMemory::Gpu => GpuMemory::allocate(len, texture).map(Storage::Gpu),
             TensorMemory::Cuda => CudaMemory::allocate(len).map(Storage::Cuda),
+            TensorMemory::Shm if SHM_IS_SECTION => {
+                SectionMapping::allocate(len).map(Storage::Section)
+            }
             TensorMemory::Shm | TensorMemory::DmaBuf => {
                 fd_backed::allocate(memory, len, cpu_reads).map(Storage::Fd)
             }
@@ -129,6 +147,7 @@ impl Storage {
             Storage::Planes(m) => m.ptr(),
             Storage::Gpu(g) => g.ptr(),
             Storage::Cuda(c) => c.ptr(),
+            Storage::Section(s) => s.ptr(),
         }
     }
 
@@ -140,6 +159,7 @@ impl Storage {
             Storage::Planes(m) => m.len(),
             Storage::Gpu(g) => g.len(),
             Storage::Cuda(c) => c.len(),
+            Storage::Section(s) => s.len(),
         }
     }
 
@@ -150,6 +170,7 @@ impl Storage {
             Storage::Planes(m) => m.memory(),
             Storage::Gpu(_) => TensorMemory::Gpu,
             Storage::Cuda(_) => TensorMemory::Cuda,
+            Storage::Section(s) => s.memory(),
         }
     }
 
@@ -161,6 +182,7 @@ impl Storage {
             Storage::Planes(m) => m.identity(),
             Storage::Gpu(g) => Ok(device_identity(g.origin())),
             Storage::Cuda(c) => Ok(device_identity(c.origin())),
+            Storage::Section(s) => s.identity(),
         }
     }
 
@@ -172,6 +194,7 @@ impl Storage {
             Storage::Heap(_) | Storage::Gpu(_) => true,
             Storage::Foreign(f) => f.writable(),
             Storage::Cuda(_) => true,
+            Storage::Section(s) => s.writable(),
         }
     }
 
@@ -188,6 +211,8 @@ impl Storage {
             Storage::Planes(_) => false,
             Storage::Gpu(_) => false,
             Storage::Cuda(_) => false,
+            // A view is page aligned and lives as long as the buffer.
+            Storage::Section(s) => s.len() > 0,
         }
     }
 
@@ -202,7 +227,7 @@ impl Storage {
     #[inline(always)]
     pub(crate) fn cpu_access_is_bracketed(&self) -> bool {
         match self {
-            Storage::Heap(_) | Storage::Foreign(_) => false,
+            Storage::Heap(_) | Storage::Foreign(_) | Storage::Section(_) => false,
             Storage::Fd(m) => m.memory() == TensorMemory::DmaBuf,
             Storage::Planes(m) => m.memory() == TensorMemory::DmaBuf,
             _ => true,
@@ -213,7 +238,7 @@ impl Storage {
     /// access [is bracketed](Self::cpu_access_is_bracketed) (`None` for the rest).
     pub(crate) fn begin_cpu(&self, direction: Direction) -> Result<Option<CpuAccessGuard<'_>>> {
         match self {
-            Storage::Heap(_) | Storage::Foreign(_) => Ok(None),
+            Storage::Heap(_) | Storage::Foreign(_) | Storage::Section(_) => Ok(None),
             Storage::Gpu(g) => g
                 .begin_cpu(direction != Direction::Read)
                 .map(|a| Some(CpuAccessGuard::Gpu(a))),

@@ -16,7 +16,8 @@ enum Never {}
 /// Why an fd-backed kind cannot be allocated here: always, with what to use instead.
 pub(crate) fn unavailable_reason(memory: TensorMemory) -> Option<String> {
     Some(format!(
-        "{} memory is an fd-backed Linux kind; on this platform use mem or gpu",
+        "{} memory is an fd-backed Linux kind; on this platform use shm (a section on \
+         Windows), mem or gpu",
         memory.name()
     ))
 }

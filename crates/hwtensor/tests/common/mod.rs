@@ -44,13 +44,9 @@ pub fn skip_unless_required(test: &str, reason: &str) {
     eprintln!("SKIPPED: {test} - {reason}");
 }
 
-/// Shared memory where the platform has it (a memfd on Unix), else heap: for tests about
-/// geometry and maps, which behave the same on every host backing.
-pub const SHARED: hwtensor::TensorMemory = if cfg!(target_os = "linux") {
-    hwtensor::TensorMemory::Shm
-} else {
-    hwtensor::TensorMemory::Mem
-};
+/// Shared memory (a memfd on Linux, a section on Windows): for tests about geometry and maps,
+/// which behave the same on every host backing.
+pub const SHARED: hwtensor::TensorMemory = hwtensor::TensorMemory::Shm;
 
 /// Whether this run must prove the CUDA paths (`HWTENSOR_TEST_REQUIRE_CUDA=1`).
 #[cfg(target_os = "linux")]

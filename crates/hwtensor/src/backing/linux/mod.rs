@@ -103,7 +103,10 @@ impl Storage {
     pub(crate) fn fd(&self) -> Option<BorrowedFd<'_>> {
         match self {
             // An image in several fds has no one fd to hand on: it travels inline.
-            Storage::Heap(_) | Storage::Foreign(_) | Storage::Planes(_) => None,
+            // (A section is Windows shared memory, which has no fd.)
+            Storage::Heap(_) | Storage::Foreign(_) | Storage::Planes(_) | Storage::Section(_) => {
+                None
+            }
             Storage::Fd(m) => Some(m.fd()),
             Storage::Gpu(g) => g.fd_to_share(),
             Storage::Cuda(c) => c.fd(),
