@@ -5,7 +5,9 @@
 //! (`gpu::run_copy`); where a side is CUDA memory, CUDA runs it (`cuda::run_copy`). A host side
 //! the device cannot reach, and any copy within one buffer, goes through CPU maps.
 
+use crate::format::Plane;
 use crate::gpu::{self, CopyPlan, Placement};
+use crate::image::ImageInfo;
 use crate::Direction;
 use crate::{CpuAccess, Element, Error, Result, Tensor, TensorMemory};
 
@@ -62,6 +64,11 @@ impl<T: Element> Tensor<T> {
                 src.shape, self.shape
             )));
         }
+        if let (Some(to), Some(from)) = (self.image, src.image) {
+            if !to.format.grid_holds_chroma() {
+                return self.copy_planes_from(src, &to, &from);
+            }
+        }
         // Within one buffer the regions may overlap, and one buffer cannot be claimed for reading
         // and writing at once: such a copy reads everything first, through a map.
         if !self.buffer.same_as(&src.buffer) {
@@ -74,6 +81,50 @@ impl<T: Element> Tensor<T> {
             }
         }
         self.copy_from_flat(&src.to_vec()?)
+    }
+
+    /// Copies an image whose chroma rows its grid does not describe (I420, YV12, NV24: see
+    /// [`PixelFormat::grid_holds_chroma`](crate::PixelFormat::grid_holds_chroma)) plane by
+    /// plane and row by row, through CPU maps: a copy of the grid would carry padding for some
+    /// chroma bytes and drop others.
+    fn copy_planes_from(&self, src: &Tensor<T>, to: &ImageInfo, from: &ImageInfo) -> Result<()> {
+        if (to.format, to.width, to.height) != (from.format, from.width, from.height) {
+            return Err(Error::Shape(format!(
+                "copy_from: a {}x{} {} image into a {}x{} {} one",
+                from.width, from.height, from.format, to.width, to.height, to.format
+            )));
+        }
+        let elem = T::DTYPE.size();
+        let rows = |i: &ImageInfo| -> Result<Vec<(Plane, usize)>> {
+            let planes = i.format.plane_table(i.width, i.height, i.row_stride)?;
+            Ok(planes
+                .into_iter()
+                .map(|p| {
+                    let row = i.format.plane_row_bytes(i.width, elem, i.row_stride, &p);
+                    (p, row.unwrap_or(p.row_stride))
+                })
+                .collect())
+        };
+        let (dst_planes, src_planes) = (rows(to)?, rows(from)?);
+        // Read first when both are one buffer: it cannot be claimed for reading and writing.
+        let source = src.map_span_read()?.as_bytes().to_vec();
+        let mut map = self.map_span_write()?;
+        let dst = map.as_bytes_mut();
+        for ((d, row), (s, _)) in dst_planes.iter().zip(&src_planes) {
+            for r in 0..d.rows {
+                let (at, from_at) = (d.offset + r * d.row_stride, s.offset + r * s.row_stride);
+                let (Some(out), Some(part)) = (
+                    dst.get_mut(at..at + row),
+                    source.get(from_at..from_at + row),
+                ) else {
+                    return Err(Error::OutOfBounds(format!(
+                        "copy_from: row {r} of a plane lies past the image's bytes"
+                    )));
+                };
+                out.copy_from_slice(part);
+            }
+        }
+        Ok(())
     }
 
     /// The plan of a copy from `src` into this tensor: the shape and both placements.

@@ -357,6 +357,17 @@ impl PixelFormat {
 
     /// The shape of the buffer that holds one `w`x`h` image: the tensor's shape.
     ///
+    /// Whether the image's grid ([`allocation_shape`](Self::allocation_shape) at the row
+    /// stride) reaches every chroma byte as an element: not for I420 and YV12 (two chroma rows
+    /// share a grid row, half a stride apart) nor NV24 (a chroma row spans two grid rows),
+    /// whose padded images must be copied and addressed through the plane table.
+    pub const fn grid_holds_chroma(self) -> bool {
+        !matches!(
+            self,
+            PixelFormat::I420 | PixelFormat::Yv12 | PixelFormat::Nv24
+        )
+    }
+
     /// Semi-planar formats are one combined `[rows, w]` grid with the luma row stride. For NV24
     /// that grid matches the chroma plane only when rows are tight: a padded NV24 chroma row is
     /// `2 * row_stride` bytes (the V4L2/DRM layout that [`plane_table`](Self::plane_table)

@@ -76,7 +76,7 @@ pub(crate) fn default_row_stride(
 /// miss the end of the last chroma row.
 pub(crate) fn chroma_tail(info: &ImageInfo, elem: usize) -> usize {
     let f = info.format;
-    if f.layout() != crate::Layout::PlanarYuv && f != PixelFormat::Nv24 {
+    if f.grid_holds_chroma() {
         return 0;
     }
     let planes = match f.plane_table(info.width, info.height, info.row_stride) {

@@ -340,3 +340,68 @@ fn an_image_allocated_with_a_chosen_pitch_keeps_it_and_a_pitch_too_small_is_refu
             .unwrap_err();
     assert!(err.to_string().contains("100"), "{err}");
 }
+
+/// Each row of each plane of `a` equals the same row of `b` (their data, padding aside).
+fn same_planes(a: &Tensor<u8>, b: &Tensor<u8>) {
+    let info = *a.image_info().unwrap();
+    let (pa, pb) = (a.plane_table().unwrap(), b.plane_table().unwrap());
+    let (ma, mb) = (
+        a.map_bytes(hwtensor::Direction::Read).unwrap(),
+        b.map_bytes(hwtensor::Direction::Read).unwrap(),
+    );
+    let (ba, bb) = (ma.as_bytes().unwrap(), mb.as_bytes().unwrap());
+    for (k, (x, y)) in pa.iter().zip(&pb).enumerate() {
+        let row = info
+            .format
+            .plane_row_bytes(info.width, 1, info.row_stride, x)
+            .unwrap();
+        for r in 0..x.rows {
+            let (i, j) = (x.offset + r * x.row_stride, y.offset + r * y.row_stride);
+            assert_eq!(
+                ba[i..i + row],
+                bb[j..j + row],
+                "{} plane {k} row {r}",
+                info.format
+            );
+        }
+    }
+}
+
+#[test]
+fn padded_i420_yv12_and_nv24_images_copy_plane_by_plane_both_ways() {
+    let (w, h) = (64, 48);
+    for format in [PixelFormat::I420, PixelFormat::Yv12, PixelFormat::Nv24] {
+        let padded = Tensor::<u8>::image_with_pitch(
+            w,
+            h,
+            format,
+            format.min_row_bytes(w, 1).unwrap() + 64,
+            Some(TensorMemory::Mem),
+            CpuAccess::ReadWrite,
+        )
+        .unwrap();
+        {
+            let mut m = padded.map_bytes(hwtensor::Direction::Write).unwrap();
+            for (i, b) in m.as_bytes_mut().unwrap().iter_mut().enumerate() {
+                *b = (i % 251) as u8;
+            }
+        }
+        let tight = padded.to_memory(TensorMemory::Mem).unwrap();
+        assert!(
+            tight.row_stride().is_none(),
+            "{format}: to_memory makes a tight image"
+        );
+        same_planes(&padded, &tight);
+        let back = Tensor::<u8>::image_with_pitch(
+            w,
+            h,
+            format,
+            padded.image_info().unwrap().row_stride,
+            Some(TensorMemory::Mem),
+            CpuAccess::ReadWrite,
+        )
+        .unwrap();
+        back.copy_from(&tight).unwrap();
+        same_planes(&tight, &back);
+    }
+}
