@@ -9,14 +9,12 @@ use hwtensor::{Direction, TensorDyn};
 fn row_bytes(t: &TensorDyn) -> Result<Vec<usize>, String> {
     let info = t.image_info().ok_or("not an image")?;
     let planes = t.plane_table().map_err(|e| e.to_string())?;
-    let row = |p| {
+    let row = |k| {
         let elem = t.dtype().size();
-        let bytes = info
-            .format
-            .plane_row_bytes(info.width, elem, info.row_stride, p);
+        let bytes = info.format.plane_row_bytes(info.width, elem, k);
         bytes.ok_or_else(|| "row size overflows".to_string())
     };
-    planes.iter().map(row).collect()
+    (0..planes.len()).map(row).collect()
 }
 
 /// Runs `f` over the tensor's bytes, mapped for writing.

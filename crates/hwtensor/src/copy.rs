@@ -65,7 +65,7 @@ impl<T: Element> Tensor<T> {
             )));
         }
         if let (Some(to), Some(from)) = (self.image, src.image) {
-            if !to.format.grid_holds_chroma() {
+            if !to.grid_holds_chroma() || !from.grid_holds_chroma() {
                 return self.copy_planes_from(src, &to, &from);
             }
         }
@@ -96,11 +96,12 @@ impl<T: Element> Tensor<T> {
         }
         let elem = T::DTYPE.size();
         let rows = |i: &ImageInfo| -> Result<Vec<(Plane, usize)>> {
-            let planes = i.format.plane_table(i.width, i.height, i.row_stride)?;
+            let planes = i.planes()?;
             Ok(planes
                 .into_iter()
-                .map(|p| {
-                    let row = i.format.plane_row_bytes(i.width, elem, i.row_stride, &p);
+                .enumerate()
+                .map(|(k, p)| {
+                    let row = i.format.plane_row_bytes(i.width, elem, k);
                     (p, row.unwrap_or(p.row_stride))
                 })
                 .collect())

@@ -102,8 +102,18 @@ impl<T: Element> Tensor<T> {
             Some(s) => check_row_stride(format, w, elem, s)?,
             None => default_row_stride(format, w, elem, TensorMemory::Mem)?,
         };
-        let (shape, strides) = image_geometry(None, format, w, h, elem, stride)?;
-        let info = ImageInfo::new(format, w, h, stride);
+        Self::image_at(fd, offset, ImageInfo::new(format, w, h, stride), access)
+    }
+
+    /// The image `info` describes (its row stride checked) at `offset` of `fd`.
+    pub(crate) fn image_at(
+        fd: OwnedFd,
+        offset: usize,
+        info: ImageInfo,
+        access: CpuAccess,
+    ) -> Result<Self> {
+        let (format, w, h) = (info.format, info.width, info.height);
+        let (shape, strides) = image_geometry(None, format, w, h, Self::elem(), info.row_stride)?;
         let mut t = Self::at_offset(
             fd,
             offset,

@@ -303,19 +303,34 @@ impl PixelFormat {
         Ok(())
     }
 
-    /// Bytes of data in each row of `plane` of a `w`-pixel image of `elem`-byte elements whose
-    /// luma rows are `row_stride` apart: a plane's row holds as much of the luma row as its
-    /// stride holds of the luma stride (NV24 chroma twice, I420 chroma half, others all).
-    /// `None` on overflow.
-    pub fn plane_row_bytes(
-        self,
-        w: usize,
-        elem: usize,
-        row_stride: usize,
-        plane: &Plane,
-    ) -> Option<usize> {
+    /// Bytes of data in each row of plane `index` of a `w`-pixel image of `elem`-byte elements,
+    /// whatever its stride: the first plane (and every plane of planar RGB) holds a luma row;
+    /// a chroma plane holds half of it (I420, YV12), all of it (NV12, NV21, P010, NV16: U and
+    /// V interleaved at half width) or twice it (NV24). `None` on overflow.
+    pub fn plane_row_bytes(self, w: usize, elem: usize, index: usize) -> Option<usize> {
         let luma = self.min_row_bytes(w, elem)?;
-        Some(luma.checked_mul(plane.row_stride)? / row_stride.max(1))
+        match (index, self) {
+            (0, _) | (_, PixelFormat::PlanarRgb | PixelFormat::PlanarRgba) => Some(luma),
+            (_, PixelFormat::I420 | PixelFormat::Yv12) => Some(luma / 2),
+            (_, PixelFormat::Nv24) => luma.checked_mul(2),
+            _ => Some(luma),
+        }
+    }
+
+    /// The row stride of the chroma planes a format derives from the luma's when nothing else
+    /// is said: half of it (I420, YV12), twice it (NV24), the same (the others).
+    pub const fn derived_chroma_stride(self, row_stride: usize) -> usize {
+        match self {
+            PixelFormat::I420 | PixelFormat::Yv12 => row_stride / 2,
+            PixelFormat::Nv24 => row_stride.saturating_mul(2),
+            _ => row_stride,
+        }
+    }
+
+    /// Whether the format has chroma planes after its luma plane (semi-planar and planar YUV),
+    /// whose row stride may differ from the one the format derives.
+    pub const fn has_chroma_planes(self) -> bool {
+        matches!(self.layout(), Layout::SemiPlanar | Layout::PlanarYuv)
     }
 
     /// Checks that `elem`-byte elements can carry this format's samples.
@@ -434,6 +449,53 @@ impl PixelFormat {
     /// are `2 * row_stride` apart; the chroma planes of I420 and YV12 half a luma row, so theirs
     /// are `row_stride / 2` apart and the stride must be even (the V4L2 single-buffer convention).
     pub fn plane_table(self, w: usize, h: usize, row_stride: usize) -> Result<Vec<Plane>> {
+        self.plane_table_with(w, h, row_stride, None)
+    }
+
+    /// [`plane_table`](Self::plane_table) with the chroma planes' rows `chroma_stride` bytes
+    /// apart (`None`: the stride the format derives from `row_stride`): GStreamer's default
+    /// I420 layout rounds the chroma stride up on its own, and libcamera and V4L2's
+    /// multi-planar formats report one `bytesperline` per plane.
+    pub fn plane_table_with(
+        self,
+        w: usize,
+        h: usize,
+        row_stride: usize,
+        chroma_stride: Option<usize>,
+    ) -> Result<Vec<Plane>> {
+        if chroma_stride.is_some() && !self.has_chroma_planes() {
+            return Err(Error::RowStride(format!(
+                "{self} has no chroma planes to give a stride of their own"
+            )));
+        }
+        let planes = self.derived_plane_table(w, h, row_stride)?;
+        let Some(chroma) = chroma_stride else {
+            return Ok(planes);
+        };
+        // The luma plane stays; each chroma plane follows the one before, its rows `chroma`
+        // apart.
+        let mut out = vec![planes[0]];
+        for p in &planes[1..] {
+            let prev = out[out.len() - 1];
+            let size = p.rows.checked_mul(chroma).ok_or_else(|| {
+                Error::Shape(format!("{} rows of {chroma} bytes overflow", p.rows))
+            })?;
+            let offset = prev
+                .offset
+                .checked_add(prev.size)
+                .ok_or_else(|| Error::Shape("plane offset overflows".into()))?;
+            out.push(Plane {
+                offset,
+                row_stride: chroma,
+                rows: p.rows,
+                size,
+            });
+        }
+        Ok(out)
+    }
+
+    /// The plane table with every stride derived from `row_stride`.
+    fn derived_plane_table(self, w: usize, h: usize, row_stride: usize) -> Result<Vec<Plane>> {
         self.check_size(w, h)?;
         let plane = |offset: usize, row_stride: usize, rows: usize| -> Result<Plane> {
             let size = rows.checked_mul(row_stride).ok_or_else(|| {

@@ -32,6 +32,12 @@ pub struct ImageInfo {
     /// How its pixels lie in memory beyond format and stride: LINEAR (rows) unless a producer
     /// of tiled or compressed frames said otherwise (see [`crate::DrmModifier`]).
     pub modifier: crate::DrmModifier,
+    /// Bytes from one row of each chroma plane to the next, where the producer laid them out
+    /// apart from the format's rule (GStreamer's I420 rounds the chroma stride up on its own;
+    /// V4L2 and libcamera report one per plane). `None`: the format's rule (half the row
+    /// stride for I420 and YV12, twice it for NV24, the same for the others); never set to
+    /// what the rule gives.
+    pub chroma_stride: Option<usize>,
 }
 
 impl ImageInfo {
@@ -45,8 +51,56 @@ impl ImageInfo {
             row_stride,
             colorimetry: crate::Colorimetry::default(),
             modifier: crate::DrmModifier::LINEAR,
+            chroma_stride: None,
         }
     }
+
+    /// The chroma planes' row stride: the one set, or the format's rule.
+    pub fn chroma_row_stride(&self) -> usize {
+        self.chroma_stride
+            .unwrap_or(self.format.derived_chroma_stride(self.row_stride))
+    }
+
+    /// The image's planes, relative to its first byte.
+    pub fn planes(&self) -> Result<Vec<Plane>> {
+        self.format
+            .plane_table_with(self.width, self.height, self.row_stride, self.chroma_stride)
+    }
+
+    /// Whether the image's grid reaches each chroma byte as an element (see
+    /// [`PixelFormat::grid_holds_chroma`]): never with a chroma stride of its own, whose rows
+    /// the grid does not know.
+    pub fn grid_holds_chroma(&self) -> bool {
+        self.format.grid_holds_chroma() && self.chroma_stride.is_none()
+    }
+}
+
+/// Checks a chroma stride the caller gives an image of `format`, `w` pixels wide with
+/// `elem`-byte elements and rows `row_stride` apart: the format has chroma planes, and the
+/// stride holds a chroma row in whole elements. Returns it as [`ImageInfo::chroma_stride`]
+/// keeps it: `None` when it is the format's own rule.
+pub(crate) fn check_chroma_stride(
+    format: PixelFormat,
+    w: usize,
+    elem: usize,
+    row_stride: usize,
+    chroma: usize,
+) -> Result<Option<usize>> {
+    if !format.has_chroma_planes() {
+        return Err(Error::RowStride(format!(
+            "{format} has no chroma planes to give a stride of their own"
+        )));
+    }
+    let row = format
+        .plane_row_bytes(w, elem, 1)
+        .ok_or_else(|| Error::Shape(format!("a {w}-pixel {format} row overflows usize")))?;
+    if chroma < row || !chroma.is_multiple_of(elem) {
+        return Err(Error::RowStride(format!(
+            "a chroma stride of {chroma} bytes cannot hold a {w}-pixel {format} chroma row \
+             ({row} bytes) in whole {elem}-byte elements"
+        )));
+    }
+    Ok((chroma != format.derived_chroma_stride(row_stride)).then_some(chroma))
 }
 
 /// The row stride an image gets on `memory`: tight on the host, aligned for devices.
@@ -71,21 +125,21 @@ pub(crate) fn default_row_stride(
 ///
 /// The grid (`allocation_shape` at the luma row stride) ends at the luma width of its last
 /// row. I420's and YV12's chroma rows are half a luma row apart, so the last V row starts half
-/// a row into the grid's last row; NV24's are two rows apart. With padded rows that row ends
-/// past the grid: without these bytes a map, an import's size check or an allocation would
-/// miss the end of the last chroma row.
+/// a row into the grid's last row; NV24's are two rows apart; a chroma stride of the image's
+/// own puts them anywhere. With padded rows that row ends past the grid: without these bytes a
+/// map, an import's size check or an allocation would miss the end of the last chroma row.
 pub(crate) fn chroma_tail(info: &ImageInfo, elem: usize) -> usize {
     let f = info.format;
-    if f.grid_holds_chroma() {
+    if info.grid_holds_chroma() {
         return 0;
     }
-    let planes = match f.plane_table(info.width, info.height, info.row_stride) {
+    let planes = match info.planes() {
         Ok(p) => p,
         Err(_) => return 0,
     };
     let Some(last) = planes.last() else { return 0 };
     let row = f
-        .plane_row_bytes(info.width, elem, info.row_stride, last)
+        .plane_row_bytes(info.width, elem, planes.len() - 1)
         .unwrap_or(0);
     let end = last.offset + (last.rows.max(1) - 1) * last.row_stride + row;
     let grid_rows = f.buffer_rows(info.height);
@@ -125,7 +179,7 @@ impl<T: Element> Tensor<T> {
         memory: Option<TensorMemory>,
         access: CpuAccess,
     ) -> Result<Self> {
-        Self::image_impl(None, w, h, format, None, memory, access)
+        Self::image_impl(None, w, h, format, None, None, memory, access)
     }
 
     /// [`Tensor::image`] with rows `row_stride` bytes apart, as a V4L2 driver, a codec or an
@@ -141,7 +195,34 @@ impl<T: Element> Tensor<T> {
         access: CpuAccess,
     ) -> Result<Self> {
         let pitch = check_row_stride(format, w, Self::elem(), row_stride)?;
-        Self::image_impl(None, w, h, format, Some(pitch), memory, access)
+        Self::image_impl(None, w, h, format, Some(pitch), None, memory, access)
+    }
+
+    /// [`Tensor::image_with_pitch`] whose chroma planes' rows are `chroma_stride` bytes apart
+    /// rather than what the format derives from `row_stride`: the layout of a producer that
+    /// pads each plane on its own (GStreamer's default I420 rounds each plane's stride up to 4
+    /// bytes: a 1364-pixel frame has 1364-byte luma rows and 684-byte chroma rows, where the
+    /// rule gives 682). Host, shared and DMA-BUF memory: GPU memory lays out its own planes.
+    #[allow(clippy::too_many_arguments)] // the image's description, one value each
+    pub fn image_with_strides(
+        w: usize,
+        h: usize,
+        format: PixelFormat,
+        row_stride: usize,
+        chroma_stride: usize,
+        memory: Option<TensorMemory>,
+        access: CpuAccess,
+    ) -> Result<Self> {
+        let pitch = check_row_stride(format, w, Self::elem(), row_stride)?;
+        let chroma = check_chroma_stride(format, w, Self::elem(), pitch, chroma_stride)?;
+        if chroma.is_some() && memory == Some(TensorMemory::Gpu) {
+            return Err(Error::RowStride(
+                "GPU memory lays out an image's planes itself; a chroma stride of its own is for \
+                 host, shm or dmabuf memory"
+                    .into(),
+            ));
+        }
+        Self::image_impl(None, w, h, format, Some(pitch), chroma, memory, access)
     }
 
     /// `n` zeroed `w`x`h` images in one buffer, shape `[n, ...]`; [`Tensor::batch`] picks one.
@@ -153,15 +234,17 @@ impl<T: Element> Tensor<T> {
         memory: Option<TensorMemory>,
         access: CpuAccess,
     ) -> Result<Self> {
-        Self::image_impl(Some(n), w, h, format, None, memory, access)
+        Self::image_impl(Some(n), w, h, format, None, None, memory, access)
     }
 
+    #[allow(clippy::too_many_arguments)] // the image's description, one value each
     fn image_impl(
         batch: Option<usize>,
         w: usize,
         h: usize,
         format: PixelFormat,
         pitch: Option<usize>,
+        chroma: Option<usize>,
         memory: Option<TensorMemory>,
         access: CpuAccess,
     ) -> Result<Self> {
@@ -192,17 +275,28 @@ impl<T: Element> Tensor<T> {
             };
             image_geometry(batch, format, w, h, elem, stride).map(|g| (g, stride))
         };
+        let info_at = |stride| ImageInfo {
+            chroma_stride: chroma,
+            ..ImageInfo::new(format, w, h, stride)
+        };
         let bytes = |m| {
             geometry(m).and_then(|((shape, strides), stride)| {
-                let tail = chroma_tail(&ImageInfo::new(format, w, h, stride), elem);
+                let tail = chroma_tail(&info_at(stride), elem);
                 Ok(extent(&shape, &strides, elem)? + tail)
             })
         };
         let cpu_reads = access.allows(crate::Direction::Read);
         let (buffer, chosen) =
             allocate_choosing(Purpose::Image, memory, bytes, Some(&texture), cpu_reads)?;
+        if chroma.is_some() && chosen == TensorMemory::Gpu {
+            return Err(Error::RowStride(
+                "GPU memory lays out an image's planes itself; give a chroma stride only for \
+                 host, shm or dmabuf memory"
+                    .into(),
+            ));
+        }
         let ((shape, strides), row_stride) = geometry(chosen)?;
-        let info = ImageInfo::new(format, w, h, row_stride);
+        let info = info_at(row_stride);
         Ok(Self::over(buffer, shape, strides, Some(info), access))
     }
 
@@ -296,6 +390,9 @@ impl<T: Element> Tensor<T> {
         check_row_stride(info.format, info.width, elem, row_stride)?;
         let row = Some((info.format.row_dim_from_end(), row_stride));
         let strides = byte_strides(&self.shape, elem, row)?;
+        if let Some(c) = info.chroma_stride {
+            check_chroma_stride(info.format, info.width, elem, row_stride, c)?;
+        }
         let tail = chroma_tail(&ImageInfo { row_stride, ..info }, elem);
         let end = (extent(&self.shape, &strides, elem)? + tail)
             .checked_add(self.offset)
@@ -316,8 +413,7 @@ impl<T: Element> Tensor<T> {
         let info = self.image.ok_or_else(|| {
             Error::Image("plane_table needs an image; this is a plain tensor".into())
         })?;
-        info.format
-            .plane_table(info.width, info.height, info.row_stride)
+        info.planes()
     }
 }
 

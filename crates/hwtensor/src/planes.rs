@@ -8,7 +8,7 @@ use crate::backing::linux::{Plan, PlaneMapping, PlaneSource};
 use crate::backing::Storage;
 use crate::buffer::Buffer;
 use crate::identity::BufferIdentity;
-use crate::image::{check_row_stride, image_geometry, ImageInfo};
+use crate::image::{check_chroma_stride, check_row_stride, image_geometry, ImageInfo};
 use crate::tensor::import_access;
 use crate::{
     CpuAccess, DType, Element, Error, ImportPolicy, PixelFormat, Result, Tensor, TensorDyn,
@@ -43,9 +43,10 @@ impl<T: Element> Tensor<T> {
     /// A `w` x `h` image of `format` whose planes are given one by one, each in an fd (the same
     /// fd for planes of one buffer, or one per plane), without a copy.
     ///
-    /// The image keeps one row stride, the first plane's: every other plane's must be the one
-    /// the format derives from it (the chroma plane of NV12 and NV16 has the luma's, NV24's
-    /// twice it), as V4L2 and libcamera report it. Planes laid out in one fd as one buffer
+    /// The first plane's row stride is the image's; the chroma planes share one of their own
+    /// (GStreamer and libcamera may pad it apart from the luma's), kept as
+    /// [`ImageInfo::chroma_stride`](crate::ImageInfo::chroma_stride) where it differs from the
+    /// format's rule. Planes laid out in one fd as one buffer
     /// are imported as that buffer ([`Tensor::image_from_fd_at`]); planes in separate buffers
     /// are mapped side by side, which needs each to start on a page (refused otherwise, with
     /// the fix named). Every fd must hold the bytes its planes need, and is checked as any
@@ -61,7 +62,8 @@ impl<T: Element> Tensor<T> {
         access: CpuAccess,
     ) -> Result<Self> {
         let elem = Self::elem();
-        let (stride, model) = plane_model(&planes, w, h, format, elem)?;
+        let (info, model) = plane_model(&planes, w, h, format, elem)?;
+        let stride = info.row_stride;
         let first = &planes[0];
         if !first.offset.is_multiple_of(std::mem::align_of::<T>()) {
             return Err(Error::InvalidArgument(format!(
@@ -72,7 +74,6 @@ impl<T: Element> Tensor<T> {
             )));
         }
         let (shape, strides) = image_geometry(None, format, w, h, elem, stride)?;
-        let info = ImageInfo::new(format, w, h, stride);
         let sources: Vec<PlaneSource> = planes
             .into_iter()
             .map(|p| PlaneSource {
@@ -83,15 +84,7 @@ impl<T: Element> Tensor<T> {
         let plan = Plan::of(&sources, &model)?;
         if plan.is_one_buffer() {
             let first = sources.into_iter().next().expect("checked above");
-            return Self::image_from_fd_at(
-                first.fd,
-                first.offset,
-                w,
-                h,
-                format,
-                Some(stride),
-                access,
-            );
+            return Self::image_at(first.fd, first.offset, info, access);
         }
         let identity = BufferIdentity::of_fd(sources[0].fd.as_fd())?;
         let mapping = PlaneMapping::new(sources, &plan, ImportPolicy::STRICT.unsealed_shm)?;
@@ -116,21 +109,14 @@ impl<T: Element> Tensor<T> {
         format: PixelFormat,
         memory: Option<crate::TensorMemory>,
     ) -> Result<Self> {
-        let (stride, model) = plane_model(&planes, w, h, format, Self::elem())?;
-        let image = Self::image_with_pitch(w, h, format, stride, memory, CpuAccess::ReadWrite)?;
+        let (info, model) = plane_model(&planes, w, h, format, Self::elem())?;
+        let image = Self::image_as(&info, memory)?;
         // Composed on the host, then copied where it lives (one upload for device memory).
         let host = match image.memory() {
             crate::TensorMemory::Mem | crate::TensorMemory::Shm | crate::TensorMemory::DmaBuf => {
                 None
             }
-            _ => Some(Self::image_with_pitch(
-                w,
-                h,
-                format,
-                stride,
-                Some(crate::TensorMemory::Mem),
-                CpuAccess::ReadWrite,
-            )?),
+            _ => Some(Self::image_as(&info, Some(crate::TensorMemory::Mem))?),
         };
         {
             let target = host.as_ref().unwrap_or(&image);
@@ -146,6 +132,17 @@ impl<T: Element> Tensor<T> {
             image.copy_from(host)?;
         }
         Ok(image)
+    }
+}
+
+impl<T: Element> Tensor<T> {
+    /// A new zeroed image laid out as `info` says (row and chroma strides), on `memory`.
+    fn image_as(info: &ImageInfo, memory: Option<crate::TensorMemory>) -> Result<Self> {
+        let (w, h, f, stride) = (info.width, info.height, info.format, info.row_stride);
+        match info.chroma_stride {
+            Some(c) => Self::image_with_strides(w, h, f, stride, c, memory, CpuAccess::ReadWrite),
+            None => Self::image_with_pitch(w, h, f, stride, memory, CpuAccess::ReadWrite),
+        }
     }
 }
 
@@ -178,25 +175,36 @@ impl TensorDyn {
     }
 }
 
-/// The image's row stride (the first plane's) and its plane layout, with the list checked
-/// against it.
+/// The image the planes describe (the first plane's row stride, the chroma planes' own) and
+/// its plane layout, with the list checked against it.
 fn plane_model(
     planes: &[PlaneFd],
     w: usize,
     h: usize,
     format: PixelFormat,
     elem: usize,
-) -> Result<(usize, Vec<crate::Plane>)> {
+) -> Result<(ImageInfo, Vec<crate::Plane>)> {
     let first = planes
         .first()
         .ok_or_else(|| Error::Image("an image needs at least one plane".into()))?;
     let stride = check_row_stride(format, w, elem, first.row_stride)?;
-    let model = format.plane_table(w, h, stride)?;
+    let chroma = match planes.get(1) {
+        Some(p) if format.has_chroma_planes() => {
+            check_chroma_stride(format, w, elem, stride, p.row_stride)?
+        }
+        _ => None,
+    };
+    let info = ImageInfo {
+        chroma_stride: chroma,
+        ..ImageInfo::new(format, w, h, stride)
+    };
+    let model = info.planes()?;
     check_planes(planes, &model, format)?;
-    Ok((stride, model))
+    Ok((info, model))
 }
 
-/// One fd per plane of the format, each with the row stride the image's one stride implies.
+/// One fd per plane of the format, each with the row stride the image implies (the chroma
+/// planes share one).
 fn check_planes(planes: &[PlaneFd], model: &[crate::Plane], format: PixelFormat) -> Result<()> {
     if planes.len() != model.len() {
         return Err(Error::Image(format!(
@@ -208,9 +216,10 @@ fn check_planes(planes: &[PlaneFd], model: &[crate::Plane], format: PixelFormat)
     for (k, (p, m)) in planes.iter().zip(model).enumerate().skip(1) {
         if p.row_stride != m.row_stride {
             return Err(Error::RowStride(format!(
-                "plane {k}'s row stride is {} bytes, but a {format} image whose first plane's \
-                 rows are {} bytes apart has {}-byte rows there (an image here has one row stride)",
-                p.row_stride, planes[0].row_stride, m.row_stride
+                "plane {k}'s row stride is {} bytes, but this {format} image has {}-byte rows \
+                 there (its chroma planes share one stride; planar RGB's planes share the \
+                 first plane's)",
+                p.row_stride, m.row_stride
             )));
         }
     }

@@ -69,6 +69,24 @@ impl TensorDyn {
         )
     }
 
+    /// See [`Tensor::image_with_strides`].
+    #[allow(clippy::too_many_arguments)] // the image's description, one value each
+    pub fn image_with_strides(
+        w: usize,
+        h: usize,
+        format: PixelFormat,
+        dtype: DType,
+        row_stride: usize,
+        chroma_stride: usize,
+        memory: Option<TensorMemory>,
+        access: CpuAccess,
+    ) -> Result<Self> {
+        for_dtype!(
+            dtype,
+            image_with_strides(w, h, format, row_stride, chroma_stride, memory, access)
+        )
+    }
+
     /// The element type.
     pub fn dtype(&self) -> DType {
         each_tensor!(self, t => t.dtype())

@@ -351,10 +351,7 @@ fn same_planes(a: &Tensor<u8>, b: &Tensor<u8>) {
     );
     let (ba, bb) = (ma.as_bytes().unwrap(), mb.as_bytes().unwrap());
     for (k, (x, y)) in pa.iter().zip(&pb).enumerate() {
-        let row = info
-            .format
-            .plane_row_bytes(info.width, 1, info.row_stride, x)
-            .unwrap();
+        let row = info.format.plane_row_bytes(info.width, 1, k).unwrap();
         for r in 0..x.rows {
             let (i, j) = (x.offset + r * x.row_stride, y.offset + r * y.row_stride);
             assert_eq!(
@@ -404,4 +401,148 @@ fn padded_i420_yv12_and_nv24_images_copy_plane_by_plane_both_ways() {
         back.copy_from(&tight).unwrap();
         same_planes(&tight, &back);
     }
+}
+
+/// A 1364x768 I420 frame as GStreamer lays it out by default: luma rows of 1364 bytes (already
+/// a multiple of 4), chroma rows of 682 bytes rounded up to 684, where the I420 rule gives 682.
+const GST_W: usize = 1364;
+const GST_H: usize = 768;
+const GST_LUMA: usize = 1364;
+const GST_CHROMA: usize = 684;
+
+fn gst_i420(memory: TensorMemory) -> Tensor<u8> {
+    let t = Tensor::<u8>::image_with_strides(
+        GST_W,
+        GST_H,
+        PixelFormat::I420,
+        GST_LUMA,
+        GST_CHROMA,
+        Some(memory),
+        RW,
+    )
+    .unwrap();
+    {
+        let mut m = t.map_bytes(hwtensor::Direction::Write).unwrap();
+        for (i, b) in m.as_bytes_mut().unwrap().iter_mut().enumerate() {
+            *b = (i % 253) as u8;
+        }
+    }
+    t
+}
+
+#[test]
+fn an_i420_image_with_gstreamers_chroma_stride_has_the_plane_table_gstreamer_has() {
+    let t = gst_i420(TensorMemory::Mem);
+    let info = *t.image_info().unwrap();
+    assert_eq!(info.chroma_stride, Some(GST_CHROMA));
+    let planes = t.plane_table().unwrap();
+    let luma = GST_LUMA * GST_H;
+    let chroma = GST_CHROMA * GST_H / 2;
+    assert_eq!(
+        planes
+            .iter()
+            .map(|p| (p.offset, p.row_stride))
+            .collect::<Vec<_>>(),
+        [
+            (0, GST_LUMA),
+            (luma, GST_CHROMA),
+            (luma + chroma, GST_CHROMA)
+        ]
+    );
+    // The map reaches the end of the last V row.
+    let last = planes[2];
+    let end = last.offset + (last.rows - 1) * last.row_stride + GST_W / 2;
+    assert_eq!(t.map_bytes(hwtensor::Direction::Read).unwrap().len(), end);
+    // The rule's stride is no stride of its own.
+    let derived = Tensor::<u8>::image_with_strides(
+        64,
+        4,
+        PixelFormat::I420,
+        64,
+        32,
+        Some(TensorMemory::Mem),
+        RW,
+    )
+    .unwrap();
+    assert_eq!(derived.image_info().unwrap().chroma_stride, None);
+}
+
+#[test]
+fn a_chroma_stride_travels_through_copies_and_blobs_both_ways() {
+    let t = gst_i420(SHARED);
+    let tight = t.to_memory(TensorMemory::Mem).unwrap();
+    assert_eq!(tight.image_info().unwrap().chroma_stride, None);
+    same_planes(&t, &tight);
+    let back = gst_i420(TensorMemory::Mem);
+    back.copy_from(&tight).unwrap();
+    same_planes(&tight, &back);
+    let dynamic = TensorDyn::from(t.clone());
+    let inline = hwtensor::blob::import_inline(&hwtensor::blob::export_inline(&dynamic).unwrap())
+        .unwrap()
+        .into_tensor::<u8>()
+        .unwrap();
+    assert_eq!(inline.image_info().unwrap().chroma_stride, Some(GST_CHROMA));
+    same_planes(&t, &inline);
+    #[cfg(target_os = "linux")]
+    {
+        let (blob, fds) =
+            hwtensor::blob::export(&dynamic, hwtensor::blob::Transport::Reference).unwrap();
+        let fds = fds
+            .iter()
+            .map(|f| f.try_clone_to_owned().unwrap())
+            .collect();
+        let by_fd = hwtensor::blob::import(&blob, fds).unwrap();
+        assert_eq!(by_fd.identity(), t.identity());
+        assert_eq!(by_fd.image_info().unwrap().chroma_stride, Some(GST_CHROMA));
+    }
+}
+
+#[test]
+fn a_chroma_stride_that_cannot_hold_a_chroma_row_or_has_no_chroma_planes_is_refused() {
+    let err =
+        Tensor::<u8>::image_with_strides(64, 4, PixelFormat::I420, 64, 30, None, RW).unwrap_err();
+    assert!(matches!(err, Error::RowStride(_)), "{err}");
+    let err =
+        Tensor::<u8>::image_with_strides(64, 4, PixelFormat::Rgba, 256, 256, None, RW).unwrap_err();
+    assert!(err.to_string().contains("no chroma planes"), "{err}");
+    let err = Tensor::<u8>::image_with_strides(
+        64,
+        4,
+        PixelFormat::Nv12,
+        64,
+        96,
+        Some(TensorMemory::Gpu),
+        RW,
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("GPU memory"), "{err}");
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn planes_in_one_fd_with_their_own_chroma_stride_import_as_that_image() {
+    let t = gst_i420(TensorMemory::Shm);
+    let planes = t.plane_table().unwrap();
+    let fds = planes
+        .iter()
+        .map(|p| hwtensor::PlaneFd::new(t.clone_fd().unwrap(), p.offset, p.row_stride))
+        .collect();
+    let imported =
+        Tensor::<u8>::image_from_planes(fds, GST_W, GST_H, PixelFormat::I420, CpuAccess::Read)
+            .unwrap();
+    assert_eq!(imported.identity(), t.identity());
+    assert_eq!(
+        imported.image_info().unwrap().chroma_stride,
+        Some(GST_CHROMA)
+    );
+    same_planes(&t, &imported);
+}
+
+#[test]
+fn a_blob_whose_chroma_stride_bit_names_the_derived_stride_is_refused() {
+    let t = Tensor::<u8>::image(64, 4, PixelFormat::I420, Some(TensorMemory::Mem), RW).unwrap();
+    let mut bytes = hwtensor::blob::export_inline(&TensorDyn::from(t)).unwrap();
+    bytes[12] |= 1 << 7;
+    let err = hwtensor::blob::import_inline(&bytes).unwrap_err();
+    assert!(err.to_string().contains("chroma stride"), "{err}");
 }

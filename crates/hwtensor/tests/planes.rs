@@ -162,9 +162,10 @@ fn a_plane_list_that_does_not_describe_the_format_is_refused_by_name() {
         err.to_string().contains("2 plane(s); 1 were given"),
         "{err}"
     );
+    // Chroma rows closer than a chroma row's bytes (a stride of its own may be wider).
     let skewed = vec![
         PlaneFd::new(dup(&y), 0, w),
-        PlaneFd::new(dup(&uv), 0, w + 64),
+        PlaneFd::new(dup(&uv), 0, w - 64),
     ];
     let err = Tensor::<u8>::image_from_planes(skewed, w, h, PixelFormat::Nv12, RW).unwrap_err();
     assert!(matches!(err, Error::RowStride(_)), "{err}");

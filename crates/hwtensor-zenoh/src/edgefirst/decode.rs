@@ -266,7 +266,7 @@ fn inline(
                 ));
             }
             let row = format
-                .plane_row_bytes(w, dtype.size(), stride, plane)
+                .plane_row_bytes(w, dtype.size(), k)
                 .unwrap_or(plane.row_stride);
             let needed = plane.size - plane.row_stride + row;
             if view.data.len() < needed {

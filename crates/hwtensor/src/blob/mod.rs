@@ -25,7 +25,7 @@
 //! | 4 | 2 | version | 1; another value is refused |
 //! | 6 | 2 | header_len | bytes of the fixed header; 168 in v1, larger when a later writer appended fields (a v1 reader skips them) |
 //! | 8 | 4 | total_len | bytes of the whole blob, this header included |
-//! | 12 | 4 | required | features the reader must understand (bit 0 image, 1 quantization, 2 completion, 3 colorimetry, 4 per-channel quantization, 5 DRM format modifier, 6 sync_file); unknown bits make a reader refuse instead of misread |
+//! | 12 | 4 | required | features the reader must understand (bit 0 image, 1 quantization, 2 completion, 3 colorimetry, 4 per-channel quantization, 5 DRM format modifier, 6 sync_file, 7 chroma stride: the second plane record's row stride is the chroma planes' own); unknown bits make a reader refuse instead of misread |
 //! | 16 | 1 | dtype | [`DType`] code |
 //! | 17 | 1 | memory | [`TensorMemory`] code of the exporter's buffer |
 //! | 18 | 1 | mode | 0 reference, 1 inline |
@@ -149,6 +149,10 @@ pub const REQUIRES_DRM_MODIFIER: u32 = 1 << 5;
 /// the DMA-fence sync_file at fd index 1 (`completion_fd`) signals (a V4L2 or GPU producer's
 /// fence). The reader waits for it, bounded, before it returns the tensor; never with bit 2.
 pub const REQUIRES_SYNC_FILE: u32 = 1 << 6;
+/// `required` bit: the image's chroma planes have a row stride of their own
+/// ([`ImageInfo::chroma_stride`](crate::ImageInfo::chroma_stride)), which the second plane
+/// record carries: a reader that derives chroma strides from the row stride would misread.
+pub const REQUIRES_CHROMA_STRIDE: u32 = 1 << 7;
 /// Every `required` bit this reader understands.
 const KNOWN_REQUIREMENTS: u32 = REQUIRES_IMAGE
     | REQUIRES_QUANTIZATION
@@ -156,7 +160,8 @@ const KNOWN_REQUIREMENTS: u32 = REQUIRES_IMAGE
     | REQUIRES_COLORIMETRY
     | REQUIRES_PER_CHANNEL
     | REQUIRES_DRM_MODIFIER
-    | REQUIRES_SYNC_FILE;
+    | REQUIRES_SYNC_FILE
+    | REQUIRES_CHROMA_STRIDE;
 /// Bytes of one per-channel pair: f32 scale, i32 zero point.
 const CHANNEL_LEN: usize = 8;
 
@@ -303,6 +308,10 @@ impl Outgoing {
                 REQUIRES_COLORIMETRY,
             ),
             (tiled, REQUIRES_DRM_MODIFIER),
+            (
+                info.is_some_and(|i| i.chroma_stride.is_some()),
+                REQUIRES_CHROMA_STRIDE,
+            ),
         ] {
             if present {
                 required |= bit;
@@ -392,16 +401,15 @@ fn plane_records<T: Element>(t: &Tensor<T>, byte_offset: usize) -> Result<Vec<Pl
 
 /// The plane records an image implies: what the writer writes and what the reader demands.
 fn plane_records_of(info: &ImageInfo, elem: usize, byte_offset: usize) -> Result<Vec<PlaneRecord>> {
-    let planes = info
-        .format
-        .plane_table(info.width, info.height, info.row_stride)?;
+    let planes = info.planes()?;
     let overflow = || bad("plane geometry overflows");
     planes
         .iter()
-        .map(|p| {
+        .enumerate()
+        .map(|(k, p)| {
             let row = info
                 .format
-                .plane_row_bytes(info.width, elem, info.row_stride, p)
+                .plane_row_bytes(info.width, elem, k)
                 .ok_or_else(overflow)?;
             let size = match p.rows {
                 0 => 0,
@@ -436,6 +444,35 @@ pub fn claimed_transport(prefix: &[u8]) -> Option<Transport> {
         MODE_REFERENCE => Some(Transport::Reference),
         MODE_INLINE => Some(Transport::Inline),
         _ => None,
+    }
+}
+
+/// Sets `image`'s chroma stride from the second plane record, as required bit 7 says: one the
+/// format has room for, and not the one it derives (the bit would then say nothing).
+fn chroma_stride_of(
+    image: Option<&mut ImageInfo>,
+    planes: &[PlaneRecord],
+    dtype: DType,
+) -> Result<()> {
+    let (Some(info), Some(record)) = (image, planes.get(1)) else {
+        return Err(bad(
+            "the chroma stride bit on a tensor without chroma planes",
+        ));
+    };
+    let chroma = wire::to_usize(record.row_stride, "the chroma planes' row_stride")?;
+    info.chroma_stride = crate::image::check_chroma_stride(
+        info.format,
+        info.width,
+        dtype.size(),
+        info.row_stride,
+        chroma,
+    )
+    .map_err(|e| bad(format!("chroma stride: {e}")))?;
+    match info.chroma_stride {
+        Some(_) => Ok(()),
+        None => Err(bad(
+            "the chroma stride bit with the chroma stride the format derives",
+        )),
     }
 }
 
@@ -483,7 +520,10 @@ impl<'a> Described<'a> {
         let access = access_from_code(h.access)?;
         let byte_offset = wire::to_usize(h.byte_offset, "byte_offset")?;
         let buffer_len = wire::to_usize(h.buffer_len, "buffer_len")?;
-        let image = h.image_info()?;
+        let mut image = h.image_info()?;
+        if h.required & REQUIRES_CHROMA_STRIDE != 0 {
+            chroma_stride_of(image.as_mut(), &planes, dtype)?;
+        }
         let quantization = read_quantization(&h, &mut c)?;
         if let Some(q) = &quantization {
             q.check(dtype)
