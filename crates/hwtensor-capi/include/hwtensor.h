@@ -805,6 +805,36 @@ enum HwtStatus hwt_tensor_new_image(size_t width,
                                     struct HwtTensor **out);
 
 /**
+ * [`hwt_tensor_new_image`] whose chroma planes' rows are `chroma_stride` bytes apart rather
+ * than what the format derives from `row_stride` (which must be given, not 0): the layout of
+ * a producer that pads each plane on its own, as GStreamer's default I420 does (a 1364-pixel
+ * frame: 1364-byte luma rows, 684-byte chroma rows). Refused for a format without chroma
+ * planes, a stride that cannot hold a chroma row, and GPU memory.
+ *
+ * # Safety
+ * `out` must be valid for one write.
+ */
+enum HwtStatus hwt_tensor_new_image_strided(size_t width,
+                                            size_t height,
+                                            uint32_t format,
+                                            uint32_t dtype,
+                                            size_t row_stride,
+                                            size_t chroma_stride,
+                                            uint32_t memory,
+                                            uint32_t cpu_access,
+                                            struct HwtTensor **out);
+
+/**
+ * The row stride (bytes) of an image's chroma planes: the one it was given, or the one its
+ * format derives from its row stride; 0 for an image without chroma planes and for a plain
+ * tensor.
+ *
+ * # Safety
+ * `t` must be a live handle; `out` valid for one write.
+ */
+enum HwtStatus hwt_tensor_chroma_stride(const struct HwtTensor *t, size_t *out);
+
+/**
  * Adds a reference to `t` (to keep it past a release elsewhere). `t` must be a live handle.
  *
  * # Safety

@@ -133,6 +133,65 @@ pub unsafe extern "C" fn hwt_tensor_new_image(
     })
 }
 
+/// [`hwt_tensor_new_image`] whose chroma planes' rows are `chroma_stride` bytes apart rather
+/// than what the format derives from `row_stride` (which must be given, not 0): the layout of
+/// a producer that pads each plane on its own, as GStreamer's default I420 does (a 1364-pixel
+/// frame: 1364-byte luma rows, 684-byte chroma rows). Refused for a format without chroma
+/// planes, a stride that cannot hold a chroma row, and GPU memory.
+///
+/// # Safety
+/// `out` must be valid for one write.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)] // the image's description, one value each
+pub unsafe extern "C" fn hwt_tensor_new_image_strided(
+    width: usize,
+    height: usize,
+    format: u32,
+    dtype: u32,
+    row_stride: usize,
+    chroma_stride: usize,
+    memory: u32,
+    cpu_access: u32,
+    out: *mut *mut HwtTensor,
+) -> HwtStatus {
+    guard(|| {
+        let (format, dtype) = (format_of(format)?, dtype_of(dtype)?);
+        let (memory, access) = (memory_of(memory)?, access_of(cpu_access)?);
+        let t = TensorDyn::image_with_strides(
+            width,
+            height,
+            format,
+            dtype,
+            row_stride,
+            chroma_stride,
+            memory,
+            access,
+        )
+        .or_status()?;
+        hand_out(out, t)
+    })
+}
+
+/// The row stride (bytes) of an image's chroma planes: the one it was given, or the one its
+/// format derives from its row stride; 0 for an image without chroma planes and for a plain
+/// tensor.
+///
+/// # Safety
+/// `t` must be a live handle; `out` valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn hwt_tensor_chroma_stride(
+    t: *const HwtTensor,
+    out: *mut usize,
+) -> HwtStatus {
+    guard(|| {
+        let info = tensor(t, "the tensor")?.image_info().copied();
+        let stride = info
+            .filter(|i| i.format.has_chroma_planes())
+            .map_or(0, |i| i.chroma_row_stride());
+        put(out, "out", stride)
+    })
+}
+
 /// Adds a reference to `t` (to keep it past a release elsewhere). `t` must be a live handle.
 ///
 /// # Safety

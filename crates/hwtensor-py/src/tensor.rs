@@ -65,9 +65,10 @@ impl PyTensor {
     }
 
     /// An image of `width` x `height` pixels in `format` ("rgba", "nv12", "yuyv", ... or a
-    /// FourCC alias), optionally with a chosen `row_stride` in bytes.
+    /// FourCC alias), optionally with a chosen `row_stride` in bytes, and a `chroma_stride` of
+    /// the chroma planes' own (GStreamer's I420 pads them apart from the luma's).
     #[staticmethod]
-    #[pyo3(signature = (width, height, format, dtype = "uint8", memory = None, access = "read_write", row_stride = None))]
+    #[pyo3(signature = (width, height, format, dtype = "uint8", memory = None, access = "read_write", row_stride = None, chroma_stride = None))]
     #[allow(clippy::too_many_arguments)]
     fn image(
         py: Python<'_>,
@@ -78,17 +79,34 @@ impl PyTensor {
         memory: Option<&str>,
         access: &str,
         row_stride: Option<usize>,
+        chroma_stride: Option<usize>,
     ) -> PyResult<Self> {
         let format = PixelFormat::from_str(format).or_py()?;
         let (dtype, memory, access) = (dtype_of(dtype)?, memory_of(memory)?, access_of(access)?);
-        py.detach(|| match row_stride {
-            Some(pitch) => {
+        py.detach(|| match (row_stride, chroma_stride) {
+            (Some(pitch), Some(chroma)) => TensorDyn::image_with_strides(
+                width, height, format, dtype, pitch, chroma, memory, access,
+            ),
+            (None, Some(_)) => Err(hwtensor::Error::InvalidArgument(
+                "a chroma_stride needs the row_stride it goes with".into(),
+            )),
+            (Some(pitch), None) => {
                 TensorDyn::image_with_pitch(width, height, format, dtype, pitch, memory, access)
             }
-            None => TensorDyn::image(width, height, format, dtype, memory, access),
+            (None, None) => TensorDyn::image(width, height, format, dtype, memory, access),
         })
         .or_py()
         .map(Self::wrap)
+    }
+
+    /// The row stride in bytes of the image's chroma planes (given, or derived from the row
+    /// stride by the format's rule); None for a plain tensor or a format without chroma planes.
+    #[getter]
+    fn chroma_stride(&self) -> Option<usize> {
+        self.inner
+            .image_info()
+            .filter(|i| i.format.has_chroma_planes())
+            .map(|i| i.chroma_row_stride())
     }
 
     /// A tensor of `shape` over `fd` (a memfd, a DMA-BUF, a shared memory file) from byte

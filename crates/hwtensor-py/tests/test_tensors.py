@@ -151,6 +151,17 @@ def test_the_formats_cameras_and_decoders_produce_have_their_planes():
     assert hwtensor.Tensor.image(8, 2, "gray16_le", dtype="u16").format == "gray16"
 
 
+def test_an_i420_image_keeps_gstreamers_chroma_stride():
+    # GStreamer's default I420 at 1364 pixels pads the chroma rows to 684 bytes (not 682).
+    t = hwtensor.Tensor.image(1364, 8, "i420", memory="mem", row_stride=1364, chroma_stride=684)
+    assert t.chroma_stride == 684
+    assert [p[1] for p in t.plane_table] == [1364, 684, 684]
+    assert hwtensor.Tensor.image(64, 32, "i420").chroma_stride == 32
+    assert hwtensor.Tensor.image(64, 32, "rgba").chroma_stride is None
+    with pytest.raises(hwtensor.Error, match="row_stride"):
+        hwtensor.Tensor.image(64, 8, "i420", chroma_stride=40)
+
+
 def test_a_sixteen_bit_format_over_bytes_is_refused_naming_the_dtype():
     with pytest.raises(hwtensor.Error, match="u16"):
         hwtensor.Tensor.image(64, 32, "p010", dtype="uint8")

@@ -110,6 +110,25 @@ static int plain_tensors_map_and_refuse_a_second_writer(void) {
     return 0;
 }
 
+/* GStreamer's default I420 at 1364 pixels: 1364-byte luma rows, chroma padded to 684 (the
+ * I420 rule would give 682). */
+static int an_i420_image_keeps_a_chroma_stride_of_its_own(void) {
+    HwtTensor *img = NULL;
+    CHECK(hwt_tensor_new_image_strided(1364, 8, HWT_PIXEL_FORMAT_I420, HWT_D_TYPE_U8, 1364, 684,
+                                       HWT_MEMORY_MEM, HWT_ACCESS_READ_WRITE, &img));
+    size_t chroma = 0, nplanes = 0;
+    CHECK(hwt_tensor_chroma_stride(img, &chroma));
+    ASSERT(chroma == 684);
+    HwtPlane planes[4];
+    CHECK(hwt_tensor_plane_table(img, planes, 4, &nplanes));
+    ASSERT(nplanes == 3 && planes[1].row_stride == 684 && planes[2].offset == 1364 * 8 + 684 * 4);
+    hwt_tensor_release(img);
+    EXPECT(hwt_tensor_new_image_strided(1364, 8, HWT_PIXEL_FORMAT_I420, HWT_D_TYPE_U8, 1364, 600,
+                                        HWT_MEMORY_MEM, HWT_ACCESS_READ_WRITE, &img),
+           HWT_STATUS_INVALID_ARGUMENT); /* too narrow for a chroma row */
+    return 0;
+}
+
 static int a_view_of_an_image_writes_only_its_region(void) {
     HwtTensor *img = NULL, *view = NULL;
     CHECK(hwt_tensor_new_image(64, 32, HWT_PIXEL_FORMAT_RGBA, HWT_D_TYPE_U8, 0, HWT_MEMORY_SHM,
@@ -697,6 +716,7 @@ int main(int argc, char **argv) {
     }
     if (plain_tensors_map_and_refuse_a_second_writer()) return 1;
     if (a_view_of_an_image_writes_only_its_region()) return 1;
+    if (an_i420_image_keeps_a_chroma_stride_of_its_own()) return 1;
     if (a_batch_item_and_a_copy_see_the_same_bytes()) return 1;
     if (an_inline_blob_round_trips_and_a_hostile_one_is_refused()) return 1;
     if (an_fd_imports_from_a_byte_offset()) return 1;
