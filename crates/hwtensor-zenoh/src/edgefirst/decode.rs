@@ -239,16 +239,23 @@ fn inline(
         return Ok(tensor);
     };
     let stride = planes[0].stride as usize;
-    let mut image = TensorDyn::image_with_pitch(
-        w,
-        h,
-        format,
-        dtype,
-        stride,
-        Some(TensorMemory::Mem),
-        CpuAccess::ReadWrite,
-    )
-    .map_err(|e| format!("planes[0].stride: {e}"))?;
+    let mem = Some(TensorMemory::Mem);
+    let mut image = match planes.get(1).filter(|_| format.has_chroma_planes()) {
+        // The chroma planes' stride is theirs (a producer that pads each plane on its own).
+        Some(chroma) => TensorDyn::image_with_strides(
+            w,
+            h,
+            format,
+            dtype,
+            stride,
+            chroma.stride as usize,
+            mem,
+            CpuAccess::ReadWrite,
+        )
+        .map_err(|e| format!("planes[1].stride: {e}"))?,
+        None => TensorDyn::image_with_pitch(w, h, format, dtype, stride, mem, CpuAccess::ReadWrite)
+            .map_err(|e| format!("planes[0].stride: {e}"))?,
+    };
     let table = image.plane_table().map_err(|e| e.to_string())?;
     count_planes(planes, table.len(), format)?;
     {

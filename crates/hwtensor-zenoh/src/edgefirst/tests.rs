@@ -366,3 +366,34 @@ fn a_message_at_an_odd_address_is_read_like_any_other() {
     let d = decode(&odd[3..]).unwrap();
     assert_eq!(d.tensor.quantization(), q.quantization());
 }
+
+#[test]
+fn an_i420_frame_whose_chroma_planes_are_padded_on_their_own_round_trips_both_ways() {
+    let _fds = super::fds_held();
+    for memory in [TensorMemory::Mem, TensorMemory::Shm] {
+        let t = TensorDyn::image_with_strides(
+            1364,
+            8,
+            PixelFormat::I420,
+            DType::U8,
+            1364,
+            684,
+            Some(memory),
+            CpuAccess::ReadWrite,
+        )
+        .unwrap();
+        {
+            let mut map = t.map_bytes(Direction::Write).unwrap();
+            for (i, b) in map.as_bytes_mut().unwrap().iter_mut().enumerate() {
+                *b = (i % 241) as u8;
+            }
+        }
+        let d = round_trip(&t, true);
+        assert_eq!(
+            d.tensor.image_info().unwrap().chroma_stride,
+            Some(684),
+            "{memory}"
+        );
+        assert_eq!(bytes(&d.tensor), bytes(&t), "{memory}");
+    }
+}
