@@ -19,6 +19,9 @@ pub struct Geometry {
     /// every plane out where GStreamer does, so elements that ignore `GstVideoMeta` still
     /// write where we read; `None` (tight rows) otherwise.
     pub gst_stride: Option<usize>,
+    /// With `gst_stride`: the chroma planes' stride where GStreamer pads them apart from the
+    /// format's rule (I420 at 1364 pixels: 684-byte chroma rows, where half the luma's is 682).
+    pub gst_chroma: Option<usize>,
 }
 
 /// Every format the elements carry, as caps name it: those GStreamer and hwtensor both lay out.
@@ -68,9 +71,15 @@ pub fn geometry(caps: &gst::CapsRef) -> Result<(Geometry, VideoInfo), String> {
         width,
         height,
         gst_stride: None,
+        gst_chroma: None,
     };
     let stride = info.stride()[0] as usize;
-    let ours = format.plane_table(width, height, stride).ok();
+    // GStreamer pads each plane's rows on its own: its chroma stride, where it differs from
+    // the format's rule, is one of the image's own.
+    let chroma = (format.has_chroma_planes() && info.n_planes() > 1)
+        .then(|| info.stride()[1] as usize)
+        .filter(|&c| c != format.derived_chroma_stride(stride));
+    let ours = format.plane_table_with(width, height, stride, chroma).ok();
     let same = ours.is_some_and(|planes| {
         planes.len() == info.n_planes() as usize
             && planes.iter().enumerate().all(|(i, p)| {
@@ -79,6 +88,7 @@ pub fn geometry(caps: &gst::CapsRef) -> Result<(Geometry, VideoInfo), String> {
     });
     if same {
         g.gst_stride = Some(stride);
+        g.gst_chroma = chroma;
     }
     Ok((g, info))
 }
@@ -116,7 +126,7 @@ pub fn layout(t: &TensorDyn) -> Result<(Vec<usize>, Vec<i32>), String> {
 ///
 /// Through the C function itself: gstreamer-rs's `VideoMeta::add_full` checks the buffer
 /// against GStreamer's default size for the format, which refuses a tight I420 whose default
-/// rows GStreamer pads (1364 pixels: 684-byte chroma rows by default, 682 here).
+/// rows GStreamer pads (1364x767: GStreamer rounds the luma plane up to 768 rows).
 #[allow(unsafe_code)] // one FFI call on a buffer we hold mutably
 pub fn add_video_meta(buffer: &mut gst::BufferRef, t: &TensorDyn) -> Result<(), String> {
     use gst::glib::translate::IntoGlib;
@@ -188,11 +198,15 @@ mod tests {
     }
 
     #[test]
-    fn an_i420_whose_gstreamer_layout_differs_from_ours_gets_tight_rows() {
+    fn an_i420_whose_gstreamer_chroma_rows_are_padded_on_their_own_gets_gstreamers_layout() {
         gst::init().unwrap();
         // GStreamer pads I420 rows to 4 bytes (1364 / 684): the chroma stride is not half.
         let (g, _) = geometry(&caps("I420", 1364, 768)).unwrap();
-        assert_eq!(g.gst_stride, None);
+        assert_eq!((g.gst_stride, g.gst_chroma), (Some(1364), Some(684)));
+        // An odd height: GStreamer rounds the luma plane up to an even row count, hwtensor
+        // does not, so the channel keeps its own (tight) layout.
+        let (g, _) = geometry(&caps("I420", 1364, 767)).unwrap();
+        assert_eq!((g.gst_stride, g.gst_chroma), (None, None));
     }
 
     #[test]

@@ -5,9 +5,11 @@
 //! - **`hwtensorsink`** publishes each buffer on a channel listening at `socket` (a path, or
 //!   `@name` for an abstract socket). It answers the allocation query with a pool whose
 //!   buffers are the channel's own shared-memory buffers, so upstream (videotestsrc,
-//!   videoconvert, decoders) writes straight into the memory consumers read. Where the
-//!   channel lays an image out unlike GStreamer's default for its caps (I420 whose chroma rows
-//!   GStreamer pads), only upstream that writes through `GstVideoMeta` may take the pool. A
+//!   videoconvert, decoders) writes straight into the memory consumers read. The channel's
+//!   images take GStreamer's default layout for the caps, each plane's stride included (I420
+//!   at 1364 pixels: 684-byte chroma rows); where hwtensor cannot lay an image out that way
+//!   (I420 of odd height, whose luma plane GStreamer rounds up to an even row count), only
+//!   upstream that writes through `GstVideoMeta` may take the pool. A
 //!   frame upstream wrote elsewhere is copied once, counted in the `copies` property. End of stream and a
 //!   change of caps reach consumers as frames of their own ([`wire`]). Properties: `socket`,
 //!   `pool-size`, `memory` (shm, or DMA-BUF for hardware upstream such as v4l2src

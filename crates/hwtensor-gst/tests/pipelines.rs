@@ -102,22 +102,67 @@ fn uyvy_vga_crosses_two_processes_byte_for_byte_without_a_copy() {
     carried_zero_copy("video/x-raw,format=UYVY,width=640,height=480");
 }
 
-/// Checks that `got` holds the I420 1364x768 frames videotestsrc makes: the channel's rows
-/// are tight (chroma 682 bytes apart), GStreamer pads its chroma rows to 4 bytes (684).
-fn assert_tight_i420_1364(got: &[u8], caps: &str) {
+/// GStreamer's default I420 layout at 1364x768: chroma rows padded to 684 bytes.
+const GST_1364: I420Layout = I420Layout {
+    luma: 1364,
+    chroma: 684,
+    luma_rows: 768,
+};
+
+#[test]
+fn i420_at_1364_pixels_keeps_gstreamers_padded_chroma_rows_without_a_copy() {
+    // GStreamer pads I420 rows to 4 bytes: at 1364 pixels its chroma rows are 684 bytes apart
+    // where half the luma stride is 682. The channel's images take that chroma stride, so even
+    // an element that ignores GstVideoMeta writes where consumers read. (Rows are compared
+    // without their padding, which no one writes.)
+    let caps = "video/x-raw,format=I420,width=1364,height=768";
+    let (got, copies) = across_processes(caps);
+    assert_eq!(copies, 0);
+    assert_same_i420(&got, caps, (1364, 768), &GST_1364, &GST_1364);
+}
+
+/// An I420 layout: luma stride, chroma stride, and the rows the luma plane takes (GStreamer
+/// rounds an odd height up for it).
+struct I420Layout {
+    luma: usize,
+    chroma: usize,
+    luma_rows: usize,
+}
+
+impl I420Layout {
+    fn frame_bytes(&self, h: usize) -> usize {
+        self.luma * self.luma_rows + 2 * self.chroma * h.div_ceil(2)
+    }
+}
+
+/// Checks every row of every plane of `got` (frames in `ours`) against the frames GStreamer
+/// makes for `caps` (in `theirs`), `w` x `h` pixels.
+fn assert_same_i420(
+    got: &[u8],
+    caps: &str,
+    (w, h): (usize, usize),
+    ours: &I420Layout,
+    theirs: &I420Layout,
+) {
     let want = reference_frames(caps, FRAMES);
-    let (w, h) = (1364usize, 768usize);
-    let (ours, theirs) = (w * h * 3 / 2, w * h + 684 * h);
-    assert_eq!(got.len(), ours * FRAMES as usize);
+    let (a_len, b_len) = (ours.frame_bytes(h), theirs.frame_bytes(h));
+    assert_eq!(got.len(), a_len * FRAMES as usize);
     for f in 0..FRAMES as usize {
-        let (a, b) = (&got[f * ours..][..ours], &want[f * theirs..][..theirs]);
-        assert!(a[..w * h] == b[..w * h], "frame {f}: luma differs");
-        // Chroma: U then V, each h/2 rows of w/2 bytes.
-        let chroma = [(w * h, w * h), (w * h + 682 * h / 2, w * h + 684 * h / 2)];
-        for (plane, (at_ours, at_theirs)) in chroma.into_iter().enumerate() {
-            for y in 0..h / 2 {
-                let same = a[at_ours + y * 682..][..682] == b[at_theirs + y * 684..][..682];
-                assert!(same, "frame {f}: chroma plane {plane} row {y} differs");
+        let (a, b) = (&got[f * a_len..][..a_len], &want[f * b_len..][..b_len]);
+        for y in 0..h {
+            assert!(
+                a[y * ours.luma..][..w] == b[y * theirs.luma..][..w],
+                "frame {f}: luma row {y}"
+            );
+        }
+        let rows = h.div_ceil(2);
+        for plane in 0..2 {
+            let at_a = ours.luma * ours.luma_rows + plane * ours.chroma * rows;
+            let at_b = theirs.luma * theirs.luma_rows + plane * theirs.chroma * rows;
+            for y in 0..rows {
+                let same =
+                    a[at_a + y * ours.chroma..][..w / 2] == b[at_b + y * theirs.chroma..][..w / 2];
+                assert!(same, "frame {f}: chroma plane {plane} row {y}");
             }
         }
     }
@@ -125,29 +170,41 @@ fn assert_tight_i420_1364(got: &[u8], caps: &str) {
 
 #[test]
 fn a_layout_unlike_gstreamers_default_is_written_through_video_meta_without_a_copy() {
-    // GStreamer pads I420 chroma rows to 4 bytes: at 1364 pixels its default chroma rows are
-    // 684 bytes apart, the channel's half the luma stride (682). videotestsrc asks for
+    // 1364x767: GStreamer's I420 puts the chroma planes after 768 luma rows (it rounds an odd
+    // height up), hwtensor after 767, with tight 682-byte chroma rows. videotestsrc asks for
     // GstVideoMeta, so it takes the pool and writes the channel's layout itself.
-    let caps = "video/x-raw,format=I420,width=1364,height=768";
+    let caps = "video/x-raw,format=I420,width=1364,height=767";
     let (got, copies) = across_processes(caps);
     assert_eq!(copies, 0);
-    assert_tight_i420_1364(&got, caps);
+    let ours = I420Layout {
+        luma: 1364,
+        chroma: 682,
+        luma_rows: 767,
+    };
+    let theirs = I420Layout {
+        luma: 1364,
+        chroma: 684,
+        luma_rows: 768,
+    };
+    assert_same_i420(&got, caps, (1364, 767), &ours, &theirs);
 }
 
 #[test]
 fn a_frame_upstream_made_in_its_own_memory_is_copied_once_and_counted() {
     // identity drop-allocation keeps the sink's pool from upstream: every frame is copied,
-    // plane by plane, from GStreamer's default layout into the channel's.
+    // plane by plane, into the channel's buffers.
     let caps = "video/x-raw,format=I420,width=1364,height=768";
     let (got, copies) = across_processes_via(caps, "identity drop-allocation=true !");
     assert_eq!(copies, u64::from(FRAMES));
-    assert_tight_i420_1364(&got, caps);
+    assert_same_i420(&got, caps, (1364, 768), &GST_1364, &GST_1364);
 }
 
 #[test]
 fn a_pool_laid_out_unlike_gstreamers_default_refuses_a_user_without_video_meta() {
     init();
-    let caps = gst::Caps::from_str("video/x-raw,format=I420,width=1364,height=768,framerate=30/1")
+    // An odd height: GStreamer rounds I420's luma plane up to an even row count, hwtensor does
+    // not, so the channel's layout is its own and only a user of GstVideoMeta can write it.
+    let caps = gst::Caps::from_str("video/x-raw,format=I420,width=1364,height=767,framerate=30/1")
         .unwrap();
     let sink = gst::ElementFactory::make("hwtensorsink")
         .property("socket", socket_name())

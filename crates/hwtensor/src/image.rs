@@ -148,6 +148,17 @@ pub(crate) fn chroma_tail(info: &ImageInfo, elem: usize) -> usize {
     end.saturating_sub(grid_end)
 }
 
+/// Bytes of padding after the last row of an image's last plane (its stride beyond its data).
+fn last_row_padding(info: &ImageInfo, elem: usize) -> usize {
+    let Ok(planes) = info.planes() else { return 0 };
+    let Some(last) = planes.last() else { return 0 };
+    let row = info
+        .format
+        .plane_row_bytes(info.width, elem, planes.len() - 1)
+        .unwrap_or(last.row_stride);
+    last.row_stride.saturating_sub(row)
+}
+
 /// Shape and strides of `batch` (or one, when `None`) images.
 pub(crate) fn image_geometry(
     batch: Option<usize>,
@@ -279,10 +290,13 @@ impl<T: Element> Tensor<T> {
             chroma_stride: chroma,
             ..ImageInfo::new(format, w, h, stride)
         };
+        // Through the end of the last plane's last row stride: a consumer that takes a frame
+        // as planes of `rows * stride` bytes (GStreamer's buffer size) reads inside the buffer.
         let bytes = |m| {
             geometry(m).and_then(|((shape, strides), stride)| {
-                let tail = chroma_tail(&info_at(stride), elem);
-                Ok(extent(&shape, &strides, elem)? + tail)
+                let info = info_at(stride);
+                let padding = last_row_padding(&info, elem);
+                Ok(extent(&shape, &strides, elem)? + chroma_tail(&info, elem) + padding)
             })
         };
         let cpu_reads = access.allows(crate::Direction::Read);

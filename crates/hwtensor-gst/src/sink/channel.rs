@@ -209,11 +209,21 @@ pub(super) fn accept_loop(listener: UnixListener, hub: Weak<Hub>, stop: Arc<Atom
     }
 }
 
-/// A pool tensor for `g` on `memory`, at GStreamer's stride where hwtensor lays every plane out
-/// as GStreamer does.
+/// A pool tensor for `g` on `memory`, at GStreamer's strides where hwtensor lays every plane
+/// out as GStreamer does.
 pub(super) fn pool_tensor(g: &Geometry, memory: PoolMemory) -> hwtensor::Result<TensorDyn> {
-    let on = |memory| match g.gst_stride {
-        Some(stride) => TensorDyn::image_with_pitch(
+    let on = |memory| match (g.gst_stride, g.gst_chroma) {
+        (Some(stride), Some(chroma)) => TensorDyn::image_with_strides(
+            g.width,
+            g.height,
+            g.format,
+            g.dtype,
+            stride,
+            chroma,
+            Some(memory),
+            CpuAccess::ReadWrite,
+        ),
+        (Some(stride), None) => TensorDyn::image_with_pitch(
             g.width,
             g.height,
             g.format,
@@ -222,7 +232,7 @@ pub(super) fn pool_tensor(g: &Geometry, memory: PoolMemory) -> hwtensor::Result<
             Some(memory),
             CpuAccess::ReadWrite,
         ),
-        None => TensorDyn::image(
+        (None, _) => TensorDyn::image(
             g.width,
             g.height,
             g.format,
