@@ -19,7 +19,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use hwtensor::{CpuAccess, PixelFormat, Tensor, TensorDyn, TensorMemory};
-use hwtensor_zenoh::zenoh::{self, qos::CongestionControl, Wait};
+use hwtensor_zenoh::zenoh::{self, qos::CongestionControl, sample::Sample, Wait};
 use hwtensor_zenoh::{Encoding, Publisher, PublisherOptions, Subscriber, SubscriberOptions};
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -109,24 +109,7 @@ fn ours(t: &TensorDyn, local: bool) -> (f64, f64) {
 fn plain(t: &TensorDyn) -> (f64, f64) {
     let (a, b) = sessions();
     let key = "bench/plain";
-    let publisher = a
-        .declare_publisher(key)
-        .congestion_control(CongestionControl::Block)
-        .wait()
-        .unwrap();
-    let (tx, rx) = mpsc::channel();
-    let _sub = b
-        .declare_subscriber(key)
-        .callback(move |s| {
-            let _ = tx.send(s);
-        })
-        .wait()
-        .unwrap();
-    let ready = Instant::now();
-    while !publisher.matching_status().wait().unwrap().matching() {
-        assert!(ready.elapsed() < WAIT, "no subscriber");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    let (publisher, rx, _sub) = plain_pair(&a, &b, key);
     let bytes = t.as_tensor::<u8>().unwrap();
     let put = || {
         let mut v = bytes.map_read().unwrap().to_vec();
@@ -169,14 +152,7 @@ fn edgefirst(t: &TensorDyn, inline: bool) -> f64 {
         ..PublisherOptions::default()
     };
     let mut publisher = Publisher::new(&a, key, options).unwrap();
-    let (tx, rx) = mpsc::channel();
-    let _sub = b
-        .declare_subscriber(key)
-        .callback(move |s| {
-            let _ = tx.send(s);
-        })
-        .wait()
-        .unwrap();
+    let (rx, _sub) = samples(&b, key);
     let ready = Instant::now();
     loop {
         publisher.publish(t).unwrap();
@@ -203,24 +179,7 @@ fn blob_by_pidfd(t: &TensorDyn) -> f64 {
     use std::os::fd::AsRawFd;
     let (a, b) = sessions();
     let key = "bench/blob-pidfd";
-    let publisher = a
-        .declare_publisher(key)
-        .congestion_control(CongestionControl::Block)
-        .wait()
-        .unwrap();
-    let (tx, rx) = mpsc::channel();
-    let _sub = b
-        .declare_subscriber(key)
-        .callback(move |s| {
-            let _ = tx.send(s);
-        })
-        .wait()
-        .unwrap();
-    let ready = Instant::now();
-    while !publisher.matching_status().wait().unwrap().matching() {
-        assert!(ready.elapsed() < WAIT, "no subscriber");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    let (publisher, rx, _sub) = plain_pair(&a, &b, key);
     let put = || {
         let (blob, fds) = hwtensor::blob::export(t, hwtensor::blob::Transport::Reference).unwrap();
         let mut message = Vec::new();
@@ -257,6 +216,47 @@ fn blob_by_pidfd(t: &TensorDyn) -> f64 {
         lat.push((now_ns() - sent) as f64 / 1e3);
     }
     median(lat)
+}
+
+/// A plain Zenoh subscriber of `key` on `b`: its samples, and the subscriber to keep.
+fn samples(
+    b: &zenoh::Session,
+    key: &'static str,
+) -> (mpsc::Receiver<Sample>, zenoh::pubsub::Subscriber<()>) {
+    let (tx, rx) = mpsc::channel();
+    let sub = b
+        .declare_subscriber(key)
+        .callback(move |s| {
+            let _ = tx.send(s);
+        })
+        .wait()
+        .unwrap();
+    (rx, sub)
+}
+
+/// A plain Zenoh publisher of `key` on `a` that blocks when full, once a subscriber on `b`
+/// matches it.
+fn plain_pair(
+    a: &zenoh::Session,
+    b: &zenoh::Session,
+    key: &'static str,
+) -> (
+    zenoh::pubsub::Publisher<'static>,
+    mpsc::Receiver<Sample>,
+    zenoh::pubsub::Subscriber<()>,
+) {
+    let publisher = a
+        .declare_publisher(key)
+        .congestion_control(CongestionControl::Block)
+        .wait()
+        .unwrap();
+    let (rx, sub) = samples(b, key);
+    let ready = Instant::now();
+    while !publisher.matching_status().wait().unwrap().matching() {
+        assert!(ready.elapsed() < WAIT, "no subscriber");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    (publisher, rx, sub)
 }
 
 fn main() {

@@ -278,8 +278,7 @@ impl<T: Element> Tensor<T> {
         self.map_as()
     }
 
-    /// [`Self::map_span_read`] for writing (an image composed plane by plane, Linux).
-    #[cfg(target_os = "linux")]
+    /// [`Self::map_span_read`] for writing (an image composed or copied plane by plane).
     pub(crate) fn map_span_write(&self) -> Result<MapWrite<'_, T>> {
         self.map_as()
     }
