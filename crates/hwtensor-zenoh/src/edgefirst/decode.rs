@@ -275,19 +275,28 @@ fn inline(
             let row = format
                 .plane_row_bytes(w, dtype.size(), k)
                 .unwrap_or(plane.row_stride);
-            let needed = plane.size - plane.row_stride + row;
+            // The last row needs its data, not its padding.
+            let needed = match plane.rows {
+                0 => 0,
+                rows => (rows - 1)
+                    .saturating_mul(plane.row_stride)
+                    .saturating_add(row),
+            };
             if view.data.len() < needed {
                 return Err(format!(
                     "planes[{k}].data: {} bytes, the plane needs {needed}",
                     view.data.len()
                 ));
             }
-            let n = view
-                .data
-                .len()
-                .min(plane.size)
-                .min(bytes.len() - plane.offset);
-            bytes[plane.offset..plane.offset + n].copy_from_slice(&view.data[..n]);
+            let room = bytes.len().saturating_sub(plane.offset);
+            let n = view.data.len().min(plane.size).min(room);
+            let (Some(to), Some(from)) = (
+                bytes.get_mut(plane.offset..plane.offset + n),
+                view.data.get(..n),
+            ) else {
+                return Err(format!("planes[{k}]: past the image's bytes"));
+            };
+            to.copy_from_slice(from);
         }
     }
     image

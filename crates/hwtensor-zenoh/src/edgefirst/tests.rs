@@ -397,3 +397,39 @@ fn an_i420_frame_whose_chroma_planes_are_padded_on_their_own_round_trips_both_wa
         assert_eq!(bytes(&d.tensor), bytes(&t), "{memory}");
     }
 }
+
+#[test]
+fn every_cut_and_every_changed_byte_of_a_message_head_is_an_answer_never_a_panic() {
+    let _fds = super::fds_held();
+    let before = open_fds();
+    for (format, memory) in [
+        (PixelFormat::I420, TensorMemory::Mem),
+        (PixelFormat::Nv12, TensorMemory::Shm),
+    ] {
+        let t = image(format, memory);
+        let mut message = Vec::new();
+        encode(&t, true, &stamp(), &mut message).unwrap();
+        // The head: the stamp, the scalars, shape, strides, strings and plane records (inline
+        // pixels after it are data, not structure).
+        let head = message.len().min(HEAD_BYTES);
+        let mut refused = 0;
+        for n in 0..head {
+            refused += usize::from(decode(&message[..n]).is_err());
+        }
+        for at in 0..head {
+            for value in [0x00, 0x01, 0x7f, 0x80, 0xff] {
+                let mut changed = message.clone();
+                changed[at] = value;
+                refused += usize::from(decode(&changed).is_err());
+            }
+        }
+        assert!(
+            refused > head,
+            "{format}: a cut message must be refused ({refused})"
+        );
+    }
+    assert!(open_fds() <= before + 2, "refused messages leaked fds");
+}
+
+/// Bytes of a message's head that the mutation test changes one by one.
+const HEAD_BYTES: usize = 400;
