@@ -45,7 +45,7 @@ pub mod geometry;
 pub mod gpu;
 #[cfg(windows)]
 mod handle;
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", windows))]
 pub mod handoff;
 mod identity;
 mod image;

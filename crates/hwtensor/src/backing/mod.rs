@@ -26,7 +26,7 @@ mod windows;
 #[cfg(not(windows))]
 use no_section::SectionMapping;
 #[cfg(windows)]
-use windows::SectionMapping;
+pub(crate) use windows::SectionMapping;
 #[cfg(target_os = "linux")]
 use {crate::cuda, linux as fd_backed};
 #[cfg(not(target_os = "linux"))]

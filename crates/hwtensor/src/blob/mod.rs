@@ -102,6 +102,8 @@
 
 #[cfg(target_os = "linux")]
 mod reference;
+#[cfg(windows)]
+pub(crate) mod section;
 mod wire;
 
 #[cfg(target_os = "linux")]
@@ -487,8 +489,7 @@ pub fn claims_gpu_reference(header: &[u8]) -> bool {
 }
 
 /// Everything a blob says, read and checked before anything is imported or waited for.
-// The header, memory and length are what the fd path (Linux) goes on with.
-#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+// The header, memory and length are what the fd and handle paths go on with.
 struct Described<'a> {
     header: Header,
     dtype: DType,

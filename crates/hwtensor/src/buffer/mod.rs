@@ -12,7 +12,10 @@ use crate::{Error, Result, TensorMemory};
 // What only Linux buffers do: fds, the Vulkan host import, weak handles for the import cache.
 #[cfg(target_os = "linux")]
 mod linux;
+// What only Windows buffers do: a section's handle.
 mod maps;
+#[cfg(windows)]
+mod windows;
 
 pub(crate) use maps::Footprint;
 use maps::{Claim, Maps, Span};

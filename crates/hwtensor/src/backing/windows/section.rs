@@ -9,12 +9,13 @@
 // The section and its view are made and released through the Win32 API.
 #![allow(unsafe_code)]
 
+use std::os::windows::io::{BorrowedHandle, IntoRawHandle, OwnedHandle};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use windows::Win32::Foundation::{CloseHandle, HANDLE, INVALID_HANDLE_VALUE};
 use windows::Win32::System::Memory::{
-    CreateFileMappingW, MapViewOfFile, UnmapViewOfFile, FILE_MAP_ALL_ACCESS,
-    MEMORY_MAPPED_VIEW_ADDRESS, PAGE_READWRITE,
+    CreateFileMappingW, MapViewOfFile, UnmapViewOfFile, VirtualQuery, FILE_MAP_ALL_ACCESS,
+    MEMORY_BASIC_INFORMATION, MEMORY_MAPPED_VIEW_ADDRESS, PAGE_READWRITE,
 };
 
 use crate::identity::BufferIdentity;
@@ -75,6 +76,55 @@ impl SectionMapping {
         }
         mapping.view = view.Value.cast();
         Ok(mapping)
+    }
+
+    /// Maps a section another process made, taking `handle` (closed on every error): refused
+    /// when the handle is not a section this process may map read-write (an event, a file, a
+    /// closed value), or when the section is smaller than the `needed` bytes the sender claims.
+    /// Its identity is the one the sender names (`identity`): a section has no name to read.
+    pub(crate) fn import(
+        handle: OwnedHandle,
+        needed: usize,
+        identity: BufferIdentity,
+    ) -> Result<SectionMapping> {
+        let mut mapping = SectionMapping {
+            handle: HANDLE(handle.into_raw_handle()),
+            view: std::ptr::null_mut(),
+            len: needed,
+            identity,
+        };
+        // SAFETY: any handle value: MapViewOfFile refuses what is not a mappable section. The
+        // whole section is mapped (size 0), so its real size is the view's.
+        let view = unsafe { MapViewOfFile(mapping.handle, FILE_MAP_ALL_ACCESS, 0, 0, 0) };
+        if view.Value.is_null() {
+            return Err(Error::Handoff(format!(
+                "the handle is not a section this process can map read-write: {}",
+                windows::core::Error::from_thread()
+            )));
+        }
+        mapping.view = view.Value.cast();
+        let mut info = MEMORY_BASIC_INFORMATION::default();
+        // SAFETY: a query of the view just mapped, into a valid out struct of its size.
+        let got = unsafe {
+            VirtualQuery(
+                Some(view.Value),
+                &mut info,
+                std::mem::size_of::<MEMORY_BASIC_INFORMATION>(),
+            )
+        };
+        if got == 0 || info.RegionSize < needed {
+            return Err(Error::TooSmall {
+                needed,
+                capacity: info.RegionSize,
+            });
+        }
+        Ok(mapping)
+    }
+
+    /// The section's handle, to duplicate into another process.
+    pub(crate) fn handle(&self) -> BorrowedHandle<'_> {
+        // SAFETY: the handle this mapping owns, alive as long as `&self`.
+        unsafe { BorrowedHandle::borrow_raw(self.handle.0) }
     }
 
     pub(crate) fn ptr(&self) -> *mut u8 {

@@ -5,3 +5,6 @@
 pub(crate) fn process_alive(_pid: u32) -> bool {
     true
 }
+
+pub(crate) mod handles;
+pub(crate) mod pipe;

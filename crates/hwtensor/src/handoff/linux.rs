@@ -1,38 +1,11 @@
-//! Hand-off over a Unix stream socket: a blob and its fds (SCM_RIGHTS) in one message.
-//!
-//! The blob is size-prefixed, so a receiver reads exactly one message and never eats into the
-//! next. fds arrive close-on-exec (`MSG_CMSG_CLOEXEC`), so a consumer that spawns a child does
-//! not leak every frame buffer into it. A peer that closes mid-message, stalls mid-message,
-//! sends more fds than the blob names, or a blob longer than any tensor needs gets a clear
-//! [`Error::Handoff`] (no message at all within the stream's read timeout is
-//! [`Error::Timeout`]); any fds received are closed on the way out. Memory for a message is
-//! allocated as its bytes arrive, so a length prefix alone pins nothing.
-//!
-//! [`recv`] applies hwtensor's trust model (see [`ImportPolicy`]): GPU memory by reference only
-//! from a peer of this user, as `SO_PEERCRED` reports it; [`recv_with`] takes the caller's
-//! policy instead.
-//!
-//! # Example
-//!
-//! ```
-//! use std::os::unix::net::UnixStream;
-//! use hwtensor::handoff::{recv, send};
-//! use hwtensor::{Tensor, TensorMemory};
-//!
-//! let (producer, consumer) = UnixStream::pair()?;
-//! let frame = Tensor::<u8>::new(&[64], Some(TensorMemory::Shm))?;
-//! frame.map_write()?.fill(9);
-//! send(&producer, &frame.into())?; // the memfd goes by SCM_RIGHTS: no copy
-//! let got = recv(&consumer)?.into_tensor::<u8>()?;
-//! assert!(got.to_vec()?.iter().all(|&b| b == 9));
-//! # Ok::<(), Box<dyn std::error::Error>>(())
-//! ```
+//! The hand-off on Linux: a blob and its fds (SCM_RIGHTS) in one message over a Unix stream
+//! socket (see the module above).
 
 use std::io::{IoSlice, IoSliceMut};
 use std::mem::{ManuallyDrop, MaybeUninit};
 use std::os::fd::{BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use rustix::event::{poll, PollFd, PollFlags};
 use rustix::io::Errno;
@@ -44,19 +17,7 @@ use rustix::net::{
 use crate::blob::{self, Transport, HEADER_LEN, MAX_FDS};
 use crate::{Error, ImportPolicy, Result, TensorDyn};
 
-/// How long the rest of a message may take once its first byte has arrived. A live peer writes
-/// a blob in microseconds (an inline 4K frame in milliseconds); a peer silent for this long has
-/// hung or died holding the socket, and waiting longer would hang the consumer with it.
-pub const MID_MESSAGE_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// The largest blob a receiver accepts: room for an inline 4K RGBA f32 frame (133 MB) several
-/// times over, while a hostile length prefix cannot make it allocate gigabytes.
-pub const MAX_BLOB_LEN: usize = 1 << 30;
-
-/// The largest reference blob: it carries only the description (424 bytes in v1 at most:
-/// header, 8 dimensions and strides, 4 planes); 4 KiB leaves room for headers later versions
-/// append, and keeps a stalling peer from pinning more than that per connection.
-pub const MAX_REFERENCE_BLOB_LEN: usize = 4096;
+use super::{MAX_BLOB_LEN, MAX_REFERENCE_BLOB_LEN, MID_MESSAGE_TIMEOUT};
 
 /// Bytes that carry the blob's length claim.
 const LEN_PREFIX: usize = 12;

@@ -1,0 +1,278 @@
+//! A named pipe with bounded reads and writes: overlapped I/O waited for with a deadline, and
+//! cancelled (then waited out) when the deadline passes, so a peer that stalls or dies costs a
+//! timeout or an error, never a hang; and the peer's process id as the kernel reports it.
+
+// Named pipes, events and overlapped I/O are reached through the Win32 API.
+#![allow(unsafe_code)]
+
+use std::os::windows::io::{AsRawHandle, FromRawHandle, OwnedHandle};
+use std::time::{Duration, Instant};
+
+use windows::core::HSTRING;
+use windows::Win32::Foundation::{
+    ERROR_BROKEN_PIPE, ERROR_IO_PENDING, ERROR_NO_DATA, ERROR_PIPE_CONNECTED,
+    ERROR_PIPE_NOT_CONNECTED, GENERIC_READ, GENERIC_WRITE, HANDLE, INVALID_HANDLE_VALUE,
+    WAIT_OBJECT_0,
+};
+use windows::Win32::Storage::FileSystem::{
+    CreateFileW, ReadFile, WriteFile, FILE_FLAG_FIRST_PIPE_INSTANCE, FILE_FLAG_OVERLAPPED,
+    FILE_SHARE_NONE, OPEN_EXISTING, PIPE_ACCESS_DUPLEX,
+};
+use windows::Win32::System::Pipes::{
+    ConnectNamedPipe, CreateNamedPipeW, GetNamedPipeClientProcessId, GetNamedPipeServerProcessId,
+    PIPE_READMODE_BYTE, PIPE_REJECT_REMOTE_CLIENTS, PIPE_TYPE_BYTE, PIPE_UNLIMITED_INSTANCES,
+    PIPE_WAIT,
+};
+use windows::Win32::System::Threading::{CreateEventW, WaitForSingleObject};
+use windows::Win32::System::IO::{CancelIoEx, GetOverlappedResult, OVERLAPPED};
+
+use crate::{Error, Result};
+
+/// Bytes the system buffers each way: a reference blob and its handle table fit many times.
+const PIPE_BUFFER: u32 = 64 * 1024;
+/// How long a client's connect waits for a busy pipe between retries.
+const CONNECT_RETRY: Duration = Duration::from_millis(5);
+
+/// One end of a connected named pipe (local to this machine), made by
+/// [`PipeListener::accept`] or [`Pipe::connect`]: what `handoff::send` and `recv` run over.
+#[derive(Debug)]
+pub struct Pipe {
+    handle: OwnedHandle,
+    /// The manual-reset event each overlapped operation signals.
+    event: OwnedHandle,
+    /// Whether this end is the server's (the peer is then the client).
+    server: bool,
+}
+
+/// The pipe's full name.
+fn full_name(name: &str) -> HSTRING {
+    HSTRING::from(format!(r"\\.\pipe\{name}"))
+}
+
+fn raw(h: &OwnedHandle) -> HANDLE {
+    HANDLE(h.as_raw_handle())
+}
+
+/// A new manual-reset event, unsignalled.
+fn event() -> Result<OwnedHandle> {
+    // SAFETY: an unnamed event with default security; the handle is owned at once.
+    let e = unsafe { CreateEventW(None, true, false, None) }.map_err(os("creating an event"))?;
+    // SAFETY: a handle we own and nothing else closes.
+    Ok(unsafe { OwnedHandle::from_raw_handle(e.0) })
+}
+
+/// An OS error of `op`, as ours.
+fn os(op: &'static str) -> impl Fn(windows::core::Error) -> Error {
+    move |e| Error::Os {
+        op,
+        source: e.into(),
+    }
+}
+
+/// The server of pipe `\\.\pipe\<name>`: each [`accept`](Self::accept) waits for one client.
+#[derive(Debug)]
+pub struct Listener {
+    name: String,
+    first: bool,
+}
+
+impl Listener {
+    /// A server of pipe `name`. Its first [`accept`](Self::accept) claims the name, refused
+    /// when another process already serves it: a peer cannot pose as this server by creating
+    /// the name first.
+    pub fn bind(name: &str) -> Result<Listener> {
+        let l = Listener {
+            name: name.to_string(),
+            first: true,
+        };
+        Ok(l)
+    }
+
+    /// Waits at most `timeout` for a client (remote clients are rejected) and returns the
+    /// connected end.
+    pub fn accept(&mut self, timeout: Duration) -> Result<Pipe> {
+        let mut mode = PIPE_ACCESS_DUPLEX | FILE_FLAG_OVERLAPPED;
+        if self.first {
+            mode |= FILE_FLAG_FIRST_PIPE_INSTANCE;
+        }
+        // SAFETY: a valid name and modes; the handle is owned at once (or is invalid).
+        let h = unsafe {
+            CreateNamedPipeW(
+                &full_name(&self.name),
+                mode,
+                PIPE_TYPE_BYTE | PIPE_READMODE_BYTE | PIPE_WAIT | PIPE_REJECT_REMOTE_CLIENTS,
+                PIPE_UNLIMITED_INSTANCES,
+                PIPE_BUFFER,
+                PIPE_BUFFER,
+                0,
+                None,
+            )
+        };
+        if h == INVALID_HANDLE_VALUE {
+            return Err(Error::Handoff(format!(
+                "cannot create pipe {}: {} (another process may hold the name)",
+                self.name,
+                windows::core::Error::from_thread()
+            )));
+        }
+        self.first = false;
+        // SAFETY: the valid handle just created, owned from here.
+        let handle = unsafe { OwnedHandle::from_raw_handle(h.0) };
+        let pipe = Pipe {
+            handle,
+            event: event()?,
+            server: true,
+        };
+        pipe.connect_client(timeout)?;
+        Ok(pipe)
+    }
+}
+
+impl Pipe {
+    /// Connects to the server of pipe `name`, waiting at most `timeout` for it to listen.
+    pub fn connect(name: &str, timeout: Duration) -> Result<Pipe> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            // SAFETY: a valid name; the handle is owned at once.
+            let opened = unsafe {
+                CreateFileW(
+                    &full_name(name),
+                    (GENERIC_READ | GENERIC_WRITE).0,
+                    FILE_SHARE_NONE,
+                    None,
+                    OPEN_EXISTING,
+                    FILE_FLAG_OVERLAPPED,
+                    None,
+                )
+            };
+            match opened {
+                Ok(h) => {
+                    return Ok(Pipe {
+                        // SAFETY: the valid handle just opened, owned from here.
+                        handle: unsafe { OwnedHandle::from_raw_handle(h.0) },
+                        event: event()?,
+                        server: false,
+                    });
+                }
+                Err(_) if Instant::now() < deadline => std::thread::sleep(CONNECT_RETRY),
+                Err(e) => {
+                    return Err(Error::Timeout(format!(
+                        "no server on pipe {name} within {timeout:?} ({e})"
+                    )))
+                }
+            }
+        }
+    }
+
+    /// The process on the other end, as the kernel reports it.
+    pub fn peer_pid(&self) -> Result<u32> {
+        let mut pid = 0;
+        // SAFETY: a live pipe handle and a valid out pointer.
+        let got = unsafe {
+            match self.server {
+                true => GetNamedPipeClientProcessId(raw(&self.handle), &mut pid),
+                false => GetNamedPipeServerProcessId(raw(&self.handle), &mut pid),
+            }
+        };
+        got.map_err(os("asking the pipe for its peer"))?;
+        Ok(pid)
+    }
+
+    /// Waits for a client to connect to this server end.
+    fn connect_client(&self, timeout: Duration) -> Result<()> {
+        self.overlapped(Instant::now() + timeout, "waiting for a client", |o| {
+            // SAFETY: a live pipe handle and an OVERLAPPED that outlives the operation.
+            let r = unsafe { ConnectNamedPipe(raw(&self.handle), Some(o)) };
+            match r {
+                Err(e) if e.code() == ERROR_PIPE_CONNECTED.to_hresult() => Ok(()),
+                r => r,
+            }
+        })
+        .map(|_| ())
+    }
+
+    /// Reads exactly `buf.len()` bytes by `deadline`.
+    pub(crate) fn read_exact(&self, buf: &mut [u8], deadline: Instant) -> Result<()> {
+        let mut at = 0;
+        while at < buf.len() {
+            let part = &mut buf[at..];
+            let n = self.overlapped(deadline, "reading from the pipe", |o| {
+                // SAFETY: a live handle; the buffer and the OVERLAPPED outlive the operation
+                // (`overlapped` waits for it or cancels it and waits it out).
+                unsafe { ReadFile(raw(&self.handle), Some(&mut *part), None, Some(o)) }
+            })?;
+            if n == 0 {
+                return Err(Error::PeerLeft("the pipe's peer closed mid-message".into()));
+            }
+            at += n;
+        }
+        Ok(())
+    }
+
+    /// Writes all of `buf` by `deadline`.
+    pub(crate) fn write_all(&self, buf: &[u8], deadline: Instant) -> Result<()> {
+        let mut at = 0;
+        while at < buf.len() {
+            let part = &buf[at..];
+            let n = self.overlapped(deadline, "writing to the pipe", |o| {
+                // SAFETY: as for `read_exact`.
+                unsafe { WriteFile(raw(&self.handle), Some(part), None, Some(o)) }
+            })?;
+            at += n;
+        }
+        Ok(())
+    }
+
+    /// Runs one overlapped operation `start`, waits for it until `deadline` and returns the
+    /// bytes it moved; past the deadline it is cancelled and waited out, so its buffer is free
+    /// again when this returns.
+    fn overlapped(
+        &self,
+        deadline: Instant,
+        what: &'static str,
+        start: impl FnOnce(*mut OVERLAPPED) -> windows::core::Result<()>,
+    ) -> Result<usize> {
+        let mut o = OVERLAPPED {
+            hEvent: raw(&self.event),
+            ..Default::default()
+        };
+        let started = start(&mut o);
+        if let Err(e) = started {
+            if e.code() != ERROR_IO_PENDING.to_hresult() {
+                return Err(io_error(e, what));
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            let ms = u32::try_from(left.as_millis()).unwrap_or(u32::MAX);
+            // SAFETY: the live event the operation signals.
+            if unsafe { WaitForSingleObject(raw(&self.event), ms) } != WAIT_OBJECT_0 {
+                // SAFETY: the operation started above on this handle; waiting it out below.
+                let _ = unsafe { CancelIoEx(raw(&self.handle), Some(&o)) };
+                let mut n = 0;
+                // SAFETY: as above; waits until the cancelled operation is done with the buffer.
+                let _ = unsafe { GetOverlappedResult(raw(&self.handle), &o, &mut n, true) };
+                return Err(Error::Timeout(format!(
+                    "{what}: nothing within the deadline"
+                )));
+            }
+        }
+        let mut n = 0;
+        // SAFETY: the operation on this handle is complete (or completed synchronously).
+        unsafe { GetOverlappedResult(raw(&self.handle), &o, &mut n, true) }
+            .map_err(|e| io_error(e, what))?;
+        Ok(n as usize)
+    }
+}
+
+/// A failed pipe operation: the peer's leaving named as such.
+fn io_error(e: windows::core::Error, what: &'static str) -> Error {
+    let gone = [ERROR_BROKEN_PIPE, ERROR_NO_DATA, ERROR_PIPE_NOT_CONNECTED]
+        .iter()
+        .any(|c| e.code() == c.to_hresult());
+    match gone {
+        true => Error::PeerLeft(format!("{what}: the pipe's peer went away")),
+        false => Error::Os {
+            op: what,
+            source: e.into(),
+        },
+    }
+}
