@@ -100,3 +100,63 @@ fn dma_buf_memory_is_refused_by_name_with_what_to_use() {
     let err = Tensor::<u8>::new(&[16], Some(TensorMemory::DmaBuf)).unwrap_err();
     assert!(err.to_string().contains("shm"), "{err}");
 }
+
+/// The environment variable that makes this binary the child of the two-process test: the
+/// pipe's name.
+const CHILD: &str = "HWTENSOR_WINDOWS_SHM_CHILD";
+const TWO_PROCESSES: &str = "a_section_crosses_to_a_child_process_that_answers_in_the_same_memory";
+const WAIT: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// The child: takes the section, checks it, writes its answer into the same memory and says so.
+fn child(name: &str) {
+    use hwtensor::handoff::{recv, send_as, Pipe};
+    let pipe = Pipe::connect(name, WAIT).unwrap();
+    let t = recv(&pipe, WAIT).unwrap().into_tensor::<u32>().unwrap();
+    assert_eq!(t.memory(), TensorMemory::Shm);
+    match t.identity() {
+        BufferIdentity::Section { pid, .. } => assert_eq!(pid, pipe.peer_pid().unwrap()),
+        other => panic!("a section's identity, not {other:?}"),
+    }
+    assert!(t
+        .map_read()
+        .unwrap()
+        .iter()
+        .enumerate()
+        .all(|(i, &v)| v == i as u32));
+    t.map_write().unwrap().iter_mut().for_each(|v| *v = !*v);
+    let done = Tensor::<u8>::new(&[1], Some(TensorMemory::Mem)).unwrap();
+    send_as(&pipe, &done.into(), hwtensor::blob::Transport::Inline).unwrap();
+}
+
+#[test]
+fn a_section_crosses_to_a_child_process_that_answers_in_the_same_memory() {
+    if let Ok(name) = std::env::var(CHILD) {
+        return child(&name);
+    }
+    use hwtensor::handoff::{recv, send, PipeListener};
+    let name = format!("hwtensor-two-processes-{}", std::process::id());
+    let mut listener = PipeListener::bind(&name).unwrap();
+    let mut process = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([TWO_PROCESSES, "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD, &name)
+        .spawn()
+        .unwrap();
+    let pipe = listener.accept(WAIT).unwrap();
+    assert_eq!(pipe.peer_pid().unwrap(), process.id());
+    let t = Tensor::<u32>::new(&[256, 256], Some(TensorMemory::Shm)).unwrap();
+    t.map_write()
+        .unwrap()
+        .iter_mut()
+        .enumerate()
+        .for_each(|(i, v)| *v = i as u32);
+    send(&pipe, &t.clone().into()).unwrap();
+    recv(&pipe, WAIT).unwrap(); // the child's "done"
+    assert!(process.wait().unwrap().success(), "the child failed");
+    let answered = t
+        .map_read()
+        .unwrap()
+        .iter()
+        .enumerate()
+        .all(|(i, &v)| v == !(i as u32));
+    assert!(answered, "the child's answer is not in our memory");
+}
