@@ -93,6 +93,14 @@
 #define HWT_WAIT_FOREVER UINT64_MAX
 #endif
 
+#if defined(HWT_WINDOWS)
+/**
+ * A timeout that never runs out (`hwt_send`, `hwt_recv`): on Windows a day, the longest any
+ * hand-off waits.
+ */
+#define HWT_WAIT_FOREVER UINT64_MAX
+#endif
+
 #if defined(HWT_LINUX)
 /**
  * Bytes of a frame's user payload.
@@ -395,7 +403,6 @@ typedef uint32_t HwtAccess;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
 
-#if defined(HWT_LINUX)
 /**
  * How a tensor travels (`uint32_t` parameters named `transport`).
  */
@@ -404,18 +411,15 @@ enum HwtTransport
   : uint32_t
 #endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
  {
-#if defined(HWT_LINUX)
   /**
-   * The buffer's fd travels beside the blob: zero-copy (fd-backed and GPU memory).
+   * The buffer travels by reference beside the blob (its fd on Linux, its section's handle
+   * on Windows): zero-copy.
    */
   HWT_TRANSPORT_REFERENCE = 1,
-#endif
-#if defined(HWT_LINUX)
   /**
    * The bytes travel inside the blob: heap memory, or crossing machines.
    */
   HWT_TRANSPORT_INLINE = 2,
-#endif
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -424,7 +428,6 @@ typedef enum HwtTransport HwtTransport;
 typedef uint32_t HwtTransport;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
-#endif
 
 #if defined(HWT_LINUX)
 /**
@@ -490,6 +493,14 @@ typedef struct HwtCudaMap HwtCudaMap;
  * A received frame (opaque): `hwt_frame_release` hands its buffer back.
  */
 typedef struct HwtFrame HwtFrame;
+#endif
+
+#if defined(HWT_WINDOWS)
+/**
+ * A connected named pipe (opaque), for `hwt_send` and `hwt_recv`: made by `hwt_pipe_accept`
+ * or `hwt_pipe_connect`, freed by `hwt_pipe_close`.
+ */
+typedef struct HwtPipe HwtPipe;
 #endif
 
 #if defined(HWT_LINUX)
@@ -1611,6 +1622,68 @@ enum HwtStatus hwt_tensor_from_d3d11_texture(void *texture,
                                              uint32_t dtype,
                                              uint32_t cpu_access,
                                              struct HwtTensor **out);
+#endif
+
+#if defined(HWT_WINDOWS)
+/**
+ * Serves the local named pipe `\\.\pipe\<name>` and waits at most `timeout_ns` for one client
+ * (`HWT_STATUS_TIMEOUT` when none comes; a name another process serves is refused).
+ *
+ * # Safety
+ * `name` must be a NUL-terminated string; `out` valid for one write.
+ */
+enum HwtStatus hwt_pipe_accept(const char *name, uint64_t timeout_ns, struct HwtPipe **out);
+#endif
+
+#if defined(HWT_WINDOWS)
+/**
+ * Connects to the local named pipe `\\.\pipe\<name>`, waiting at most `timeout_ns` for a
+ * server.
+ *
+ * # Safety
+ * `name` must be a NUL-terminated string; `out` valid for one write.
+ */
+enum HwtStatus hwt_pipe_connect(const char *name, uint64_t timeout_ns, struct HwtPipe **out);
+#endif
+
+#if defined(HWT_WINDOWS)
+/**
+ * Closes a pipe (NULL is ignored).
+ *
+ * # Safety
+ * `pipe` must be null or a pipe this library gave and not yet closed.
+ */
+void hwt_pipe_close(struct HwtPipe *pipe);
+#endif
+
+#if defined(HWT_WINDOWS)
+/**
+ * Sends `t` on `pipe` as `transport`: shared memory by reference goes as its section's handle,
+ * which the receiver duplicates; returns once the receiver has answered, waiting at most
+ * `timeout_ns`.
+ *
+ * # Safety
+ * `pipe` and `t` must be live handles.
+ */
+enum HwtStatus hwt_send(const struct HwtPipe *pipe,
+                        const struct HwtTensor *t,
+                        uint32_t transport,
+                        uint64_t timeout_ns);
+#endif
+
+#if defined(HWT_WINDOWS)
+/**
+ * Receives one tensor on `pipe`, waiting at most `timeout_ns` for it (`HWT_STATUS_TIMEOUT`
+ * when none comes). A peer that closes mid-message is `HWT_STATUS_PEER_GONE`; a handle that is
+ * not a section, or one smaller than the blob says, is refused. `flags` must be 0.
+ *
+ * # Safety
+ * `pipe` must be a live handle; `out` valid for one write.
+ */
+enum HwtStatus hwt_recv(const struct HwtPipe *pipe,
+                        uint64_t timeout_ns,
+                        uint32_t flags,
+                        struct HwtTensor **out);
 #endif
 
 #ifdef __cplusplus

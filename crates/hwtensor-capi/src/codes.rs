@@ -1,9 +1,10 @@
 //! The codes C passes as `uint32_t` (element types, memories, pixel formats, CPU access) and
 //! their reading into hwtensor's types. Parameters are plain integers, since a C caller can pass
 //! any value and a Rust enum must never hold an unknown one; each `*_of` refuses a value the
-//! enum does not name. Values are only ever appended. The Linux-only codes (`HwtTransport`,
-//! `HwtWait`) sit beside the calls that take them.
+//! enum does not name. Values are only ever appended. The Linux-only codes (`HwtWait`) sit
+//! beside the calls that take them.
 
+use hwtensor::blob::Transport;
 use hwtensor::{CpuAccess, DType, Direction, PixelFormat, TensorMemory};
 
 use crate::status::{invalid, HwtStatus};
@@ -241,5 +242,25 @@ mod tests {
         assert_eq!(format_of(0), Err(HwtStatus::InvalidArgument));
         assert_eq!(direction_of(0), Err(HwtStatus::InvalidArgument));
         assert_eq!(direction_of(4), Err(HwtStatus::InvalidArgument));
+    }
+}
+
+/// How a tensor travels (`uint32_t` parameters named `transport`).
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HwtTransport {
+    /// The buffer travels by reference beside the blob (its fd on Linux, its section's handle
+    /// on Windows): zero-copy.
+    Reference = 1,
+    /// The bytes travel inside the blob: heap memory, or crossing machines.
+    Inline = 2,
+}
+
+/// The transport a code names.
+pub(crate) fn transport_of(code: u32) -> Result<Transport, HwtStatus> {
+    match code {
+        c if c == HwtTransport::Reference as u32 => Ok(Transport::Reference),
+        c if c == HwtTransport::Inline as u32 => Ok(Transport::Inline),
+        other => Err(invalid(format!("{other} is not an HwtTransport"))),
     }
 }

@@ -82,3 +82,88 @@ fn a_c_host_signals_waits_on_an_event_and_learns_whether_there_is_a_fence() {
         }
     }
 }
+
+/// `HwtIdentity`, as the header lays it out.
+#[repr(C)]
+#[derive(Default, Debug, PartialEq, Eq)]
+struct Identity {
+    kind: u32,
+    a: u64,
+    b: u64,
+    c: u64,
+}
+
+type PipeOpen = unsafe extern "C" fn(*const std::ffi::c_char, u64, *mut *mut c_void) -> i32;
+type PipeClose = unsafe extern "C" fn(*mut c_void);
+type SendFn = unsafe extern "C" fn(*const c_void, *const c_void, u32, u64) -> i32;
+type Recv = unsafe extern "C" fn(*const c_void, u64, u32, *mut *mut c_void) -> i32;
+type New = unsafe extern "C" fn(*const usize, usize, u32, u32, *mut *mut c_void) -> i32;
+type IdentityOf = unsafe extern "C" fn(*const c_void, *mut Identity) -> i32;
+type Release = unsafe extern "C" fn(*const c_void) -> i32;
+const SECONDS: u64 = 10_000_000_000;
+const U8: u32 = 1;
+const SHM: u32 = 2;
+const REFERENCE: u32 = 1;
+const SECTION: u32 = 4;
+
+#[test]
+fn a_c_host_hands_a_shared_memory_tensor_over_a_named_pipe_as_its_section() {
+    let lib = Library::open_private(&common::cdylib_dir().join(common::CDYLIB));
+    // SAFETY: the symbols have these signatures (include/hwtensor.h, HWT_WINDOWS part and the
+    // tensor calls).
+    let (accept, connect, close, send, recv, new, identity, release): (
+        PipeOpen,
+        PipeOpen,
+        PipeClose,
+        SendFn,
+        Recv,
+        New,
+        IdentityOf,
+        Release,
+    ) = unsafe {
+        (
+            lib.get(c"hwt_pipe_accept"),
+            lib.get(c"hwt_pipe_connect"),
+            lib.get(c"hwt_pipe_close"),
+            lib.get(c"hwt_send"),
+            lib.get(c"hwt_recv"),
+            lib.get(c"hwt_tensor_new"),
+            lib.get(c"hwt_tensor_identity"),
+            lib.get(c"hwt_tensor_release"),
+        )
+    };
+    let name = std::ffi::CString::new(format!("hwtensor-capi-{}", std::process::id())).unwrap();
+    let client_name = name.clone();
+    // SAFETY: valid strings and out-pointers; every handle made is released or closed here.
+    unsafe {
+        let client = std::thread::spawn(move || {
+            let mut pipe = std::ptr::null_mut();
+            assert_eq!(connect(client_name.as_ptr(), SECONDS, &mut pipe), OK);
+            let mut got = std::ptr::null_mut();
+            assert_eq!(recv(pipe, SECONDS, 0, &mut got), OK);
+            let mut id = Identity::default();
+            assert_eq!(identity(got, &mut id), OK);
+            assert_eq!(release(got), OK);
+            close(pipe);
+            id
+        });
+        let mut pipe = std::ptr::null_mut();
+        assert_eq!(accept(name.as_ptr(), SECONDS, &mut pipe), OK);
+        let mut t = std::ptr::null_mut();
+        let shape = [64usize, 64];
+        assert_eq!(new(shape.as_ptr(), 2, U8, SHM, &mut t), OK);
+        assert_eq!(send(pipe, t, REFERENCE, SECONDS), OK);
+        let mut ours = Identity::default();
+        assert_eq!(identity(t, &mut ours), OK);
+        assert_eq!(ours.kind, SECTION);
+        assert_eq!(
+            client.join().unwrap(),
+            ours,
+            "the receiver has the same section"
+        );
+        assert_eq!(recv(pipe, 0, 7, &mut t), INVALID_ARGUMENT, "unknown flags");
+        assert_eq!(release(t), OK);
+        close(pipe);
+        close(std::ptr::null_mut());
+    }
+}

@@ -7,22 +7,13 @@ use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hwtensor::blob::{self, Transport};
+use hwtensor::blob;
 use hwtensor::{handoff, ImportPolicy};
 
 use super::fd::dup_callers;
+use crate::codes::transport_of;
 use crate::status::{fail, free_handle, guard, invalid, put, slice_in, HwtStatus, OrStatus};
 use crate::tensor::{share, tensor, HwtTensor};
-
-/// How a tensor travels (`uint32_t` parameters named `transport`).
-#[repr(u32)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum HwtTransport {
-    /// The buffer's fd travels beside the blob: zero-copy (fd-backed and GPU memory).
-    Reference = 1,
-    /// The bytes travel inside the blob: heap memory, or crossing machines.
-    Inline = 2,
-}
 
 /// Import flag: the sender is trusted (GPU and CUDA memory by reference, whose content the
 /// driver trusts, and shared memory that cannot be sealed). Without it, `hwt_recv` accepts
@@ -44,14 +35,6 @@ pub struct HwtBlob {
     bytes: Vec<u8>,
     fds: Vec<i32>,
     _tensor: Arc<HwtTensor>,
-}
-
-fn transport_of(code: u32) -> Result<Transport, HwtStatus> {
-    match code {
-        c if c == HwtTransport::Reference as u32 => Ok(Transport::Reference),
-        c if c == HwtTransport::Inline as u32 => Ok(Transport::Inline),
-        other => Err(invalid(format!("{other} is not an HwtTransport"))),
-    }
 }
 
 fn policy_of(flags: u32) -> Result<ImportPolicy, HwtStatus> {

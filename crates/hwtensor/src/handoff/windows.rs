@@ -106,7 +106,18 @@ pub fn send(pipe: &Pipe, tensor: &TensorDyn) -> Result<()> {
 
 /// [`send`] in the transport asked for: `Inline` copies the bytes into the message.
 pub fn send_as(pipe: &Pipe, tensor: &TensorDyn, mode: Transport) -> Result<()> {
-    let deadline = Instant::now() + MID_MESSAGE_TIMEOUT;
+    send_within(pipe, tensor, mode, MID_MESSAGE_TIMEOUT)
+}
+
+/// [`send_as`] that gives the pipe and the receiver's answer at most `timeout` (rather than
+/// [`MID_MESSAGE_TIMEOUT`]).
+pub fn send_within(
+    pipe: &Pipe,
+    tensor: &TensorDyn,
+    mode: Transport,
+    timeout: Duration,
+) -> Result<()> {
+    let deadline = after(timeout);
     match mode {
         Transport::Inline => {
             let bytes = blob::export_inline(tensor)?;
@@ -160,7 +171,7 @@ fn answer(pipe: &Pipe, deadline: Instant) -> Result<()> {
 /// handle must be a section this process can map, at least as large as the blob says.
 pub fn recv(pipe: &Pipe, timeout: Duration) -> Result<TensorDyn> {
     let mut raw = [0u8; HEAD_LEN];
-    pipe.read_exact(&mut raw[..1], Instant::now() + timeout)?;
+    pipe.read_exact(&mut raw[..1], after(timeout))?;
     let deadline = Instant::now() + MID_MESSAGE_TIMEOUT;
     pipe.read_exact(&mut raw[1..], deadline)?;
     let head = Head::decode(&raw)?;
@@ -183,6 +194,13 @@ pub fn recv(pipe: &Pipe, timeout: Duration) -> Result<TensorDyn> {
         serial: head.serial,
     };
     blob::section::import(&bytes, section, identity)
+}
+
+/// The instant `timeout` from now (a timeout past the clock's range is a day: no hand-off
+/// waits longer, and `Instant` cannot say "never").
+fn after(timeout: Duration) -> Instant {
+    const LONGEST: Duration = Duration::from_secs(24 * 60 * 60);
+    Instant::now() + timeout.min(LONGEST)
 }
 
 /// Duplicates handle `value` out of the pipe's peer into this process.

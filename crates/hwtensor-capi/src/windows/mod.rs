@@ -1,4 +1,8 @@
-//! The Windows side of the C ABI: D3D11 interface pointers and NT handles.
+//! The Windows side of the C ABI: D3D11 interface pointers and NT handles, and the hand-off
+//! over a named pipe (`handoff.rs`).
+
+mod handoff;
+pub use handoff::*;
 
 use std::ffi::c_void;
 use std::os::windows::io::IntoRawHandle;
