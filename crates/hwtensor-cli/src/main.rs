@@ -3,6 +3,7 @@
 
 mod bench;
 mod device;
+mod pattern;
 mod probe;
 mod timing;
 

@@ -16,7 +16,7 @@ use hwtensor::stream::{Consumer, FrameMeta, Producer, Slot, Wait};
 use hwtensor::{CpuAccess, PixelFormat, Tensor, TensorDyn, TensorMemory};
 
 use super::monotonic_ns;
-use super::pattern;
+use crate::pattern;
 use crate::timing::{fmt, median, percentile};
 
 const WIDTH: usize = 1920;

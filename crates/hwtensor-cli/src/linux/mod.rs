@@ -7,7 +7,6 @@ mod cuda;
 pub mod demo;
 mod gpu;
 mod handoff;
-mod pattern;
 pub mod zenoh_demo;
 
 pub use gpu::{probe_json, probe_text};

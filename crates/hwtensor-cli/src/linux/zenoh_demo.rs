@@ -16,7 +16,7 @@ use hwtensor::{CpuAccess, PixelFormat, Tensor, TensorDyn, TensorMemory};
 use hwtensor_zenoh::zenoh::{self, qos::CongestionControl, Wait};
 use hwtensor_zenoh::{Encoding, Publisher, PublisherOptions, Subscriber, SubscriberOptions};
 
-use super::pattern;
+use crate::pattern;
 use crate::timing::{fmt, percentile};
 
 const KEY: &str = "hwtensor/demo/frames";

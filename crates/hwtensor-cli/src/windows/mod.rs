@@ -1,5 +1,5 @@
-//! What the command does on Windows: the D3D11 device's probe and figures. The demo hands fds
-//! over a Unix socket, so it is Unix only here.
+//! What the command does on Windows: the D3D11 device's probe and figures, and the demo over a
+//! named pipe (`demo.rs`).
 
 use std::time::{Duration, Instant};
 
@@ -15,22 +15,7 @@ pub const HOST_MEMORIES: &[TensorMemory] = &[TensorMemory::Mem, TensorMemory::Sh
 /// Signals each thread makes when measuring throughput.
 const SIGNALS_PER_THREAD: usize = 500;
 
-pub mod demo {
-    const WHY: &str = "the demo hands fds over a Unix socket; on Windows GPU images travel with Tensor::share_gpu instead";
-
-    pub fn producer(
-        _frames: u32,
-        _gpu: bool,
-        _cuda: bool,
-        _consumer: Option<&str>,
-    ) -> crate::Result {
-        Err(WHY.into())
-    }
-
-    pub fn consumer(_socket: &str, _gpu: bool, _cuda: bool) -> crate::Result {
-        Err(WHY.into())
-    }
-}
+pub mod demo;
 
 /// The adapters and the process device, as JSON.
 pub fn probe_json() -> serde_json::Value {
