@@ -91,6 +91,13 @@ impl Listener {
     /// Waits at most `timeout` for a client (remote clients are rejected) and returns the
     /// connected end.
     pub fn accept(&mut self, timeout: Duration) -> Result<Pipe> {
+        let pipe = self.instance()?;
+        pipe.connect_client(timeout)?;
+        Ok(pipe)
+    }
+
+    /// A new instance of the pipe, not yet connected.
+    fn instance(&mut self) -> Result<Pipe> {
         let mut mode = PIPE_ACCESS_DUPLEX | FILE_FLAG_OVERLAPPED;
         if self.first {
             mode |= FILE_FLAG_FIRST_PIPE_INSTANCE;
@@ -118,13 +125,11 @@ impl Listener {
         self.first = false;
         // SAFETY: the valid handle just created, owned from here.
         let handle = unsafe { OwnedHandle::from_raw_handle(h.0) };
-        let pipe = Pipe {
+        Ok(Pipe {
             handle,
             event: event()?,
             server: true,
-        };
-        pipe.connect_client(timeout)?;
-        Ok(pipe)
+        })
     }
 }
 
@@ -180,15 +185,24 @@ impl Pipe {
 
     /// Waits for a client to connect to this server end.
     fn connect_client(&self, timeout: Duration) -> Result<()> {
-        self.overlapped(Instant::now() + timeout, "waiting for a client", |o| {
+        let mut connected_before = false;
+        let waited = self.overlapped(Instant::now() + timeout, "waiting for a client", |o| {
             // SAFETY: a live pipe handle and an OVERLAPPED that outlives the operation.
             let r = unsafe { ConnectNamedPipe(raw(&self.handle), Some(o)) };
             match r {
-                Err(e) if e.code() == ERROR_PIPE_CONNECTED.to_hresult() => Ok(()),
+                // The client came between the pipe's creation and this call: nothing to wait
+                // for, and no completion will ever be posted.
+                Err(e) if e.code() == ERROR_PIPE_CONNECTED.to_hresult() => {
+                    connected_before = true;
+                    Err(e)
+                }
                 r => r,
             }
-        })
-        .map(|_| ())
+        });
+        match (waited, connected_before) {
+            (_, true) => Ok(()),
+            (r, false) => r.map(|_| ()),
+        }
     }
 
     /// Reads exactly `buf.len()` bytes by `deadline`.
@@ -256,8 +270,9 @@ impl Pipe {
             }
         }
         let mut n = 0;
-        // SAFETY: the operation on this handle is complete (or completed synchronously).
-        unsafe { GetOverlappedResult(raw(&self.handle), &o, &mut n, true) }
+        // SAFETY: the operation on this handle is complete (or completed synchronously): its
+        // result is read without waiting, so nothing here can block.
+        unsafe { GetOverlappedResult(raw(&self.handle), &o, &mut n, false) }
             .map_err(|e| io_error(e, what))?;
         Ok(n as usize)
     }
@@ -274,5 +289,46 @@ fn io_error(e: windows::core::Error, what: &'static str) -> Error {
             op: what,
             source: e.into(),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const WAIT: Duration = Duration::from_secs(10);
+
+    #[test]
+    fn a_client_that_connects_before_the_server_waits_is_accepted_at_once() {
+        let name = format!("hwtensor-test-early-{}", std::process::id());
+        let mut listener = Listener::bind(&name).unwrap();
+        let server = listener.instance().unwrap();
+        let client = Pipe::connect(&name, WAIT).unwrap(); // before ConnectNamedPipe
+        let started = Instant::now();
+        server.connect_client(WAIT).unwrap();
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "it waited for a completion"
+        );
+        client.write_all(b"hi", Instant::now() + WAIT).unwrap();
+        let mut got = [0u8; 2];
+        server.read_exact(&mut got, Instant::now() + WAIT).unwrap();
+        assert_eq!(&got, b"hi");
+        assert_eq!(server.peer_pid().unwrap(), std::process::id());
+    }
+
+    #[test]
+    fn a_read_with_nothing_coming_times_out_at_its_deadline() {
+        let name = format!("hwtensor-test-quiet-{}", std::process::id());
+        let mut listener = Listener::bind(&name).unwrap();
+        let server = listener.instance().unwrap();
+        let _client = Pipe::connect(&name, WAIT).unwrap();
+        server.connect_client(WAIT).unwrap();
+        let started = Instant::now();
+        let err = server
+            .read_exact(&mut [0u8; 4], Instant::now() + Duration::from_millis(100))
+            .unwrap_err();
+        assert!(matches!(err, Error::Timeout(_)), "{err}");
+        assert!(started.elapsed() < Duration::from_secs(5));
     }
 }
