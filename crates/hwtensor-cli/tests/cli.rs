@@ -146,12 +146,25 @@ fn probe_on_windows_names_the_d3d11_device_and_what_its_fence_is() {
 
 #[test]
 #[cfg(windows)]
-fn the_demo_on_windows_is_one_clear_line_saying_why_not() {
-    let out = hwtensor(&["demo"]);
+fn the_demo_on_windows_hands_shared_memory_frames_over_a_named_pipe() {
+    let out = hwtensor(&["demo", "--frames", "5"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("every acknowledgement verified"), "{text}");
+}
+
+#[test]
+#[cfg(windows)]
+fn the_gpu_demo_on_windows_is_one_clear_line_saying_why_not() {
+    let out = hwtensor(&["demo", "--gpu"]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.starts_with("error: ") && err.contains("Unix socket"),
+        err.starts_with("error: ") && err.contains("share_gpu"),
         "{err}"
     );
     assert_eq!(err.lines().count(), 1, "{err}");

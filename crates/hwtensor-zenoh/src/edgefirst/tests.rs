@@ -433,3 +433,35 @@ fn every_cut_and_every_changed_byte_of_a_message_head_is_an_answer_never_a_panic
 
 /// Bytes of a message's head that the mutation test changes one by one.
 const HEAD_BYTES: usize = 400;
+
+#[test]
+fn a_pid_that_is_not_the_publishers_gets_nothing_it_may_not_have() {
+    let _fds = super::fds_held();
+    let camera = Camera::new();
+    // A live process of this user that is not the publisher, its fds 0 to 2 on /dev/null.
+    let null = std::process::Stdio::null;
+    let mut other = std::process::Command::new("sleep")
+        .arg("30")
+        .stdin(null())
+        .stdout(null())
+        .stderr(null())
+        .spawn()
+        .unwrap();
+    let before = open_fds();
+    let message = camera.message(|f, p| {
+        f.pid = other.id();
+        p.iter_mut().for_each(|p| p.handle = 0);
+    });
+    let err = decode(&message).unwrap_err();
+    let _ = other.kill();
+    let _ = other.wait();
+    assert!(
+        err.starts_with("planes") && err.contains("character device"),
+        "{err}"
+    );
+    assert_eq!(
+        open_fds(),
+        before,
+        "the other process's fd stayed open here"
+    );
+}
