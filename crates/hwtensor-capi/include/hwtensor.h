@@ -1216,6 +1216,22 @@ enum HwtStatus hwt_tensor_clone_fd(const struct HwtTensor *t, int32_t *out_fd);
 
 #if defined(HWT_LINUX)
 /**
+ * The tensor `t` whose bytes are complete only once the DMA-fence sync_file `sync_fd` signals
+ * (a V4L2 or GPU producer's fence; duplicated, the caller keeps its own): a new tensor over
+ * the same buffer. CPU maps wait for the fence (bounded), a hand-off by reference carries it
+ * and the receiver waits for it before returning. An fd that is not a sync_file is
+ * `HWT_STATUS_BAD_FD`.
+ *
+ * # Safety
+ * `t` must be a live handle; `out` valid for one write.
+ */
+enum HwtStatus hwt_tensor_with_sync_file(const struct HwtTensor *t,
+                                         int32_t sync_fd,
+                                         struct HwtTensor **out);
+#endif
+
+#if defined(HWT_LINUX)
+/**
  * The `VkDevice` of the process device, as an integer.
  */
 enum HwtStatus hwt_gpu_device_handle(uint64_t *out);

@@ -248,6 +248,15 @@ impl PyTensor {
             .map(Self::wrap)
     }
 
+    /// The same tensor over the same buffer, its bytes complete only once the DMA-fence
+    /// sync_file `fd` signals (a V4L2 or GPU producer's fence; duplicated, keep and close your
+    /// own): CPU maps wait for it (bounded), a hand-off by reference carries it. An fd that is
+    /// not a sync_file raises `HandoffError`.
+    fn with_sync_file(&self, fd: i32) -> PyResult<Self> {
+        let fence = hwtensor::SyncFile::from_fd(crate::fd::dup_in(fd)?).or_py()?;
+        Ok(Self::wrap(self.inner.with_sync_file(fence)))
+    }
+
     /// The shape, as a tuple.
     #[getter]
     fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {

@@ -1,3 +1,5 @@
+import os
+
 import numpy as np
 import pytest
 
@@ -160,6 +162,16 @@ def test_an_i420_image_keeps_gstreamers_chroma_stride():
     assert hwtensor.Tensor.image(64, 32, "rgba").chroma_stride is None
     with pytest.raises(hwtensor.Error, match="row_stride"):
         hwtensor.Tensor.image(64, 8, "i420", chroma_stride=40)
+
+
+def test_an_fd_that_is_no_sync_file_is_refused_as_a_fence():
+    t = hwtensor.Tensor([64], memory="shm")
+    ev = os.eventfd(1)
+    try:
+        with pytest.raises(hwtensor.HandoffError, match="sync_file"):
+            t.with_sync_file(ev)
+    finally:
+        os.close(ev)
 
 
 def test_a_sixteen_bit_format_over_bytes_is_refused_naming_the_dtype():

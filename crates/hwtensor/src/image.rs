@@ -129,22 +129,30 @@ pub(crate) fn default_row_stride(
 /// own puts them anywhere. With padded rows that row ends past the grid: without these bytes a
 /// map, an import's size check or an allocation would miss the end of the last chroma row.
 pub(crate) fn chroma_tail(info: &ImageInfo, elem: usize) -> usize {
-    let f = info.format;
     if info.grid_holds_chroma() {
         return 0;
     }
-    let planes = match info.planes() {
-        Ok(p) => p,
-        Err(_) => return 0,
+    // Arithmetic, not the plane table: this is on every map's path.
+    let (f, w, h, stride) = (info.format, info.width, info.height, info.row_stride);
+    let (planes, rows) = match f {
+        PixelFormat::I420 | PixelFormat::Yv12 => (2, h.div_ceil(2)),
+        PixelFormat::Nv24 | PixelFormat::Nv16 => (1, h),
+        PixelFormat::Nv12 | PixelFormat::Nv21 | PixelFormat::P010 => (1, h.div_ceil(2)),
+        _ => return 0,
     };
-    let Some(last) = planes.last() else { return 0 };
-    let row = f
-        .plane_row_bytes(info.width, elem, planes.len() - 1)
-        .unwrap_or(0);
-    let end = last.offset + (last.rows.max(1) - 1) * last.row_stride + row;
-    let grid_rows = f.buffer_rows(info.height);
-    let grid_end =
-        (grid_rows.max(1) - 1) * info.row_stride + f.min_row_bytes(info.width, elem).unwrap_or(0);
+    if rows == 0 {
+        return 0;
+    }
+    let chroma = info.chroma_row_stride();
+    let row = f.plane_row_bytes(w, elem, 1).unwrap_or(0);
+    // The luma plane's h rows, then each chroma plane's rows one after another.
+    let end = h
+        .saturating_mul(stride)
+        .saturating_add((planes * rows - 1).saturating_mul(chroma))
+        .saturating_add(row);
+    let grid_end = (f.buffer_rows(h).max(1) - 1)
+        .saturating_mul(stride)
+        .saturating_add(f.min_row_bytes(w, elem).unwrap_or(0));
     end.saturating_sub(grid_end)
 }
 
@@ -458,6 +466,41 @@ pub(crate) fn check_row_stride(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_chroma_tail_is_where_the_plane_table_ends_the_last_chroma_row() {
+        use PixelFormat::*;
+        for f in [I420, Yv12, Nv24, Nv12, Nv21, Nv16] {
+            for (w, h) in [(64, 48), (64, 47), (2, 1), (1364, 768)] {
+                let tight = f.min_row_bytes(w, 1).unwrap();
+                for (stride, chroma) in [
+                    (tight, None),
+                    (tight + 64, None),
+                    (tight + 4, Some(tight + 8)),
+                ] {
+                    let info = ImageInfo {
+                        chroma_stride: chroma,
+                        ..ImageInfo::new(f, w, h, stride)
+                    };
+                    let planes = info.planes().unwrap();
+                    let last = planes.last().unwrap();
+                    let row = f.plane_row_bytes(w, 1, planes.len() - 1).unwrap();
+                    let end = last.offset + (last.rows - 1) * last.row_stride + row;
+                    let grid_end = (f.buffer_rows(h) - 1) * stride + tight;
+                    let want = if info.grid_holds_chroma() {
+                        0
+                    } else {
+                        end.saturating_sub(grid_end)
+                    };
+                    assert_eq!(
+                        chroma_tail(&info, 1),
+                        want,
+                        "{f} {w}x{h} {stride} {chroma:?}"
+                    );
+                }
+            }
+        }
+    }
 
     #[test]
     fn a_padded_i420_map_reaches_the_end_of_its_last_v_row() {

@@ -185,3 +185,24 @@ pub unsafe extern "C" fn hwt_tensor_clone_fd(t: *const HwtTensor, out_fd: *mut i
         put(out_fd, "out_fd", fd.into_raw_fd())
     })
 }
+
+/// The tensor `t` whose bytes are complete only once the DMA-fence sync_file `sync_fd` signals
+/// (a V4L2 or GPU producer's fence; duplicated, the caller keeps its own): a new tensor over
+/// the same buffer. CPU maps wait for the fence (bounded), a hand-off by reference carries it
+/// and the receiver waits for it before returning. An fd that is not a sync_file is
+/// `HWT_STATUS_BAD_FD`.
+///
+/// # Safety
+/// `t` must be a live handle; `out` valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn hwt_tensor_with_sync_file(
+    t: *const HwtTensor,
+    sync_fd: i32,
+    out: *mut *mut HwtTensor,
+) -> HwtStatus {
+    guard(|| {
+        let t = tensor(t, "the tensor")?;
+        let fence = hwtensor::SyncFile::from_fd(dup_callers(sync_fd)?).or_status()?;
+        hand_out(out, t.with_sync_file(fence))
+    })
+}

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -126,6 +127,24 @@ static int an_i420_image_keeps_a_chroma_stride_of_its_own(void) {
     EXPECT(hwt_tensor_new_image_strided(1364, 8, HWT_PIXEL_FORMAT_I420, HWT_D_TYPE_U8, 1364, 600,
                                         HWT_MEMORY_MEM, HWT_ACCESS_READ_WRITE, &img),
            HWT_STATUS_INVALID_ARGUMENT); /* too narrow for a chroma row */
+    return 0;
+}
+
+/* Whether fd is open in this process. */
+static int fcntl_is_open(int fd) { return dup2(fd, fd) == fd; }
+
+/* A fence that is not a DMA-fence sync_file (an eventfd) is refused as a bad fd; the caller's
+ * fd stays open. */
+static int an_fd_that_is_no_sync_file_is_refused_as_a_fence(void) {
+    HwtTensor *t = NULL, *fenced = NULL;
+    size_t shape[1] = {64};
+    CHECK(hwt_tensor_new(shape, 1, HWT_D_TYPE_U8, HWT_MEMORY_SHM, &t));
+    int ev = eventfd(1, EFD_CLOEXEC);
+    ASSERT(ev >= 0);
+    EXPECT(hwt_tensor_with_sync_file(t, ev, &fenced), HWT_STATUS_BAD_FD);
+    ASSERT(fenced == NULL && fcntl_is_open(ev));
+    close(ev);
+    hwt_tensor_release(t);
     return 0;
 }
 
@@ -717,6 +736,7 @@ int main(int argc, char **argv) {
     if (plain_tensors_map_and_refuse_a_second_writer()) return 1;
     if (a_view_of_an_image_writes_only_its_region()) return 1;
     if (an_i420_image_keeps_a_chroma_stride_of_its_own()) return 1;
+    if (an_fd_that_is_no_sync_file_is_refused_as_a_fence()) return 1;
     if (a_batch_item_and_a_copy_see_the_same_bytes()) return 1;
     if (an_inline_blob_round_trips_and_a_hostile_one_is_refused()) return 1;
     if (an_fd_imports_from_a_byte_offset()) return 1;
