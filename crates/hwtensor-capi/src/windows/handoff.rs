@@ -51,13 +51,12 @@ pub unsafe extern "C" fn hwt_pipe_accept(
     timeout_ns: u64,
     out: *mut *mut HwtPipe,
 ) -> HwtStatus {
-    guard(|| {
-        // SAFETY: forwarded from the caller's contract.
-        let name = unsafe { pipe_name(name) }?;
-        let mut listener = hwtensor::handoff::PipeListener::bind(&name).or_status()?;
-        let pipe = listener.accept(duration_of(timeout_ns)).or_status()?;
-        hand_out_pipe(out, pipe)
-    })
+    // SAFETY: forwarded from the caller's contract.
+    unsafe {
+        open_pipe(name, timeout_ns, out, |name, wait| {
+            hwtensor::handoff::PipeListener::bind(name)?.accept(wait)
+        })
+    }
 }
 
 /// Connects to the local named pipe `\\.\pipe\<name>`, waiting at most `timeout_ns` for a
@@ -71,10 +70,24 @@ pub unsafe extern "C" fn hwt_pipe_connect(
     timeout_ns: u64,
     out: *mut *mut HwtPipe,
 ) -> HwtStatus {
+    // SAFETY: forwarded from the caller's contract.
+    unsafe { open_pipe(name, timeout_ns, out, hwtensor::handoff::Pipe::connect) }
+}
+
+/// A pipe made by `open` from the caller's name and timeout, handed out through `out`.
+///
+/// # Safety
+/// `name` must be a NUL-terminated string; `out` valid for one write.
+unsafe fn open_pipe(
+    name: *const std::ffi::c_char,
+    timeout_ns: u64,
+    out: *mut *mut HwtPipe,
+    open: impl FnOnce(&str, std::time::Duration) -> hwtensor::Result<hwtensor::handoff::Pipe>,
+) -> HwtStatus {
     guard(|| {
         // SAFETY: forwarded from the caller's contract.
         let name = unsafe { pipe_name(name) }?;
-        let pipe = hwtensor::handoff::Pipe::connect(&name, duration_of(timeout_ns)).or_status()?;
+        let pipe = open(&name, duration_of(timeout_ns)).or_status()?;
         hand_out_pipe(out, pipe)
     })
 }

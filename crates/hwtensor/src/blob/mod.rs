@@ -271,6 +271,20 @@ struct Outgoing {
 }
 
 impl Outgoing {
+    /// A reference blob of `t`'s buffer with one fd or handle beside it (the device memory's
+    /// fence, where there is one, is the caller's to add).
+    fn reference<T: Element>(t: &Tensor<T>) -> Outgoing {
+        Outgoing {
+            mode: MODE_REFERENCE,
+            byte_offset: t.byte_offset(),
+            buffer_len: t.buffer_len(),
+            fd_count: 1,
+            gpu: GpuFields::default(),
+            completion: None,
+            sync_file: false,
+        }
+    }
+
     /// An inline blob of `len` bytes of data.
     fn inline(len: usize) -> Outgoing {
         Outgoing {

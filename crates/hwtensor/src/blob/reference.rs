@@ -4,10 +4,8 @@
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
-use super::wire::GpuFields;
 use super::{
-    bad, inline_buffer, Described, Outgoing, Transport, MODE_REFERENCE, REQUIRES_COMPLETION,
-    REQUIRES_SYNC_FILE,
+    bad, inline_buffer, Described, Outgoing, Transport, REQUIRES_COMPLETION, REQUIRES_SYNC_FILE,
 };
 use crate::backing::Storage;
 use crate::buffer::Buffer;
@@ -32,15 +30,7 @@ fn export_reference<T: Element>(t: &Tensor<T>) -> Result<(Vec<u8>, Vec<BorrowedF
             .into(),
     })?;
     let mut fds = vec![fd];
-    let mut out = Outgoing {
-        mode: MODE_REFERENCE,
-        byte_offset: t.byte_offset(),
-        buffer_len: t.buffer_len(),
-        fd_count: 1,
-        gpu: GpuFields::default(),
-        completion: None,
-        sync_file: false,
-    };
+    let mut out = Outgoing::reference(t);
     if let Some(described) = t.buffer.describe_device() {
         let (reference, completion) = described?;
         out.gpu = reference;

@@ -5,8 +5,7 @@
 
 use std::os::windows::io::{BorrowedHandle, OwnedHandle};
 
-use super::wire::GpuFields;
-use super::{bad, Described, Outgoing, MODE_REFERENCE};
+use super::{bad, Described, Outgoing};
 use crate::backing::{SectionMapping, Storage};
 use crate::buffer::Buffer;
 use crate::identity::BufferIdentity;
@@ -30,15 +29,7 @@ fn export_typed<T: Element>(
                  allocate it on shm"
                 .into(),
         })?;
-    let out = Outgoing {
-        mode: MODE_REFERENCE,
-        byte_offset: t.byte_offset(),
-        buffer_len: t.buffer_len(),
-        fd_count: 1,
-        gpu: GpuFields::default(),
-        completion: None,
-        sync_file: false,
-    };
+    let out = Outgoing::reference(t);
     Ok((out.write(t, None)?, handle, t.identity()))
 }
 
