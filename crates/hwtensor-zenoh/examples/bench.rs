@@ -7,12 +7,12 @@
 //!   through hwtensor-zenoh, and the same bytes put with plain Zenoh (copied out of the tensor,
 //!   as a user would) and taken out of the sample.
 //! - One host, the fd hand-off: latency of 360p and of 4K frames (the ratio should be ~1).
-//! - EdgeFirst `CameraFrame` messages, 1080p RGBA, read by a plain Zenoh subscriber with
-//!   `edgefirst::decode` (as an EdgeFirst node would): by pid and fd numbers against
-//!   hwtensor's own blob by reference over the same Zenoh path (the blob and the publisher's
-//!   pid and fd numbers in a sample, the fds taken with pidfd_getfd, `blob::import`), and
-//!   inline against hwtensor's inline blob. The one-host fd hand-off is shown beside them.
-//!   Both sessions live in this process (the fds are taken from its own pid).
+//! - EdgeFirst `CameraFrame` messages, 1080p RGBA, to a subscriber process (this program again)
+//!   that reads them with `edgefirst::decode` as an EdgeFirst node would: by pid and fd numbers
+//!   against hwtensor's own blob by reference over the same Zenoh path (the blob and the
+//!   publisher's pid and fd numbers in a sample, the fds taken with pidfd_getfd,
+//!   `blob::import`), and inline against hwtensor's inline blob. The one-host fd hand-off is
+//!   shown beside them.
 
 use std::net::TcpListener;
 use std::sync::mpsc;
@@ -139,83 +139,162 @@ fn plain(t: &TensorDyn) -> (f64, f64) {
     (median(lat), reader.join().unwrap())
 }
 
-/// Median one-way latency in us of `t` as EdgeFirst messages (by reference, or inline) to a
-/// plain Zenoh subscriber that imports each with `edgefirst::decode`.
-fn edgefirst(t: &TensorDyn, inline: bool) -> f64 {
-    let (a, b) = sessions();
-    let key = "bench/edgefirst";
-    let options = PublisherOptions {
-        congestion: CongestionControl::Block,
-        encoding: Encoding::EdgeFirst,
-        always_inline: inline,
-        local_delivery: false,
-        ..PublisherOptions::default()
-    };
-    let mut publisher = Publisher::new(&a, key, options).unwrap();
-    let (rx, _sub) = samples(&b, key);
-    let ready = Instant::now();
-    loop {
-        publisher.publish(t).unwrap();
-        if rx.recv_timeout(Duration::from_millis(50)).is_ok() {
-            break;
-        }
-        assert!(ready.elapsed() < WAIT, "no subscriber");
-    }
-    let mut lat = Vec::new();
-    for _ in 0..LATENCY_FRAMES {
-        publisher.publish(t).unwrap();
-        let sample = rx.recv_timeout(WAIT).unwrap();
-        let frame = hwtensor_zenoh::edgefirst::decode(&sample.payload().to_bytes()).unwrap();
-        lat.push((now_ns() - frame.time_ns) as f64 / 1e3);
-    }
-    median(lat)
+/// How the subscriber process of the EdgeFirst rows is started: `bench --subscriber <kind>
+/// <port>`.
+const SUBSCRIBER: &str = "--subscriber";
+/// Frames the subscriber process lets pass before it measures (sessions and caches warming).
+const WARMUP: usize = 20;
+/// The publisher's pace in the two-process rows: one frame in flight, as a camera sends them.
+const PACE: Duration = Duration::from_millis(5);
+
+/// What a subscriber process reads: EdgeFirst messages, or hwtensor's blob by reference with
+/// the publisher's pid and fd numbers.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    EdgeFirst,
+    Blob,
 }
 
-/// Median one-way latency in us of `t` as hwtensor's own blob by reference over Zenoh: the
-/// sample carries the publisher's pid, its fd numbers and the blob; the subscriber takes the
-/// fds with pidfd_getfd and imports the blob (the EdgeFirst path, with our encoding).
-fn blob_by_pidfd(t: &TensorDyn) -> f64 {
-    use rustix::process::{pidfd_getfd, pidfd_open, Pid, PidfdFlags, PidfdGetfdFlags};
-    use std::os::fd::AsRawFd;
-    let (a, b) = sessions();
-    let key = "bench/blob-pidfd";
-    let (publisher, rx, _sub) = plain_pair(&a, &b, key);
-    let put = || {
-        let (blob, fds) = hwtensor::blob::export(t, hwtensor::blob::Transport::Reference).unwrap();
-        let mut message = Vec::new();
-        message.extend_from_slice(&now_ns().to_le_bytes());
-        message.extend_from_slice(&std::process::id().to_le_bytes());
-        message.extend_from_slice(&(fds.len() as u32).to_le_bytes());
-        for fd in &fds {
-            message.extend_from_slice(&fd.as_raw_fd().to_le_bytes());
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::EdgeFirst => "edgefirst",
+            Kind::Blob => "blob",
         }
-        message.extend_from_slice(&blob);
-        publisher.put(message).wait().unwrap();
-    };
-    let take = |s: zenoh::sample::Sample| {
-        let m = s.payload().to_bytes();
-        let word = |i: usize| u32::from_le_bytes(m[i..i + 4].try_into().unwrap());
-        let sent = u64::from_le_bytes(m[..8].try_into().unwrap());
-        let pid = Pid::from_raw(word(8) as i32).unwrap();
-        let pidfd = pidfd_open(pid, PidfdFlags::empty()).unwrap();
-        let n = word(12) as usize;
-        let fds = (0..n)
-            .map(|k| {
-                pidfd_getfd(&pidfd, word(16 + 4 * k) as i32, PidfdGetfdFlags::empty()).unwrap()
-            })
-            .collect();
-        hwtensor::blob::import(&m[16 + 4 * n..], fds).unwrap();
-        sent
-    };
-    put();
-    take(rx.recv_timeout(WAIT).unwrap());
-    let mut lat = Vec::new();
-    for _ in 0..LATENCY_FRAMES {
-        put();
-        let sent = take(rx.recv_timeout(WAIT).unwrap());
-        lat.push((now_ns() - sent) as f64 / 1e3);
     }
-    median(lat)
+
+    fn key(self) -> &'static str {
+        match self {
+            Kind::EdgeFirst => "bench/two/edgefirst",
+            Kind::Blob => "bench/two/blob",
+        }
+    }
+}
+
+/// Median one-way latency in us of `t` sent `how` to a subscriber process on this host, which
+/// imports each frame (taking its fds with pidfd_getfd) and measures.
+fn two_processes(t: &TensorDyn, kind: Kind, inline: bool) -> f64 {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let a = session(port, true);
+    let child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([SUBSCRIBER, kind.name(), &port.to_string()])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let ready = Instant::now();
+    let token = format!("bench/ready/{}", kind.name());
+    while !a
+        .liveliness()
+        .get(&token)
+        .timeout(Duration::from_millis(200))
+        .wait()
+        .is_ok_and(|r| r.recv().is_ok())
+    {
+        assert!(ready.elapsed() < WAIT, "no subscriber process");
+    }
+    let frames = WARMUP + LATENCY_FRAMES;
+    match kind {
+        Kind::EdgeFirst => {
+            let options = PublisherOptions {
+                congestion: CongestionControl::Block,
+                encoding: Encoding::EdgeFirst,
+                always_inline: inline,
+                local_delivery: false,
+                ..PublisherOptions::default()
+            };
+            let mut publisher = Publisher::new(&a, kind.key(), options).unwrap();
+            for _ in 0..frames {
+                publisher.publish(t).unwrap();
+                std::thread::sleep(PACE);
+            }
+        }
+        Kind::Blob => {
+            let publisher = a
+                .declare_publisher(kind.key())
+                .congestion_control(CongestionControl::Block)
+                .wait()
+                .unwrap();
+            for _ in 0..frames {
+                publisher.put(blob_message(t)).wait().unwrap();
+                std::thread::sleep(PACE);
+            }
+        }
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "the subscriber process failed");
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// The subscriber process: imports each frame, prints the median one-way latency in us.
+fn subscriber(kind: &str, port: u16) {
+    let kind = match kind {
+        "edgefirst" => Kind::EdgeFirst,
+        _ => Kind::Blob,
+    };
+    let b = session(port, false);
+    let (rx, _sub) = samples(&b, kind.key());
+    let _ready = b
+        .liveliness()
+        .declare_token(format!("bench/ready/{}", kind.name()))
+        .wait()
+        .unwrap();
+    let mut lat = Vec::new();
+    for n in 0..WARMUP + LATENCY_FRAMES {
+        let sample = rx.recv_timeout(WAIT).unwrap();
+        let sent = match kind {
+            Kind::EdgeFirst => {
+                hwtensor_zenoh::edgefirst::decode(&sample.payload().to_bytes())
+                    .unwrap()
+                    .time_ns
+            }
+            Kind::Blob => take_blob(&sample),
+        };
+        if n >= WARMUP {
+            lat.push((now_ns() - sent) as f64 / 1e3);
+        }
+    }
+    println!("{}", median(lat));
+}
+
+/// hwtensor's own blob by reference as a sample: the send time, this process's pid, its fd
+/// numbers and the blob (the EdgeFirst path, with our encoding).
+fn blob_message(t: &TensorDyn) -> Vec<u8> {
+    use std::os::fd::AsRawFd;
+    let (blob, fds) = hwtensor::blob::export(t, hwtensor::blob::Transport::Reference).unwrap();
+    let mut message = Vec::new();
+    message.extend_from_slice(&now_ns().to_le_bytes());
+    message.extend_from_slice(&std::process::id().to_le_bytes());
+    message.extend_from_slice(&(fds.len() as u32).to_le_bytes());
+    for fd in &fds {
+        message.extend_from_slice(&fd.as_raw_fd().to_le_bytes());
+    }
+    message.extend_from_slice(&blob);
+    message
+}
+
+/// Imports a [`blob_message`]: the fds taken with pidfd_getfd, the blob imported. Returns its
+/// send time.
+fn take_blob(sample: &Sample) -> u64 {
+    use rustix::process::{pidfd_getfd, pidfd_open, Pid, PidfdFlags, PidfdGetfdFlags};
+    let m = sample.payload().to_bytes();
+    let word = |i: usize| u32::from_le_bytes(m[i..i + 4].try_into().unwrap());
+    let sent = u64::from_le_bytes(m[..8].try_into().unwrap());
+    let pid = Pid::from_raw(word(8) as i32).unwrap();
+    let pidfd = pidfd_open(pid, PidfdFlags::empty()).unwrap();
+    let n = word(12) as usize;
+    let fds = (0..n)
+        .map(|k| pidfd_getfd(&pidfd, word(16 + 4 * k) as i32, PidfdGetfdFlags::empty()).unwrap())
+        .collect();
+    hwtensor::blob::import(&m[16 + 4 * n..], fds).unwrap();
+    sent
 }
 
 /// A plain Zenoh subscriber of `key` on `b`: its samples, and the subscriber to keep.
@@ -260,6 +339,10 @@ fn plain_pair(
 }
 
 fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some(SUBSCRIBER) {
+        return subscriber(&args[2], args[3].parse().unwrap());
+    }
     let hd = frame(1920, 1080);
     let (p_lat, p_fps) = plain(&hd);
     let (o_lat, o_fps) = ours(&hd, false);
@@ -284,17 +367,22 @@ fn main() {
     .unwrap()
     .into();
     let (local, _) = ours(&image, true);
-    let by_reference = edgefirst(&image, false);
-    let blob = blob_by_pidfd(&image);
-    let ef_inline = edgefirst(&image, true);
-    println!("EdgeFirst CameraFrame, 1080p RGBA, medians (target: within 1.2x of hwtensor's own):");
+    let by_reference = two_processes(&image, Kind::EdgeFirst, false);
+    let blob = two_processes(&image, Kind::Blob, false);
+    let ef_inline = two_processes(&image, Kind::EdgeFirst, true);
     println!(
-        "  one host: by pid + fd numbers {by_reference:8.1} us, hwtensor blob by pidfd {blob:8.1} us: {:.2}x",
+        "EdgeFirst CameraFrame, 1080p RGBA to a subscriber process, paced at {PACE:?}, medians \
+         (target: within 1.2x of hwtensor's own):"
+    );
+    println!(
+        "  by pid + fd numbers {by_reference:8.1} us, hwtensor blob by pidfd over Zenoh {blob:8.1} us: {:.2}x",
         by_reference / blob
     );
-    println!("            (hwtensor's fd hand-off, which needs no Zenoh round: {local:.1} us)");
     println!(
-        "  inline:   EdgeFirst data      {ef_inline:8.1} us, hwtensor inline blob {o_lat:8.1} us: {:.2}x",
+        "  (hwtensor's fd hand-off in one process, which needs no Zenoh round: {local:.1} us)"
+    );
+    println!(
+        "  inline data         {ef_inline:8.1} us, hwtensor inline blob (above)   {o_lat:8.1} us: {:.2}x",
         ef_inline / o_lat
     );
 }
