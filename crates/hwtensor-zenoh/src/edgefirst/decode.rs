@@ -325,7 +325,7 @@ fn by_reference(
     };
     let mut publisher = Publisher::open(t.pid())?;
     if t.fence_fd() >= 0 {
-        let fence = publisher.take(i64::from(t.fence_fd()), "fence_fd")?;
+        let fence = publisher.take_once(i64::from(t.fence_fd()), "fence_fd")?;
         wait_for(fence)?;
     } else if t.fence_fd() != -1 {
         return Err(format!(
@@ -337,11 +337,33 @@ fn by_reference(
         None => {
             check_contiguous(t, shape, dtype)?;
             one_plane(planes)?;
-            let fd = publisher.take(planes[0].handle, "planes[0].handle")?;
+            let fd = publisher.take_once(planes[0].handle, "planes[0].handle")?;
             let offset =
                 usize::try_from(planes[0].offset).map_err(|_| "planes[0].offset: too large")?;
             TensorDyn::from_fd_at(fd, offset, shape, dtype)
                 .map_err(|e| format!("planes[0]: {e}"))?
+        }
+        // One plane (packed RGB, grey, YUYV): the plain image import, with no plane plan.
+        Some((format, w, h)) if format.layout() == Layout::Packed && planes.len() == 1 => {
+            let fd = publisher.take_once(planes[0].handle, "planes[0].handle")?;
+            let offset =
+                usize::try_from(planes[0].offset).map_err(|_| "planes[0].offset: too large")?;
+            let stride = Some(planes[0].stride as usize);
+            let mut image = TensorDyn::image_from_fd_at(
+                fd,
+                offset,
+                w,
+                h,
+                format,
+                dtype,
+                stride,
+                CpuAccess::Read,
+            )
+            .map_err(|e| format!("planes: {e}"))?;
+            image
+                .set_colorimetry(colorimetry_of(format, colors(t)))
+                .map_err(|e| e.to_string())?;
+            image
         }
         Some((format, w, h)) => {
             let mut fds = Vec::with_capacity(planes.len());

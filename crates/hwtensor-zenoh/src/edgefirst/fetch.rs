@@ -53,24 +53,32 @@ impl Publisher {
         })
     }
 
-    /// A copy of the publisher's fd `number` (read from `field`), owned by this process.
+    /// A copy of the publisher's fd `number` (read from `field`), owned by this process; a
+    /// number asked for again gets a duplicate of the same copy.
     pub(crate) fn take(&mut self, number: i64, field: &str) -> Result<OwnedFd, String> {
-        let fd = RawFd::try_from(number)
-            .ok()
-            .filter(|n| *n >= 0)
-            .ok_or_else(|| format!("{field}: {number} is not an fd number"))?;
+        let fd = fd_number(number, field)?;
         if let Some(held) = self.taken.get(&fd) {
             return held
                 .try_clone()
                 .map_err(|e| format!("{field}: dup of fd {fd} failed: {e}"));
         }
-        let ours = pidfd_getfd(self.pidfd.as_fd(), fd, PidfdGetfdFlags::empty())
-            .map_err(|e| self.refusal(e, fd, field))?;
+        let ours = self.get(fd, field)?;
         let copy = ours
             .try_clone()
             .map_err(|e| format!("{field}: dup of fd {fd} failed: {e}"))?;
         self.taken.insert(fd, ours);
         Ok(copy)
+    }
+
+    /// A copy of the publisher's fd `number` that no other field names (nothing kept).
+    pub(crate) fn take_once(&self, number: i64, field: &str) -> Result<OwnedFd, String> {
+        self.get(fd_number(number, field)?, field)
+    }
+
+    /// `pidfd_getfd` of the publisher's fd `fd`.
+    fn get(&self, fd: RawFd, field: &str) -> Result<OwnedFd, String> {
+        pidfd_getfd(self.pidfd.as_fd(), fd, PidfdGetfdFlags::empty())
+            .map_err(|e| self.refusal(e, fd, field))
     }
 
     /// Why `pidfd_getfd` refused fd `fd`, with what to change.
@@ -91,6 +99,14 @@ impl Publisher {
             e => format!("{field}: pidfd_getfd of fd {fd} in process {pid} failed: {e}"),
         }
     }
+}
+
+/// The fd number a message field holds, if it is one.
+fn fd_number(number: i64, field: &str) -> Result<RawFd, String> {
+    RawFd::try_from(number)
+        .ok()
+        .filter(|n| *n >= 0)
+        .ok_or_else(|| format!("{field}: {number} is not an fd number"))
 }
 
 /// What Yama's ptrace scope is here, in words.
