@@ -465,3 +465,75 @@ fn a_pid_that_is_not_the_publishers_gets_nothing_it_may_not_have() {
         "the other process's fd stayed open here"
     );
 }
+
+#[test]
+fn the_schema_crates_camera_frame_comes_back_from_our_encoder_with_the_same_fields() {
+    let _fds = super::fds_held();
+    let camera = Camera::new();
+    let theirs = camera.message(|_, _| {});
+    let d = decode(&theirs).unwrap();
+    let mut ours = Vec::new();
+    let stamp = Stamp {
+        seq: 3,
+        time_ns: 0,
+        frame_id: "front",
+    };
+    assert_eq!(
+        encode(&d.tensor, true, &stamp, &mut ours),
+        Ok(Schema::CameraFrame)
+    );
+    let (a, b) = (
+        CameraFrame::from_cdr(theirs.as_slice()).unwrap(),
+        CameraFrame::from_cdr(ours.as_slice()).unwrap(),
+    );
+    let (ta, tb) = (a.tensor(), b.tensor());
+    assert_eq!((b.seq(), b.frame_id()), (a.seq(), a.frame_id()));
+    assert_eq!(
+        (
+            tb.format(),
+            tb.dtype(),
+            tb.storage_kind(),
+            tb.pid(),
+            tb.fence_fd()
+        ),
+        (
+            ta.format(),
+            ta.dtype(),
+            ta.storage_kind(),
+            ta.pid(),
+            ta.fence_fd()
+        )
+    );
+    assert_eq!(
+        tb.shape().collect::<Vec<_>>(),
+        ta.shape().collect::<Vec<_>>()
+    );
+    assert_eq!(
+        tb.strides().collect::<Vec<_>>(),
+        ta.strides().collect::<Vec<_>>()
+    );
+    assert_eq!(
+        [
+            tb.color_space(),
+            tb.color_transfer(),
+            tb.color_encoding(),
+            tb.color_range()
+        ],
+        [
+            ta.color_space(),
+            ta.color_transfer(),
+            ta.color_encoding(),
+            ta.color_range()
+        ]
+    );
+    // The same planes of the same memory: our fd number differs (it is our own copy).
+    let plane = |p: TensorPlaneView<'_>| (p.offset, p.stride, p.size, p.used, p.modifier);
+    assert_eq!(
+        tb.planes().map(plane).collect::<Vec<_>>(),
+        ta.planes().map(plane).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        decode(&ours).unwrap().tensor.identity(),
+        d.tensor.identity()
+    );
+}
