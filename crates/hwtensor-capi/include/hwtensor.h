@@ -353,7 +353,7 @@ enum HwtPixelFormat
   HWT_PIXEL_FORMAT_P010 = 17,
   /**
    * Planar 4:2:0: Y, then U and V at half width and height (chroma stride half the row
-   * stride).
+   * stride, unless given: `hwt_tensor_new_image_strided`).
    */
   HWT_PIXEL_FORMAT_I420 = 18,
   /**
@@ -1165,7 +1165,8 @@ enum HwtStatus hwt_tensor_image_from_fd(int32_t fd,
  * A `width` x `height` image of `format` whose `count` planes are listed in `planes`, one fd
  * each (V4L2 MPLANE: a buffer per plane) or the same fd at several offsets (libcamera), with
  * `cpu_access` (an `HwtAccess`), without a copy. The first plane's row stride is the image's;
- * every other plane's must be the one the format derives from it. Planes in separate buffers
+ * the chroma planes share one of their own (kept where it differs from the format's rule), and
+ * planar RGB's planes share the first plane's. Planes in separate buffers
  * must each start on a page (`HWT_STATUS_INVALID_ARGUMENT` otherwise, with the fix in
  * `hwt_last_error`: pad the stride or the height). Such an image has no single fd
  * (`hwt_tensor_clone_fd` is `HWT_STATUS_UNAVAILABLE`) and is sent inline.

@@ -1,5 +1,23 @@
-//! The frame pattern of the demo: every pixel of every frame differs, so a consumer that saw a
-//! stale buffer, a wrong offset or another frame's pixels fails verification.
+//! The demos' frames and their pattern: every pixel of every frame differs, so a consumer that
+//! saw a stale buffer, a wrong offset or another frame's pixels fails verification.
+
+use hwtensor::{CpuAccess, PixelFormat, Tensor, TensorMemory};
+
+/// Width of a demo frame.
+pub const WIDTH: usize = 1920;
+/// Height of a demo frame.
+pub const HEIGHT: usize = 1080;
+
+/// A new 1080p RGBA frame on `memory`.
+pub fn frame(memory: TensorMemory) -> hwtensor::Result<Tensor<u8>> {
+    Tensor::<u8>::image(
+        WIDTH,
+        HEIGHT,
+        PixelFormat::Rgba,
+        Some(memory),
+        CpuAccess::ReadWrite,
+    )
+}
 
 /// Golden-ratio multiplier: spreads frame numbers over the 32-bit space.
 const FRAME_SPREAD: u32 = 0x9e37_79b1;

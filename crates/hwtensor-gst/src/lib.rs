@@ -33,6 +33,7 @@
 
 pub mod caps;
 mod copy;
+mod props;
 pub mod sink;
 pub mod slots;
 pub mod socket;

@@ -57,16 +57,27 @@ fn across_processes_via(caps: &str, between: &str) -> (Vec<u8>, u64) {
         "hwtensorsrc socket={socket} is-live=false ! filesink location={}",
         out.display()
     ));
-    run_to_eos(producer.upcast_ref(), LIMIT);
+    let bytes = consumed(producer.upcast_ref(), consumer, &out);
+    (bytes, sink.property::<u64>("copies"))
+}
+
+/// Runs `producer` to its end, waits for `consumer` (writing into `out`) to succeed, and
+/// returns what it wrote (the file removed).
+fn consumed(
+    producer: &gst::Element,
+    consumer: std::process::Child,
+    out: &std::path::Path,
+) -> Vec<u8> {
+    run_to_eos(producer, LIMIT);
     let done = wait_output(consumer, LIMIT);
     assert!(
         done.status.success(),
         "the consumer failed: {}",
         String::from_utf8_lossy(&done.stderr)
     );
-    let bytes = std::fs::read(&out).unwrap();
-    std::fs::remove_file(&out).unwrap();
-    (bytes, sink.property::<u64>("copies"))
+    let bytes = std::fs::read(out).unwrap();
+    std::fs::remove_file(out).unwrap();
+    bytes
 }
 
 /// Carries `caps` across two processes and checks every byte and that nothing was copied.
@@ -296,15 +307,7 @@ fn a_consumer_started_before_its_producer_waits_for_it_and_gets_every_frame() {
          hwtensorsink socket={socket} wait-for-consumer=true"
     ))
     .unwrap();
-    run_to_eos(&producer, LIMIT);
-    let done = wait_output(consumer, LIMIT);
-    assert!(
-        done.status.success(),
-        "{}",
-        String::from_utf8_lossy(&done.stderr)
-    );
-    assert!(std::fs::read(&out).unwrap() == reference_frames(caps, FRAMES));
-    std::fs::remove_file(&out).unwrap();
+    assert!(consumed(&producer, consumer, &out) == reference_frames(caps, FRAMES));
 }
 
 #[test]
@@ -347,13 +350,5 @@ fn an_auto_pool_falls_back_to_shared_memory_and_carries_frames() {
         "hwtensorsrc socket={socket} is-live=false ! filesink location={} buffer-mode=unbuffered",
         out.display()
     ));
-    run_to_eos(&producer, LIMIT);
-    let done = wait_output(consumer, LIMIT);
-    assert!(
-        done.status.success(),
-        "{}",
-        String::from_utf8_lossy(&done.stderr)
-    );
-    assert!(std::fs::read(&out).unwrap() == reference_frames(caps, FRAMES));
-    std::fs::remove_file(&out).unwrap();
+    assert!(consumed(&producer, consumer, &out) == reference_frames(caps, FRAMES));
 }

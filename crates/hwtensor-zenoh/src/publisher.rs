@@ -205,7 +205,7 @@ impl Publisher {
         }
         self.publisher
             .put(message)
-            .encoding(zenoh::bytes::Encoding::APPLICATION_CDR.with_schema(schema.name()))
+            .encoding(schema.encoding())
             .attachment(info.to_vec())
             .wait()
             .map_err(zenoh_err)

@@ -5,7 +5,6 @@
 //! (`gpu::run_copy`); where a side is CUDA memory, CUDA runs it (`cuda::run_copy`). A host side
 //! the device cannot reach, and any copy within one buffer, goes through CPU maps.
 
-use crate::format::Plane;
 use crate::gpu::{self, CopyPlan, Placement};
 use crate::image::ImageInfo;
 use crate::Direction;
@@ -94,38 +93,37 @@ impl<T: Element> Tensor<T> {
                 from.width, from.height, from.format, to.width, to.height, to.format
             )));
         }
+        let (dst_planes, src_planes) = (to.planes()?, from.planes()?);
+        // Both sides have the same format and width: a plane's rows hold the same bytes.
         let elem = T::DTYPE.size();
-        let rows = |i: &ImageInfo| -> Result<Vec<(Plane, usize)>> {
-            let planes = i.planes()?;
-            Ok(planes
-                .into_iter()
-                .enumerate()
-                .map(|(k, p)| {
-                    let row = i.format.plane_row_bytes(i.width, elem, k);
-                    (p, row.unwrap_or(p.row_stride))
-                })
-                .collect())
-        };
-        let (dst_planes, src_planes) = (rows(to)?, rows(from)?);
-        // Read first when both are one buffer: it cannot be claimed for reading and writing.
-        let source = src.map_span_read()?.as_bytes().to_vec();
-        let mut map = self.map_span_write()?;
-        let dst = map.as_bytes_mut();
-        for ((d, row), (s, _)) in dst_planes.iter().zip(&src_planes) {
-            for r in 0..d.rows {
-                let (at, from_at) = (d.offset + r * d.row_stride, s.offset + r * s.row_stride);
-                let (Some(out), Some(part)) = (
-                    dst.get_mut(at..at + row),
-                    source.get(from_at..from_at + row),
-                ) else {
-                    return Err(Error::OutOfBounds(format!(
-                        "copy_from: row {r} of a plane lies past the image's bytes"
-                    )));
-                };
-                out.copy_from_slice(part);
+        let row_bytes = (0..dst_planes.len())
+            .map(|k| to.format.plane_row_bytes(to.width, elem, k))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| Error::Shape("copy_from: a plane row overflows".into()))?;
+        let copy = |source: &[u8], dst: &mut [u8]| {
+            for ((d, s), &row) in dst_planes.iter().zip(&src_planes).zip(&row_bytes) {
+                for r in 0..d.rows {
+                    let (at, from_at) = (d.offset + r * d.row_stride, s.offset + r * s.row_stride);
+                    let (Some(out), Some(part)) = (
+                        dst.get_mut(at..at + row),
+                        source.get(from_at..from_at + row),
+                    ) else {
+                        return Err(Error::OutOfBounds(format!(
+                            "copy_from: row {r} of a plane lies past the image's bytes"
+                        )));
+                    };
+                    out.copy_from_slice(part);
+                }
             }
+            Ok(())
+        };
+        if self.buffer.same_as(&src.buffer) {
+            // One buffer cannot be claimed for reading and writing at once: read it first.
+            let source = src.map_span_read()?.as_bytes().to_vec();
+            return copy(&source, self.map_span_write()?.as_bytes_mut());
         }
-        Ok(())
+        let read = src.map_span_read()?;
+        copy(read.as_bytes(), self.map_span_write()?.as_bytes_mut())
     }
 
     /// The plan of a copy from `src` into this tensor: the shape and both placements.

@@ -310,13 +310,6 @@ impl<T: Element> Tensor<T> {
         let cpu_reads = access.allows(crate::Direction::Read);
         let (buffer, chosen) =
             allocate_choosing(Purpose::Image, memory, bytes, Some(&texture), cpu_reads)?;
-        if chroma.is_some() && chosen == TensorMemory::Gpu {
-            return Err(Error::RowStride(
-                "GPU memory lays out an image's planes itself; give a chroma stride only for \
-                 host, shm or dmabuf memory"
-                    .into(),
-            ));
-        }
         let ((shape, strides), row_stride) = geometry(chosen)?;
         let info = info_at(row_stride);
         Ok(Self::over(buffer, shape, strides, Some(info), access))

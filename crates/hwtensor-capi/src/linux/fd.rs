@@ -98,7 +98,8 @@ pub const HWT_MAX_PLANES: usize = 4;
 /// A `width` x `height` image of `format` whose `count` planes are listed in `planes`, one fd
 /// each (V4L2 MPLANE: a buffer per plane) or the same fd at several offsets (libcamera), with
 /// `cpu_access` (an `HwtAccess`), without a copy. The first plane's row stride is the image's;
-/// every other plane's must be the one the format derives from it. Planes in separate buffers
+/// the chroma planes share one of their own (kept where it differs from the format's rule), and
+/// planar RGB's planes share the first plane's. Planes in separate buffers
 /// must each start on a page (`HWT_STATUS_INVALID_ARGUMENT` otherwise, with the fix in
 /// `hwt_last_error`: pad the stride or the height). Such an image has no single fd
 /// (`hwt_tensor_clone_fd` is `HWT_STATUS_UNAVAILABLE`) and is sent inline.

@@ -13,14 +13,12 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use hwtensor::stream::{Consumer, FrameMeta, Producer, Slot, Wait};
-use hwtensor::{CpuAccess, PixelFormat, Tensor, TensorDyn, TensorMemory};
+use hwtensor::{Tensor, TensorDyn, TensorMemory};
 
 use super::monotonic_ns;
-use crate::pattern;
+use crate::pattern::{self, frame, HEIGHT, WIDTH};
 use crate::timing::{fmt, median, percentile};
 
-const WIDTH: usize = 1920;
-const HEIGHT: usize = 1080;
 /// Buffers in flight: the producer fills one while the consumer holds another.
 const POOL: usize = 3;
 /// How long either side waits for the other before calling it dead.
@@ -33,16 +31,6 @@ fn frame_memory(gpu: bool) -> TensorMemory {
     } else {
         TensorMemory::Shm
     }
-}
-
-fn frame(memory: TensorMemory) -> hwtensor::Result<Tensor<u8>> {
-    Tensor::<u8>::image(
-        WIDTH,
-        HEIGHT,
-        PixelFormat::Rgba,
-        Some(memory),
-        CpuAccess::ReadWrite,
-    )
 }
 
 /// Writes `f`'s pattern for `frame` into `target`: directly into shared memory, or composed in

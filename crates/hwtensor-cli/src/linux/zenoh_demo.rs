@@ -12,16 +12,14 @@ use std::net::TcpListener;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use hwtensor::{CpuAccess, PixelFormat, Tensor, TensorDyn, TensorMemory};
+use hwtensor::{TensorDyn, TensorMemory};
 use hwtensor_zenoh::zenoh::{self, qos::CongestionControl, Wait};
 use hwtensor_zenoh::{Encoding, Publisher, PublisherOptions, Subscriber, SubscriberOptions};
 
-use crate::pattern;
+use crate::pattern::{self, HEIGHT, WIDTH};
 use crate::timing::{fmt, percentile};
 
 const KEY: &str = "hwtensor/demo/frames";
-const WIDTH: usize = 1920;
-const HEIGHT: usize = 1080;
 /// How long either side waits for the other.
 const PEER_TIMEOUT: Duration = Duration::from_secs(10);
 /// Frames in flight: the publisher keeps this many buffers, so a frame the subscriber reads
@@ -88,15 +86,7 @@ pub fn publisher(frames: u32, inline: bool, edgefirst: bool) -> crate::Result {
     };
     println!("publisher: {frames} frame(s) of {WIDTH}x{HEIGHT} RGBA on {KEY:?}, {how}");
     let pool = (0..POOL)
-        .map(|_| {
-            Tensor::<u8>::image(
-                WIDTH,
-                HEIGHT,
-                PixelFormat::Rgba,
-                Some(TensorMemory::Shm),
-                CpuAccess::ReadWrite,
-            )
-        })
+        .map(|_| pattern::frame(TensorMemory::Shm))
         .collect::<Result<Vec<_>, _>>()?;
     for n in 0..frames {
         let t = &pool[n as usize % POOL];

@@ -11,27 +11,15 @@ use std::time::{Duration, Instant};
 
 use hwtensor::blob::Transport;
 use hwtensor::handoff::{self, Pipe, PipeListener};
-use hwtensor::{CpuAccess, PixelFormat, Tensor, TensorDyn, TensorMemory};
+use hwtensor::{Tensor, TensorDyn, TensorMemory};
 
-use crate::pattern;
+use crate::pattern::{self, frame, HEIGHT, WIDTH};
 use crate::timing::{fmt, median};
 
-const WIDTH: usize = 1920;
-const HEIGHT: usize = 1080;
 /// Buffers the producer cycles through.
 const POOL: usize = 3;
 /// How long either side waits for the other before calling it dead.
 const PEER_TIMEOUT: Duration = Duration::from_secs(10);
-
-fn frame() -> hwtensor::Result<Tensor<u8>> {
-    Tensor::<u8>::image(
-        WIDTH,
-        HEIGHT,
-        PixelFormat::Rgba,
-        Some(TensorMemory::Shm),
-        CpuAccess::ReadWrite,
-    )
-}
 
 /// The consumer's word that a frame is checked and acknowledged: a one-byte inline tensor.
 fn done() -> hwtensor::Result<TensorDyn> {
@@ -59,7 +47,9 @@ pub fn producer(frames: u32, gpu: bool, cuda: bool, consumer: Option<&str>) -> c
             return Err(format!("the consumer did not connect: {e}").into());
         }
     };
-    let pool = (0..POOL).map(|_| frame()).collect::<Result<Vec<_>, _>>()?;
+    let pool = (0..POOL)
+        .map(|_| frame(TensorMemory::Shm))
+        .collect::<Result<Vec<_>, _>>()?;
     println!(
         "producer: {frames} frame(s) of {WIDTH}x{HEIGHT} RGBA in {POOL} shared-memory sections, \
          by handle over a named pipe"

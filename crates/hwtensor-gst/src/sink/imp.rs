@@ -17,6 +17,7 @@ use super::channel::{
 };
 use super::{PoolMemory, WhenFull, CAT};
 use crate::caps;
+use crate::props;
 use crate::slots::SlotPool;
 use crate::socket::Address;
 use crate::wire::{Kind, Marker};
@@ -223,13 +224,7 @@ impl ObjectImpl for HwtensorSink {
     fn properties() -> &'static [glib::ParamSpec] {
         static PROPERTIES: LazyLock<Vec<glib::ParamSpec>> = LazyLock::new(|| {
             vec![
-                glib::ParamSpecString::builder("socket")
-                    .nick("Socket")
-                    .blurb(
-                        "Where consumers connect: a socket path, or @name for an abstract socket",
-                    )
-                    .mutable_ready()
-                    .build(),
+                props::socket("Where consumers connect: a socket path, or @name for an abstract socket"),
                 glib::ParamSpecUInt::builder("pool-size")
                     .nick("Pool size")
                     .blurb("Buffers in the channel's pool")
@@ -254,28 +249,21 @@ impl ObjectImpl for HwtensorSink {
                     .blurb("What to do with a frame when consumers hold every buffer")
                     .mutable_ready()
                     .build(),
-                glib::ParamSpecUInt::builder("timeout")
-                    .nick("Timeout")
-                    .blurb("Milliseconds when-full=block waits for a buffer before failing")
-                    .minimum(1)
-                    .default_value(DEFAULT_TIMEOUT_MS)
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecUInt64::builder("copies")
-                    .nick("Copies")
-                    .blurb("Frames copied into the channel because upstream wrote elsewhere")
-                    .read_only()
-                    .build(),
-                glib::ParamSpecUInt64::builder("dropped")
-                    .nick("Dropped")
-                    .blurb("Frames dropped because consumers held every buffer")
-                    .read_only()
-                    .build(),
-                glib::ParamSpecUInt64::builder("frames")
-                    .nick("Frames")
-                    .blurb("Frames published")
-                    .read_only()
-                    .build(),
+                props::timeout(
+                    "Milliseconds when-full=block waits for a buffer before failing",
+                    DEFAULT_TIMEOUT_MS,
+                ),
+                props::counter(
+                    "copies",
+                    "Copies",
+                    "Frames copied into the channel because upstream wrote elsewhere",
+                ),
+                props::counter(
+                    "dropped",
+                    "Dropped",
+                    "Frames dropped because consumers held every buffer",
+                ),
+                props::counter("frames", "Frames", "Frames published"),
                 glib::ParamSpecUInt::builder("consumers")
                     .nick("Consumers")
                     .blurb("Consumers attached now")
@@ -289,14 +277,12 @@ impl ObjectImpl for HwtensorSink {
     fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
         let mut s = self.settings.lock().unwrap();
         match pspec.name() {
-            "socket" => s.socket = value.get::<Option<String>>().unwrap().unwrap_or_default(),
+            "socket" => s.socket = props::socket_of(value),
             "pool-size" => s.pool_size = value.get().unwrap(),
             "memory" => s.memory = value.get().unwrap(),
             "wait-for-consumer" => s.flow.wait_for_consumer = value.get().unwrap(),
             "when-full" => s.flow.when_full = value.get().unwrap(),
-            "timeout" => {
-                s.flow.timeout = Duration::from_millis(u64::from(value.get::<u32>().unwrap()))
-            }
+            "timeout" => s.flow.timeout = props::millis_of(value),
             other => unreachable!("no writable property {other}"),
         }
     }
@@ -304,12 +290,12 @@ impl ObjectImpl for HwtensorSink {
     fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
         let s = self.settings.lock().unwrap();
         match pspec.name() {
-            "socket" => Some(s.socket.clone()).filter(|v| !v.is_empty()).to_value(),
+            "socket" => props::socket_value(&s.socket),
             "pool-size" => s.pool_size.to_value(),
             "memory" => s.memory.to_value(),
             "wait-for-consumer" => s.flow.wait_for_consumer.to_value(),
             "when-full" => s.flow.when_full.to_value(),
-            "timeout" => (s.flow.timeout.as_millis() as u32).to_value(),
+            "timeout" => props::millis_value(s.flow.timeout),
             "copies" => self.copies.load(Ordering::Relaxed).to_value(),
             "dropped" => self.dropped.load(Ordering::Relaxed).to_value(),
             "frames" => self.frames.load(Ordering::Relaxed).to_value(),

@@ -14,6 +14,7 @@ use gst_base::subclass::prelude::*;
 use hwtensor::stream::{Consumer, Frame, Wait};
 use hwtensor::{TensorDyn, TensorMemory};
 
+use crate::props;
 use crate::slots::{Lender, Lent, SlotPool};
 use crate::socket::Address;
 use crate::wire::{Kind, Marker};
@@ -271,34 +272,24 @@ impl ObjectImpl for HwtensorSrc {
     fn properties() -> &'static [glib::ParamSpec] {
         static PROPERTIES: LazyLock<Vec<glib::ParamSpec>> = LazyLock::new(|| {
             vec![
-                glib::ParamSpecString::builder("socket")
-                    .nick("Socket")
-                    .blurb("The producer's socket: a path, or @name for an abstract socket")
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecUInt::builder("timeout")
-                    .nick("Timeout")
-                    .blurb("Milliseconds to wait for a producer to listen and attach")
-                    .minimum(1)
-                    .default_value(DEFAULT_TIMEOUT_MS)
-                    .mutable_ready()
-                    .build(),
+                props::socket("The producer's socket: a path, or @name for an abstract socket"),
+                props::timeout(
+                    "Milliseconds to wait for a producer to listen and attach",
+                    DEFAULT_TIMEOUT_MS,
+                ),
                 glib::ParamSpecBoolean::builder("is-live")
                     .nick("Is live")
                     .blurb("Act as a live source: frames are timestamped on arrival")
                     .default_value(true)
                     .mutable_ready()
                     .build(),
-                glib::ParamSpecUInt64::builder("copies")
-                    .nick("Copies")
-                    .blurb("Frames copied into system memory: GPU frames, and frames that came while downstream held every other buffer")
-                    .read_only()
-                    .build(),
-                glib::ParamSpecUInt64::builder("frames")
-                    .nick("Frames")
-                    .blurb("Frames pushed")
-                    .read_only()
-                    .build(),
+                props::counter(
+                    "copies",
+                    "Copies",
+                    "Frames copied into system memory: GPU frames, and frames that came while \
+                     downstream held every other buffer",
+                ),
+                props::counter("frames", "Frames", "Frames pushed"),
             ]
         });
         PROPERTIES.as_ref()
@@ -307,8 +298,8 @@ impl ObjectImpl for HwtensorSrc {
     fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
         let mut s = self.settings.lock().unwrap();
         match pspec.name() {
-            "socket" => s.socket = value.get::<Option<String>>().unwrap().unwrap_or_default(),
-            "timeout" => s.timeout = Duration::from_millis(u64::from(value.get::<u32>().unwrap())),
+            "socket" => s.socket = props::socket_of(value),
+            "timeout" => s.timeout = props::millis_of(value),
             "is-live" => {
                 s.is_live = value.get().unwrap();
                 self.live.store(s.is_live, Ordering::Relaxed);
@@ -322,8 +313,8 @@ impl ObjectImpl for HwtensorSrc {
     fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
         let s = self.settings.lock().unwrap();
         match pspec.name() {
-            "socket" => Some(s.socket.clone()).filter(|v| !v.is_empty()).to_value(),
-            "timeout" => (s.timeout.as_millis() as u32).to_value(),
+            "socket" => props::socket_value(&s.socket),
+            "timeout" => props::millis_value(s.timeout),
             "is-live" => s.is_live.to_value(),
             "copies" => self.copies.load(Ordering::Relaxed).to_value(),
             "frames" => self.frames.load(Ordering::Relaxed).to_value(),

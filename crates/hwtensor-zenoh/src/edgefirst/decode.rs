@@ -41,34 +41,31 @@ const CDR_ALIGN: usize = 8;
 struct Aligned<'a> {
     bytes: std::borrow::Cow<'a, [u8]>,
     start: usize,
+    len: usize,
 }
 
 impl<'a> Aligned<'a> {
     fn of(bytes: &'a [u8]) -> Aligned<'a> {
+        let len = bytes.len();
         if (bytes.as_ptr() as usize).is_multiple_of(CDR_ALIGN) {
             return Aligned {
                 bytes: bytes.into(),
                 start: 0,
+                len,
             };
         }
-        let mut copy = vec![0u8; bytes.len() + CDR_ALIGN];
+        let mut copy = vec![0u8; len + CDR_ALIGN];
         let start = copy.as_ptr().align_offset(CDR_ALIGN);
-        copy[start..start + bytes.len()].copy_from_slice(bytes);
+        copy[start..start + len].copy_from_slice(bytes);
         Aligned {
             bytes: copy.into(),
             start,
+            len,
         }
     }
 
     fn get(&self) -> &[u8] {
-        &self.bytes[self.start..self.start + self.bytes.len() - self.padding()]
-    }
-
-    fn padding(&self) -> usize {
-        match &self.bytes {
-            std::borrow::Cow::Borrowed(_) => 0,
-            std::borrow::Cow::Owned(_) => CDR_ALIGN,
-        }
+        &self.bytes[self.start..self.start + self.len]
     }
 }
 
@@ -127,6 +124,11 @@ fn import(t: &EfTensor<&[u8]>) -> Result<TensorDyn, String> {
         }
         false => by_reference(t, dtype, &shape, &planes)?,
     };
+    if let Some(format) = tensor.image_info().map(|i| i.format) {
+        tensor
+            .set_colorimetry(colorimetry_of(format, colors(t)))
+            .map_err(|e| e.to_string())?;
+    }
     if !modifier.is_linear() {
         tensor = tensor
             .with_drm_modifier(modifier)
@@ -240,7 +242,7 @@ fn inline(
     };
     let stride = planes[0].stride as usize;
     let mem = Some(TensorMemory::Mem);
-    let mut image = match planes.get(1).filter(|_| format.has_chroma_planes()) {
+    let image = match planes.get(1).filter(|_| format.has_chroma_planes()) {
         // The chroma planes' stride is theirs (a producer that pads each plane on its own).
         Some(chroma) => TensorDyn::image_with_strides(
             w,
@@ -299,9 +301,6 @@ fn inline(
             to.copy_from_slice(from);
         }
     }
-    image
-        .set_colorimetry(colorimetry_of(format, colors(t)))
-        .map_err(|e| e.to_string())?;
     Ok(image)
 }
 
@@ -349,21 +348,8 @@ fn by_reference(
             let offset =
                 usize::try_from(planes[0].offset).map_err(|_| "planes[0].offset: too large")?;
             let stride = Some(planes[0].stride as usize);
-            let mut image = TensorDyn::image_from_fd_at(
-                fd,
-                offset,
-                w,
-                h,
-                format,
-                dtype,
-                stride,
-                CpuAccess::Read,
-            )
-            .map_err(|e| format!("planes: {e}"))?;
-            image
-                .set_colorimetry(colorimetry_of(format, colors(t)))
-                .map_err(|e| e.to_string())?;
-            image
+            TensorDyn::image_from_fd_at(fd, offset, w, h, format, dtype, stride, CpuAccess::Read)
+                .map_err(|e| format!("planes: {e}"))?
         }
         Some((format, w, h)) => {
             let mut fds = Vec::with_capacity(planes.len());
@@ -373,12 +359,8 @@ fn by_reference(
                     .map_err(|_| format!("planes[{k}].offset: too large"))?;
                 fds.push(PlaneFd::new(fd, offset, p.stride as usize));
             }
-            let mut image = TensorDyn::image_from_planes(fds, w, h, format, dtype, CpuAccess::Read)
-                .map_err(|e| format!("planes: {e}"))?;
-            image
-                .set_colorimetry(colorimetry_of(format, colors(t)))
-                .map_err(|e| e.to_string())?;
-            image
+            TensorDyn::image_from_planes(fds, w, h, format, dtype, CpuAccess::Read)
+                .map_err(|e| format!("planes: {e}"))?
         }
     };
     if tensor.memory() != expected {

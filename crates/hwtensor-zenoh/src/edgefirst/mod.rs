@@ -56,6 +56,22 @@ impl Schema {
             Schema::TensorStamped => "edgefirst_msgs/msg/TensorStamped",
         }
     }
+
+    /// The Zenoh encoding of a sample of this message, made once (a schema is a string Zenoh
+    /// would otherwise allocate for every frame published).
+    pub(crate) fn encoding(self) -> zenoh::bytes::Encoding {
+        use std::sync::LazyLock;
+        use zenoh::bytes::Encoding;
+        fn cdr(s: Schema) -> Encoding {
+            Encoding::APPLICATION_CDR.with_schema(s.name())
+        }
+        static CAMERA_FRAME: LazyLock<Encoding> = LazyLock::new(|| cdr(Schema::CameraFrame));
+        static TENSOR_STAMPED: LazyLock<Encoding> = LazyLock::new(|| cdr(Schema::TensorStamped));
+        match self {
+            Schema::CameraFrame => CAMERA_FRAME.clone(),
+            Schema::TensorStamped => TENSOR_STAMPED.clone(),
+        }
+    }
 }
 
 #[cfg(test)]

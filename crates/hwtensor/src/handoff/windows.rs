@@ -118,7 +118,7 @@ pub fn send_within(
     timeout: Duration,
 ) -> Result<()> {
     let deadline = after(timeout);
-    match mode {
+    let (head, bytes) = match mode {
         Transport::Inline => {
             let bytes = blob::export_inline(tensor)?;
             let head = Head {
@@ -128,9 +128,7 @@ pub fn send_within(
                 creator: 0,
                 serial: 0,
             };
-            pipe.write_all(&head.encode(), deadline)?;
-            pipe.write_all(&bytes, deadline)?;
-            answer(pipe, deadline)
+            (head, bytes)
         }
         Transport::Reference => {
             let (bytes, handle, identity) = blob::section::export(tensor)?;
@@ -145,11 +143,13 @@ pub fn send_within(
                 creator,
                 serial,
             };
-            pipe.write_all(&head.encode(), deadline)?;
-            pipe.write_all(&bytes, deadline)?;
-            answer(pipe, deadline)
+            (head, bytes)
         }
-    }
+    };
+    // The handle stays valid until the answer: `tensor` is borrowed until this returns.
+    pipe.write_all(&head.encode(), deadline)?;
+    pipe.write_all(&bytes, deadline)?;
+    answer(pipe, deadline)
 }
 
 /// Waits for the receiver's answer.

@@ -262,6 +262,8 @@ impl Pipe {
                 // SAFETY: the operation started above on this handle; waiting it out below.
                 let _ = unsafe { CancelIoEx(raw(&self.handle), Some(&o)) };
                 let mut n = 0;
+                // The one wait without a deadline, and it must be: the buffer is the caller's
+                // again only once the operation is over. A cancelled pipe operation ends at once.
                 // SAFETY: as above; waits until the cancelled operation is done with the buffer.
                 let _ = unsafe { GetOverlappedResult(raw(&self.handle), &o, &mut n, true) };
                 return Err(Error::Timeout(format!(
