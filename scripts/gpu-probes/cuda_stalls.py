@@ -1,0 +1,153 @@
+"""Where do the ~140 us CUDA stalls of issue #27 come from? A probe, not a benchmark.
+
+    PYTHONPATH=/tmp/site python3 scripts/gpu-probes/cuda_stalls.py [--frames 300]
+
+A producer process and a consumer process move 1080p u8 frames through the hwtensor channel
+as bench_ipc.py does, but each variant leaves out or changes one ingredient, and each side
+times its own steps with `time.perf_counter_ns` (host time of the call): the producer's
+one-element write (`x[0, 0, 0] = v`), its `cuda_done`, the consumer's `torch.from_dlpack`, its
+`.item()`. Printed: per variant, the median of every step, over the frames after a warm-up.
+
+Variants (P = producer, C = consumer):
+- `both`: what bench_ipc.py does: P writes and calls cuda_done (a semaphore wait and signal
+  on its stream), C calls from_dlpack per frame (the same on its stream) and reads;
+- `p-order`: only P orders (C took its views once, at the start);
+- `c-order`: only C orders (P writes, no cuda_done);
+- `none`: nobody orders per frame (the bytes are still CUDA-imported Vulkan memory);
+- `c-idle`: P orders, C never touches the GPU (acknowledges only): is a second process's
+  CUDA use part of it?
+- `p-sync`: P writes and waits on the CPU (`torch.cuda.synchronize`), C keeps views: the
+  torch.multiprocessing pattern over hwtensor memory;
+- `both-cuda`: `both` over CUDA (VMM) memory instead of Vulkan memory;
+- `one-process`: `both` with producer and consumer in one process.
+"""
+
+import argparse
+import multiprocessing
+import socket
+import statistics
+import time
+
+SHAPE = (1080, 1920, 4)
+POOL = 3
+WARM_UP = 20
+FRAME_WAIT_S = 10.0
+
+VARIANTS = {
+    # name: (memory, producer orders, consumer orders, consumer uses the GPU, producer syncs)
+    "both": ("gpu", True, True, True, False),
+    "p-order": ("gpu", True, False, True, False),
+    "c-order": ("gpu", False, True, True, False),
+    "none": ("gpu", False, False, True, False),
+    "c-idle": ("gpu", True, False, False, False),
+    "p-sync": ("gpu", False, False, True, True),
+    "both-cuda": ("cuda", True, True, True, False),
+}
+
+
+def _ns(f):
+    t = time.perf_counter_ns()
+    r = f()
+    return r, time.perf_counter_ns() - t
+
+
+def _consumer(sock, acks, frames, order, use_gpu, out):
+    import torch
+    import hwtensor
+
+    consumer = hwtensor.Consumer(sock)
+    views = None if order else [torch.from_dlpack(t) for t in consumer.pool]
+    steps = {"C from_dlpack": [], "C item": []}
+    for _ in range(frames):
+        with consumer.recv(timeout=FRAME_WAIT_S) as frame:
+            if use_gpu:
+                if order:
+                    x, dt = _ns(lambda: torch.from_dlpack(frame.tensor))
+                    steps["C from_dlpack"].append(dt)
+                else:
+                    x = views[frame.slot]
+                value, dt = _ns(lambda: x[0, 0, 0].item())
+                steps["C item"].append(dt)
+            else:
+                value = frame.seq
+            acks.send(bytes([value & 0xFF]))
+    out.put(steps)
+
+
+def run_variant(name, frames):
+    import torch
+    import hwtensor
+
+    memory, p_order, c_order, c_gpu, p_sync = VARIANTS[name]
+    pool = [hwtensor.Tensor(SHAPE, memory=memory) for _ in range(POOL)]
+    producer = hwtensor.Producer(pool)
+    ours, theirs = socket.socketpair()
+    acks, their_acks = socket.socketpair()
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    child = ctx.Process(target=_consumer, args=(theirs, their_acks, frames, c_order, c_gpu, out))
+    child.start()
+    producer.attach(ours)
+    views = [torch.from_dlpack(t) for t in pool]
+    steps = {"P write": [], "P cuda_done": [], "P sync": [], "one-way": []}
+    for seq in range(frames):
+        slot = producer.acquire(timeout=FRAME_WAIT_S)
+        _, dt = _ns(lambda: views[slot].__setitem__((0, 0, 0), seq & 0xFF))
+        steps["P write"].append(dt)
+        if p_order:
+            _, dt = _ns(lambda: pool[slot].cuda_done())
+            steps["P cuda_done"].append(dt)
+        if p_sync:
+            _, dt = _ns(torch.cuda.synchronize)
+            steps["P sync"].append(dt)
+        sent = time.perf_counter_ns()
+        producer.send(slot, seq)
+        acks.recv(1)
+        steps["one-way"].append(time.perf_counter_ns() - sent)
+    steps.update(out.get(timeout=FRAME_WAIT_S * 2))
+    child.join()
+    return steps
+
+
+def run_one_process(frames):
+    import torch
+    import hwtensor
+
+    pool = [hwtensor.Tensor(SHAPE, memory="gpu") for _ in range(POOL)]
+    views = [torch.from_dlpack(t) for t in pool]
+    steps = {"P write": [], "P cuda_done": [], "C from_dlpack": [], "C item": []}
+    for seq in range(frames):
+        slot = seq % POOL
+        _, dt = _ns(lambda: views[slot].__setitem__((0, 0, 0), seq & 0xFF))
+        steps["P write"].append(dt)
+        _, dt = _ns(lambda: pool[slot].cuda_done())
+        steps["P cuda_done"].append(dt)
+        x, dt = _ns(lambda: torch.from_dlpack(pool[slot]))
+        steps["C from_dlpack"].append(dt)
+        _, dt = _ns(lambda: x[0, 0, 0].item())
+        steps["C item"].append(dt)
+    return steps
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--frames", type=int, default=300)
+    p.add_argument("--variants", default=",".join([*VARIANTS, "one-process"]))
+    args = p.parse_args()
+    columns = ["P write", "P cuda_done", "P sync", "C from_dlpack", "C item", "one-way"]
+    print(f"{'variant':<12}" + "".join(f"{c:>15}" for c in columns) + "   (medians, us)")
+    for name in args.variants.split(","):
+        try:
+            steps = run_one_process(args.frames) if name == "one-process" else run_variant(name, args.frames)
+        except Exception as e:  # a variant this machine cannot run says why; the rest go on
+            print(f"{name:<12} failed: {type(e).__name__}: {e}", flush=True)
+            continue
+        cells = []
+        for c in columns:
+            s = steps.get(c, [])[WARM_UP:]
+            cells.append(f"{statistics.median(s) / 1000:>15.1f}" if s else f"{'-':>15}")
+        print(f"{name:<12}" + "".join(cells), flush=True)
+
+
+if __name__ == "__main__":
+    main()
