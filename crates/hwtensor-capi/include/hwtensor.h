@@ -1217,6 +1217,20 @@ enum HwtStatus hwt_tensor_clone_fd(const struct HwtTensor *t, int32_t *out_fd);
 
 #if defined(HWT_LINUX)
 /**
+ * The tensor's pending GPU writes as a DMA-fence sync_file for a reader outside hwtensor
+ * (V4L2, DRM/KMS, Wayland): `*out_fd` is a new close-on-exec fd the caller closes, or -1 when
+ * no write is pending. A device that cannot export sync_files waits for the writes instead
+ * (bounded; `HWT_STATUS_TIMEOUT` past it) and gives -1: either way the reader gets finished
+ * bytes.
+ *
+ * # Safety
+ * `t` must be a live handle; `out_fd` valid for one write.
+ */
+enum HwtStatus hwt_tensor_export_sync_file(const struct HwtTensor *t, int32_t *out_fd);
+#endif
+
+#if defined(HWT_LINUX)
+/**
  * The tensor `t` whose bytes are complete only once the DMA-fence sync_file `sync_fd` signals
  * (a V4L2 or GPU producer's fence; duplicated, the caller keeps its own): a new tensor over
  * the same buffer. CPU maps wait for the fence (bounded), a hand-off by reference carries it

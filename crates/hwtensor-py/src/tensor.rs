@@ -257,6 +257,15 @@ impl PyTensor {
         Ok(Self::wrap(self.inner.with_sync_file(fence)))
     }
 
+    /// The tensor's pending GPU writes as a DMA-fence sync_file for a reader outside hwtensor
+    /// (V4L2, DRM/KMS, Wayland): a new fd you own and close, or None when no write is pending.
+    /// A device that cannot export sync_files waits for the writes instead (bounded) and
+    /// returns None: either way the reader gets finished bytes.
+    fn export_sync_file(&self, py: Python<'_>) -> PyResult<Option<i32>> {
+        let fence = py.detach(|| self.inner.export_sync_file()).or_py()?;
+        Ok(fence.map(|f| std::os::fd::IntoRawFd::into_raw_fd(f.into_fd())))
+    }
+
     /// The shape, as a tuple.
     #[getter]
     fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {

@@ -189,6 +189,21 @@ impl Publisher {
     /// the bytes, holding a frame sent by reference for `keep_frames` more frames.
     fn put_edgefirst(&mut self, tensor: &TensorDyn, info: &[u8], time_ns: u64) -> Result<()> {
         let by_reference = !self.publishes_inline();
+        // A reader by reference takes the bytes as they are: pending GPU writes travel as the
+        // message's `fence_fd` (where the device can export a sync_file; else they are waited
+        // for here), kept open with the frame.
+        let exported = match (by_reference, tensor.sync_file()) {
+            (true, None) => tensor.export_sync_file()?,
+            _ => None,
+        };
+        let fenced;
+        let tensor = match exported {
+            Some(fence) => {
+                fenced = tensor.with_sync_file(fence);
+                &fenced
+            }
+            None => tensor,
+        };
         let stamp = Stamp {
             seq: self.seq,
             time_ns,

@@ -139,6 +139,7 @@ impl<T: Element> Tensor<T> {
                 offset: self.offset,
                 strides: &self.strides,
             },
+            fences: [src.acquire.as_ref(), self.acquire.as_ref()],
         }
     }
 
@@ -185,6 +186,10 @@ impl<T: Element> Tensor<T> {
                 .max(self.buffer.device_after(true))
                 .max(to.last_use());
             let plan = self.plan_from(src);
+            // CUDA cannot import a sync_file: wait for any here, bounded.
+            for fence in plan.fences.into_iter().flatten() {
+                fence.wait(crate::gpu::GPU_WAIT)?;
+            }
             let value = crate::cuda::run_copy(&plan, from, to, after, host_side)?;
             from.used_until(value);
             to.used_until(value);

@@ -103,6 +103,28 @@ impl<T: Element> Tensor<T> {
     pub fn sync_file(&self) -> Option<&SyncFile> {
         self.acquire.as_deref()
     }
+
+    /// The tensor's pending device writes (GPU copies, CUDA maps) as a sync_file, for a reader
+    /// outside hwtensor that speaks DMA fences (V4L2, DRM/KMS, Wayland, EdgeFirst's
+    /// `fence_fd`): it signals once the bytes are complete. `None` when no write is pending.
+    /// A device that cannot export sync_files (lavapipe: no external semaphores) waits for
+    /// the writes here instead, at most [`GPU_WAIT`](crate::gpu::GPU_WAIT), and also returns
+    /// `None`: either way the reader gets finished bytes. A sync_file set with
+    /// [`Self::with_sync_file`] is not part of it (hand that one on as it is).
+    pub fn export_sync_file(&self) -> Result<Option<SyncFile>> {
+        let last = self.buffer.device_after(false);
+        if last == 0 {
+            return Ok(None);
+        }
+        let device = crate::gpu::device()?;
+        if device.completed_value()? >= last {
+            return Ok(None);
+        }
+        match device.export_sync_file(last)? {
+            Some(fd) => SyncFile::from_fd(fd).map(Some),
+            None => device.wait(last, crate::gpu::GPU_WAIT).map(|()| None),
+        }
+    }
 }
 
 impl TensorDyn {
@@ -114,6 +136,11 @@ impl TensorDyn {
     /// See [`Tensor::sync_file`].
     pub fn sync_file(&self) -> Option<&SyncFile> {
         each_tensor!(self, t => t.sync_file())
+    }
+
+    /// See [`Tensor::export_sync_file`].
+    pub fn export_sync_file(&self) -> Result<Option<SyncFile>> {
+        each_tensor!(self, t => t.export_sync_file())
     }
 }
 

@@ -187,6 +187,33 @@ pub unsafe extern "C" fn hwt_tensor_clone_fd(t: *const HwtTensor, out_fd: *mut i
     })
 }
 
+/// The tensor's pending GPU writes as a DMA-fence sync_file for a reader outside hwtensor
+/// (V4L2, DRM/KMS, Wayland): `*out_fd` is a new close-on-exec fd the caller closes, or -1 when
+/// no write is pending. A device that cannot export sync_files waits for the writes instead
+/// (bounded; `HWT_STATUS_TIMEOUT` past it) and gives -1: either way the reader gets finished
+/// bytes.
+///
+/// # Safety
+/// `t` must be a live handle; `out_fd` valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn hwt_tensor_export_sync_file(
+    t: *const HwtTensor,
+    out_fd: *mut i32,
+) -> HwtStatus {
+    guard(|| {
+        let t = tensor(t, "the tensor")?;
+        if out_fd.is_null() {
+            return Err(crate::status::invalid("out_fd is null"));
+        }
+        let fence = t.export_sync_file().or_status()?;
+        put(
+            out_fd,
+            "out_fd",
+            fence.map_or(-1, |f| f.into_fd().into_raw_fd()),
+        )
+    })
+}
+
 /// The tensor `t` whose bytes are complete only once the DMA-fence sync_file `sync_fd` signals
 /// (a V4L2 or GPU producer's fence; duplicated, the caller keeps its own): a new tensor over
 /// the same buffer. CPU maps wait for the fence (bounded), a hand-off by reference carries it

@@ -148,6 +148,19 @@ static int an_fd_that_is_no_sync_file_is_refused_as_a_fence(void) {
     return 0;
 }
 
+/* A tensor with no GPU write pending exports no sync_file: -1, and the call succeeds. */
+static int a_tensor_without_pending_writes_exports_no_sync_file(void) {
+    HwtTensor *t = NULL;
+    size_t shape[1] = {64};
+    CHECK(hwt_tensor_new(shape, 1, HWT_D_TYPE_U8, HWT_MEMORY_SHM, &t));
+    int fd = 7;
+    CHECK(hwt_tensor_export_sync_file(t, &fd));
+    ASSERT(fd == -1);
+    EXPECT(hwt_tensor_export_sync_file(t, NULL), HWT_STATUS_INVALID_ARGUMENT);
+    hwt_tensor_release(t);
+    return 0;
+}
+
 static int a_view_of_an_image_writes_only_its_region(void) {
     HwtTensor *img = NULL, *view = NULL;
     CHECK(hwt_tensor_new_image(64, 32, HWT_PIXEL_FORMAT_RGBA, HWT_D_TYPE_U8, 0, HWT_MEMORY_SHM,
@@ -737,6 +750,7 @@ int main(int argc, char **argv) {
     if (a_view_of_an_image_writes_only_its_region()) return 1;
     if (an_i420_image_keeps_a_chroma_stride_of_its_own()) return 1;
     if (an_fd_that_is_no_sync_file_is_refused_as_a_fence()) return 1;
+    if (a_tensor_without_pending_writes_exports_no_sync_file()) return 1;
     if (a_batch_item_and_a_copy_see_the_same_bytes()) return 1;
     if (an_inline_blob_round_trips_and_a_hostile_one_is_refused()) return 1;
     if (an_fd_imports_from_a_byte_offset()) return 1;

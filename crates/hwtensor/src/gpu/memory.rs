@@ -102,6 +102,11 @@ pub(crate) struct CopyPlan<'a> {
     pub src: Placement<'a>,
     /// The destination's elements in its buffer.
     pub dst: Placement<'a>,
+    /// The sync_files either side's bytes are complete at (`Tensor::with_sync_file`): the
+    /// copy must not read the source, nor overwrite the destination, before they signal. A
+    /// backend waits for them GPU-side where it can, else on the CPU, bounded. (None on
+    /// Windows, where the type has no values.)
+    pub fences: [Option<&'a crate::AcquireFence>; 2],
 }
 
 impl CopyPlan<'_> {

@@ -24,7 +24,7 @@ pub(crate) fn reaches_host(_host: &HostBytes<'_>) -> bool {
 }
 
 /// Runs `plan` from `src` into `dst`, at least one of them GPU memory. The core holds both
-/// sides' claims for the call.
+/// sides' claims for the call. (The plan carries no fences here: Windows has no sync_files.)
 pub(crate) fn run_copy(plan: &CopyPlan<'_>, src: CopySide<'_>, dst: CopySide<'_>) -> Result<()> {
     match (src, dst) {
         (CopySide::Gpu(s), CopySide::Gpu(d)) => match gpu_rects(plan, s, d) {

@@ -10,9 +10,9 @@
 use ash::vk;
 
 use super::memory::{copy_regions, GpuMemory};
-use super::Queue;
+use super::{GpuDevice, Queue};
 use crate::gpu::{expected_copy_time, CopyPlan, CopySide, HostBytes, GPU_WAIT};
-use crate::{Error, Result};
+use crate::{Error, Result, SyncFile};
 
 /// Whether the device copies to and from this host buffer: only through its import.
 pub(crate) fn reaches_host(host: &HostBytes<'_>) -> bool {
@@ -23,13 +23,14 @@ pub(crate) fn reaches_host(host: &HostBytes<'_>) -> bool {
 /// (`reaches_host`). The core holds both sides' claims for the call.
 pub(crate) fn run_copy(plan: &CopyPlan<'_>, src: CopySide<'_>, dst: CopySide<'_>) -> Result<()> {
     let regions = regions(plan);
+    let fences: Vec<&SyncFile> = plan.fences.iter().flatten().map(|f| &***f).collect();
     match (src, dst) {
-        (CopySide::Gpu(s), CopySide::Gpu(d)) => gpu_to_gpu(s, d, &regions),
+        (CopySide::Gpu(s), CopySide::Gpu(d)) => gpu_to_gpu(s, d, &regions, &fences),
         (CopySide::Host(h), CopySide::Gpu(d)) => {
-            through_import(host_buffer(&h)?, d, Way::Upload, &regions)
+            through_import(host_buffer(&h)?, d, Way::Upload, &regions, &fences)
         }
         (CopySide::Gpu(s), CopySide::Host(h)) => {
-            through_import(host_buffer(&h)?, s, Way::Download, &regions)
+            through_import(host_buffer(&h)?, s, Way::Download, &regions, &fences)
         }
         (CopySide::Host(_), CopySide::Host(_)) => Err(Error::InvalidOperation(
             "a host-to-host copy is a memcpy, not device work".into(),
@@ -43,14 +44,33 @@ fn host_buffer(host: &HostBytes<'_>) -> Result<vk::Buffer> {
     })
 }
 
-fn gpu_to_gpu(s: &GpuMemory, d: &GpuMemory, regions: &[vk::BufferCopy]) -> Result<()> {
+/// Submits `regions` from `src` into `dst` on the transfer queue once the timeline reaches
+/// `after` and `fences` signal (GPU-side where the device imports sync_files, else waited for
+/// here first); the value that marks the copy.
+fn submit_copy(
+    device: &GpuDevice,
+    after: u64,
+    fences: &[&SyncFile],
+    (src, dst): (vk::Buffer, vk::Buffer),
+    regions: &[vk::BufferCopy],
+) -> Result<u64> {
+    let imported = device.import_sync_files(fences, GPU_WAIT)?;
+    let v = device.submit_commands(Queue::Transfer, after, &imported.waits(), |dev, cmd| {
+        copy_regions(dev, cmd, src, dst, regions)
+    })?;
+    imported.used_until(v);
+    Ok(v)
+}
+
+fn gpu_to_gpu(
+    s: &GpuMemory,
+    d: &GpuMemory,
+    regions: &[vk::BufferCopy],
+    fences: &[&SyncFile],
+) -> Result<()> {
     let after = s.after(false).max(d.after(true));
-    let (sb, db) = (s.buffer(), d.buffer());
-    let v = d
-        .device()
-        .submit_commands(Queue::Transfer, after, &[], |dev, cmd| {
-            copy_regions(dev, cmd, sb, db, regions)
-        })?;
+    let buffers = (s.buffer(), d.buffer());
+    let v = submit_copy(d.device(), after, fences, buffers, regions)?;
     s.record(v, false);
     d.record(v, true);
     Ok(())
@@ -63,17 +83,20 @@ fn through_import(
     gpu: &GpuMemory,
     way: Way,
     regions: &[vk::BufferCopy],
+    fences: &[&SyncFile],
 ) -> Result<()> {
     let gpu_writes = way == Way::Upload;
-    let (sb, db) = match way {
+    let buffers = match way {
         Way::Upload => (host, gpu.buffer()),
         Way::Download => (gpu.buffer(), host),
     };
-    let v =
-        gpu.device()
-            .submit_commands(Queue::Transfer, gpu.after(gpu_writes), &[], |dev, cmd| {
-                copy_regions(dev, cmd, sb, db, regions)
-            })?;
+    let v = submit_copy(
+        gpu.device(),
+        gpu.after(gpu_writes),
+        fences,
+        buffers,
+        regions,
+    )?;
     gpu.record(v, gpu_writes);
     let bytes: usize = regions.iter().map(|r| r.size as usize).sum();
     gpu.device()

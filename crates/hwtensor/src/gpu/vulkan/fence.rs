@@ -45,6 +45,16 @@ pub(crate) fn words_in_record(r: &'static super::record::Record) -> TimelineWord
     TimelineWords::at(&r.counter, &r.pending, &r.submitted, &r.queue_lock)
 }
 
+/// What one submission carries besides the timeline value it signals.
+#[derive(Default)]
+struct Batch<'a> {
+    command: Option<vk::CommandBuffer>,
+    /// Semaphores (timeline or binary) and values to wait for.
+    waits: &'a [(vk::Semaphore, u64)],
+    /// Binary semaphores to signal with the value.
+    binary: &'a [vk::Semaphore],
+}
+
 pub(crate) struct Timeline {
     pub semaphore: vk::Semaphore,
     /// A second timeline of this copy's own, never exported, that each of its submissions
@@ -102,13 +112,41 @@ impl Timeline {
         value: u64,
         held: &QueueHeld<'_>,
     ) -> Result<()> {
-        self.submit(device, queue, value, None, &[], held)
+        self.submit(device, queue, value, Batch::default(), held)
             .map_err(|e| {
                 Error::gpu(
                     super::vk_kind(e),
                     format!("submitting timeline signal {value} failed: {e}"),
                 )
             })
+    }
+
+    /// Submits a batch without commands that waits for every `(semaphore, value)` in `waits`
+    /// and signals a newly allocated value and the binary semaphores `binary` (a sync_file's
+    /// export), all under the queue lock; returns the value.
+    pub(crate) fn submit_signals(
+        &self,
+        device: &ash::Device,
+        queue: vk::Queue,
+        waits: &[(vk::Semaphore, u64)],
+        binary: &[vk::Semaphore],
+    ) -> Result<u64> {
+        let lock = self.shared.lock()?;
+        let held = QueueHeld::by(&lock);
+        let value = self.shared.allocate(&held);
+        let batch = Batch {
+            command: None,
+            waits,
+            binary,
+        };
+        self.submit(device, queue, value, batch, &held)
+            .map_err(|e| {
+                Error::gpu(
+                    super::vk_kind(e),
+                    format!("submitting a sync_file's signal (value {value}) failed: {e}"),
+                )
+            })?;
+        Ok(value)
     }
 
     /// Allocates the next value; its signal goes with the next submission (`flush`, or any
@@ -140,7 +178,12 @@ impl Timeline {
         let lock = self.shared.lock()?;
         let held = QueueHeld::by(&lock);
         let value = self.shared.allocate(&held);
-        self.submit(device, queue, value, Some(command), waits, &held)
+        let batch = Batch {
+            command: Some(command),
+            waits,
+            binary: &[],
+        };
+        self.submit(device, queue, value, batch, &held)
             .map_err(|e| {
                 Error::gpu(
                     super::vk_kind(e),
@@ -157,10 +200,14 @@ impl Timeline {
         device: &ash::Device,
         queue: vk::Queue,
         value: u64,
-        command: Option<vk::CommandBuffer>,
-        waits: &[(vk::Semaphore, u64)],
+        batch: Batch<'_>,
         held: &QueueHeld<'_>,
     ) -> std::result::Result<(), vk::Result> {
+        let Batch {
+            command,
+            waits,
+            binary,
+        } = batch;
         let mut waits = waits.to_vec();
         let previous = self.shared.submitted();
         if self.chained.load(Ordering::Relaxed) && previous > 0 {
@@ -168,14 +215,16 @@ impl Timeline {
         }
         let (wait_semaphores, wait_values): (Vec<_>, Vec<_>) = waits.iter().copied().unzip();
         let stages = vec![vk::PipelineStageFlags::ALL_COMMANDS; waits.len()];
-        let signal_values = [value; 2];
         let semaphores: Vec<vk::Semaphore> = std::iter::once(self.semaphore)
             .chain(self.tracked)
+            .chain(binary.iter().copied())
             .collect();
+        // A binary semaphore's value is ignored, but the arrays must be as long.
+        let signal_values = vec![value; semaphores.len()];
         let commands: Vec<vk::CommandBuffer> = command.into_iter().collect();
         let mut timeline = vk::TimelineSemaphoreSubmitInfo::default()
             .wait_semaphore_values(&wait_values)
-            .signal_semaphore_values(&signal_values[..semaphores.len()]);
+            .signal_semaphore_values(&signal_values);
         let submit = vk::SubmitInfo::default()
             .wait_semaphores(&wait_semaphores)
             .wait_dst_stage_mask(&stages)
@@ -184,7 +233,8 @@ impl Timeline {
             .push_next(&mut timeline);
         // SAFETY: the caller holds the queue lock (shared by every copy); the command buffer, if
         // any, is recorded and owned by the caller's pool; the semaphore is a timeline semaphore
-        // of this device and `value` is above every value submitted before.
+        // of this device and `value` is above every value submitted before; binary semaphores
+        // waited for carry an imported payload, those signalled none pending.
         unsafe { device.queue_submit(queue, &[submit], vk::Fence::null()) }?;
         self.shared.mark_submitted(value, held);
         Ok(())

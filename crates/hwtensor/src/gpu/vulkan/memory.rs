@@ -882,25 +882,7 @@ pub(crate) fn image_row_pitch(_texture: &TextureRequest) -> Result<Option<usize>
 mod tests {
     use super::test_hooks::{Step, FAIL, LIVE};
     use super::*;
-
-    /// Whether a missing GPU (or GPU feature) fails the test rather than skipping it.
-    fn gpu_required() -> bool {
-        std::env::var("HWTENSOR_TEST_REQUIRE_GPU").is_ok_and(|v| v == "1")
-    }
-
-    /// The process device, or `None` after a `SKIPPED:` line (a failure when a GPU is required).
-    fn device_or_skip(test: &str) -> Option<&'static GpuDevice> {
-        match super::super::device() {
-            Ok(d) => Some(d),
-            Err(e) if gpu_required() => {
-                panic!("{test}: HWTENSOR_TEST_REQUIRE_GPU=1 but there is no GPU device: {e}")
-            }
-            Err(e) => {
-                eprintln!("SKIPPED: {test} - {e}");
-                None
-            }
-        }
-    }
+    use crate::gpu::vulkan::test_device::{device_or_skip, gpu_required};
 
     /// Runs `f` with `step` made to fail; returns its result and how many Vulkan buffers and
     /// memories it left alive on this thread.

@@ -156,6 +156,7 @@ impl GpuDevice {
         if done == 0 || self.wait(done, Duration::ZERO).is_err() {
             return;
         }
+        self.retire_sync_semaphores(done);
         let (finished, running): (Vec<_>, Vec<_>) =
             pool.in_flight.drain(..).partition(|(v, _)| *v <= done);
         pool.in_flight = running;
