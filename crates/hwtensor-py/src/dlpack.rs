@@ -17,8 +17,9 @@ use dlpark::python::{export_dlpack, CudaStreamRequest, DlpackExporter};
 use dlpark::python::{ImportRequest, ImportedDlpack};
 use dlpark::{DlpackFlags, Managed, ManagedTensorBase};
 use hwtensor::{DType, Direction, TensorDyn, TensorMemory};
-use pyo3::exceptions::PyBufferError;
+use pyo3::exceptions::{PyAttributeError, PyBufferError};
 use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
 
 use crate::errors::OrPy;
 
@@ -192,6 +193,51 @@ pub(crate) fn export<'py>(
         address: std::cell::Cell::new(0),
     };
     export_dlpack(&export, py, request)
+}
+
+/// The CUDA Array Interface's `stream` value for CUDA's legacy default stream (0 is not
+/// allowed there: it would mean "no stream" to some consumers).
+const CAI_LEGACY_DEFAULT_STREAM: usize = 1;
+/// The version of the CUDA Array Interface spoken: 3 added `stream`.
+const CAI_VERSION: u32 = 3;
+
+/// `__cuda_array_interface__` (v3): the tensor's CUDA address, shape, byte strides and element
+/// type, for CuPy, Numba and `torch.as_tensor`. The legacy default stream is made to wait
+/// GPU-side for the tensor's last write (and read) and is named as `stream`, so a consumer on
+/// another stream orders behind it, as the interface requires. Host memory, and GPU memory
+/// where there is no CUDA, have no such interface: an `AttributeError`, so `hasattr` and the
+/// consumers' own probes see it missing rather than fail.
+pub(crate) fn cuda_array_interface<'py>(
+    t: &TensorDyn,
+    py: Python<'py>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let cuda = matches!(t.memory(), TensorMemory::Gpu | TensorMemory::Cuda)
+        && device_of(t).is_ok_and(|d| d.device_type == DLDeviceType::CUDA);
+    if !cuda {
+        return Err(PyAttributeError::new_err(format!(
+            "a {} tensor has no __cuda_array_interface__ (only GPU and CUDA tensors where \
+             CUDA runs do); read it with `with t.map_read() as a:` or np.from_dlpack(t)",
+            t.memory()
+        )));
+    }
+    let dtype = dl_dtype(t.dtype())?;
+    let kind = match dtype.code {
+        DLDataTypeCode::UINT => 'u',
+        DLDataTypeCode::INT => 'i',
+        _ => 'f',
+    };
+    let bytes = dtype.bits / 8;
+    let order = if bytes == 1 { '|' } else { '<' };
+    let address = order_on(t, py, 0)?.0;
+    let read_only = !t.access().allows(Direction::Write);
+    let d = PyDict::new(py);
+    d.set_item("shape", PyTuple::new(py, t.shape())?)?;
+    d.set_item("typestr", format!("{order}{kind}{bytes}"))?;
+    d.set_item("data", (address, read_only))?;
+    d.set_item("strides", PyTuple::new(py, t.strides())?)?;
+    d.set_item("version", CAI_VERSION)?;
+    d.set_item("stream", CAI_LEGACY_DEFAULT_STREAM)?;
+    Ok(d)
 }
 
 /// DLPack's `kDLVulkan`: what a GPU tensor is where no CUDA driver can map it.

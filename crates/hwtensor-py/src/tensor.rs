@@ -507,6 +507,15 @@ impl PyTensor {
         ))
     }
 
+    /// The CUDA Array Interface (v3) of a GPU or CUDA tensor where CUDA runs, for CuPy, Numba
+    /// and `torch.as_tensor`: `stream` (the legacy default stream) already waits for the
+    /// tensor's last write; call `cuda_done(stream)` after writing it on your stream. Host
+    /// tensors have none (`AttributeError`).
+    #[getter]
+    fn __cuda_array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        dlpack::cuda_array_interface(&self.inner, py)
+    }
+
     /// `(device_type, device_id)`: `(1, 0)` for host memory, `(2, ordinal)` for CUDA, `(7, 0)`
     /// (Vulkan) for a GPU tensor where there is no CUDA.
     fn __dlpack_device__(&self) -> PyResult<(u32, i32)> {

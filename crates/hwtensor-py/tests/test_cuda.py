@@ -32,6 +32,25 @@ def test_torch_from_dlpack_is_hwtensors_cuda_mapping_not_a_copy(cuda):
     assert int(x.sum()) == 3 * 1080 * 1920 * 4, "the Vulkan copy is ordered before the read"
 
 
+def test_the_cuda_array_interface_names_the_mapping_and_orders_the_last_write(cuda):
+    torch = cuda
+    t = _gpu_frame(5)
+    cai = t.__cuda_array_interface__
+    assert cai["version"] == 3 and cai["stream"] == 1  # the legacy default stream waits
+    assert cai["typestr"] == "|u1" and cai["shape"] == (1080, 1920, 4)
+    assert cai["strides"] == t.strides and cai["data"] == (t.cuda_ptr(), False)
+    x = torch.as_tensor(t, device="cuda")  # torch reads the interface: no copy
+    assert x.data_ptr() == t.cuda_ptr()
+    assert int(x.sum()) == 5 * 1080 * 1920 * 4, "the Vulkan copy is ordered before the read"
+    f = hwtensor.Tensor((4, 8), "float32", memory="cuda")
+    assert f.__cuda_array_interface__["typestr"] == "<f4"
+    try:
+        import cupy
+    except ImportError:
+        return
+    assert int(cupy.asarray(t).sum()) == 5 * 1080 * 1920 * 4
+
+
 def test_a_torch_kernels_write_is_seen_by_hwtensor_after_cuda_done(cuda):
     torch = cuda
     t = _gpu_frame(0)

@@ -206,11 +206,24 @@ def test_a_capsule_whose_byte_offset_wraps_the_address_is_refused():
     del good
 
 
+def test_host_tensors_have_no_cuda_array_interface_so_consumers_probing_for_it_pass_them_by():
+    for memory in ("mem", "shm"):
+        t = hwtensor.Tensor((64,), memory=memory)
+        assert not hasattr(t, "__cuda_array_interface__")
+        with pytest.raises(AttributeError, match=r"map_read"):
+            t.__cuda_array_interface__
+
+
+def test_a_tensor_without_pending_gpu_writes_exports_no_sync_file():
+    assert hwtensor.Tensor((64,), memory="shm").export_sync_file() is None
+
+
 def test_a_gpu_tensor_without_cuda_says_where_it_is_and_why_it_does_not_export(gpu):
     if hwtensor.cuda_unavailable_reason() is None:
         print("SKIPPED: test_a_gpu_tensor_without_cuda_says_where_it_is_and_why_it_does_not_export - CUDA is here")
         pytest.skip("CUDA is here: a GPU tensor exports as CUDA memory")
     t = hwtensor.Tensor((16,), "uint8", memory="gpu")
     assert t.__dlpack_device__() == (7, 0)  # kDLVulkan: the process device
+    assert not hasattr(t, "__cuda_array_interface__")
     with pytest.raises(hwtensor.Unavailable, match=r"map_read\(\)"):
         np.from_dlpack(t)
