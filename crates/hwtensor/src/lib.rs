@@ -91,22 +91,15 @@ pub use modifier::DrmModifier;
 #[cfg(feature = "ndarray")]
 pub use ndarray;
 #[cfg(target_os = "linux")]
+pub use os::SyncFile;
+#[cfg(target_os = "linux")]
 pub use planes::PlaneFd;
 #[cfg(target_os = "linux")]
 pub use policy::ImportPolicy;
 pub use quantization::{ChannelQuantization, Quantization, MAX_QUANT_CHANNELS};
 pub use region::Region;
-#[cfg(target_os = "linux")]
-pub use sync_file::SyncFile;
 
-/// What a tensor holds of a sync_file it must wait for before its bytes are read: shared with
-/// its clones. Windows has no sync_files: there the type has no values, so a tensor's field is
-/// always `None` and callers carry no `cfg`.
-#[cfg(target_os = "linux")]
-pub(crate) type AcquireFence = std::sync::Arc<SyncFile>;
-/// See the Linux definition.
-#[cfg(not(target_os = "linux"))]
-pub(crate) type AcquireFence = std::convert::Infallible;
+pub(crate) use os::AcquireFence;
 pub use tensor::Tensor;
 pub use tensor_dyn::TensorDyn;
 pub use tensor_dyn::WrongDType;

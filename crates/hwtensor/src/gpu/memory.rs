@@ -106,7 +106,7 @@ pub(crate) struct CopyPlan<'a> {
     /// copy must not read the source, nor overwrite the destination, before they signal. A
     /// backend waits for them GPU-side where it can, else on the CPU, bounded. (None on
     /// Windows, where the type has no values.)
-    pub fences: [Option<&'a crate::AcquireFence>; 2],
+    pub fences: [Option<&'a crate::os::AcquireFence>; 2],
 }
 
 impl CopyPlan<'_> {

@@ -8,6 +8,8 @@ pub(crate) mod heap;
 #[cfg(target_os = "linux")]
 mod linux;
 #[cfg(target_os = "linux")]
+pub use linux::SyncFile;
+#[cfg(target_os = "linux")]
 pub(crate) use linux::*;
 
 #[cfg(windows)]

@@ -24,8 +24,12 @@ pub(crate) fn reaches_host(_host: &HostBytes<'_>) -> bool {
 }
 
 /// Runs `plan` from `src` into `dst`, at least one of them GPU memory. The core holds both
-/// sides' claims for the call. (The plan carries no fences here: Windows has no sync_files.)
+/// sides' claims for the call.
 pub(crate) fn run_copy(plan: &CopyPlan<'_>, src: CopySide<'_>, dst: CopySide<'_>) -> Result<()> {
+    // Windows has no sync_files: a fence here is a value of a type that has none.
+    if let Some(fence) = plan.fences.into_iter().flatten().next() {
+        match *fence {}
+    }
     match (src, dst) {
         (CopySide::Gpu(s), CopySide::Gpu(d)) => match gpu_rects(plan, s, d) {
             Some((from, to)) => gpu_to_gpu((s, from), (d, to)),

@@ -12,7 +12,8 @@ use ash::vk;
 use super::memory::{copy_regions, GpuMemory};
 use super::{GpuDevice, Queue};
 use crate::gpu::{expected_copy_time, CopyPlan, CopySide, HostBytes, GPU_WAIT};
-use crate::{Error, Result, SyncFile};
+use crate::os::SyncFile;
+use crate::{Error, Result};
 
 /// Whether the device copies to and from this host buffer: only through its import.
 pub(crate) fn reaches_host(host: &HostBytes<'_>) -> bool {

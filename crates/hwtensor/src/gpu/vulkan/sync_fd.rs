@@ -16,8 +16,9 @@ use std::time::Duration;
 use ash::vk;
 
 use super::{failed, GpuDevice};
+use crate::os::SyncFile;
 use crate::os::{close_if_still_ours, own_cloexec};
-use crate::{Error, Result, SyncFile};
+use crate::{Error, Result};
 
 /// What the driver does with `SYNC_FD` binary semaphores, learnt once.
 #[derive(Clone, Copy, Debug, Default)]

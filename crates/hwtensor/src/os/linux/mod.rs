@@ -4,12 +4,16 @@
 //! - `process`: who this process is (pid, start time, pid namespace) and what runs at exit;
 //! - `fd`: the fd helpers (a driver's fd made ours, a failed import's dup closed, same file?);
 //! - `classify`: what kind of memory a foreign fd holds, and its size;
-//! - `memfd`: sealed memfds, and the seals an imported one must carry.
+//! - `memfd`: sealed memfds, and the seals an imported one must carry;
+//! - `sync_file`: a DMA-fence sync_file, checked and waited for by `poll`.
 
 pub(crate) mod classify;
 mod fd;
 pub(crate) mod memfd;
 mod process;
+mod sync_file;
 
 pub(crate) use fd::*;
 pub(crate) use process::*;
+pub(crate) use sync_file::AcquireFence;
+pub use sync_file::SyncFile;
