@@ -143,7 +143,7 @@ impl DlpackExporter for Export<'_> {
         let address = if self.device == DLDevice::CPU {
             host_address(self.tensor)?
         } else {
-            order_on(self.tensor, py, cuda_stream(request.cuda_stream()?))?.0
+            ready_on(self.tensor, py, cuda_stream(request.cuda_stream()?))?
         };
         self.address.set(address);
         Ok(())
@@ -228,7 +228,7 @@ pub(crate) fn cuda_array_interface<'py>(
     };
     let bytes = dtype.bits / 8;
     let order = if bytes == 1 { '|' } else { '<' };
-    let address = order_on(t, py, 0)?.0;
+    let address = ready_on(t, py, 0)?;
     let read_only = !t.access().allows(Direction::Write);
     let d = PyDict::new(py);
     d.set_item("shape", PyTuple::new(py, t.shape())?)?;
@@ -269,7 +269,14 @@ pub(crate) fn cuda_pointer(
     py: Python<'_>,
     stream: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<u64> {
-    Ok(ordered_on(t, py, stream)?.0)
+    ready_on(t, py, stream.map(stream_of).transpose()?.unwrap_or(0))
+}
+
+/// [`TensorDyn::cuda_ready`] on the raw stream `stream`, the GIL released: the stream waits
+/// for the tensor's last write (if not done), nothing is signalled; the device address.
+fn ready_on(t: &TensorDyn, py: Python<'_>, stream: usize) -> PyResult<u64> {
+    py.detach(|| t.cuda_ready(Direction::ReadWrite, stream as *mut _))
+        .or_py()
 }
 
 /// [`TensorDyn::cuda_order`] on the stream a Python argument names (see [`stream_of`]).

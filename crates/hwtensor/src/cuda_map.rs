@@ -103,6 +103,23 @@ impl<T: Element> Tensor<T> {
         self.cuda_map(stream)
     }
 
+    /// See [`TensorDyn::cuda_ready`].
+    fn cuda_ready(&self, direction: Direction, stream: CudaStream) -> Result<u64> {
+        let write = direction != Direction::Read;
+        let device = device()?;
+        let _current = device.enter()?;
+        let _hold = self.buffer.hold_for_cuda(direction)?;
+        let import = self.buffer.cuda_import()?;
+        if write && !import.writable() {
+            return Err(read_only_import());
+        }
+        let after = self.buffer.device_after(write).max(import.last_use());
+        if after > device.gpu().completed_value()? {
+            device.wait_on_stream(stream.cast(), after)?;
+        }
+        Ok(import.device_ptr() + self.offset as u64)
+    }
+
     fn cuda_map<D: MapDirection>(&self, stream: CudaStream) -> Result<CudaMap<'_, T, D>> {
         let write = D::DIRECTION != Direction::Read;
         let device = device()?;
@@ -110,9 +127,7 @@ impl<T: Element> Tensor<T> {
         let hold = self.buffer.hold_for_cuda(D::DIRECTION)?;
         let import = self.buffer.cuda_import()?;
         if write && !import.writable() {
-            return Err(Error::InvalidOperation(
-                "this buffer is mapped read-only (a foreign fd), so CUDA cannot write it".into(),
-            ));
+            return Err(read_only_import());
         }
         let after = self.buffer.device_after(write).max(import.last_use());
         device.wait_on_stream(stream.cast(), after)?;
@@ -146,6 +161,25 @@ impl crate::TensorDyn {
             Direction::Write => t.cuda_map_write(stream).and_then(pointer_and_value),
             Direction::ReadWrite => t.cuda_map_read_write(stream).and_then(pointer_and_value),
         })
+    }
+}
+
+fn read_only_import() -> Error {
+    Error::InvalidOperation(
+        "this buffer is mapped read-only (a foreign fd), so CUDA cannot write it".into(),
+    )
+}
+
+impl crate::TensorDyn {
+    /// The device address of the first element, `stream` made to wait GPU-side for what work
+    /// on it must follow: the tensor's last device write (for a write, its last read too). No
+    /// wait is queued when that has completed, and nothing is signalled: for a consumer that
+    /// keeps the address (DLPack, the CUDA Array Interface) and reports its own work with
+    /// [`Self::cuda_order`] once it has queued it. Half the driver calls of `cuda_order`, and
+    /// none at all for a frame whose write is done (a channel's consumer receives it so).
+    pub fn cuda_ready(&self, direction: Direction, stream: CudaStream) -> Result<u64> {
+        use crate::TensorDyn;
+        each_tensor!(self, t => t.cuda_ready(direction, stream))
     }
 }
 

@@ -22,7 +22,7 @@ use cudarc::driver::sys;
 use hwtensor::blob::Transport;
 use hwtensor::cuda::{self, CudaDevice};
 use hwtensor::handoff::{recv, send_as};
-use hwtensor::{CpuAccess, PixelFormat, Region, Tensor, TensorDyn, TensorMemory};
+use hwtensor::{CpuAccess, Direction, PixelFormat, Region, Tensor, TensorDyn, TensorMemory};
 
 /// The tests of this binary run one at a time: the leak test counts the process's fds and
 /// device memory, which a test running beside it would move.
@@ -243,6 +243,34 @@ fn a_cuda_kernel_reads_a_vulkan_written_frame_and_vulkan_reads_its_answer() {
     let got = copy.to_vec().unwrap();
     let bad = (0..n).find(|&i| got[i] != data[i].wrapping_add(1));
     assert_eq!(bad, None, "first wrong byte");
+}
+
+#[test]
+fn a_kernel_on_a_stream_made_ready_reads_the_pending_vulkan_write_it_follows() {
+    let _serial = serial();
+    let Some(cuda) = cuda_or_skip(test_name!()) else {
+        return;
+    };
+    let n = 1920 * 1080 * 4;
+    let data = numbered(n);
+    // A GPU-to-GPU copy returns at once: its write is still pending when CUDA is asked.
+    let pending = Tensor::<u8>::new(&[n], Some(TensorMemory::Gpu)).unwrap();
+    pending.copy_from(&vulkan_written(&data)).unwrap();
+    let answer = Tensor::<u8>::new(&[n], Some(TensorMemory::Gpu)).unwrap();
+    let kernel = Kernel::load(cuda);
+    let input = TensorDyn::from(pending.clone())
+        .cuda_ready(Direction::Read, kernel.stream())
+        .unwrap();
+    {
+        let output = answer.cuda_map_write(kernel.stream()).unwrap();
+        kernel.add_one(input, output.device_ptr(), n);
+    }
+    let got = answer.to_vec().unwrap();
+    let bad = (0..n).find(|&i| got[i] != data[i].wrapping_add(1));
+    assert_eq!(bad, None, "first wrong byte");
+    // Once the write is done, the same call queues nothing and gives the same address.
+    let again = TensorDyn::from(pending).cuda_ready(Direction::Read, kernel.stream());
+    assert_eq!(again.unwrap(), input);
 }
 
 #[test]
