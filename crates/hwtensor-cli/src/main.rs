@@ -87,6 +87,9 @@ enum Command {
         spin: bool,
         #[arg(long)]
         socket: bool,
+        /// Read one byte of each frame with CUDA (GPU frames).
+        #[arg(long)]
+        cuda: bool,
     },
     /// The subscriber half of `demo --zenoh` (started by the publisher).
     #[cfg(target_os = "linux")]
@@ -157,7 +160,8 @@ fn main() -> ExitCode {
             frames,
             spin,
             socket,
-        } => platform::channel::peer(fd, frames, spin, socket),
+            cuda,
+        } => platform::channel::peer(fd, frames, spin, socket, cuda),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

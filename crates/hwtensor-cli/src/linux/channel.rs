@@ -39,6 +39,9 @@ struct Mode {
     spin: bool,
     paced: bool,
     frames: usize,
+    /// GPU frames touched by CUDA on both sides: the producer writes one byte of each with a
+    /// CUDA map, the consumer reads one byte back (bench_ipc.py's pattern, in Rust).
+    cuda: bool,
 }
 
 const MODES: [Mode; 3] = [
@@ -47,18 +50,21 @@ const MODES: [Mode; 3] = [
         spin: true,
         paced: false,
         frames: 2000,
+        cuda: false,
     },
     Mode {
         name: "blocking",
         spin: false,
         paced: false,
         frames: 2000,
+        cuda: false,
     },
     Mode {
         name: "paced 5 ms",
         spin: false,
         paced: true,
         frames: 200,
+        cuda: false,
     },
 ];
 
@@ -101,6 +107,18 @@ pub fn bench(quick: bool) -> crate::Result {
             fmt(p),
             crate::bench::verdict(m <= GPU_TARGET)
         );
+        match super::cuda::usable() {
+            Ok(_) => {
+                let cuda = Mode { cuda: true, ..mode };
+                let (m, p) = run_on(cuda, Some(SIZES[1].1), TensorMemory::Gpu)?;
+                println!(
+                    "GPU 1080p frames, CUDA both sides (a one-byte write, a one-byte read): {:>8} / {:<8}",
+                    fmt(m),
+                    fmt(p)
+                );
+            }
+            Err(e) => println!("GPU frames with CUDA on both sides: skipped ({e})"),
+        }
     }
     Ok(())
 }
@@ -132,6 +150,9 @@ fn run_on(
     }
     if bytes.is_none() {
         args.push("--socket".into());
+    }
+    if mode.cuda {
+        args.push("--cuda".into());
     }
     let child = std::process::Command::new(std::env::current_exe()?)
         .args(&args)
@@ -168,11 +189,21 @@ fn produce_frames(
         .collect::<Result<_, _>>()?;
     let mut producer = Producer::new(pool)?;
     producer.attach(stream)?;
+    let cuda = match mode.cuda {
+        true => Some(super::cuda::Session::open(super::cuda::usable()?)?),
+        false => None,
+    };
     for seq in 0..mode.frames as u64 {
         if mode.paced {
             std::thread::sleep(PACE);
         }
         let slot = producer.acquire(ACQUIRE)?;
+        if let Some(cuda) = &cuda {
+            let t = producer.tensor(slot).as_tensor::<u8>()?;
+            let map = t.cuda_map_write(cuda.stream())?;
+            cuda.set_byte(map.device_ptr(), seq as u8)?;
+            map.finish()?; // its value travels as the frame's completion
+        }
         producer.send(slot, FrameMeta::new(seq, monotonic_ns()))?;
         // Every buffer free again: the frame came back before the next goes.
         let all: Vec<_> = (0..POOL)
@@ -199,7 +230,8 @@ fn produce_messages(mut stream: UnixStream, mode: Mode) -> crate::Result {
 }
 
 /// The consumer process: receives `frames`, then prints the median and p99 latency in ns.
-pub fn peer(fd: i32, frames: usize, spin: bool, socket: bool) -> crate::Result {
+/// With `cuda`, each frame's first byte is read through a CUDA map before the time is taken.
+pub fn peer(fd: i32, frames: usize, spin: bool, socket: bool, cuda: bool) -> crate::Result {
     if fd < 0 {
         return Err("no socket fd".into());
     }
@@ -212,8 +244,21 @@ pub fn peer(fd: i32, frames: usize, spin: bool, socket: bool) -> crate::Result {
     } else {
         let mut consumer = Consumer::connect(stream, hwtensor::stream::CONNECT_TIMEOUT)?;
         let wait = if spin { Wait::Spin } else { Wait::Block };
+        let cuda = match cuda {
+            true => Some(super::cuda::Session::open(super::cuda::usable()?)?),
+            false => None,
+        };
         for _ in 0..frames {
             let frame = consumer.recv(wait)?;
+            if let Some(cuda) = &cuda {
+                let t = frame.tensor().as_tensor::<u8>()?;
+                let map = t.cuda_map_read(cuda.stream())?;
+                let got = cuda.byte(map.device_ptr())?;
+                map.finish()?;
+                if got != frame.meta().seq as u8 {
+                    return Err(format!("frame {}: CUDA read {got}", frame.meta().seq).into());
+                }
+            }
             let now = monotonic_ns();
             latencies.push(Duration::from_nanos(
                 now.saturating_sub(frame.meta().timestamp_ns),
