@@ -131,22 +131,12 @@ impl Timeline {
         waits: &[(vk::Semaphore, u64)],
         binary: &[vk::Semaphore],
     ) -> Result<u64> {
-        let lock = self.shared.lock()?;
-        let held = QueueHeld::by(&lock);
-        let value = self.shared.allocate(&held);
         let batch = Batch {
             command: None,
             waits,
             binary,
         };
-        self.submit(device, queue, value, batch, &held)
-            .map_err(|e| {
-                Error::gpu(
-                    super::vk_kind(e),
-                    format!("submitting a sync_file's signal (value {value}) failed: {e}"),
-                )
-            })?;
-        Ok(value)
+        self.submit_new(device, queue, batch, "a sync_file's signal")
     }
 
     /// Allocates the next value; its signal goes with the next submission (`flush`, or any
@@ -175,19 +165,31 @@ impl Timeline {
         command: vk::CommandBuffer,
         waits: &[(vk::Semaphore, u64)],
     ) -> Result<u64> {
-        let lock = self.shared.lock()?;
-        let held = QueueHeld::by(&lock);
-        let value = self.shared.allocate(&held);
         let batch = Batch {
             command: Some(command),
             waits,
             binary: &[],
         };
+        self.submit_new(device, queue, batch, "GPU work")
+    }
+
+    /// Allocates the next value and submits `batch` signalling it, under the queue lock;
+    /// a failure names `what` was submitted.
+    fn submit_new(
+        &self,
+        device: &ash::Device,
+        queue: vk::Queue,
+        batch: Batch<'_>,
+        what: &str,
+    ) -> Result<u64> {
+        let lock = self.shared.lock()?;
+        let held = QueueHeld::by(&lock);
+        let value = self.shared.allocate(&held);
         self.submit(device, queue, value, batch, &held)
             .map_err(|e| {
                 Error::gpu(
                     super::vk_kind(e),
-                    format!("submitting GPU work (value {value}) failed: {e}"),
+                    format!("submitting {what} (value {value}) failed: {e}"),
                 )
             })?;
         Ok(value)
