@@ -33,6 +33,25 @@ SIZES = {"1080p": (1080, 1920, 4), "4k": (2160, 3840, 4)}
 #: How long a consumer waits for one frame before the run counts as broken.
 FRAME_WAIT_S = 10.0
 
+#: Per hwtensor contender, the CPU waits on a timeline its two processes made over all its
+#: frames: [pending, slept] (see `GpuDevice.cpu_waits`); the issue asks for 0 slept.
+CPU_WAITS = {}
+
+
+def cpu_waits():
+    """This process's (pending, slept) CPU waits on a timeline; (0, 0) without a GPU device."""
+    import hwtensor
+
+    try:
+        return hwtensor.gpu.device().cpu_waits()
+    except hwtensor.Error:
+        return (0, 0)
+
+
+def _since(before):
+    now = cpu_waits()
+    return (now[0] - before[0], now[1] - before[1])
+
 
 def percentile(samples, q):
     """The nearest-rank `q`-th percentile (0 < q <= 100) of `samples`: a value that occurred."""
@@ -74,6 +93,7 @@ def _hwtensor_consumer(sock, acks, frames, use_torch, out):
 
     consumer = hwtensor.Consumer(sock)
     received = []
+    waits = cpu_waits()
     for _ in range(frames):
         with consumer.recv(timeout=FRAME_WAIT_S) as frame:
             if use_torch:
@@ -86,11 +106,12 @@ def _hwtensor_consumer(sock, acks, frames, use_torch, out):
             received.append(time.monotonic_ns())
             acks.send(bytes([value & 0xFF]))  # on a socket of its own: the channel's
             # carries the channel's own wake-ups
-    out.put(received)
+    out.put((received, _since(waits)))
 
 
-def hwtensor_contender(memory, shape, use_torch):
-    """The channel with `memory` frames; the consumer sees them through torch or NumPy."""
+def hwtensor_contender(name, memory, shape, use_torch):
+    """The channel with `memory` frames; the consumer sees them through torch or NumPy. Its
+    processes' CPU waits add up in `CPU_WAITS[name]`."""
 
     def run(frames):
         import hwtensor
@@ -114,6 +135,7 @@ def hwtensor_contender(memory, shape, use_torch):
 
             views = [torch.from_dlpack(t) for t in pool]
         sent, acked = [], []
+        waits = cpu_waits()
         for seq in range(frames):
             slot = producer.acquire(timeout=FRAME_WAIT_S)
             if views is not None:
@@ -129,8 +151,12 @@ def hwtensor_contender(memory, shape, use_torch):
             if ack != bytes([seq & 0xFF]):
                 raise RuntimeError(f"frame {seq}: the consumer read {ack!r}")
             acked.append(time.monotonic_ns())
-        received = out.get(timeout=FRAME_WAIT_S * 2)
+        ours = _since(waits)
+        received, theirs = out.get(timeout=FRAME_WAIT_S * 2)
         child.join()
+        total = CPU_WAITS.setdefault(name, [0, 0])
+        for i in range(2):
+            total[i] += ours[i] + theirs[i]
         return _samples(sent, received, acked)
 
     return run
@@ -195,19 +221,21 @@ def _samples(sent, received, acked):
 def contenders_for(size, self_test):
     shape = SIZES[size]
     if self_test:
-        return {"hwtensor-shm": hwtensor_contender("shm", shape, use_torch=False)}
+        return {"hwtensor-shm": hwtensor_contender(f"{size} hwtensor-shm", "shm", shape, use_torch=False)}
     import hwtensor
 
     found = {
         "tm-simplequeue": torch_contender("simplequeue", shape),
         "tm-queue": torch_contender("queue", shape),
-        "hwtensor-gpu": hwtensor_contender("gpu", shape, use_torch=True),
+        "hwtensor-gpu": hwtensor_contender(f"{size} hwtensor-gpu", "gpu", shape, use_torch=True),
     }
     reason = hwtensor.cuda_unavailable_reason()
     if reason is None:
         try:  # a channel lends its buffers by fd: CUDA memory must have one here
             hwtensor.Producer([hwtensor.Tensor((64,), memory="cuda")])
-            found["hwtensor-cuda"] = hwtensor_contender("cuda", shape, use_torch=True)
+            found["hwtensor-cuda"] = hwtensor_contender(
+                f"{size} hwtensor-cuda", "cuda", shape, use_torch=True
+            )
         except hwtensor.Error as e:
             reason = str(e)
     if reason is not None:
@@ -239,6 +267,8 @@ def main(argv=None):
     for size, name, ow, rt in rows:
         print(f"{size:<6} {name:<16} {ow['n']:>5} {ow['median_us']:>12.1f} us {ow['p99_us']:>6.1f} us "
               f"{rt['median_us']:>15.1f} us {rt['p99_us']:>6.1f} us")
+    for name, (pending, slept) in CPU_WAITS.items():
+        print(f"{name}: CPU waits on a timeline, both processes: {pending} pending, {slept} slept")
     return rows
 
 

@@ -23,6 +23,13 @@ pub fn device(py: Python<'_>) -> PyResult<GpuDevice> {
 
 #[pymethods]
 impl GpuDevice {
+    /// `(pending, slept)`: how many CPU waits on a timeline this process has made that found
+    /// their value not yet reached, and how many of those slept past their spin. A frame loop
+    /// in its steady state adds to neither; no wait ever blocks in the driver.
+    fn cpu_waits(&self) -> (u64, u64) {
+        hwtensor::gpu::cpu_waits()
+    }
+
     /// Allocates the next timeline value and submits its signal; it covers all work queued
     /// before it.
     fn signal(&self, py: Python<'_>) -> PyResult<u64> {

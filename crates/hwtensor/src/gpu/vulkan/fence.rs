@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -39,6 +39,22 @@ const OBSERVE_WAIT: Duration = Duration::from_millis(100);
 /// blocked wait on a CUDA-signalled value wakes ~10 ms late. A short wait is answered within
 /// ~0.1 ms, a long one costs a wake-up every 2 ms.
 const WAITER_SLICE: Duration = Duration::from_millis(2);
+
+/// CPU waits on a timeline (this copy's, or a peer's) that found their value not yet reached,
+/// and those of them that went on past their spin to sleep: a frame loop in its steady state
+/// should add to neither (`hwtensor bench` and bench_ipc.py count them, issue #27).
+static WAITS_PENDING: AtomicU64 = AtomicU64::new(0);
+static WAITS_SLEPT: AtomicU64 = AtomicU64::new(0);
+
+/// How many CPU waits on a timeline this copy of the library has made that found their value
+/// not yet reached, and how many of those slept: `(pending, slept)`. No wait ever blocks in
+/// `vkWaitSemaphores` (see [`wait_semaphore`]); these count the waits that waited at all.
+pub fn cpu_waits() -> (u64, u64) {
+    (
+        WAITS_PENDING.load(Ordering::Relaxed),
+        WAITS_SLEPT.load(Ordering::Relaxed),
+    )
+}
 
 /// The words of the rendezvous record, shared by every copy.
 pub(crate) fn words_in_record(r: &'static super::record::Record) -> TimelineWords {
@@ -401,9 +417,13 @@ pub(crate) fn wait_semaphore(
     let started = Instant::now();
     let spin = expected.min(timeout).min(SPIN_CAP);
     let mut interval = POLL_INTERVAL;
+    let (mut pending, mut slept) = (false, false);
     loop {
         if counter()? >= value {
             break;
+        }
+        if !std::mem::replace(&mut pending, true) {
+            WAITS_PENDING.fetch_add(1, Ordering::Relaxed);
         }
         let elapsed = started.elapsed();
         if elapsed >= timeout {
@@ -415,6 +435,9 @@ pub(crate) fn wait_semaphore(
         if elapsed < spin {
             std::hint::spin_loop();
             continue;
+        }
+        if !std::mem::replace(&mut slept, true) {
+            WAITS_SLEPT.fetch_add(1, Ordering::Relaxed);
         }
         std::thread::sleep(interval.min(timeout - elapsed));
         if elapsed >= expected {

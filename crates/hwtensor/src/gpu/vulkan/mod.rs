@@ -57,7 +57,7 @@ use ash::vk::Handle;
 
 pub use adapter::{format_uuid, AdapterChoice, AdapterInfo, AdapterKind, PciAddress, ADAPTER_ENV};
 pub use create::{validation_errors, DEBUG_ENV};
-pub use fence::WAIT_SPIN;
+pub use fence::{cpu_waits, WAIT_SPIN};
 pub(crate) use peer::PeerTimeline;
 
 use crate::gpu::timeline::TimelineWords;
