@@ -109,6 +109,19 @@ impl FrameMeta {
     }
 }
 
+/// Hooks for the channel's integration tests, not API: GPU use a test cannot otherwise leave
+/// pending (lavapipe runs each submission inside `vkQueueSubmit`).
+#[doc(hidden)]
+pub mod testing {
+    use crate::TensorDyn;
+
+    /// Records that device work completing at timeline `value` reads `t`'s GPU buffer, as a
+    /// consumer's GPU copy of a frame does.
+    pub fn record_gpu_read(t: &TensorDyn, value: u64) {
+        each_tensor!(t, t => t.buffer.record_device_use(value, false))
+    }
+}
+
 /// Entry points for the fuzz target (`crates/hwtensor/fuzz`, target `stream`), not API: what a
 /// hostile peer controls, run through the code the channel runs.
 #[doc(hidden)]

@@ -71,6 +71,23 @@ struct Batch<'a> {
     binary: &'a [vk::Semaphore],
 }
 
+/// What the waiter thread does when a value completes.
+pub(crate) enum OnDone {
+    /// Makes a completion fd's pipe readable.
+    Fd(OwnedFd),
+    /// Runs a deferred step (a frame's hand-back once the GPU work on it is done).
+    Call(Box<dyn FnOnce() + Send>),
+}
+
+impl OnDone {
+    fn run(self) {
+        match self {
+            OnDone::Fd(write) => signal_done(&write),
+            OnDone::Call(f) => f(),
+        }
+    }
+}
+
 pub(crate) struct Timeline {
     pub semaphore: vk::Semaphore,
     /// A second timeline of this copy's own, never exported, that each of its submissions
@@ -90,7 +107,7 @@ pub(crate) struct Timeline {
     /// could otherwise execute out of order and drive the timeline backwards. Set once and
     /// never cleared.
     pub chained: AtomicBool,
-    waiter: OnceLock<Mutex<mpsc::Sender<(u64, OwnedFd)>>>,
+    waiter: OnceLock<Mutex<mpsc::Sender<(u64, OnDone)>>>,
 }
 
 impl Timeline {
@@ -343,27 +360,39 @@ impl Timeline {
         device: &'static ash::Device,
         value: u64,
     ) -> Result<OwnedFd> {
+        let flags = rustix::pipe::PipeFlags::CLOEXEC | rustix::pipe::PipeFlags::NONBLOCK;
+        let (read, write) = rustix::pipe::pipe_with(flags).map_err(|e| Error::os("pipe", e))?;
+        self.when_complete(device, value, OnDone::Fd(write))?;
+        Ok(read)
+    }
+
+    /// Runs `then` once `value` completes: at once if it has, else on the waiter thread (which
+    /// polls the counter, never blocking in the driver). A value never allocated is refused.
+    pub(crate) fn when_complete(
+        &self,
+        device: &'static ash::Device,
+        value: u64,
+        then: OnDone,
+    ) -> Result<()> {
         let last = self.last_signalled();
         if value > last {
             return Err(Error::InvalidArgument(format!(
                 "timeline value {value} was never allocated (the newest is {last}); it would never complete"
             )));
         }
-        let flags = rustix::pipe::PipeFlags::CLOEXEC | rustix::pipe::PipeFlags::NONBLOCK;
-        let (read, write) = rustix::pipe::pipe_with(flags).map_err(|e| Error::os("pipe", e))?;
         if self.completed_value(device)? >= value {
-            signal_done(&write);
-            return Ok(read);
+            then.run();
+            return Ok(());
         }
+        let gone = || Error::gpu(GpuErrorKind::Driver, "the completion waiter is gone");
         let sender = self
             .waiter
             .get_or_init(|| Mutex::new(spawn_waiter(device, self.semaphore)));
         sender
             .lock()
-            .map_err(|_| Error::gpu(GpuErrorKind::Driver, "the completion waiter is gone"))?
-            .send((value, write))
-            .map_err(|_| Error::gpu(GpuErrorKind::Driver, "the completion waiter is gone"))?;
-        Ok(read)
+            .map_err(|_| gone())?
+            .send((value, then))
+            .map_err(|_| gone())
     }
 }
 
@@ -372,23 +401,21 @@ fn signal_done(write: &OwnedFd) {
     let _ = rustix::io::write(write, &[1]);
 }
 
-/// Drops the write ends whose read end the caller has closed (poll reports POLLERR on them).
-fn drop_abandoned(waiting: &mut BTreeMap<u64, Vec<OwnedFd>>) {
+/// Drops the write ends whose read end the caller has closed (poll reports POLLERR on them);
+/// deferred calls stay.
+fn drop_abandoned(waiting: &mut BTreeMap<u64, Vec<OnDone>>) {
     use rustix::event::{poll, PollFd, PollFlags, Timespec};
-    for fds in waiting.values_mut() {
-        let mut polled: Vec<PollFd<'_>> =
-            fds.iter().map(|f| PollFd::new(f, PollFlags::OUT)).collect();
-        if poll(&mut polled, Some(&Timespec::default())).is_err() {
-            continue;
-        }
-        let mut keep = polled
-            .iter()
-            .map(|p| !p.revents().contains(PollFlags::ERR))
-            .collect::<Vec<_>>()
-            .into_iter();
-        fds.retain(|_| keep.next().unwrap_or(true));
+    for waits in waiting.values_mut() {
+        waits.retain(|w| {
+            let OnDone::Fd(fd) = w else {
+                return true;
+            };
+            let mut polled = [PollFd::new(fd, PollFlags::OUT)];
+            let polled_ok = poll(&mut polled, Some(&Timespec::default())).is_ok();
+            !(polled_ok && polled[0].revents().contains(PollFlags::ERR))
+        });
     }
-    waiting.retain(|_, fds| !fds.is_empty());
+    waiting.retain(|_, waits| !waits.is_empty());
 }
 
 /// Waits until the timeline `semaphore` reaches `value`, at most `timeout`, watching the
@@ -490,14 +517,14 @@ fn counter_unless_exiting(device: &ash::Device, semaphore: vk::Semaphore) -> Opt
 fn spawn_waiter(
     device: &'static ash::Device,
     semaphore: vk::Semaphore,
-) -> mpsc::Sender<(u64, OwnedFd)> {
-    let (tx, rx) = mpsc::channel::<(u64, OwnedFd)>();
+) -> mpsc::Sender<(u64, OnDone)> {
+    let (tx, rx) = mpsc::channel::<(u64, OnDone)>();
     // SAFETY: registers a plain function of this copy (see record::unlink_at_exit).
     if !crate::os::at_exit(stop_waiter_at_exit) {
         log::warn!("hwtensor: cannot register the completion waiter's exit hook");
     }
     let body = move || {
-        let mut waiting: BTreeMap<u64, Vec<OwnedFd>> = BTreeMap::new();
+        let mut waiting: BTreeMap<u64, Vec<OnDone>> = BTreeMap::new();
         let mut pause = POLL_INTERVAL;
         loop {
             if !waiting.is_empty() {
@@ -505,11 +532,11 @@ fn spawn_waiter(
                     return;
                 };
                 let later = waiting.split_off(&(reached + 1));
-                for fd in std::mem::replace(&mut waiting, later)
+                for done in std::mem::replace(&mut waiting, later)
                     .into_values()
                     .flatten()
                 {
-                    signal_done(&fd);
+                    done.run();
                 }
                 drop_abandoned(&mut waiting);
             }
@@ -519,8 +546,8 @@ fn spawn_waiter(
                 rx.recv_timeout(pause)
             };
             match next {
-                Ok((value, fd)) => {
-                    waiting.entry(value).or_default().push(fd);
+                Ok((value, done)) => {
+                    waiting.entry(value).or_default().push(done);
                     pause = POLL_INTERVAL;
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => pause = (pause * 2).min(WAITER_SLICE),

@@ -759,6 +759,17 @@ impl GpuDevice {
         self.timeline.completion_fd(&self.device, value)
     }
 
+    /// Runs `then` once `value` completes: at once if it has, else on the completion waiter's
+    /// thread, so the caller never waits (a frame's hand-back after the GPU work on it).
+    pub(crate) fn when_complete(
+        &'static self,
+        value: u64,
+        then: impl FnOnce() + Send + 'static,
+    ) -> Result<()> {
+        let then = fence::OnDone::Call(Box::new(then));
+        self.timeline.when_complete(&self.device, value, then)
+    }
+
     /// A new fd of the timeline semaphore for another API or process; `None` where the driver
     /// cannot export one (lavapipe) or this copy signals a private timeline.
     pub fn export_fence(&self) -> Option<OwnedFd> {
