@@ -48,7 +48,7 @@ static WAITS_SLEPT: AtomicU64 = AtomicU64::new(0);
 
 /// How many CPU waits on a timeline this copy of the library has made that found their value
 /// not yet reached, and how many of those slept: `(pending, slept)`. No wait ever blocks in
-/// `vkWaitSemaphores` (see [`wait_semaphore`]); these count the waits that waited at all.
+/// `vkWaitSemaphores` (it polls the counter); these count the waits that waited at all.
 pub fn cpu_waits() -> (u64, u64) {
     (
         WAITS_PENDING.load(Ordering::Relaxed),
