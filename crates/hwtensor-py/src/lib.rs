@@ -21,6 +21,7 @@ use pyo3::prelude::*;
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::register(m)?;
     m.add_class::<tensor::PyTensor>()?;
+    dlpark::python::install_exchange_api::<tensor::PyTensor>(m.py())?;
     m.add_class::<map::Map>()?;
     m.add_class::<gpu::GpuDevice>()?;
     m.add_class::<stream::Consumer>()?;

@@ -206,6 +206,70 @@ def test_a_capsule_whose_byte_offset_wraps_the_address_is_refused():
     del good
 
 
+class _Version(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
+
+
+class _ExchangeApi(ctypes.Structure):
+    """DLPack 1.3's DLPackExchangeAPI: its header, then five function pointers."""
+
+    _fields_ = [
+        ("version", _Version),
+        ("prev_api", ctypes.c_void_p),
+        ("managed_tensor_allocator", ctypes.c_void_p),
+        ("managed_tensor_from_py_object_no_sync", ctypes.c_void_p),
+        ("managed_tensor_to_py_object_no_sync", ctypes.c_void_p),
+        ("dltensor_from_py_object_no_sync", ctypes.c_void_p),
+        ("current_work_stream", ctypes.c_void_p),
+    ]
+
+
+class _ManagedHead(ctypes.Structure):
+    """The start of DLManagedTensorVersioned: version, context, deleter, flags, data, device."""
+
+    _fields_ = [
+        ("version", _Version),
+        ("manager_ctx", ctypes.c_void_p),
+        ("deleter", ctypes.CFUNCTYPE(None, ctypes.c_void_p)),
+        ("flags", ctypes.c_uint64),
+        ("data", ctypes.c_void_p),
+        ("device_type", ctypes.c_int32),
+        ("device_id", ctypes.c_int32),
+    ]
+
+
+def _exchange_api():
+    capsule = type(hwtensor.Tensor((1,), memory="mem")).__dlpack_c_exchange_api__
+    assert _is_capsule(capsule, b"dlpack_exchange_api") == 1
+    pointer = ctypes.pythonapi.PyCapsule_GetPointer
+    pointer.restype = ctypes.c_void_p
+    pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    return _ExchangeApi.from_address(pointer(capsule, b"dlpack_exchange_api"))
+
+
+def test_the_tensor_type_carries_dlpacks_c_exchange_api_of_version_1_3():
+    table = _exchange_api()
+    assert (table.version.major, table.version.minor) == (1, 3)
+    assert table.managed_tensor_from_py_object_no_sync and table.current_work_stream
+    assert not table.dltensor_from_py_object_no_sync  # no borrowed views are published
+
+
+def test_the_exchange_api_exports_a_host_tensor_over_its_own_memory():
+    t = hwtensor.Tensor((4, 8), "float32", memory="shm")
+    with t.map_write() as a:
+        a[:] = 2.5
+    export = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(ctypes.c_void_p))(
+        _exchange_api().managed_tensor_from_py_object_no_sync
+    )
+    out = ctypes.c_void_p()
+    assert export(t, ctypes.byref(out)) == 0 and out.value
+    head = _ManagedHead.from_address(out.value)
+    assert (head.version.major, head.device_type) == (1, 1)  # kDLCPU
+    assert head.data == np.from_dlpack(t).ctypes.data  # the tensor's memory, no copy
+    assert ctypes.c_float.from_address(head.data).value == 2.5
+    head.deleter(out.value)
+
+
 def test_host_tensors_have_no_cuda_array_interface_so_consumers_probing_for_it_pass_them_by():
     for memory in ("mem", "shm"):
         t = hwtensor.Tensor((64,), memory=memory)
