@@ -51,6 +51,26 @@ def test_the_cuda_array_interface_names_the_mapping_and_orders_the_last_write(cu
     assert int(cupy.asarray(t).sum()) == 5 * 1080 * 1920 * 4
 
 
+def test_the_exchange_api_exports_a_gpu_tensor_at_its_cuda_mapping(cuda):
+    import ctypes
+
+    from test_dlpack import _ManagedHead, _exchange_api
+
+    t = _gpu_frame(9)
+    export = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(ctypes.c_void_p))(
+        _exchange_api().managed_tensor_from_py_object_no_sync
+    )
+    out = ctypes.c_void_p()
+    assert export(t, ctypes.byref(out)) == 0 and out.value
+    head = _ManagedHead.from_address(out.value)
+    assert head.device_type == 2 and head.data == t.cuda_ptr()  # kDLCUDA, no copy
+    head.deleter(out.value)
+    # The legacy default stream waits for the Vulkan write: a read queued there sees it.
+    torch = cuda
+    x = torch.from_dlpack(t)
+    assert int(x.sum()) == 9 * 1080 * 1920 * 4
+
+
 def test_a_torch_kernels_write_is_seen_by_hwtensor_after_cuda_done(cuda):
     torch = cuda
     t = _gpu_frame(0)
