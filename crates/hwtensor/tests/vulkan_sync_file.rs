@@ -32,15 +32,14 @@ fn skip_for_lack(device: &GpuDevice, test: &str, reason: &str) {
     }
 }
 
-/// A GPU tensor whose last write is the end of a chain of GPU copies still running.
+/// A GPU tensor whose last write is the end of a chain of GPU copies still running (its
+/// bytes are zeros: only the timing matters, and a CPU map of a gigabyte would cost seconds).
 fn pending_write(device: &GpuDevice) -> Tensor<u8> {
     let n = match device.exports_sync_files() {
         true => BIG_ON_HARDWARE,
         false => BIG_IN_SOFTWARE,
     };
-    let first = Tensor::<u8>::new(&[n], Some(TensorMemory::Gpu)).unwrap();
-    first.map_write().unwrap()[..4].copy_from_slice(&[1, 2, 3, 4]);
-    let mut last = first;
+    let mut last = Tensor::<u8>::new(&[n], Some(TensorMemory::Gpu)).unwrap();
     for _ in 0..CHAIN {
         let next = Tensor::<u8>::new(&[n], Some(TensorMemory::Gpu)).unwrap();
         next.copy_from(&last).unwrap();
@@ -73,7 +72,6 @@ fn pending_gpu_writes_export_as_a_sync_file_that_signals_once_they_are_done() {
     assert!(fence.is_signalled().unwrap());
     // The fence signalled only once the point it stands for was reached.
     assert!(device.completed_value().unwrap() >= written);
-    assert_eq!(&t.map_read().unwrap()[..4], &[1, 2, 3, 4]);
     // Nothing pending any more: nothing to export.
     assert!(t.export_sync_file().unwrap().is_none());
 }
