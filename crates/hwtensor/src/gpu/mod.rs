@@ -132,6 +132,30 @@ mod d3d11;
 #[cfg(windows)]
 pub use d3d11::*;
 
+/// How the GPU tests skip, not API: one rule for the unit tests and the test binaries
+/// (`tests/common`), so the two cannot drift apart.
+#[doc(hidden)]
+pub mod testing {
+    /// Whether this run must prove the GPU paths (`HWTENSOR_TEST_REQUIRE_GPU=1`).
+    pub fn gpu_required() -> bool {
+        std::env::var("HWTENSOR_TEST_REQUIRE_GPU").is_ok_and(|v| v == "1")
+    }
+
+    /// The process device, or a printed `SKIPPED:` line (a failure when the GPU is required).
+    pub fn device_or_skip(test: &str) -> Option<&'static super::GpuDevice> {
+        match super::device() {
+            Ok(d) => Some(d),
+            Err(e) if gpu_required() => {
+                panic!("{test}: HWTENSOR_TEST_REQUIRE_GPU=1 but there is no GPU device: {e}")
+            }
+            Err(e) => {
+                eprintln!("SKIPPED: {test} - {e}");
+                None
+            }
+        }
+    }
+}
+
 /// What the process device promises on every platform. Each backend's `GpuDevice` implements
 /// it with its own methods, so a backend that lacks one fails to compile on its own target;
 /// code written against this trait (`tests/gpu_shape.rs`) runs on both.

@@ -1,8 +1,6 @@
 //! Helpers shared by the GPU test binaries.
 #![allow(dead_code)]
 
-use hwtensor::gpu::{self, GpuDevice};
-
 /// The name of the test function it is written in, for `SKIPPED:` lines and REQUIRE failures:
 /// a name spelled out by hand goes stale when the test is renamed, and the summary of a GPU run
 /// then counts a skip under a test that no longer exists.
@@ -16,24 +14,9 @@ macro_rules! test_name {
     }};
 }
 
-/// Whether this run must prove the GPU paths (`HWTENSOR_TEST_REQUIRE_GPU=1`).
-pub fn gpu_required() -> bool {
-    std::env::var("HWTENSOR_TEST_REQUIRE_GPU").is_ok_and(|v| v == "1")
-}
-
-/// The process device, or a printed skip (a failure when the GPU is required).
-pub fn device_or_skip(test: &str) -> Option<&'static GpuDevice> {
-    match gpu::device() {
-        Ok(d) => Some(d),
-        Err(e) if gpu_required() => {
-            panic!("{test}: HWTENSOR_TEST_REQUIRE_GPU=1 but there is no GPU device: {e}")
-        }
-        Err(e) => {
-            eprintln!("SKIPPED: {test} - {e}");
-            None
-        }
-    }
-}
+// Not every binary that includes this module calls both.
+#[allow(unused_imports)]
+pub use hwtensor::gpu::testing::{device_or_skip, gpu_required};
 
 /// Announces a skip for a feature the driver lacks (a failure when the GPU is required).
 pub fn skip_unless_required(test: &str, reason: &str) {

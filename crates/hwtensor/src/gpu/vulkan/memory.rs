@@ -882,7 +882,7 @@ pub(crate) fn image_row_pitch(_texture: &TextureRequest) -> Result<Option<usize>
 mod tests {
     use super::test_hooks::{Step, FAIL, LIVE};
     use super::*;
-    use crate::gpu::vulkan::test_device::{device_or_skip, gpu_required};
+    use crate::gpu::testing::{device_or_skip, gpu_required};
 
     /// Runs `f` with `step` made to fail; returns its result and how many Vulkan buffers and
     /// memories it left alive on this thread.

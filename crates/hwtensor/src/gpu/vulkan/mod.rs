@@ -18,32 +18,6 @@ mod record;
 mod submit;
 mod sync_fd;
 
-/// The device for this backend's unit tests, as `tests/common` gives it to the integration
-/// tests.
-#[cfg(test)]
-pub(crate) mod test_device {
-    use super::GpuDevice;
-
-    /// Whether a missing GPU (or GPU feature) fails the test rather than skipping it.
-    pub(crate) fn gpu_required() -> bool {
-        std::env::var("HWTENSOR_TEST_REQUIRE_GPU").is_ok_and(|v| v == "1")
-    }
-
-    /// The process device, or `None` after a `SKIPPED:` line (a failure when a GPU is required).
-    pub(crate) fn device_or_skip(test: &str) -> Option<&'static GpuDevice> {
-        match super::device() {
-            Ok(d) => Some(d),
-            Err(e) if gpu_required() => {
-                panic!("{test}: HWTENSOR_TEST_REQUIRE_GPU=1 but there is no GPU device: {e}")
-            }
-            Err(e) => {
-                eprintln!("SKIPPED: {test} - {e}");
-                None
-            }
-        }
-    }
-}
-
 pub(crate) use copy::{reaches_host, run_copy};
 pub(crate) use memory::{image_row_pitch, GpuCpuAccess, GpuMemory, HostImport};
 pub(crate) use submit::Queue;

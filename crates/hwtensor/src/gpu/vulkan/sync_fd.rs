@@ -244,7 +244,7 @@ mod tests {
     use std::os::fd::OwnedFd;
     use std::time::{Duration, Instant};
 
-    use super::super::test_device::device_or_skip;
+    use crate::gpu::testing::device_or_skip;
     use crate::{SyncFile, Tensor, TensorMemory};
 
     /// How long the fence stays unsignalled: long beside a 16 KiB copy.
