@@ -103,6 +103,15 @@ impl<T: Element> Tensor<T> {
         self.cuda_map(stream)
     }
 
+    /// The timeline value CUDA work on the buffer must follow (for a write, its last read
+    /// too); a write to a read-only import is refused.
+    fn cuda_follows(&self, import: &BufferImport, write: bool) -> Result<u64> {
+        if write && !import.writable() {
+            return Err(read_only_import());
+        }
+        Ok(self.buffer.device_after(write).max(import.last_use()))
+    }
+
     /// See [`TensorDyn::cuda_ready`].
     fn cuda_ready(&self, direction: Direction, stream: CudaStream) -> Result<u64> {
         let write = direction != Direction::Read;
@@ -110,10 +119,7 @@ impl<T: Element> Tensor<T> {
         let _current = device.enter()?;
         let _hold = self.buffer.hold_for_cuda(direction)?;
         let import = self.buffer.cuda_import()?;
-        if write && !import.writable() {
-            return Err(read_only_import());
-        }
-        let after = self.buffer.device_after(write).max(import.last_use());
+        let after = self.cuda_follows(import, write)?;
         if after > device.gpu().completed_value()? {
             device.wait_on_stream(stream.cast(), after)?;
         }
@@ -126,10 +132,7 @@ impl<T: Element> Tensor<T> {
         let _current = device.enter()?;
         let hold = self.buffer.hold_for_cuda(D::DIRECTION)?;
         let import = self.buffer.cuda_import()?;
-        if write && !import.writable() {
-            return Err(read_only_import());
-        }
-        let after = self.buffer.device_after(write).max(import.last_use());
+        let after = self.cuda_follows(import, write)?;
         device.wait_on_stream(stream.cast(), after)?;
         Ok(CudaMap {
             tensor: self,
