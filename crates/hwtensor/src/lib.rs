@@ -62,7 +62,7 @@ mod policy;
 mod quantization;
 mod region;
 mod reshape;
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", windows))]
 pub mod stream;
 #[cfg(target_os = "linux")]
 mod sync_file;

@@ -170,8 +170,13 @@ fn answer(pipe: &Pipe, deadline: Instant) -> Result<()> {
 /// most [`MID_MESSAGE_TIMEOUT`] for the rest). A section is checked before it is mapped: the
 /// handle must be a section this process can map, at least as large as the blob says.
 pub fn recv(pipe: &Pipe, timeout: Duration) -> Result<TensorDyn> {
+    recv_by(pipe, after(timeout))
+}
+
+/// [`recv`] with a message begun by `deadline` (a channel's set-up bounds its whole pool).
+pub(crate) fn recv_by(pipe: &Pipe, deadline: Instant) -> Result<TensorDyn> {
     let mut raw = [0u8; HEAD_LEN];
-    pipe.read_exact(&mut raw[..1], after(timeout))?;
+    pipe.read_exact(&mut raw[..1], deadline)?;
     let deadline = Instant::now() + MID_MESSAGE_TIMEOUT;
     pipe.read_exact(&mut raw[1..], deadline)?;
     let head = Head::decode(&raw)?;

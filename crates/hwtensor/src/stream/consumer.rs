@@ -1,16 +1,14 @@
 //! The receiving side of a channel: the pool as this process imported it, the frames it
 //! hands out, and the way their buffers go back.
 
-use std::os::fd::AsFd;
-use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::os::{self, Link, PeerFence};
 use super::ring::{Entry, Ring};
-use super::wake::{self, Woken};
-use super::{setup, FrameMeta, PAYLOAD_BYTES, SPIN};
-use crate::gpu::{PeerTimeline, GPU_WAIT};
-use crate::{handoff, Direction, Error, Result, TensorDyn};
+use super::{FrameMeta, Woken, PAYLOAD_BYTES, SPIN};
+use crate::gpu::GPU_WAIT;
+use crate::{handoff, Error, Result, TensorDyn};
 
 /// The least a timed receive gives a frame's GPU completion once the frame is there, however
 /// little of its timeout is left: a frame published just before the deadline with its copy
@@ -44,7 +42,7 @@ pub enum Wait {
 struct Back {
     ring: Arc<Ring>,
     /// The consumer's socket (a second handle to it): hand-backs wake the producer on it.
-    socket: UnixStream,
+    socket: Link,
     /// Which buffers this consumer holds (a replayed id from the producer is refused); also
     /// serialises hand-backs from frames dropped on several threads.
     holds: Mutex<Vec<bool>>,
@@ -67,7 +65,7 @@ impl Back {
         }
         self.ring.push_back(slot)?;
         if self.ring.peer_sleeps(false) {
-            wake::wake(self.socket.as_fd());
+            os::wake(&self.socket);
         }
         Ok(())
     }
@@ -76,10 +74,10 @@ impl Back {
 /// The receiving side of a channel. Dropping it shuts the connection down (the socket it was
 /// given and every duplicate of it): the producer sees it leave even while frames are held.
 pub struct Consumer {
-    stream: UnixStream,
+    stream: Link,
     ring: Arc<Ring>,
     pool: Vec<TensorDyn>,
-    fence: Option<Arc<PeerTimeline>>,
+    fence: Option<PeerFence>,
     back: Arc<Back>,
 }
 
@@ -114,16 +112,8 @@ impl Drop for Frame {
         // thread never waits. (A CPU wait here took ~10 ms a frame on NVIDIA, a blocked wait
         // on a CUDA-signalled value waking late; issue #27.) Work that never ends keeps the
         // buffer, which costs the producer a bounded acquire, never a hang.
-        let ours = self.tensor.gpu_after(Direction::Write);
         let (back, slot) = (self.back.clone(), self.slot);
-        if ours == 0 {
-            return back.hand_back_or_log(slot);
-        }
-        let deferred = crate::gpu::device()
-            .and_then(|d| d.when_complete(ours, move || back.hand_back_or_log(slot)));
-        if let Err(e) = deferred {
-            log::error!("hwtensor: a frame's GPU work cannot be followed ({e}); buffer kept");
-        }
+        os::after_gpu_use(&self.tensor, move || back.hand_back_or_log(slot));
     }
 }
 
@@ -132,7 +122,7 @@ impl Drop for Consumer {
         // Frames still held keep a handle to the socket for their hand-backs: shutting it
         // down tells the producer now that this consumer is gone (their later hand-backs go
         // nowhere, harmlessly), as closing the last handle would.
-        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+        os::leave(&self.stream);
     }
 }
 
@@ -146,26 +136,20 @@ impl std::fmt::Debug for Consumer {
 }
 
 impl Consumer {
-    /// Attaches to a producer on a connected socket: receives the set-up and imports the pool,
+    /// Attaches to a producer on a connected socket (a named pipe on Windows): receives the
+    /// set-up and imports the pool,
     /// all of it within `timeout` (a producer that is silent, or stalls mid-message, is
     /// `Error::Timeout` or `Error::Handoff` by then, whatever the socket's own timeouts and
     /// blocking mode; [`CONNECT_TIMEOUT`] is a sensible bound). GPU buffers are accepted from a
     /// producer of this user (as `handoff::recv` does).
-    pub fn connect(stream: UnixStream, timeout: Duration) -> Result<Consumer> {
+    pub fn connect(stream: Link, timeout: Duration) -> Result<Consumer> {
         let deadline = Instant::now() + timeout;
-        let s = setup::recv(&stream, deadline)?;
+        let (s, fence) = os::recv_setup(&stream, deadline)?;
         let ring = Arc::new(Ring::open(s.block, s.capacity)?);
-        let fence = match s.fence {
-            Some(fd) => Some(crate::gpu::device()?.peer_timeline(fd)?),
-            None => None,
-        };
         let pool = (0..s.slots)
             .map(|_| handoff::recv_by(&stream, deadline))
             .collect::<Result<Vec<_>>>()?;
-        let socket = stream.try_clone().map_err(|source| Error::Os {
-            op: "dup of the channel's socket",
-            source,
-        })?;
+        let socket = os::duplicate(&stream)?;
         let back = Arc::new(Back {
             ring: ring.clone(),
             socket,
@@ -268,7 +252,7 @@ impl Consumer {
                 d.saturating_duration_since(Instant::now())
                     .clamp(COMPLETION_GRACE, GPU_WAIT)
             });
-            fence.wait(e.completion, bound)?;
+            os::wait_fence(fence, e.completion, bound)?;
         }
         Ok(frame)
     }
@@ -279,7 +263,7 @@ impl Consumer {
         let woken = if self.ring.frame_ready() {
             Woken::Event
         } else {
-            wake::wait(&[self.stream.as_fd()], deadline)?
+            os::wait(&[&self.stream], deadline)?
         };
         self.ring.awake(true);
         match woken {
@@ -291,7 +275,7 @@ impl Consumer {
 
     /// Errs when the producer's socket hung up.
     fn check_producer(&self) -> Result<()> {
-        match wake::wait(&[self.stream.as_fd()], Some(Instant::now()))? {
+        match os::wait(&[&self.stream], Some(Instant::now()))? {
             Woken::Left(_) => self.producer_left(),
             _ => Ok(()),
         }
@@ -311,7 +295,7 @@ fn no_frame() -> Error {
     Error::Timeout("no frame within the receive's timeout".into())
 }
 
-#[cfg(test)]
+#[cfg(all(test, target_os = "linux"))]
 impl Consumer {
     /// This consumer's ring, for a test to play a hostile consumer on.
     pub(super) fn ring(&self) -> &Ring {
@@ -319,12 +303,12 @@ impl Consumer {
     }
 
     /// The consumer's end of its socket, for a test to misbehave on.
-    pub(super) fn socket(&self) -> UnixStream {
+    pub(super) fn socket(&self) -> Link {
         self.stream.try_clone().unwrap()
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::super::test_support::{connected, while_flooded};
     use super::*;
@@ -395,9 +379,11 @@ mod tests {
 
     #[test]
     fn a_producer_silent_after_its_set_up_is_a_connect_timeout() {
-        let (a, b) = UnixStream::pair().unwrap();
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
         let ring = Ring::create(3).unwrap();
-        setup::send(&a, 3, ring.capacity(), ring.fd(), None).unwrap();
+        let msg = super::super::setup::encode(3, ring.capacity(), false);
+        let fd = ring.block().share().unwrap();
+        super::super::os::send_set_up_message(&a, &msg, &[std::os::fd::AsFd::as_fd(&fd)]).unwrap();
         let started = Instant::now();
         let got = Consumer::connect(b, Duration::from_millis(200));
         assert!(matches!(got, Err(Error::Timeout(_))), "{got:?}");

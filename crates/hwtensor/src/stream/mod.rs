@@ -50,12 +50,18 @@
 //! ```
 
 mod consumer;
+#[cfg(target_os = "linux")]
+#[path = "linux/mod.rs"]
+mod os;
+#[cfg(windows)]
+#[path = "windows/mod.rs"]
+mod os;
 mod producer;
 mod ring;
 mod setup;
-mod wake;
 
 pub use consumer::{Consumer, Frame, Wait, CONNECT_TIMEOUT};
+pub use os::Link;
 pub use producer::{Producer, Slot};
 pub use ring::PAYLOAD_BYTES;
 
@@ -68,6 +74,17 @@ use crate::{Error, Result};
 /// spinning threads (a woken producer lands on its consumer's core), a pure spin held the other
 /// side off for the whole spin, and every frame took 21 us instead of 1-2 us.
 const SPIN: Duration = Duration::from_micros(20);
+
+/// What ended a wait for the peer.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Woken {
+    /// A peer sent wake-ups (now drained).
+    Event,
+    /// The connection to peer `n` (its index in the wait) hung up or failed: the peer left.
+    Left(usize),
+    /// The deadline passed.
+    Timeout,
+}
 
 /// What travels with a frame besides its buffer.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -112,6 +129,7 @@ impl FrameMeta {
 /// Hooks for the channel's integration tests, not API: GPU use a test cannot otherwise leave
 /// pending (lavapipe runs each submission inside `vkQueueSubmit`).
 #[doc(hidden)]
+#[cfg(target_os = "linux")]
 pub mod testing {
     use crate::TensorDyn;
 
@@ -129,7 +147,7 @@ pub mod fuzzing {
     use super::ring::{Ring, MAX_CAPACITY};
     use super::setup;
 
-    /// Parses `data` as a set-up message (its first byte picks how many fds came with it).
+    /// Parses `data` as a set-up message (its first byte picks how many handles came with it).
     pub fn setup_message(data: &[u8]) {
         let Some((&n, rest)) = data.split_first() else {
             return;
@@ -137,10 +155,7 @@ pub mod fuzzing {
         let mut msg = [0u8; setup::LEN];
         let take = rest.len().min(setup::LEN);
         msg[..take].copy_from_slice(&rest[..take]);
-        let fds = (0..usize::from(n % 4))
-            .filter_map(|_| rustix::pipe::pipe().ok().map(|(r, _)| r))
-            .collect();
-        if let Ok(s) = setup::parse(&msg, fds) {
+        if let Ok(s) = setup::parse(&msg, vec![(); usize::from(n % 4)]) {
             assert!(s.slots >= 1 && s.slots <= s.capacity && s.capacity <= MAX_CAPACITY);
         }
     }
@@ -151,10 +166,10 @@ pub mod fuzzing {
         let Ok(producer) = Ring::create(4) else {
             return;
         };
-        let Ok(fd) = producer.fd().try_clone_to_owned() else {
+        let Ok(handle) = producer.block().share() else {
             return;
         };
-        let Ok(consumer) = Ring::open(fd, producer.capacity()) else {
+        let Ok(consumer) = Ring::open(handle, producer.capacity()) else {
             return;
         };
         for chunk in data.chunks(9) {
@@ -175,7 +190,7 @@ pub mod fuzzing {
 }
 
 /// What the producer's and the consumer's tests share: a connected pair, and a peer that floods.
-#[cfg(test)]
+#[cfg(all(test, target_os = "linux"))]
 mod test_support {
     use std::os::unix::net::UnixStream;
     use std::sync::atomic::{AtomicBool, Ordering::Relaxed};

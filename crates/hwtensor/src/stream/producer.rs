@@ -1,15 +1,13 @@
 //! The sending side of a channel: the pool, the consumers attached to it, and which of them
 //! holds which buffer.
 
-use std::os::fd::AsFd;
-use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
+use super::os::{self, Link};
 use super::ring::{self, Entry, Ring};
-use super::wake::{self, Woken};
-use super::{setup, FrameMeta, SPIN};
+use super::{FrameMeta, Woken, SPIN};
 use crate::blob::Transport;
-use crate::{handoff, Direction, Error, Result, TensorDyn, TensorMemory};
+use crate::{handoff, Error, Result, TensorDyn};
 
 /// A buffer of the producer's pool, acquired for writing and not yet sent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,7 +24,7 @@ impl Slot {
 #[derive(Debug)]
 struct Attached {
     /// The set-up went here; then wake-ups both ways, and its hang-up says the consumer left.
-    stream: UnixStream,
+    stream: Link,
     ring: Ring,
     /// Which buffers this consumer holds.
     holds: Vec<bool>,
@@ -45,8 +43,8 @@ pub struct Producer {
 }
 
 impl Producer {
-    /// A producer over `pool`: tensors whose memory has an fd (shm, DMA-BUF, GPU), lent to
-    /// consumers by reference.
+    /// A producer over `pool`: tensors a consumer can import by reference (Linux: memory with
+    /// an fd: shm, DMA-BUF, GPU; Windows: shm sections), lent to consumers.
     pub fn new(pool: Vec<TensorDyn>) -> Result<Producer> {
         let n = pool.len();
         if n == 0 || n > ring::MAX_CAPACITY as usize {
@@ -55,13 +53,8 @@ impl Producer {
                 ring::MAX_CAPACITY
             )));
         }
-        if let Some(t) = pool.iter().find(|t| t.as_fd().is_none()) {
-            return Err(Error::Unavailable {
-                memory: t.memory(),
-                reason: "a channel lends its buffers by fd; allocate the pool on shm, DMA-BUF or \
-                         GPU memory"
-                    .into(),
-            });
+        for t in &pool {
+            os::lendable(t)?;
         }
         Ok(Producer {
             pool,
@@ -88,15 +81,12 @@ impl Producer {
         self.consumers.len()
     }
 
-    /// Attaches a consumer on a connected socket: sends the set-up and the pool.
-    pub fn attach(&mut self, stream: UnixStream) -> Result<()> {
-        let slots = self.pool.len() as u32;
-        let ring = Ring::create(slots)?;
-        let fence = match self.pool.iter().any(|t| t.memory() == TensorMemory::Gpu) {
-            true => crate::gpu::device()?.fence_fd(),
-            false => None,
-        };
-        setup::send(&stream, slots, ring.capacity(), ring.fd(), fence)?;
+    /// Attaches a consumer on a connected socket (a named pipe on Windows): sends the set-up
+    /// and the pool.
+    pub fn attach(&mut self, stream: Link) -> Result<()> {
+        os::room_for_consumer(self.consumers.len())?;
+        let ring = Ring::create(self.pool.len() as u32)?;
+        os::send_setup(&stream, ring.capacity(), ring.block(), &self.pool)?;
         for t in &self.pool {
             handoff::send_as(&stream, t, Transport::Reference)?;
         }
@@ -144,7 +134,7 @@ impl Producer {
             )));
         }
         self.acquired[i] = false;
-        let completion = self.completion(i)?;
+        let completion = os::completion(&self.pool[i])?;
         let entry = Entry {
             slot: slot.0,
             payload_len: u32::from(meta.payload_len),
@@ -161,7 +151,7 @@ impl Producer {
                     consumer.holds[i] = true;
                     self.out[i] += 1;
                     if consumer.ring.peer_sleeps(true) {
-                        wake::wake(consumer.stream.as_fd());
+                        os::wake(&consumer.stream);
                         woke = true;
                     }
                 }
@@ -182,18 +172,6 @@ impl Producer {
             std::thread::yield_now();
         }
         Ok(())
-    }
-
-    /// The value consumers wait for before they read buffer `i`: its last device write, or 0
-    /// when there is none or this device cannot export its fence (then the write is waited for
-    /// here, so consumers read finished bytes).
-    fn completion(&self, i: usize) -> Result<u64> {
-        let last = self.pool[i].gpu_after(Direction::Read);
-        if last == 0 {
-            return Ok(0);
-        }
-        let completion = crate::gpu::device()?.peer_completion(last)?;
-        Ok(completion.map_or(0, |(_, value)| value))
     }
 
     /// Takes back the ids consumers handed back, checking each: an id out of range or one the
@@ -232,11 +210,11 @@ impl Producer {
     }
 
     /// Forgets consumer `c`: every buffer it held is free again (its imports stay its own).
-    /// Its socket is shut down, not only closed: the caller may hold another handle to it,
+    /// It is told so, not only disconnected: the caller may hold another handle to its socket,
     /// and the consumer must see the producer leave all the same.
     fn detach(&mut self, c: usize) {
         let gone = self.consumers.swap_remove(c);
-        let _ = gone.stream.shutdown(std::net::Shutdown::Both);
+        os::leave(&gone.stream);
         for (i, held) in gone.holds.iter().enumerate() {
             if *held {
                 self.out[i] -= 1;
@@ -254,8 +232,8 @@ impl Producer {
         let woken = if pending {
             Woken::Event
         } else {
-            let sockets: Vec<_> = self.consumers.iter().map(|c| c.stream.as_fd()).collect();
-            wake::wait(&sockets, Some(deadline))?
+            let links: Vec<&Link> = self.consumers.iter().map(|c| &c.stream).collect();
+            os::wait(&links, Some(deadline))?
         };
         for c in &self.consumers {
             c.ring.awake(false);
@@ -289,12 +267,12 @@ impl Drop for Producer {
         // `socket` object does): shutting the connection down tells every consumer now that
         // the producer left, as closing the last handle would.
         for c in &self.consumers {
-            let _ = c.stream.shutdown(std::net::Shutdown::Both);
+            os::leave(&c.stream);
         }
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, target_os = "linux"))]
 impl Producer {
     /// Consumer `c`'s ring, for a test to play a hostile producer on.
     pub(super) fn ring_of(&self, c: usize) -> &Ring {
@@ -302,12 +280,12 @@ impl Producer {
     }
 
     /// The producer's end of consumer `c`'s socket, for a test to misbehave on.
-    pub(super) fn socket_of(&self, c: usize) -> UnixStream {
+    pub(super) fn socket_of(&self, c: usize) -> Link {
         self.consumers[c].stream.try_clone().unwrap()
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::super::test_support::{connected, while_flooded};
     use super::super::Wait;

@@ -8,12 +8,10 @@
 // The block's words are atomics over a shared mapping: the one place this module needs unsafe.
 #![allow(unsafe_code)]
 
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
-use crate::backing::linux::mapping::FdMapping;
-use crate::os::{classify, memfd};
-use crate::{Error, Result, TensorMemory};
+use super::os::{block_error, Block, BlockHandle};
+use crate::{Error, Result};
 
 /// "HWTRING1": what the block starts with.
 const MAGIC: u64 = u64::from_le_bytes(*b"HWTRING1");
@@ -91,7 +89,7 @@ fn block_len(capacity: u32) -> usize {
 /// The mapped control block.
 #[derive(Debug)]
 pub(crate) struct Ring {
-    map: FdMapping,
+    map: Block,
     capacity: u32,
 }
 
@@ -100,7 +98,7 @@ impl Ring {
     pub(crate) fn create(capacity: u32) -> Result<Ring> {
         let capacity = capacity.max(1).next_power_of_two();
         let len = block_len(capacity);
-        let map = FdMapping::new(memfd::create(len)?, len, TensorMemory::Shm)?;
+        let map = Block::create(len)?;
         let ring = Ring { map, capacity };
         ring.word64(at::MAGIC).store(MAGIC, Ordering::Relaxed);
         ring.word32(at::VERSION).store(VERSION, Ordering::Relaxed);
@@ -108,36 +106,27 @@ impl Ring {
         Ok(ring)
     }
 
-    /// The producer's block as the consumer maps it: sealed against shrinking before its size is
-    /// read (a peer's truncation would fault us), and its header checked.
-    pub(crate) fn open(fd: OwnedFd, capacity: u32) -> Result<Ring> {
-        let bad = |what: String| Error::Handoff(format!("the channel's control block {what}"));
+    /// The producer's block as the consumer maps it (at least as large as `capacity` entries
+    /// need, and writable: `Block::open`), its header checked.
+    pub(crate) fn open(handle: BlockHandle, capacity: u32) -> Result<Ring> {
         if capacity == 0 || !capacity.is_power_of_two() || capacity > MAX_CAPACITY {
-            return Err(bad(format!("claims {capacity} entries a ring")));
+            return Err(block_error(format!("claims {capacity} entries a ring")));
         }
-        memfd::seal_for_import(fd.as_fd(), false)?;
-        let len = block_len(capacity);
-        let size = classify::size(fd.as_fd())?;
-        if size < len as u64 {
-            return Err(bad(format!("holds {size} bytes, {len} are needed")));
-        }
-        let map = FdMapping::new(fd, len, TensorMemory::Shm)?;
-        if !map.writable() {
-            return Err(bad("cannot be mapped writable".into()));
-        }
+        let map = Block::open(handle, block_len(capacity))?;
         let ring = Ring { map, capacity };
         let (magic, version) = (
             ring.word64(at::MAGIC).load(Ordering::Relaxed),
             ring.word32(at::VERSION).load(Ordering::Relaxed),
         );
         if magic != MAGIC || version != VERSION {
-            return Err(bad(format!("is not a version {VERSION} ring")));
+            return Err(block_error(format!("is not a version {VERSION} ring")));
         }
         Ok(ring)
     }
 
-    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
-        self.map.fd()
+    /// The mapped block, to send to the consumer.
+    pub(crate) fn block(&self) -> &Block {
+        &self.map
     }
 
     pub(crate) fn capacity(&self) -> u32 {
@@ -297,12 +286,11 @@ pub(crate) const MAX_CAPACITY: u32 = 1024;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::fd::AsFd;
 
     fn pair(capacity: u32) -> (Ring, Ring) {
         let producer = Ring::create(capacity).unwrap();
-        let fd = producer.fd().try_clone_to_owned().unwrap();
-        let consumer = Ring::open(fd, producer.capacity()).unwrap();
+        let handle = producer.block().share().unwrap();
+        let consumer = Ring::open(handle, producer.capacity()).unwrap();
         (producer, consumer)
     }
 
@@ -376,16 +364,15 @@ mod tests {
 
     #[test]
     fn a_block_that_is_too_small_or_not_a_ring_is_refused() {
-        let small = memfd::create(64).unwrap();
+        let small = Block::create(64).unwrap().share().unwrap();
         assert!(Ring::open(small, 4).is_err());
-        let junk = memfd::create(block_len(4)).unwrap();
+        let junk = Block::create(block_len(4)).unwrap().share().unwrap();
         let err = Ring::open(junk, 4).unwrap_err();
         assert!(err.to_string().contains("not a version"), "{err}");
         let p = Ring::create(4).unwrap();
         for capacity in [0, 3, MAX_CAPACITY * 2] {
-            let fd = p.fd().try_clone_to_owned().unwrap();
-            assert!(Ring::open(fd, capacity).is_err(), "{capacity}");
+            let handle = p.block().share().unwrap();
+            assert!(Ring::open(handle, capacity).is_err(), "{capacity}");
         }
-        let _ = p.fd().as_fd();
     }
 }

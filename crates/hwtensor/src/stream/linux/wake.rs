@@ -16,6 +16,7 @@ use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use rustix::io::Errno;
 use rustix::net::{RecvFlags, SendFlags};
 
+use crate::stream::Woken;
 use crate::{Error, Result};
 
 /// Bytes one look at a socket drains: wake-ups are single bytes, and a peer that sends more
@@ -26,17 +27,6 @@ const DRAIN_BYTES: usize = 256;
 /// socket already holds wake-ups the peer has not read: nothing is lost by dropping this one.
 pub(crate) fn wake(socket: BorrowedFd<'_>) {
     let _ = rustix::net::send(socket, &[1], SendFlags::DONTWAIT | SendFlags::NOSIGNAL);
-}
-
-/// What ended a wait.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Woken {
-    /// A peer sent wake-ups (now drained).
-    Event,
-    /// This socket hung up or failed: the peer left.
-    Left(usize),
-    /// The deadline passed.
-    Timeout,
 }
 
 /// Sleeps until a peer on one of `sockets` sends a wake-up or leaves, or `deadline` passes

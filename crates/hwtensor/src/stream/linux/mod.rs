@@ -1,0 +1,189 @@
+//! The channel on Linux: a connected Unix socket carries the set-up (fds by `SCM_RIGHTS`) and
+//! the wake-ups; the control block is a sealed memfd; a GPU pool's completions are values of
+//! the producer's exported timeline.
+
+mod setup;
+mod wake;
+
+#[cfg(test)]
+pub(crate) use setup::send as send_set_up_message;
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::backing::linux::mapping::FdMapping;
+use crate::gpu::PeerTimeline;
+use crate::os::{classify, memfd};
+use crate::stream::setup::{self as message, Setup};
+use crate::stream::Woken;
+use crate::{Direction, Error, Result, TensorDyn, TensorMemory};
+
+/// The connection a channel runs over: a connected Unix stream socket.
+pub type Link = UnixStream;
+
+/// The producer's fence as a consumer imported it.
+pub(crate) type PeerFence = Arc<PeerTimeline>;
+
+/// Wakes the side sleeping on the other end of `link` (never blocks).
+pub(crate) fn wake(link: &Link) {
+    wake::wake(link.as_fd())
+}
+
+/// Sleeps until a peer on one of `links` wakes us or leaves, or `deadline` passes.
+pub(crate) fn wait(links: &[&Link], deadline: Option<Instant>) -> Result<Woken> {
+    let fds: Vec<BorrowedFd<'_>> = links.iter().map(|l| l.as_fd()).collect();
+    wake::wait(&fds, deadline)
+}
+
+/// Tells the peer this side left, whoever else holds a handle to the socket (the caller's own,
+/// a frame's): a shut-down socket hangs up for the peer as a closed one does.
+pub(crate) fn leave(link: &Link) {
+    let _ = link.shutdown(std::net::Shutdown::Both);
+}
+
+/// A second handle to `link`, for frames to wake the producer on.
+pub(crate) fn duplicate(link: &Link) -> Result<Link> {
+    link.try_clone().map_err(|source| Error::Os {
+        op: "dup of the channel's socket",
+        source,
+    })
+}
+
+/// Whether a producer with `attached` consumers may take one more: always on Linux (`poll`
+/// watches any number of sockets).
+pub(crate) fn room_for_consumer(_attached: usize) -> Result<()> {
+    Ok(())
+}
+
+/// Refuses a pool buffer a consumer could not import by reference.
+pub(crate) fn lendable(t: &TensorDyn) -> Result<()> {
+    match t.as_fd() {
+        Some(_) => Ok(()),
+        None => Err(Error::Unavailable {
+            memory: t.memory(),
+            reason: "a channel lends its buffers by fd; allocate the pool on shm, DMA-BUF or GPU \
+                     memory"
+                .into(),
+        }),
+    }
+}
+
+/// The control block: a sealed memfd, mapped.
+#[derive(Debug)]
+pub(crate) struct Block(FdMapping);
+
+/// What a consumer receives the block as.
+pub(crate) type BlockHandle = OwnedFd;
+
+impl Block {
+    /// A new zeroed block of `len` bytes.
+    pub(crate) fn create(len: usize) -> Result<Block> {
+        Ok(Block(FdMapping::new(
+            memfd::create(len)?,
+            len,
+            TensorMemory::Shm,
+        )?))
+    }
+
+    /// The producer's block as a consumer maps it: sealed against shrinking before its size is
+    /// read (a peer's truncation would fault us), at least `len` bytes, writable.
+    pub(crate) fn open(fd: OwnedFd, len: usize) -> Result<Block> {
+        memfd::seal_for_import(fd.as_fd(), false)?;
+        let size = classify::size(fd.as_fd())?;
+        if size < len as u64 {
+            return Err(block_error(format!("holds {size} bytes, {len} are needed")));
+        }
+        let map = FdMapping::new(fd, len, TensorMemory::Shm)?;
+        if !map.writable() {
+            return Err(block_error("cannot be mapped writable".into()));
+        }
+        Ok(Block(map))
+    }
+
+    pub(crate) fn ptr(&self) -> *mut u8 {
+        self.0.ptr()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// A handle for another side of this process to open (tests and the fuzz target).
+    pub(crate) fn share(&self) -> Result<BlockHandle> {
+        self.0
+            .fd()
+            .try_clone_to_owned()
+            .map_err(|source| Error::Os {
+                op: "dup of the channel's control block",
+                source,
+            })
+    }
+}
+
+pub(crate) fn block_error(what: String) -> Error {
+    Error::Handoff(format!("the channel's control block {what}"))
+}
+
+/// Sends the set-up on `link`, with the device's fence where the pool has GPU
+/// buffers.
+pub(crate) fn send_setup(
+    link: &Link,
+    capacity: u32,
+    block: &Block,
+    pool: &[TensorDyn],
+) -> Result<()> {
+    let fence = match pool.iter().any(|t| t.memory() == TensorMemory::Gpu) {
+        true => crate::gpu::device()?.fence_fd(),
+        false => None,
+    };
+    let msg = message::encode(pool.len() as u32, capacity, fence.is_some());
+    let fds: Vec<BorrowedFd<'_>> = std::iter::once(block.0.fd()).chain(fence).collect();
+    setup::send(link, &msg, &fds)?;
+    Ok(())
+}
+
+/// Receives the set-up and the fence on `link` by `deadline`.
+pub(crate) fn recv_setup(
+    link: &Link,
+    deadline: Instant,
+) -> Result<(Setup<BlockHandle>, Option<PeerFence>)> {
+    let mut s = setup::recv(link, deadline)?;
+    let fence = match s.fence.take() {
+        Some(fd) => Some(crate::gpu::device()?.peer_timeline(fd)?),
+        None => None,
+    };
+    Ok((s, fence))
+}
+
+/// Waits at most `bound` for the producer's fence to reach `value`.
+pub(crate) fn wait_fence(fence: &PeerFence, value: u64, bound: Duration) -> Result<()> {
+    fence.wait(value, bound)
+}
+
+/// The value consumers wait for before they read `t`: its last device write, or 0 when there
+/// is none or this device cannot export its fence (then the write is waited for here, so
+/// consumers read finished bytes).
+pub(crate) fn completion(t: &TensorDyn) -> Result<u64> {
+    let last = t.gpu_after(Direction::Read);
+    if last == 0 {
+        return Ok(0);
+    }
+    let completion = crate::gpu::device()?.peer_completion(last)?;
+    Ok(completion.map_or(0, |(_, value)| value))
+}
+
+/// Runs `then` once this process's GPU work on `t` is complete: at once where there is none,
+/// else from the completion waiter's thread (never waiting here). Work that cannot be followed
+/// never runs `then` (logged): the buffer is kept rather than handed back under a GPU read.
+pub(crate) fn after_gpu_use(t: &TensorDyn, then: impl FnOnce() + Send + 'static) {
+    let ours = t.gpu_after(Direction::Write);
+    if ours == 0 {
+        return then();
+    }
+    let deferred = crate::gpu::device().and_then(|d| d.when_complete(ours, then));
+    if let Err(e) = deferred {
+        log::error!("hwtensor: a frame's GPU work cannot be followed ({e}); buffer kept");
+    }
+}
