@@ -1,6 +1,7 @@
 //! The demos' frames and their pattern: every pixel of every frame differs, so a consumer that
 //! saw a stale buffer, a wrong offset or another frame's pixels fails verification.
 
+use hwtensor::stream::{Producer, Slot};
 use hwtensor::{CpuAccess, PixelFormat, Tensor, TensorMemory};
 
 /// Width of a demo frame.
@@ -45,4 +46,26 @@ pub fn first_mismatch(bytes: &[u8], frame: u32, f: fn(u32, usize) -> [u8; 4]) ->
         .chunks_exact(4)
         .enumerate()
         .position(|(i, px)| px != f(frame, i))
+}
+
+/// Checks the acknowledgement in `slot`'s buffer of the frame it carried last, if any.
+pub fn check_ack_of(producer: &Producer, slot: Slot, carried: &mut [Option<u32>]) -> crate::Result {
+    let Some(frame) = carried[slot.index()].take() else {
+        return Ok(());
+    };
+    let sent = producer.tensor(slot).as_tensor::<u8>()?;
+    if let Some(i) = first_mismatch(sent.map_read()?.as_bytes(), frame, ack) {
+        return Err(
+            format!("frame {frame}: pixel {i} lacks the consumer's acknowledgement").into(),
+        );
+    }
+    Ok(())
+}
+
+/// Prints the producer's progress every tenth of the frames.
+pub fn progress(frame: u32, frames: u32) {
+    let step = (frames / 10).max(1);
+    if frames > 1 && ((frame + 1).is_multiple_of(step) || frame + 1 == frames) {
+        eprintln!("producer: {}/{frames} frames", frame + 1);
+    }
 }

@@ -12,7 +12,7 @@ use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use hwtensor::stream::{Consumer, FrameMeta, Producer, Slot, Wait};
+use hwtensor::stream::{Consumer, FrameMeta, Producer, Wait};
 use hwtensor::{Tensor, TensorDyn, TensorMemory};
 
 use super::monotonic_ns;
@@ -97,20 +97,20 @@ pub fn producer(frames: u32, gpu: bool, cuda: bool, consumer: Option<&str>) -> c
     for frame in 0..frames {
         let started = Instant::now();
         let slot = producer.acquire(PEER_TIMEOUT)?;
-        check_ack_of(&producer, slot, &mut carried)?;
+        pattern::check_ack_of(&producer, slot, &mut carried)?;
         let buffer = producer.tensor(slot).as_tensor::<u8>()?;
         write_pattern(buffer, host.as_ref(), frame, pattern::pixel)?;
         producer.send(slot, FrameMeta::new(u64::from(frame), monotonic_ns()))?;
         carried[slot.index()] = Some(frame);
         round_trips.push(started.elapsed());
-        progress(frame, frames);
+        pattern::progress(frame, frames);
     }
     // Every buffer back: the last acknowledgements checked.
     let back: Vec<_> = (0..POOL.min(frames.max(1) as usize))
         .map(|_| producer.acquire(PEER_TIMEOUT))
         .collect::<Result<_, _>>()?;
     for slot in back {
-        check_ack_of(&producer, slot, &mut carried)?;
+        pattern::check_ack_of(&producer, slot, &mut carried)?;
     }
     drop(producer); // the consumer's next receive ends its loop
     let status = child.wait()?;
@@ -122,20 +122,6 @@ pub fn producer(frames: u32, gpu: bool, cuda: bool, consumer: Option<&str>) -> c
          write + send median {}",
         fmt(median(&mut round_trips)),
     );
-    Ok(())
-}
-
-/// Checks the acknowledgement in `slot`'s buffer of the frame it carried last, if any.
-fn check_ack_of(producer: &Producer, slot: Slot, carried: &mut [Option<u32>]) -> crate::Result {
-    let Some(frame) = carried[slot.index()].take() else {
-        return Ok(());
-    };
-    let sent = producer.tensor(slot).as_tensor::<u8>()?;
-    if let Some(i) = pattern::first_mismatch(sent.map_read()?.as_bytes(), frame, pattern::ack) {
-        return Err(
-            format!("frame {frame}: pixel {i} lacks the consumer's acknowledgement").into(),
-        );
-    }
     Ok(())
 }
 
@@ -160,13 +146,6 @@ fn accept(listener: &UnixListener, child: &mut Child) -> crate::Result<UnixStrea
             return Err(format!("the consumer did not connect within {PEER_TIMEOUT:?}").into());
         }
         std::thread::sleep(Duration::from_millis(1));
-    }
-}
-
-fn progress(frame: u32, frames: u32) {
-    let step = (frames / 10).max(1);
-    if frames > 1 && ((frame + 1).is_multiple_of(step) || frame + 1 == frames) {
-        eprintln!("producer: {}/{frames} frames", frame + 1);
     }
 }
 

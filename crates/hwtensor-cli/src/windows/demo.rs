@@ -1,37 +1,33 @@
-//! `hwtensor demo` on Windows: a producer process hands 1080p RGBA frames in shared memory
-//! (sections) to a consumer process over a named pipe (`hwtensor::handoff`: each frame's
-//! section goes by handle, no pixel is copied). The consumer verifies every pixel, writes an
-//! acknowledgement over the same pixels and says so; the producer then finds the
-//! acknowledgement in its own buffer, which it can only see if the memory is truly shared.
-//! GPU frames cross by `Tensor::share_gpu` instead, and the pooled channel is Linux's: `--gpu`,
-//! `--cuda` and `--consumer` say so.
+//! `hwtensor demo` on Windows: the Linux demo's producer and consumer over the pooled channel
+//! (`hwtensor::stream`) on a named pipe. The pool of 1080p RGBA frames in shared memory
+//! (sections) is lent once, then each frame is a buffer id in a shared ring. The consumer maps
+//! each frame without a copy, verifies every pixel, writes an acknowledgement over the same
+//! pixels and hands the frame back; the producer verifies the acknowledgement when the buffer
+//! comes back, which it can only see if the memory is truly shared. GPU frames cross by
+//! `Tensor::share_gpu` instead: `--gpu`, `--cuda` and `--consumer` are Linux's.
 
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use hwtensor::blob::Transport;
-use hwtensor::handoff::{self, Pipe, PipeListener};
-use hwtensor::{Tensor, TensorDyn, TensorMemory};
+use hwtensor::handoff::{Pipe, PipeListener};
+use hwtensor::stream::{Consumer, FrameMeta, Producer, Wait, CONNECT_TIMEOUT};
+use hwtensor::{TensorDyn, TensorMemory};
 
+use super::monotonic_ns;
 use crate::pattern::{self, frame, HEIGHT, WIDTH};
-use crate::timing::{fmt, median};
+use crate::timing::{fmt, percentile};
 
-/// Buffers the producer cycles through.
+/// Buffers in flight: the producer fills one while the consumer holds another.
 const POOL: usize = 3;
 /// How long either side waits for the other before calling it dead.
 const PEER_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The consumer's word that a frame is checked and acknowledged: a one-byte inline tensor.
-fn done() -> hwtensor::Result<TensorDyn> {
-    Tensor::<u8>::new(&[1], Some(TensorMemory::Mem)).map(TensorDyn::from)
-}
-
 pub fn producer(frames: u32, gpu: bool, cuda: bool, consumer: Option<&str>) -> crate::Result {
     if gpu || cuda || consumer.is_some() {
         return Err(
-            "on Windows the demo hands shared-memory frames over a named pipe; GPU \
-                    frames cross by Tensor::share_gpu, and --gpu, --cuda and --consumer are \
-                    Linux's"
+            "on Windows the demo streams shared-memory frames through the channel on a named \
+             pipe; GPU frames cross by Tensor::share_gpu, and --gpu, --cuda and --consumer are \
+             Linux's"
                 .into(),
         );
     }
@@ -47,38 +43,40 @@ pub fn producer(frames: u32, gpu: bool, cuda: bool, consumer: Option<&str>) -> c
             return Err(format!("the consumer did not connect: {e}").into());
         }
     };
-    let pool = (0..POOL)
-        .map(|_| frame(TensorMemory::Shm))
+    let slots = POOL.min(frames.max(1) as usize);
+    let pool = (0..slots)
+        .map(|_| frame(TensorMemory::Shm).map(TensorDyn::from))
         .collect::<Result<Vec<_>, _>>()?;
     println!(
-        "producer: {frames} frame(s) of {WIDTH}x{HEIGHT} RGBA in {POOL} shared-memory sections, \
-         by handle over a named pipe"
+        "producer: {frames} frame(s) of {WIDTH}x{HEIGHT} RGBA through {slots} shared-memory \
+         sections, lent once over a named pipe"
     );
-    let mut round_trips = Vec::with_capacity(frames as usize);
-    for n in 0..frames {
-        let buffer = &pool[n as usize % POOL];
-        pattern::fill(buffer.map_write()?.as_bytes_mut(), n, pattern::pixel);
-        let started = Instant::now();
-        handoff::send(&pipe, &TensorDyn::from(buffer.clone()))?;
-        handoff::recv(&pipe, PEER_TIMEOUT)?; // the consumer's "done"
-        round_trips.push(started.elapsed());
-        let ack = pattern::first_mismatch(buffer.map_read()?.as_bytes(), n, pattern::ack);
-        if let Some(i) = ack {
-            return Err(
-                format!("frame {n}: pixel {i} lacks the consumer's acknowledgement").into(),
-            );
-        }
+    let mut producer = Producer::new(pool)?;
+    producer.attach(pipe)?;
+    // Which frame each buffer carried last: its acknowledgement is checked when it comes back.
+    let mut carried: Vec<Option<u32>> = vec![None; slots];
+    for frame in 0..frames {
+        let slot = producer.acquire(PEER_TIMEOUT)?;
+        pattern::check_ack_of(&producer, slot, &mut carried)?;
+        let buffer = producer.tensor(slot).as_tensor::<u8>()?;
+        pattern::fill(buffer.map_write()?.as_bytes_mut(), frame, pattern::pixel);
+        producer.send(slot, FrameMeta::new(u64::from(frame), monotonic_ns()))?;
+        carried[slot.index()] = Some(frame);
+        pattern::progress(frame, frames);
     }
-    drop(pipe); // the consumer's next receive ends its loop
+    // Every buffer back: the last acknowledgements checked.
+    let back: Vec<_> = (0..slots)
+        .map(|_| producer.acquire(PEER_TIMEOUT))
+        .collect::<Result<_, _>>()?;
+    for slot in back {
+        pattern::check_ack_of(&producer, slot, &mut carried)?;
+    }
+    drop(producer); // the consumer's next receive ends its loop
     let status = child.wait()?;
     if !status.success() {
         return Err(format!("the consumer failed ({status})").into());
     }
-    println!(
-        "producer: every acknowledgement verified in the producer's own sections; send + \
-         consumer's check + answer median {}",
-        fmt(median(&mut round_trips)),
-    );
+    println!("producer: every acknowledgement verified in the producer's own sections");
     Ok(())
 }
 
@@ -87,31 +85,38 @@ pub fn consumer(socket: &str, gpu: bool, cuda: bool) -> crate::Result {
         return Err("the Windows demo carries shared-memory frames only".into());
     }
     let pipe = Pipe::connect(socket, PEER_TIMEOUT)?;
-    let mut n = 0u32;
-    let mut checks = Vec::new();
+    let mut consumer = Consumer::connect(pipe, CONNECT_TIMEOUT)?;
+    let mut latencies = Vec::new();
     loop {
-        let received = match handoff::recv(&pipe, PEER_TIMEOUT) {
-            Ok(t) => t,
+        let received = match consumer.recv(Wait::For(PEER_TIMEOUT)) {
+            Ok(f) => f,
             // The producer leaves once it has every acknowledgement: the end of the stream.
             Err(hwtensor::Error::PeerLeft(_)) => break,
             Err(e) => return Err(e.into()),
         };
-        let started = Instant::now();
-        let t = received.as_tensor::<u8>()?;
-        if let Some(i) = pattern::first_mismatch(t.map_read()?.as_bytes(), n, pattern::pixel) {
-            return Err(
-                format!("consumer: frame {n}: pixel {i} is not what the producer wrote").into(),
-            );
+        let frame = received.meta().seq as u32;
+        let tensor = received.tensor().as_tensor::<u8>()?;
+        let map = tensor.map_read()?;
+        let age = monotonic_ns().saturating_sub(received.meta().timestamp_ns);
+        latencies.push(Duration::from_nanos(age));
+        if let Some(i) = pattern::first_mismatch(map.as_bytes(), frame, pattern::pixel) {
+            return Err(format!(
+                "consumer: frame {frame}: pixel {i} is not what the producer wrote"
+            )
+            .into());
         }
-        pattern::fill(t.map_write()?.as_bytes_mut(), n, pattern::ack);
-        checks.push(started.elapsed());
-        handoff::send_as(&pipe, &done()?, Transport::Inline)?;
-        n += 1;
+        drop(map);
+        pattern::fill(tensor.map_write()?.as_bytes_mut(), frame, pattern::ack);
+        drop(received); // hands the buffer back
     }
+    latencies.sort_unstable();
     println!(
-        "consumer: {n} frame(s) mapped without a copy (their sections duplicated out of the \
-         producer), every pixel verified and acknowledged in place; check + acknowledge median {}",
-        fmt(median(&mut checks)),
+        "consumer: {} frame(s) mapped without a copy (sections duplicated out of the producer \
+         once), every pixel verified and acknowledged in place; frame age at receipt (from \
+         send, waiting behind the frame being checked included; + first map) median {}, p99 {}",
+        latencies.len(),
+        fmt(percentile(&latencies, 50)),
+        fmt(percentile(&latencies, 99)),
     );
     Ok(())
 }

@@ -17,6 +17,22 @@ const SIGNALS_PER_THREAD: usize = 500;
 
 pub mod demo;
 
+/// The performance counter in nanoseconds: one clock for every process on the machine, so a
+/// producer's send time and a consumer's receive time can be subtracted.
+pub fn monotonic_ns() -> u64 {
+    use windows::Win32::System::Performance::{QueryPerformanceCounter, QueryPerformanceFrequency};
+    let (mut count, mut hz) = (0i64, 0i64);
+    // SAFETY: valid out pointers; both calls cannot fail on Windows XP and later.
+    #[allow(unsafe_code)]
+    let _ = unsafe {
+        (
+            QueryPerformanceCounter(&mut count),
+            QueryPerformanceFrequency(&mut hz),
+        )
+    };
+    (count as u128 * 1_000_000_000 / hz.max(1) as u128) as u64
+}
+
 /// The adapters and the process device, as JSON.
 pub fn probe_json() -> serde_json::Value {
     let adapters = match gpu::adapters() {
