@@ -37,6 +37,11 @@
 #define HWT_MAP_PRIVATE_WORDS 16
 
 /**
+ * Bytes of a frame's user payload.
+ */
+#define HWT_FRAME_PAYLOAD_BYTES 32
+
+/**
  * The most dimensions a shape may have: more is taken for a wrong `ndim`, not a tensor.
  */
 #define HWT_MAX_DIMS 16
@@ -99,13 +104,6 @@
  * hand-off waits.
  */
 #define HWT_WAIT_FOREVER UINT64_MAX
-#endif
-
-#if defined(HWT_LINUX)
-/**
- * Bytes of a frame's user payload.
- */
-#define HWT_FRAME_PAYLOAD_BYTES 32
 #endif
 
 /**
@@ -429,7 +427,6 @@ typedef uint32_t HwtTransport;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
 
-#if defined(HWT_LINUX)
 /**
  * How a receive waits (`uint32_t` parameters named `wait`).
  */
@@ -438,24 +435,18 @@ enum HwtWait
   : uint32_t
 #endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
  {
-#if defined(HWT_LINUX)
   /**
    * Spin on the ring, never sleeping.
    */
   HWT_WAIT_SPIN = 1,
-#endif
-#if defined(HWT_LINUX)
   /**
    * Spin briefly, then sleep until a frame comes.
    */
   HWT_WAIT_BLOCK = 2,
-#endif
-#if defined(HWT_LINUX)
   /**
    * As `BLOCK`, for at most the call's timeout.
    */
   HWT_WAIT_TIMED = 3,
-#endif
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -464,7 +455,6 @@ typedef enum HwtWait HwtWait;
 typedef uint32_t HwtWait;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
-#endif
 
 #if defined(HWT_LINUX)
 /**
@@ -474,12 +464,10 @@ typedef uint32_t HwtWait;
 typedef struct HwtBlob HwtBlob;
 #endif
 
-#if defined(HWT_LINUX)
 /**
  * The receiving side of a channel (opaque).
  */
 typedef struct HwtConsumer HwtConsumer;
-#endif
 
 #if defined(HWT_LINUX)
 /**
@@ -488,12 +476,10 @@ typedef struct HwtConsumer HwtConsumer;
 typedef struct HwtCudaMap HwtCudaMap;
 #endif
 
-#if defined(HWT_LINUX)
 /**
  * A received frame (opaque): `hwt_frame_release` hands its buffer back.
  */
 typedef struct HwtFrame HwtFrame;
-#endif
 
 #if defined(HWT_WINDOWS)
 /**
@@ -503,12 +489,10 @@ typedef struct HwtFrame HwtFrame;
 typedef struct HwtPipe HwtPipe;
 #endif
 
-#if defined(HWT_LINUX)
 /**
  * The sending side of a channel (opaque). One thread at a time uses it.
  */
 typedef struct HwtProducer HwtProducer;
-#endif
 
 /**
  * A tensor (opaque): see the module's ownership rules.
@@ -546,6 +530,28 @@ typedef struct HwtMap {
    */
   uint64_t private_[HWT_MAP_PRIVATE_WORDS];
 } HwtMap;
+
+/**
+ * What travels with a frame besides its buffer.
+ */
+typedef struct HwtFrameMeta {
+  /**
+   * The producer's sequence number.
+   */
+  uint64_t seq;
+  /**
+   * The producer's timestamp in nanoseconds (`CLOCK_MONOTONIC` is shared by all processes).
+   */
+  uint64_t timestamp_ns;
+  /**
+   * Bytes of `payload` in use (at most `HWT_FRAME_PAYLOAD_BYTES`).
+   */
+  uint32_t payload_len;
+  /**
+   * A small user payload.
+   */
+  uint8_t payload[HWT_FRAME_PAYLOAD_BYTES];
+} HwtFrameMeta;
 
 /**
  * One plane of an image, relative to the image's first byte.
@@ -686,30 +692,6 @@ typedef struct HwtVulkanHandles {
 typedef void (*HwtQueueFn)(void *user, uint64_t queue);
 #endif
 
-#if defined(HWT_LINUX)
-/**
- * What travels with a frame besides its buffer.
- */
-typedef struct HwtFrameMeta {
-  /**
-   * The producer's sequence number.
-   */
-  uint64_t seq;
-  /**
-   * The producer's timestamp in nanoseconds (`CLOCK_MONOTONIC` is shared by all processes).
-   */
-  uint64_t timestamp_ns;
-  /**
-   * Bytes of `payload` in use (at most `HWT_FRAME_PAYLOAD_BYTES`).
-   */
-  uint32_t payload_len;
-  /**
-   * A small user payload.
-   */
-  uint8_t payload[HWT_FRAME_PAYLOAD_BYTES];
-} HwtFrameMeta;
-#endif
-
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -783,6 +765,106 @@ size_t hwt_last_error(char *buf, size_t len);
  * status" for a value no version of hwtensor returns. Never free it.
  */
 const char *hwt_status_str(int32_t status);
+
+/**
+ * A producer over the `n` tensors of `pool` (Linux: shm, DMA-BUF or GPU memory; Windows: shm;
+ * each keeps its own reference, the caller's stay). Free it with `hwt_producer_free`.
+ *
+ * # Safety
+ * `pool` must hold `n` live handles; `out` valid for one write.
+ */
+enum HwtStatus hwt_producer_new(const struct HwtTensor *const *pool,
+                                size_t n,
+                                struct HwtProducer **out);
+
+/**
+ * A free buffer to write the next frame into, waiting at most `timeout_ns` while consumers
+ * hold every buffer (`HWT_STATUS_TIMEOUT`): `*out_slot` is its index and `*out_tensor` a new
+ * reference to it (release it when written).
+ *
+ * # Safety
+ * `p` must be a live producer; the out-pointers valid for one write each.
+ */
+enum HwtStatus hwt_producer_acquire(struct HwtProducer *p,
+                                    uint64_t timeout_ns,
+                                    uint32_t *out_slot,
+                                    struct HwtTensor **out_tensor);
+
+/**
+ * Sends the frame in `slot` (acquired and written) to every attached consumer with `meta`.
+ *
+ * # Safety
+ * `p` must be a live producer; `meta` valid for one read.
+ */
+enum HwtStatus hwt_producer_send(struct HwtProducer *p,
+                                 uint32_t slot,
+                                 const struct HwtFrameMeta *meta);
+
+/**
+ * Gives back a slot acquired and not sent.
+ *
+ * # Safety
+ * `p` must be a live producer.
+ */
+enum HwtStatus hwt_producer_release_slot(struct HwtProducer *p, uint32_t slot);
+
+/**
+ * Frees a producer: its consumers see it leave (their receive errs; frames they hold stay
+ * valid). Null is ignored.
+ *
+ * # Safety
+ * `p` must be null or a producer from `hwt_producer_new`, freed once.
+ */
+void hwt_producer_free(struct HwtProducer *p);
+
+/**
+ * The next frame, waiting as `wait` says (`HWT_WAIT_TIMED`: at most `timeout_ns`, then
+ * `HWT_STATUS_TIMEOUT`). A producer that left is `HWT_STATUS_PEER_GONE`; a frame naming a
+ * buffer out of the pool or one still held is refused. Release the frame to hand it back.
+ *
+ * # Safety
+ * `c` must be a live consumer; `out` valid for one write.
+ */
+enum HwtStatus hwt_consumer_recv(struct HwtConsumer *c,
+                                 uint32_t wait,
+                                 uint64_t timeout_ns,
+                                 struct HwtFrame **out);
+
+/**
+ * Frees a consumer (frames it handed out stay valid until released) and shuts its connection
+ * down, on the caller's socket too: the producer sees the consumer leave. Null is ignored.
+ *
+ * # Safety
+ * `c` must be null or a consumer from `hwt_consumer_connect`, freed once.
+ */
+void hwt_consumer_free(struct HwtConsumer *c);
+
+/**
+ * A new reference to the frame's tensor (release it; it stays valid after the frame is).
+ *
+ * # Safety
+ * `f` must be a live frame; `out` valid for one write.
+ */
+enum HwtStatus hwt_frame_tensor(const struct HwtFrame *f, struct HwtTensor **out);
+
+/**
+ * The frame's metadata and its buffer's index in the pool (`out_slot` may be null).
+ *
+ * # Safety
+ * `f` must be a live frame; `out` valid for one write, `out_slot` null or valid.
+ */
+enum HwtStatus hwt_frame_meta(const struct HwtFrame *f,
+                              struct HwtFrameMeta *out,
+                              uint32_t *out_slot);
+
+/**
+ * Hands the frame's buffer back to the producer and frees the frame. Null is ignored. A tensor
+ * reference taken with `hwt_frame_tensor` stays valid, but the producer may rewrite the buffer.
+ *
+ * # Safety
+ * `f` must be null or a frame from `hwt_consumer_recv`, released once.
+ */
+void hwt_frame_release(struct HwtFrame *f);
 
 /**
  * Creates a tensor of `shape` (`ndim` sizes) and `dtype` in `memory` (`HWT_MEMORY_AUTO`:
@@ -1447,19 +1529,6 @@ enum HwtStatus hwt_recv(int32_t socket_fd,
 
 #if defined(HWT_LINUX)
 /**
- * A producer over the `n` tensors of `pool` (shm, DMA-BUF or GPU memory; each keeps its own
- * reference, the caller's stay). Free it with `hwt_producer_free`.
- *
- * # Safety
- * `pool` must hold `n` live handles; `out` valid for one write.
- */
-enum HwtStatus hwt_producer_new(const struct HwtTensor *const *pool,
-                                size_t n,
-                                struct HwtProducer **out);
-#endif
-
-#if defined(HWT_LINUX)
-/**
  * Attaches a consumer on the connected Unix socket `socket_fd` (duplicated; the caller keeps
  * and closes its own): sends the set-up and the pool. The consumer calls
  * `hwt_consumer_connect` on its end at the same time.
@@ -1468,54 +1537,6 @@ enum HwtStatus hwt_producer_new(const struct HwtTensor *const *pool,
  * `p` must be a live producer.
  */
 enum HwtStatus hwt_producer_attach(struct HwtProducer *p, int32_t socket_fd);
-#endif
-
-#if defined(HWT_LINUX)
-/**
- * A free buffer to write the next frame into, waiting at most `timeout_ns` while consumers
- * hold every buffer (`HWT_STATUS_TIMEOUT`): `*out_slot` is its index and `*out_tensor` a new
- * reference to it (release it when written).
- *
- * # Safety
- * `p` must be a live producer; the out-pointers valid for one write each.
- */
-enum HwtStatus hwt_producer_acquire(struct HwtProducer *p,
-                                    uint64_t timeout_ns,
-                                    uint32_t *out_slot,
-                                    struct HwtTensor **out_tensor);
-#endif
-
-#if defined(HWT_LINUX)
-/**
- * Sends the frame in `slot` (acquired and written) to every attached consumer with `meta`.
- *
- * # Safety
- * `p` must be a live producer; `meta` valid for one read.
- */
-enum HwtStatus hwt_producer_send(struct HwtProducer *p,
-                                 uint32_t slot,
-                                 const struct HwtFrameMeta *meta);
-#endif
-
-#if defined(HWT_LINUX)
-/**
- * Gives back a slot acquired and not sent.
- *
- * # Safety
- * `p` must be a live producer.
- */
-enum HwtStatus hwt_producer_release_slot(struct HwtProducer *p, uint32_t slot);
-#endif
-
-#if defined(HWT_LINUX)
-/**
- * Frees a producer: its consumers see it leave (their receive errs; frames they hold stay
- * valid). Null is ignored.
- *
- * # Safety
- * `p` must be null or a producer from `hwt_producer_new`, freed once.
- */
-void hwt_producer_free(struct HwtProducer *p);
 #endif
 
 #if defined(HWT_LINUX)
@@ -1542,65 +1563,6 @@ enum HwtStatus hwt_consumer_connect(int32_t socket_fd, struct HwtConsumer **out)
 enum HwtStatus hwt_consumer_connect_timeout(int32_t socket_fd,
                                             uint64_t timeout_ns,
                                             struct HwtConsumer **out);
-#endif
-
-#if defined(HWT_LINUX)
-/**
- * The next frame, waiting as `wait` says (`HWT_WAIT_TIMED`: at most `timeout_ns`, then
- * `HWT_STATUS_TIMEOUT`). A producer that left is `HWT_STATUS_PEER_GONE`; a frame naming a
- * buffer out of the pool or one still held is refused. Release the frame to hand it back.
- *
- * # Safety
- * `c` must be a live consumer; `out` valid for one write.
- */
-enum HwtStatus hwt_consumer_recv(struct HwtConsumer *c,
-                                 uint32_t wait,
-                                 uint64_t timeout_ns,
-                                 struct HwtFrame **out);
-#endif
-
-#if defined(HWT_LINUX)
-/**
- * Frees a consumer (frames it handed out stay valid until released) and shuts its connection
- * down, on the caller's socket too: the producer sees the consumer leave. Null is ignored.
- *
- * # Safety
- * `c` must be null or a consumer from `hwt_consumer_connect`, freed once.
- */
-void hwt_consumer_free(struct HwtConsumer *c);
-#endif
-
-#if defined(HWT_LINUX)
-/**
- * A new reference to the frame's tensor (release it; it stays valid after the frame is).
- *
- * # Safety
- * `f` must be a live frame; `out` valid for one write.
- */
-enum HwtStatus hwt_frame_tensor(const struct HwtFrame *f, struct HwtTensor **out);
-#endif
-
-#if defined(HWT_LINUX)
-/**
- * The frame's metadata and its buffer's index in the pool (`out_slot` may be null).
- *
- * # Safety
- * `f` must be a live frame; `out` valid for one write, `out_slot` null or valid.
- */
-enum HwtStatus hwt_frame_meta(const struct HwtFrame *f,
-                              struct HwtFrameMeta *out,
-                              uint32_t *out_slot);
-#endif
-
-#if defined(HWT_LINUX)
-/**
- * Hands the frame's buffer back to the producer and frees the frame. Null is ignored. A tensor
- * reference taken with `hwt_frame_tensor` stays valid, but the producer may rewrite the buffer.
- *
- * # Safety
- * `f` must be null or a frame from `hwt_consumer_recv`, released once.
- */
-void hwt_frame_release(struct HwtFrame *f);
 #endif
 
 #if defined(HWT_WINDOWS)
@@ -1715,6 +1677,35 @@ enum HwtStatus hwt_recv(const struct HwtPipe *pipe,
                         uint64_t timeout_ns,
                         uint32_t flags,
                         struct HwtTensor **out);
+#endif
+
+#if defined(HWT_WINDOWS)
+/**
+ * Attaches a consumer on the connected pipe `pipe` (the channel takes a second handle; the
+ * caller keeps and closes its own, and uses it for nothing else while the channel runs):
+ * sends the set-up and the pool. The consumer calls `hwt_consumer_connect_pipe` on its end at
+ * the same time.
+ *
+ * # Safety
+ * `p` must be a live producer, `pipe` a live pipe.
+ */
+enum HwtStatus hwt_producer_attach_pipe(struct HwtProducer *p, const struct HwtPipe *pipe);
+#endif
+
+#if defined(HWT_WINDOWS)
+/**
+ * Attaches to a producer on the connected pipe `pipe` (a second handle, as for
+ * `hwt_producer_attach_pipe`): receives the set-up and imports the pool within `timeout_ns`
+ * (`HWT_STATUS_TIMEOUT` when nothing comes by then; a producer that stalls mid-message or
+ * names a handle that is not its section is a hand-off error). Free it with
+ * `hwt_consumer_free`.
+ *
+ * # Safety
+ * `pipe` must be a live pipe; `out` valid for one write.
+ */
+enum HwtStatus hwt_consumer_connect_pipe(const struct HwtPipe *pipe,
+                                         uint64_t timeout_ns,
+                                         struct HwtConsumer **out);
 #endif
 
 #ifdef __cplusplus

@@ -23,12 +23,14 @@ use hwtensor::gpu::{self, GpuDevice};
 mod codes;
 mod map;
 mod status;
+mod stream;
 mod tensor;
 mod version;
 
 pub use codes::*;
 pub use map::*;
 pub use status::{hwt_last_error, hwt_status_str, HwtStatus};
+pub use stream::*;
 pub use tensor::*;
 pub use version::*;
 

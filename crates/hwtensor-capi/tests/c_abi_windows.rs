@@ -167,3 +167,108 @@ fn a_c_host_hands_a_shared_memory_tensor_over_a_named_pipe_as_its_section() {
         close(std::ptr::null_mut());
     }
 }
+
+/// `HwtFrameMeta` as the header lays it out.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct FrameMeta {
+    seq: u64,
+    timestamp_ns: u64,
+    payload_len: u32,
+    payload: [u8; 32],
+}
+
+type ProducerNew = unsafe extern "C" fn(*const *const c_void, usize, *mut *mut c_void) -> i32;
+type Attach = unsafe extern "C" fn(*mut c_void, *const c_void) -> i32;
+type ConnectPipe = unsafe extern "C" fn(*const c_void, u64, *mut *mut c_void) -> i32;
+type Acquire = unsafe extern "C" fn(*mut c_void, u64, *mut u32, *mut *mut c_void) -> i32;
+type SendFrame = unsafe extern "C" fn(*mut c_void, u32, *const FrameMeta) -> i32;
+type RecvFrame = unsafe extern "C" fn(*mut c_void, u32, u64, *mut *mut c_void) -> i32;
+type Meta = unsafe extern "C" fn(*const c_void, *mut FrameMeta, *mut u32) -> i32;
+type Free = unsafe extern "C" fn(*mut c_void);
+const TIMED: u32 = 3;
+const FRAMES: u64 = 10;
+
+#[test]
+fn a_c_host_streams_frames_through_the_channel_on_a_named_pipe() {
+    let lib = Library::open_private(&common::cdylib_dir().join(common::CDYLIB));
+    // SAFETY: the symbols have these signatures (include/hwtensor.h: the channel, its
+    // HWT_WINDOWS attach and connect, the pipe and tensor calls).
+    let (accept, connect, close, new, release): (PipeOpen, PipeOpen, PipeClose, New, Release) = unsafe {
+        (
+            lib.get(c"hwt_pipe_accept"),
+            lib.get(c"hwt_pipe_connect"),
+            lib.get(c"hwt_pipe_close"),
+            lib.get(c"hwt_tensor_new"),
+            lib.get(c"hwt_tensor_release"),
+        )
+    };
+    // SAFETY: as above.
+    let (producer_new, attach, connect_pipe, acquire, send, recv, meta, frame_release) = unsafe {
+        (
+            lib.get::<ProducerNew>(c"hwt_producer_new"),
+            lib.get::<Attach>(c"hwt_producer_attach_pipe"),
+            lib.get::<ConnectPipe>(c"hwt_consumer_connect_pipe"),
+            lib.get::<Acquire>(c"hwt_producer_acquire"),
+            lib.get::<SendFrame>(c"hwt_producer_send"),
+            lib.get::<RecvFrame>(c"hwt_consumer_recv"),
+            lib.get::<Meta>(c"hwt_frame_meta"),
+            lib.get::<Free>(c"hwt_frame_release"),
+        )
+    };
+    // SAFETY: as above.
+    let (producer_free, consumer_free): (Free, Free) =
+        unsafe { (lib.get(c"hwt_producer_free"), lib.get(c"hwt_consumer_free")) };
+    let name =
+        std::ffi::CString::new(format!("hwtensor-capi-chan-{}", std::process::id())).unwrap();
+    let client_name = name.clone();
+    // SAFETY: valid strings, handles and out-pointers; every handle made is freed here.
+    unsafe {
+        let consumer = std::thread::spawn(move || {
+            let mut pipe = std::ptr::null_mut();
+            assert_eq!(connect(client_name.as_ptr(), SECONDS, &mut pipe), OK);
+            let mut c = std::ptr::null_mut();
+            assert_eq!(connect_pipe(pipe, SECONDS, &mut c), OK);
+            close(pipe); // the channel keeps its own handle
+            let mut seqs = Vec::new();
+            for _ in 0..FRAMES {
+                let mut f = std::ptr::null_mut();
+                assert_eq!(recv(c, TIMED, SECONDS, &mut f), OK);
+                let (mut m, mut slot) = (FrameMeta::default(), 0u32);
+                assert_eq!(meta(f, &mut m, &mut slot), OK);
+                seqs.push(m.seq);
+                frame_release(f);
+            }
+            consumer_free(c);
+            seqs
+        });
+        let mut pipe = std::ptr::null_mut();
+        assert_eq!(accept(name.as_ptr(), SECONDS, &mut pipe), OK);
+        let shape = [4096usize];
+        let pool: Vec<*const c_void> = (0..3)
+            .map(|_| {
+                let mut t = std::ptr::null_mut();
+                assert_eq!(new(shape.as_ptr(), 1, U8, SHM, &mut t), OK);
+                t.cast_const()
+            })
+            .collect();
+        let mut p = std::ptr::null_mut();
+        assert_eq!(producer_new(pool.as_ptr(), pool.len(), &mut p), OK);
+        pool.iter().for_each(|&t| assert_eq!(release(t), OK));
+        assert_eq!(attach(p, std::ptr::null()), INVALID_ARGUMENT, "a null pipe");
+        assert_eq!(attach(p, pipe), OK);
+        for seq in 0..FRAMES {
+            let (mut slot, mut t) = (0u32, std::ptr::null_mut());
+            assert_eq!(acquire(p, SECONDS, &mut slot, &mut t), OK);
+            assert_eq!(release(t), OK);
+            let m = FrameMeta {
+                seq,
+                ..FrameMeta::default()
+            };
+            assert_eq!(send(p, slot, &m), OK);
+        }
+        assert_eq!(consumer.join().unwrap(), (0..FRAMES).collect::<Vec<_>>());
+        producer_free(p);
+        close(pipe);
+    }
+}

@@ -91,6 +91,17 @@ enum Command {
         #[arg(long)]
         cuda: bool,
     },
+    /// The consumer half of the channel benchmark (started by `bench`).
+    #[cfg(windows)]
+    #[command(hide = true)]
+    BenchPeer {
+        #[arg(long)]
+        pipe: String,
+        #[arg(long)]
+        frames: usize,
+        #[arg(long)]
+        spin: bool,
+    },
     /// The subscriber half of `demo --zenoh` (started by the publisher).
     #[cfg(target_os = "linux")]
     #[command(hide = true)]
@@ -162,6 +173,8 @@ fn main() -> ExitCode {
             socket,
             cuda,
         } => platform::channel::peer(fd, frames, spin, socket, cuda),
+        #[cfg(windows)]
+        Command::BenchPeer { pipe, frames, spin } => platform::channel::peer(&pipe, frames, spin),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -9,7 +9,6 @@ pub fn median(samples: &mut [Duration]) -> Duration {
 }
 
 /// The `p`-th percentile (0..=100) of sorted `samples` (the demo's tail figures).
-#[cfg_attr(not(unix), allow(dead_code))]
 pub fn percentile(sorted: &[Duration], p: usize) -> Duration {
     let i = (sorted.len() * p / 100).min(sorted.len().saturating_sub(1));
     sorted.get(i).copied().unwrap_or_default()
@@ -40,5 +39,40 @@ pub fn fmt(d: Duration) -> String {
         0..=9_999 => format!("{ns} ns"),
         10_000..=9_999_999 => format!("{:.1} us", ns as f64 / 1e3),
         _ => format!("{:.2} ms", ns as f64 / 1e6),
+    }
+}
+
+/// What a bench peer prints: the median and p99 of its `latencies` (sorted here), in ns.
+pub fn report(latencies: &mut [Duration]) -> String {
+    latencies.sort_unstable();
+    let ns = |p| percentile(latencies, p).as_nanos();
+    format!("{} {}", ns(50), ns(99))
+}
+
+/// The median and p99 in a bench peer's `report`.
+pub fn parse_report(report: &str) -> crate::Result<(Duration, Duration)> {
+    let nums: Vec<u64> = report
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    match nums[..] {
+        [median, p99] => Ok((Duration::from_nanos(median), Duration::from_nanos(p99))),
+        _ => Err(format!("the bench peer reported {report:?}").into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_peer_report_reads_back_as_its_median_and_p99() {
+        let mut samples: Vec<Duration> = (1..=100).rev().map(Duration::from_micros).collect();
+        let (m, p) = parse_report(&report(&mut samples)).unwrap();
+        assert_eq!(
+            (m, p),
+            (Duration::from_micros(51), Duration::from_micros(100))
+        );
+        assert!(parse_report("error: no socket").is_err());
     }
 }

@@ -12,7 +12,7 @@ pub const HWT_WAIT_FOREVER: u64 = u64::MAX;
 
 /// A connected named pipe (opaque), for `hwt_send` and `hwt_recv`: made by `hwt_pipe_accept`
 /// or `hwt_pipe_connect`, freed by `hwt_pipe_close`.
-pub struct HwtPipe(hwtensor::handoff::Pipe);
+pub struct HwtPipe(pub(crate) hwtensor::handoff::Pipe);
 
 /// The pipe name behind `name`, a NUL-terminated UTF-8 string.
 ///

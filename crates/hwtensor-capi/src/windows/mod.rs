@@ -1,8 +1,10 @@
-//! The Windows side of the C ABI: D3D11 interface pointers and NT handles, and the hand-off
-//! over a named pipe (`handoff.rs`).
+//! The Windows side of the C ABI: D3D11 interface pointers and NT handles, the hand-off over
+//! a named pipe (`handoff.rs`) and the channel's two sides on one (`stream.rs`).
 
 mod handoff;
+mod stream;
 pub use handoff::*;
+pub use stream::*;
 
 use std::ffi::c_void;
 use std::os::windows::io::IntoRawHandle;

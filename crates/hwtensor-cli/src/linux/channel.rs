@@ -13,7 +13,7 @@ use hwtensor::stream::{Consumer, FrameMeta, Producer, Wait};
 use hwtensor::{Tensor, TensorDyn, TensorMemory};
 
 use super::monotonic_ns;
-use crate::timing::{fmt, percentile};
+use crate::timing::fmt;
 
 /// Buffers in the channel's pool.
 const POOL: usize = 3;
@@ -167,15 +167,7 @@ fn run_on(
     if !out.status.success() {
         return Err(format!("the bench peer failed ({})", out.status).into());
     }
-    let report = String::from_utf8_lossy(&out.stdout);
-    let nums: Vec<u64> = report
-        .split_whitespace()
-        .filter_map(|w| w.parse().ok())
-        .collect();
-    match nums[..] {
-        [median, p99] => Ok((Duration::from_nanos(median), Duration::from_nanos(p99))),
-        _ => Err(format!("the bench peer reported {report:?}").into()),
-    }
+    crate::timing::parse_report(&String::from_utf8_lossy(&out.stdout))
 }
 
 fn produce_frames(
@@ -265,12 +257,7 @@ pub fn peer(fd: i32, frames: usize, spin: bool, socket: bool, cuda: bool) -> cra
             ));
         }
     }
-    latencies.sort();
-    println!(
-        "{} {}",
-        percentile(&latencies, 50).as_nanos(),
-        percentile(&latencies, 99).as_nanos()
-    );
+    println!("{}", crate::timing::report(&mut latencies));
     Ok(())
 }
 

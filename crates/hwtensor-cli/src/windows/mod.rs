@@ -1,5 +1,5 @@
-//! What the command does on Windows: the D3D11 device's probe and figures, and the demo over a
-//! named pipe (`demo.rs`).
+//! What the command does on Windows: the D3D11 device's probe and figures, the demo
+//! (`demo.rs`) and the channel's figures (`channel.rs`) over a named pipe.
 
 use std::time::{Duration, Instant};
 
@@ -15,6 +15,7 @@ pub const HOST_MEMORIES: &[TensorMemory] = &[TensorMemory::Mem, TensorMemory::Sh
 /// Signals each thread makes when measuring throughput.
 const SIGNALS_PER_THREAD: usize = 500;
 
+pub mod channel;
 pub mod demo;
 
 /// The performance counter in nanoseconds: one clock for every process on the machine, so a
@@ -76,8 +77,14 @@ pub fn probe_text(out: &mut impl std::io::Write) -> std::io::Result<()> {
     Ok(())
 }
 
-/// The D3D11 device's figures: the device call, the fence, and GPU images seen by the CPU.
+/// The Windows figures: the D3D11 device's, then the channel's.
 pub fn bench(s: &Samples) -> crate::Result {
+    device_figures(s)?;
+    channel::bench(s.rounds < 50)
+}
+
+/// The D3D11 device's figures: the device call, the fence, and GPU images seen by the CPU.
+fn device_figures(s: &Samples) -> crate::Result {
     println!("\n== GPU process device, D3D11 (medians) ==");
     let Some(d) = crate::device::bench(s.rounds)? else {
         return Ok(());
