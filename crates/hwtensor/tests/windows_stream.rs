@@ -156,13 +156,16 @@ fn forge(pipe: &Pipe, bytes: &[u8]) {
     pipe.write_all(bytes, Instant::now() + WAIT).unwrap();
 }
 
-/// A set-up message as the channel writes it, naming handle `value`.
-fn set_up(slots: u32, capacity: u32, flags: u32, value: u64) -> Vec<u8> {
+/// A set-up message as the channel writes it, naming handle `block` for the control block and
+/// `events` for the two wake-up events and the "closed" one.
+fn set_up(slots: u32, capacity: u32, flags: u32, block: u64, events: [u64; 3]) -> Vec<u8> {
     let mut m = b"HWTCHAN1".to_vec();
     for w in [2u32, slots, capacity, flags] {
         m.extend(w.to_le_bytes());
     }
-    m.extend(value.to_le_bytes());
+    for v in std::iter::once(block).chain(events) {
+        m.extend(v.to_le_bytes());
+    }
     m
 }
 
@@ -172,13 +175,29 @@ fn hostile_set_ups_are_refused_by_what_is_wrong_and_leave_no_handle_behind() {
     #[allow(unsafe_code)]
     let event = unsafe { windows::Win32::System::Threading::CreateEventW(None, true, false, None) }
         .unwrap();
-    let event_value = event.0 as u64;
+    let ev = event.0 as u64;
+    // A handle of this process that is not an event: this process, opened for waiting.
+    // SAFETY: opening our own process; the handle is closed below.
+    #[allow(unsafe_code)]
+    let process = unsafe {
+        windows::Win32::System::Threading::OpenProcess(
+            windows::Win32::System::Threading::PROCESS_SYNCHRONIZE,
+            false,
+            std::process::id(),
+        )
+    }
+    .unwrap();
+    let not_event = process.0 as u64;
     let before = handles();
-    let cases: [(Vec<u8>, &str); 4] = [
-        (set_up(3, 4, 0, event_value), "control block"),
-        (set_up(3, 4, 0, 0x7ff0_0004), "cannot be duplicated"),
-        (set_up(3, 4, 1, event_value), "1 handles where 2"),
-        (set_up(0, 4, 0, event_value), "pool of 0"),
+    let cases: [(Vec<u8>, &str); 5] = [
+        (set_up(3, 4, 0, ev, [ev; 3]), "control block"),
+        (
+            set_up(3, 4, 0, 0x7ff0_0004, [ev; 3]),
+            "cannot be duplicated",
+        ),
+        (set_up(3, 4, 1, ev, [ev; 3]), "1 handles where 2"),
+        (set_up(0, 4, 0, ev, [ev; 3]), "pool of 0"),
+        (set_up(3, 4, 0, ev, [ev, not_event, ev]), "not an event"),
     ];
     for (i, (message, why)) in cases.into_iter().enumerate() {
         let (a, b) = pipes(&format!("hostile-{i}"));
@@ -188,7 +207,7 @@ fn hostile_set_ups_are_refused_by_what_is_wrong_and_leave_no_handle_behind() {
         drop(a);
     }
     let (a, b) = pipes("hostile-short");
-    forge(&a, &set_up(3, 4, 0, event_value)[..10]);
+    forge(&a, &set_up(3, 4, 0, ev, [ev; 3])[..10]);
     drop(a);
     let started = Instant::now();
     let err = Consumer::connect(b, WAIT).unwrap_err();
@@ -199,10 +218,11 @@ fn hostile_set_ups_are_refused_by_what_is_wrong_and_leave_no_handle_behind() {
     assert!(matches!(got, Err(Error::Timeout(_))), "{got:?}");
     drop(a);
     assert_eq!(handles(), before, "a refused set-up left a handle open");
-    // SAFETY: the event made above, closed once.
+    // SAFETY: the two handles made above, closed once.
     #[allow(unsafe_code)]
     unsafe {
         let _ = windows::Win32::Foundation::CloseHandle(event);
+        let _ = windows::Win32::Foundation::CloseHandle(process);
     }
 }
 
@@ -251,4 +271,38 @@ fn frames_cross_to_a_consumer_process_and_its_buffers_come_back() {
     for _ in 0..POOL {
         producer.acquire(Duration::from_millis(100)).unwrap();
     }
+}
+
+/// The environment variable that makes this binary the consumer that dies holding frames.
+const DYING_CHILD: &str = "HWTENSOR_WINDOWS_STREAM_DYING_CHILD";
+const DIES: &str = "a_consumer_process_that_dies_holding_frames_gives_its_buffers_back";
+
+#[test]
+fn a_consumer_process_that_dies_holding_frames_gives_its_buffers_back() {
+    if let Ok(name) = std::env::var(DYING_CHILD) {
+        let pipe = Pipe::connect(&name, WAIT).unwrap();
+        let mut consumer = Consumer::connect(pipe, CONNECT_TIMEOUT).unwrap();
+        let held = consumer.recv(Wait::For(WAIT)).unwrap();
+        std::mem::forget((held, consumer)); // nothing is handed back or said
+        std::process::exit(0);
+    }
+    let name = format!("hwtensor-stream-dies-{}", std::process::id());
+    let mut listener = PipeListener::bind(&name).unwrap();
+    let mut process = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([DIES, "--exact", "--nocapture", "--test-threads=1"])
+        .env(DYING_CHILD, &name)
+        .spawn()
+        .unwrap();
+    let pipe = listener.accept(WAIT).unwrap();
+    let mut producer = Producer::new(pool(64)).unwrap();
+    producer.attach(pipe).unwrap();
+    for seq in 0..POOL as u64 {
+        let slot = producer.acquire(WAIT).unwrap();
+        producer.send(slot, FrameMeta::new(seq, 0)).unwrap();
+    }
+    assert!(process.wait().unwrap().success());
+    let started = Instant::now();
+    producer.acquire(WAIT).unwrap(); // its exit, not a timeout, frees the pool
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(producer.consumers(), 0);
 }

@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::os::{self, Link, PeerFence};
+use super::os::{self, Conn, Link, PeerFence};
 use super::ring::{Entry, Ring};
 use super::{FrameMeta, Woken, PAYLOAD_BYTES, SPIN};
 use crate::gpu::GPU_WAIT;
@@ -41,8 +41,8 @@ pub enum Wait {
 #[derive(Debug)]
 struct Back {
     ring: Arc<Ring>,
-    /// The consumer's socket (a second handle to it): hand-backs wake the producer on it.
-    socket: Link,
+    /// The consumer's connection (a second handle to it): hand-backs wake the producer on it.
+    socket: Conn,
     /// Which buffers this consumer holds (a replayed id from the producer is refused); also
     /// serialises hand-backs from frames dropped on several threads.
     holds: Mutex<Vec<bool>>,
@@ -74,7 +74,7 @@ impl Back {
 /// The receiving side of a channel. Dropping it shuts the connection down (the socket it was
 /// given and every duplicate of it): the producer sees it leave even while frames are held.
 pub struct Consumer {
-    stream: Link,
+    conn: Conn,
     ring: Arc<Ring>,
     pool: Vec<TensorDyn>,
     fence: Option<PeerFence>,
@@ -122,7 +122,7 @@ impl Drop for Consumer {
         // Frames still held keep a handle to the socket for their hand-backs: shutting it
         // down tells the producer now that this consumer is gone (their later hand-backs go
         // nowhere, harmlessly), as closing the last handle would.
-        os::leave(&self.stream);
+        os::leave(&self.conn);
     }
 }
 
@@ -144,19 +144,19 @@ impl Consumer {
     /// producer of this user (as `handoff::recv` does).
     pub fn connect(stream: Link, timeout: Duration) -> Result<Consumer> {
         let deadline = Instant::now() + timeout;
-        let (s, fence) = os::recv_setup(&stream, deadline)?;
+        let (s, fence, conn) = os::recv_setup(stream, deadline)?;
         let ring = Arc::new(Ring::open(s.block, s.capacity)?);
         let pool = (0..s.slots)
-            .map(|_| handoff::recv_by(&stream, deadline))
+            .map(|_| handoff::recv_by(os::link(&conn), deadline))
             .collect::<Result<Vec<_>>>()?;
-        let socket = os::duplicate(&stream)?;
+        let socket = os::duplicate(&conn)?;
         let back = Arc::new(Back {
             ring: ring.clone(),
             socket,
             holds: Mutex::new(vec![false; pool.len()]),
         });
         Ok(Consumer {
-            stream,
+            conn,
             ring,
             pool,
             fence,
@@ -263,7 +263,7 @@ impl Consumer {
         let woken = if self.ring.frame_ready() {
             Woken::Event
         } else {
-            os::wait(&[&self.stream], deadline)?
+            os::wait(&[&self.conn], deadline)?
         };
         self.ring.awake(true);
         match woken {
@@ -275,7 +275,7 @@ impl Consumer {
 
     /// Errs when the producer's socket hung up.
     fn check_producer(&self) -> Result<()> {
-        match os::wait(&[&self.stream], Some(Instant::now()))? {
+        match os::wait(&[&self.conn], Some(Instant::now()))? {
             Woken::Left(_) => self.producer_left(),
             _ => Ok(()),
         }
@@ -304,7 +304,7 @@ impl Consumer {
 
     /// The consumer's end of its socket, for a test to misbehave on.
     pub(super) fn socket(&self) -> Link {
-        self.stream.try_clone().unwrap()
+        self.conn.try_clone().unwrap()
     }
 }
 
@@ -357,7 +357,7 @@ mod tests {
         // the consumer's end of the socket, blocking, is full.
         producer.ring_of(0).going_to_sleep(false);
         let full = rustix::net::SendFlags::DONTWAIT;
-        while rustix::net::send(&consumer.stream, &[0; 4096], full).is_ok() {}
+        while rustix::net::send(&consumer.conn, &[0; 4096], full).is_ok() {}
         for seq in 0..3 {
             let slot = producer.acquire(Duration::from_secs(1)).unwrap();
             producer.send(slot, FrameMeta::new(seq, 0)).unwrap();

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::os::{self, Link};
+use super::os::{self, Conn, Link};
 use super::ring::{self, Entry, Ring};
 use super::{FrameMeta, Woken, SPIN};
 use crate::blob::Transport;
@@ -23,8 +23,9 @@ impl Slot {
 /// One consumer as the producer sees it.
 #[derive(Debug)]
 struct Attached {
-    /// The set-up went here; then wake-ups both ways, and its hang-up says the consumer left.
-    stream: Link,
+    /// The connection the set-up went over; then wake-ups both ways, and word that the
+    /// consumer left.
+    conn: Conn,
     ring: Ring,
     /// Which buffers this consumer holds.
     holds: Vec<bool>,
@@ -86,12 +87,12 @@ impl Producer {
     pub fn attach(&mut self, stream: Link) -> Result<()> {
         os::room_for_consumer(self.consumers.len())?;
         let ring = Ring::create(self.pool.len() as u32)?;
-        os::send_setup(&stream, ring.capacity(), ring.block(), &self.pool)?;
+        let conn = os::send_setup(stream, ring.capacity(), ring.block(), &self.pool)?;
         for t in &self.pool {
-            handoff::send_as(&stream, t, Transport::Reference)?;
+            handoff::send_as(os::link(&conn), t, Transport::Reference)?;
         }
         self.consumers.push(Attached {
-            stream,
+            conn,
             ring,
             holds: vec![false; self.pool.len()],
         });
@@ -151,7 +152,7 @@ impl Producer {
                     consumer.holds[i] = true;
                     self.out[i] += 1;
                     if consumer.ring.peer_sleeps(true) {
-                        os::wake(&consumer.stream);
+                        os::wake(&consumer.conn);
                         woke = true;
                     }
                 }
@@ -214,7 +215,7 @@ impl Producer {
     /// and the consumer must see the producer leave all the same.
     fn detach(&mut self, c: usize) {
         let gone = self.consumers.swap_remove(c);
-        os::leave(&gone.stream);
+        os::leave(&gone.conn);
         for (i, held) in gone.holds.iter().enumerate() {
             if *held {
                 self.out[i] -= 1;
@@ -232,8 +233,8 @@ impl Producer {
         let woken = if pending {
             Woken::Event
         } else {
-            let links: Vec<&Link> = self.consumers.iter().map(|c| &c.stream).collect();
-            os::wait(&links, Some(deadline))?
+            let conns: Vec<&Conn> = self.consumers.iter().map(|c| &c.conn).collect();
+            os::wait(&conns, Some(deadline))?
         };
         for c in &self.consumers {
             c.ring.awake(false);
@@ -267,7 +268,7 @@ impl Drop for Producer {
         // `socket` object does): shutting the connection down tells every consumer now that
         // the producer left, as closing the last handle would.
         for c in &self.consumers {
-            os::leave(&c.stream);
+            os::leave(&c.conn);
         }
     }
 }
@@ -281,7 +282,7 @@ impl Producer {
 
     /// The producer's end of consumer `c`'s socket, for a test to misbehave on.
     pub(super) fn socket_of(&self, c: usize) -> Link {
-        self.consumers[c].stream.try_clone().unwrap()
+        self.consumers[c].conn.try_clone().unwrap()
     }
 }
 

@@ -12,3 +12,4 @@ pub(crate) type AcquireFence = std::convert::Infallible;
 
 pub(crate) mod handles;
 pub(crate) mod pipe;
+pub(crate) mod sync;

@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 
 use windows::core::HSTRING;
 use windows::Win32::Foundation::{
-    ERROR_BROKEN_PIPE, ERROR_IO_PENDING, ERROR_NO_DATA, ERROR_OPERATION_ABORTED,
-    ERROR_PIPE_CONNECTED, ERROR_PIPE_NOT_CONNECTED, GENERIC_READ, GENERIC_WRITE, HANDLE,
-    INVALID_HANDLE_VALUE, WAIT_OBJECT_0,
+    ERROR_BROKEN_PIPE, ERROR_IO_PENDING, ERROR_NO_DATA, ERROR_PIPE_CONNECTED,
+    ERROR_PIPE_NOT_CONNECTED, GENERIC_READ, GENERIC_WRITE, HANDLE, INVALID_HANDLE_VALUE,
+    WAIT_OBJECT_0,
 };
 use windows::Win32::Storage::FileSystem::{
     CreateFileW, ReadFile, WriteFile, FILE_FLAG_FIRST_PIPE_INSTANCE, FILE_FLAG_OVERLAPPED,
@@ -23,9 +23,7 @@ use windows::Win32::System::Pipes::{
     PIPE_READMODE_BYTE, PIPE_REJECT_REMOTE_CLIENTS, PIPE_TYPE_BYTE, PIPE_UNLIMITED_INSTANCES,
     PIPE_WAIT,
 };
-use windows::Win32::System::Threading::{
-    CreateEventW, WaitForMultipleObjects, WaitForSingleObject, INFINITE,
-};
+use windows::Win32::System::Threading::WaitForSingleObject;
 use windows::Win32::System::IO::{CancelIoEx, GetOverlappedResult, OVERLAPPED};
 
 use crate::{Error, Result};
@@ -53,14 +51,6 @@ fn full_name(name: &str) -> HSTRING {
 
 fn raw(h: &OwnedHandle) -> HANDLE {
     HANDLE(h.as_raw_handle())
-}
-
-/// A new manual-reset event, unsignalled.
-fn event() -> Result<OwnedHandle> {
-    // SAFETY: an unnamed event with default security; the handle is owned at once.
-    let e = unsafe { CreateEventW(None, true, false, None) }.map_err(os("creating an event"))?;
-    // SAFETY: a handle we own and nothing else closes.
-    Ok(unsafe { OwnedHandle::from_raw_handle(e.0) })
 }
 
 /// An OS error of `op`, as ours.
@@ -129,7 +119,7 @@ impl Listener {
         let handle = unsafe { OwnedHandle::from_raw_handle(h.0) };
         Ok(Pipe {
             handle,
-            event: event()?,
+            event: super::sync::event(true)?,
             server: true,
         })
     }
@@ -157,7 +147,7 @@ impl Pipe {
                     return Ok(Pipe {
                         // SAFETY: the valid handle just opened, owned from here.
                         handle: unsafe { OwnedHandle::from_raw_handle(h.0) },
-                        event: event()?,
+                        event: super::sync::event(true)?,
                         server: false,
                     });
                 }
@@ -180,7 +170,7 @@ impl Pipe {
         })?;
         Ok(Pipe {
             handle,
-            event: event()?,
+            event: super::sync::event(true)?,
             server: self.server,
         })
     }
@@ -296,91 +286,6 @@ impl Pipe {
         unsafe { GetOverlappedResult(raw(&self.handle), &o, &mut n, false) }
             .map_err(|e| io_error(e, what))?;
         Ok(n as usize)
-    }
-}
-
-/// What one read of [`read_any`] found on its pipe.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Read {
-    /// This many bytes, now in the pipe's buffer.
-    Bytes(usize),
-    /// The pipe is broken or failed: its peer is gone.
-    Closed,
-    /// Nothing came by the deadline.
-    Nothing,
-}
-
-/// The most pipes one [`read_any`] watches: `WaitForMultipleObjects`'s limit.
-pub(crate) const MAX_WATCHED: usize = 64;
-
-/// Reads whatever comes first on any of `pipes` (into the buffer of the same index), waiting
-/// until `deadline` (`None`: no deadline; one already past: a look without a wait). Every read
-/// still pending at the end is cancelled and waited out, so the buffers are free again when
-/// this returns; a read that completed meanwhile keeps its bytes. Refuses more than
-/// [`MAX_WATCHED`] pipes.
-pub(crate) fn read_any<const N: usize>(
-    pipes: &[&Pipe],
-    bufs: &mut [[u8; N]],
-    deadline: Option<Instant>,
-) -> Result<Vec<Read>> {
-    if pipes.len() > MAX_WATCHED || bufs.len() != pipes.len() {
-        return Err(Error::InvalidArgument(format!(
-            "a wait watches 1 to {MAX_WATCHED} pipes with a buffer each, not {}",
-            pipes.len()
-        )));
-    }
-    // Allocated once at full length and never grown: the kernel holds these addresses until
-    // each read is over.
-    let mut ops: Vec<OVERLAPPED> = pipes
-        .iter()
-        .map(|p| OVERLAPPED {
-            hEvent: raw(&p.event),
-            ..Default::default()
-        })
-        .collect();
-    let mut pending = vec![false; pipes.len()];
-    let mut reads = vec![Read::Nothing; pipes.len()];
-    for (i, (pipe, buf)) in pipes.iter().zip(bufs.iter_mut()).enumerate() {
-        // SAFETY: a live handle; the buffer and the OVERLAPPED stay put until the read is over
-        // (completed here, or cancelled and waited out below).
-        match unsafe { ReadFile(raw(&pipe.handle), Some(buf), None, Some(&mut ops[i])) } {
-            Ok(()) => reads[i] = finished(pipe, &ops[i], false),
-            Err(e) if e.code() == ERROR_IO_PENDING.to_hresult() => pending[i] = true,
-            Err(_) => reads[i] = Read::Closed,
-        }
-    }
-    let waiting: Vec<HANDLE> = (0..pipes.len())
-        .filter(|&i| pending[i])
-        .map(|i| ops[i].hEvent)
-        .collect();
-    if !waiting.is_empty() && reads.iter().all(|r| *r == Read::Nothing) {
-        let ms = deadline.map_or(INFINITE, |d| {
-            let left = d.saturating_duration_since(Instant::now());
-            u32::try_from(left.as_millis()).unwrap_or(INFINITE - 1)
-        });
-        // SAFETY: live events, each signalled by its pipe's read; the result is only a hint
-        // (every read's own result is collected below).
-        let _ = unsafe { WaitForMultipleObjects(&waiting, false, ms) };
-    }
-    for i in (0..pipes.len()).filter(|&i| pending[i]) {
-        // SAFETY: the read started above on this handle with this OVERLAPPED; cancelling one
-        // that is over already does nothing.
-        let _ = unsafe { CancelIoEx(raw(&pipes[i].handle), Some(&ops[i])) };
-        reads[i] = finished(pipes[i], &ops[i], true);
-    }
-    Ok(reads)
-}
-
-/// The result of `pipe`'s read `op`, once over (`wait`: it may still be ending a cancel).
-fn finished(pipe: &Pipe, op: &OVERLAPPED, wait: bool) -> Read {
-    let mut n = 0;
-    // SAFETY: the read on this handle with this OVERLAPPED is over, or cancelled: waiting for
-    // it returns as soon as the cancel lands (a cancelled pipe read ends at once).
-    match unsafe { GetOverlappedResult(raw(&pipe.handle), op, &mut n, wait) } {
-        Ok(()) if n > 0 => Read::Bytes(n as usize),
-        Ok(()) => Read::Nothing,
-        Err(e) if e.code() == ERROR_OPERATION_ABORTED.to_hresult() => Read::Nothing,
-        Err(_) => Read::Closed,
     }
 }
 

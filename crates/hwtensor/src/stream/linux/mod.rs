@@ -23,28 +23,36 @@ use crate::{Direction, Error, Result, TensorDyn, TensorMemory};
 /// The connection a channel runs over: a connected Unix stream socket.
 pub type Link = UnixStream;
 
+/// A channel's connection once set up: on Linux the socket itself carries everything after.
+pub(crate) type Conn = UnixStream;
+
+/// The link under a connection, for the pool's hand-offs.
+pub(crate) fn link(conn: &Conn) -> &Link {
+    conn
+}
+
 /// The producer's fence as a consumer imported it.
 pub(crate) type PeerFence = Arc<PeerTimeline>;
 
 /// Wakes the side sleeping on the other end of `link` (never blocks).
-pub(crate) fn wake(link: &Link) {
+pub(crate) fn wake(link: &Conn) {
     wake::wake(link.as_fd())
 }
 
 /// Sleeps until a peer on one of `links` wakes us or leaves, or `deadline` passes.
-pub(crate) fn wait(links: &[&Link], deadline: Option<Instant>) -> Result<Woken> {
+pub(crate) fn wait(links: &[&Conn], deadline: Option<Instant>) -> Result<Woken> {
     let fds: Vec<BorrowedFd<'_>> = links.iter().map(|l| l.as_fd()).collect();
     wake::wait(&fds, deadline)
 }
 
 /// Tells the peer this side left, whoever else holds a handle to the socket (the caller's own,
 /// a frame's): a shut-down socket hangs up for the peer as a closed one does.
-pub(crate) fn leave(link: &Link) {
+pub(crate) fn leave(link: &Conn) {
     let _ = link.shutdown(std::net::Shutdown::Both);
 }
 
 /// A second handle to `link`, for frames to wake the producer on.
-pub(crate) fn duplicate(link: &Link) -> Result<Link> {
+pub(crate) fn duplicate(link: &Conn) -> Result<Conn> {
     link.try_clone().map_err(|source| Error::Os {
         op: "dup of the channel's socket",
         source,
@@ -129,32 +137,32 @@ pub(crate) fn block_error(what: String) -> Error {
 /// Sends the set-up on `link`, with the device's fence where the pool has GPU
 /// buffers.
 pub(crate) fn send_setup(
-    link: &Link,
+    link: Link,
     capacity: u32,
     block: &Block,
     pool: &[TensorDyn],
-) -> Result<()> {
+) -> Result<Conn> {
     let fence = match pool.iter().any(|t| t.memory() == TensorMemory::Gpu) {
         true => crate::gpu::device()?.fence_fd(),
         false => None,
     };
     let msg = message::encode(pool.len() as u32, capacity, fence.is_some());
     let fds: Vec<BorrowedFd<'_>> = std::iter::once(block.0.fd()).chain(fence).collect();
-    setup::send(link, &msg, &fds)?;
-    Ok(())
+    setup::send(&link, &msg, &fds)?;
+    Ok(link)
 }
 
 /// Receives the set-up and the fence on `link` by `deadline`.
 pub(crate) fn recv_setup(
-    link: &Link,
+    link: Link,
     deadline: Instant,
-) -> Result<(Setup<BlockHandle>, Option<PeerFence>)> {
-    let mut s = setup::recv(link, deadline)?;
+) -> Result<(Setup<BlockHandle>, Option<PeerFence>, Conn)> {
+    let mut s = setup::recv(&link, deadline)?;
     let fence = match s.fence.take() {
         Some(fd) => Some(crate::gpu::device()?.peer_timeline(fd)?),
         None => None,
     };
-    Ok((s, fence))
+    Ok((s, fence, link))
 }
 
 /// Waits at most `bound` for the producer's fence to reach `value`.

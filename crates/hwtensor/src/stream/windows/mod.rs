@@ -1,22 +1,24 @@
-//! The channel on Windows: a connected named pipe carries the set-up and the wake-ups; the
-//! control block is a pagefile-backed section, which the consumer duplicates out of the
+//! The channel on Windows: a connected named pipe carries the set-up; the control block is a
+//! pagefile-backed section, and wake-ups are events, which the consumer duplicates out of the
 //! producer's process as it does a hand-off's sections (the pipe names the producer, never the
 //! message; both must run as one user). Pools are shared memory: GPU textures cross with
 //! `Tensor::share_gpu`, and a frame never carries a GPU completion.
 //!
-//! Wake-ups are bytes on the pipe, as on Linux, rather than events: a byte costs one
-//! `WriteFile` as `SetEvent` costs one call, and the sleeper's read on the same pipe also ends
-//! when the peer's process dies (the pipe breaks), which an event never tells. A side that
-//! leaves while its process lives (a dropped `Consumer` whose frames still hold the pipe) says
-//! so with a [`BYE`] byte.
+//! Why events and not bytes on the pipe (as Linux's socket): under Wine a pipe wake-up took
+//! 125 us one way against 74 us for an event (a ping-pong of each between two threads), every
+//! overlapped read being several calls into the server. An event does not tell that its
+//! peer died, so a sleeper also waits on the peer's process (signalled when it exits) and on a
+//! shared "closed" event, which a side that leaves while its process lives sets (a dropped
+//! `Consumer` whose frames still hold its handles).
 
-use std::os::windows::io::OwnedHandle;
+use std::os::windows::io::{AsRawHandle, OwnedHandle};
 use std::time::{Duration, Instant};
 
 use crate::backing::SectionMapping;
 use crate::handoff::MID_MESSAGE_TIMEOUT;
 use crate::identity::BufferIdentity;
-use crate::os::pipe::{self, Read, MAX_WATCHED};
+use crate::os::pipe;
+use crate::os::sync::{self, MAX_WAIT_OBJECTS};
 use crate::stream::setup::{self, bad, Setup, LEN};
 use crate::stream::Woken;
 use crate::{Error, Result, TensorDyn, TensorMemory};
@@ -27,64 +29,89 @@ pub type Link = pipe::Pipe;
 /// Windows pools carry no GPU completion: a fence that never exists (always `None`).
 pub(crate) type PeerFence = std::convert::Infallible;
 
-/// A wake-up.
-const WAKE: u8 = 1;
-/// "This side left": sent by a producer or consumer that is dropped, since another handle to
-/// its pipe (a frame's) may keep the pipe itself open.
-const BYE: u8 = 0xff;
-/// Bytes one look at a pipe drains: a peer that sends more only wakes us again.
-const DRAIN_BYTES: usize = 256;
-/// Bytes of a handle value after the set-up message.
-const HANDLE_BYTES: usize = 8;
+/// Handle values after the set-up message: the block, the consumer's and the producer's wake-up
+/// events, the shared "closed" event.
+const HANDLES: usize = 4;
+/// Bytes of the set-up as it travels here: the message and the handle values.
+const SETUP_BYTES: usize = LEN + HANDLES * 8;
+/// Objects one side waits on per connection: its wake-up event, "closed", the peer's process.
+const WAITS_PER_CONN: usize = 3;
 
-/// Wakes the side sleeping on the other end of `link`. Never waits: a write the pipe cannot
-/// take at once (the peer reads nothing, its buffer is full) is cancelled, and the peer has
-/// wake-ups unread already.
-pub(crate) fn wake(link: &Link) {
-    let _ = link.write_all(&[WAKE], Instant::now());
+/// A channel's connection once set up.
+#[derive(Debug)]
+pub(crate) struct Conn {
+    /// The pipe the set-up and the pool went over, kept for the channel's life.
+    pipe: Link,
+    /// Set to wake the peer.
+    wake_peer: OwnedHandle,
+    /// Set by the peer to wake this side.
+    woken: OwnedHandle,
+    /// Set, and left set, by the side that leaves.
+    closed: OwnedHandle,
+    /// The peer's process: signalled when it exits, whatever it did before.
+    peer: OwnedHandle,
 }
 
-/// Sleeps until a peer on one of `links` wakes us or leaves, or `deadline` passes (`None`: no
-/// deadline). Bounded by the deadline whatever the peers send.
-pub(crate) fn wait(links: &[&Link], deadline: Option<Instant>) -> Result<Woken> {
-    let mut bufs = vec![[0u8; DRAIN_BYTES]; links.len()];
-    loop {
-        let reads = pipe::read_any(links, &mut bufs, deadline)?;
-        let mut woken = false;
-        for (i, read) in reads.into_iter().enumerate() {
-            match read {
-                Read::Closed => return Ok(Woken::Left(i)),
-                Read::Bytes(n) if bufs[i][..n].contains(&BYE) => return Ok(Woken::Left(i)),
-                Read::Bytes(_) => woken = true,
-                Read::Nothing => {}
-            }
-        }
-        if woken {
-            return Ok(Woken::Event);
-        }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            return Ok(Woken::Timeout);
-        }
+impl Conn {
+    fn try_clone(&self) -> Result<Conn> {
+        let dup = |h: &OwnedHandle| {
+            h.try_clone().map_err(|source| Error::Os {
+                op: "duplicating a channel handle",
+                source,
+            })
+        };
+        Ok(Conn {
+            pipe: self.pipe.try_clone()?,
+            wake_peer: dup(&self.wake_peer)?,
+            woken: dup(&self.woken)?,
+            closed: dup(&self.closed)?,
+            peer: dup(&self.peer)?,
+        })
     }
 }
 
-/// Tells the peer this side left (never waits; a broken pipe tells it anyway).
-pub(crate) fn leave(link: &Link) {
-    let _ = link.write_all(&[BYE], Instant::now());
+/// The link under a connection, for the pool's hand-offs.
+pub(crate) fn link(conn: &Conn) -> &Link {
+    &conn.pipe
 }
 
-/// A second handle to `link`, for frames to wake the producer on from any thread.
-pub(crate) fn duplicate(link: &Link) -> Result<Link> {
-    link.try_clone()
+/// Wakes the side sleeping on the other end of `conn` (never waits).
+pub(crate) fn wake(conn: &Conn) {
+    sync::set(&conn.wake_peer);
+}
+
+/// Sleeps until a peer on one of `conns` wakes us or leaves, or `deadline` passes (`None`: no
+/// deadline). Bounded by the deadline whatever the peers do with the events.
+pub(crate) fn wait(conns: &[&Conn], deadline: Option<Instant>) -> Result<Woken> {
+    let objects: Vec<&OwnedHandle> = conns
+        .iter()
+        .flat_map(|c| [&c.woken, &c.closed, &c.peer])
+        .collect();
+    Ok(match sync::wait_any(&objects, deadline)? {
+        Some(i) if i % WAITS_PER_CONN == 0 => Woken::Event,
+        Some(i) => Woken::Left(i / WAITS_PER_CONN),
+        None => Woken::Timeout,
+    })
+}
+
+/// Tells the peer this side left (never waits).
+pub(crate) fn leave(conn: &Conn) {
+    sync::set(&conn.closed);
+}
+
+/// A second handle to `conn`'s objects, for frames to wake the producer on from any thread.
+pub(crate) fn duplicate(conn: &Conn) -> Result<Conn> {
+    conn.try_clone()
 }
 
 /// Whether a producer with `attached` consumers may take one more: a producer waits on all
-/// their pipes at once, and Windows waits on at most [`MAX_WATCHED`] objects.
+/// their objects at once, and Windows waits on at most 64.
 pub(crate) fn room_for_consumer(attached: usize) -> Result<()> {
-    match attached < MAX_WATCHED {
+    let most = MAX_WAIT_OBJECTS / WAITS_PER_CONN;
+    match attached < most {
         true => Ok(()),
         false => Err(Error::InvalidOperation(format!(
-            "a channel on Windows serves at most {MAX_WATCHED} consumers"
+            "a channel on Windows serves at most {most} consumers"
         ))),
     }
 }
@@ -150,30 +177,50 @@ pub(crate) fn block_error(what: String) -> Error {
     Error::Handoff(format!("the channel's control block {what}"))
 }
 
-/// Sends the set-up on `link`: the message, then the block's handle value.
+/// A handle to the process on the other end of `link`, to see it exit.
+fn peer_process(link: &Link) -> Result<OwnedHandle> {
+    sync::watch_process(link.peer_pid()?)
+}
+
+/// Sends the set-up on `link`: the message, then the handle values of the block and of the
+/// three events the producer made for this consumer.
 pub(crate) fn send_setup(
-    link: &Link,
+    link: Link,
     capacity: u32,
     block: &Block,
     pool: &[TensorDyn],
-) -> Result<()> {
-    use std::os::windows::io::AsRawHandle;
-    let mut msg = [0u8; LEN + HANDLE_BYTES];
+) -> Result<Conn> {
+    let (to_consumer, to_producer, closed) =
+        (sync::event(false)?, sync::event(false)?, sync::event(true)?);
+    let mut msg = [0u8; SETUP_BYTES];
     msg[..LEN].copy_from_slice(&setup::encode(pool.len() as u32, capacity, false));
-    let value = block.0.handle().as_raw_handle() as u64;
-    msg[LEN..].copy_from_slice(&value.to_le_bytes());
+    let values = [
+        block.0.handle().as_raw_handle(),
+        to_consumer.as_raw_handle(),
+        to_producer.as_raw_handle(),
+        closed.as_raw_handle(),
+    ];
+    for (i, v) in values.into_iter().enumerate() {
+        msg[LEN + i * 8..LEN + i * 8 + 8].copy_from_slice(&(v as u64).to_le_bytes());
+    }
     link.write_all(&msg, Instant::now() + MID_MESSAGE_TIMEOUT)?;
-    Ok(())
+    Ok(Conn {
+        peer: peer_process(&link)?,
+        pipe: link,
+        wake_peer: to_consumer,
+        woken: to_producer,
+        closed,
+    })
 }
 
-/// Receives the set-up on `link` by `deadline`: the message's first byte by then,
-/// the rest within [`MID_MESSAGE_TIMEOUT`] of it; the block's handle duplicated out of the
-/// producer (a value that is not a section there is refused when it is mapped).
+/// Receives the set-up on `link` by `deadline`: the message's first byte by then, the rest
+/// within [`MID_MESSAGE_TIMEOUT`] of it; every handle duplicated out of the producer, and the
+/// events checked to be events (the block is checked when it is mapped).
 pub(crate) fn recv_setup(
-    link: &Link,
+    link: Link,
     deadline: Instant,
-) -> Result<(Setup<BlockHandle>, Option<PeerFence>)> {
-    let mut msg = [0u8; LEN + HANDLE_BYTES];
+) -> Result<(Setup<BlockHandle>, Option<PeerFence>, Conn)> {
+    let mut msg = [0u8; SETUP_BYTES];
     link.read_exact(&mut msg[..1], deadline)
         .map_err(|e| match e {
             Error::Timeout(_) => Error::Timeout("no channel set-up within the timeout".into()),
@@ -183,17 +230,37 @@ pub(crate) fn recv_setup(
     link.read_exact(&mut msg[1..], rest)
         .map_err(|e| bad(format!("the producer's message broke off: {e}")))?;
     let head: &[u8; LEN] = msg[..LEN].try_into().unwrap_or(&[0; LEN]);
-    let value = u64::from_le_bytes(msg[LEN..].try_into().unwrap_or([0; 8]));
-    // One handle value travels: a message that names a fence is refused here by its count.
-    let s = setup::parse(head, vec![value])?;
-    let block = crate::os::handles::duplicate_from(link.peer_pid()?, s.block)?;
+    let value = |i: usize| {
+        let at = LEN + i * 8;
+        u64::from_le_bytes(msg[at..at + 8].try_into().unwrap_or([0; 8]))
+    };
+    // The block is the one handle the message format counts: one that names a fence is
+    // refused here by that count.
+    let s = setup::parse(head, vec![value(0)])?;
+    let pid = link.peer_pid()?;
+    let take = |i: usize| crate::os::handles::duplicate_from(pid, value(i));
+    let block = take(0)?;
+    let conn = Conn {
+        wake_peer: checked_event(take(2)?, "wake-up")?,
+        woken: checked_event(take(1)?, "wake-up")?,
+        closed: checked_event(take(3)?, "closed")?,
+        peer: peer_process(&link)?,
+        pipe: link,
+    };
     let s = Setup {
         slots: s.slots,
         capacity: s.capacity,
         block,
         fence: None,
     };
-    Ok((s, None))
+    Ok((s, None, conn))
+}
+
+/// `h`, refused unless it is an event (resetting it is how to ask: at set-up nothing is
+/// pending on it yet).
+fn checked_event(h: OwnedHandle, what: &str) -> Result<OwnedHandle> {
+    sync::reset(&h).map_err(|e| bad(format!("the producer's {what} handle: {e}")))?;
+    Ok(h)
 }
 
 /// Never runs: a Windows consumer has no fence.
