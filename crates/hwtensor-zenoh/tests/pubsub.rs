@@ -296,6 +296,9 @@ fn a_forged_sample_naming_a_publisher_with_a_huge_sequence_does_not_silence_it()
     );
 }
 
+/// Publishers after the first in the restart test: a leak of one fd each shows this many.
+const LEAK_WOULD_SHOW: usize = 19;
+
 /// Open fds of this process.
 fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").unwrap().count()
@@ -307,7 +310,7 @@ fn a_local_publisher_that_goes_takes_its_socket_and_reader_with_it() {
     let (a, b) = (session(port, true), session(port, false));
     let subscriber = Subscriber::new(&b, "test/restarts", SubscriberOptions::default()).unwrap();
     let mut after_first = None;
-    for _ in 0..20 {
+    for _ in 0..=LEAK_WOULD_SHOW {
         let publisher = Publisher::new(&a, "test/restarts", every_frame()).unwrap();
         wait_until("the local connection", || {
             publisher.local_subscribers() == 1
@@ -317,9 +320,11 @@ fn a_local_publisher_that_goes_takes_its_socket_and_reader_with_it() {
         after_first.get_or_insert_with(open_fds);
     }
     let grown = open_fds().saturating_sub(after_first.unwrap());
+    // A socket or reader kept per publisher would show 19 or more; the other tests of this
+    // binary run beside this one and hold a few fds of their own for a moment (3 were seen).
     assert!(
-        grown <= 2,
-        "{grown} fds more after 19 more publishers came and went"
+        grown < LEAK_WOULD_SHOW / 2,
+        "{grown} fds more after {LEAK_WOULD_SHOW} more publishers came and went"
     );
 }
 
