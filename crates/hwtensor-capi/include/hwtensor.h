@@ -1651,9 +1651,9 @@ void hwt_pipe_close(struct HwtPipe *pipe);
 
 #if defined(HWT_WINDOWS)
 /**
- * Sends `t` on `pipe` as `transport`: shared memory by reference goes as its section's handle,
- * which the receiver duplicates; returns once the receiver has answered, waiting at most
- * `timeout_ns`.
+ * Sends `t` on `pipe` as `transport`: by reference, shared memory goes as its section's handle
+ * and a GPU image as a shared handle of its texture with its completion fence's, which the
+ * receiver duplicates; returns once the receiver has answered, waiting at most `timeout_ns`.
  *
  * # Safety
  * `pipe` and `t` must be live handles.
@@ -1668,7 +1668,9 @@ enum HwtStatus hwt_send(const struct HwtPipe *pipe,
 /**
  * Receives one tensor on `pipe`, waiting at most `timeout_ns` for it (`HWT_STATUS_TIMEOUT`
  * when none comes). A peer that closes mid-message is `HWT_STATUS_PEER_GONE`; a handle that is
- * not a section, or one smaller than the blob says, is refused. `flags` must be 0.
+ * not a section, or one smaller than the blob says, is refused, as is a texture of another
+ * adapter or one that is not the blob's image; a texture's completion is waited for (at most
+ * 10 seconds). `flags` must be 0.
  *
  * # Safety
  * `pipe` must be a live handle; `out` valid for one write.

@@ -344,3 +344,36 @@ fn a_host_texture_that_is_not_the_image_or_a_completion_never_signalled_is_refus
     let err = early.unwrap_err().to_string();
     assert!(err.contains("never signalled"), "{err}");
 }
+
+#[test]
+fn a_gpu_image_crosses_a_named_pipe_as_its_texture_and_completion() {
+    use hwtensor::handoff::{recv, send, Pipe, PipeListener};
+    let test = test_name!();
+    if device_or_skip(test).is_none() {
+        return;
+    }
+    let t = Tensor::<u8>::image(32, 8, PixelFormat::Rgba, GPU, RW).unwrap();
+    pattern(&t, 9);
+    if let Err(Error::Unavailable { reason, .. }) = t.share_gpu() {
+        return skip_unless_required(
+            test,
+            &format!("no shared textures under this driver ({reason})"),
+        );
+    }
+    let name = format!("hwtensor-d3d11-handoff-{}", std::process::id());
+    let mut listener = PipeListener::bind(&name).unwrap();
+    let wait = std::time::Duration::from_secs(10);
+    let receiver = std::thread::spawn(move || {
+        let pipe = Pipe::connect(&name, wait).unwrap();
+        recv(&pipe, wait).unwrap().into_tensor::<u8>().unwrap()
+    });
+    let pipe = listener.accept(wait).unwrap();
+    send(&pipe, &t.clone().into()).unwrap();
+    let got = receiver.join().unwrap();
+    assert_eq!(got.memory(), TensorMemory::Gpu);
+    assert_eq!(
+        got.to_vec().unwrap(),
+        t.to_vec().unwrap(),
+        "the same texels"
+    );
+}

@@ -1,5 +1,6 @@
 //! The hand-off on Windows: `hwt_send` and `hwt_recv` over a named pipe (`HwtPipe`), shared
-//! memory by its section's handle, as `hwtensor::handoff` does it.
+//! memory by its section's handle and GPU images by their texture's, as `hwtensor::handoff`
+//! does it.
 
 use crate::codes::transport_of;
 use crate::status::{guard, invalid, OrStatus};
@@ -104,9 +105,9 @@ pub unsafe extern "C" fn hwt_pipe_close(pipe: *mut HwtPipe) {
     }
 }
 
-/// Sends `t` on `pipe` as `transport`: shared memory by reference goes as its section's handle,
-/// which the receiver duplicates; returns once the receiver has answered, waiting at most
-/// `timeout_ns`.
+/// Sends `t` on `pipe` as `transport`: by reference, shared memory goes as its section's handle
+/// and a GPU image as a shared handle of its texture with its completion fence's, which the
+/// receiver duplicates; returns once the receiver has answered, waiting at most `timeout_ns`.
 ///
 /// # Safety
 /// `pipe` and `t` must be live handles.
@@ -127,7 +128,9 @@ pub unsafe extern "C" fn hwt_send(
 
 /// Receives one tensor on `pipe`, waiting at most `timeout_ns` for it (`HWT_STATUS_TIMEOUT`
 /// when none comes). A peer that closes mid-message is `HWT_STATUS_PEER_GONE`; a handle that is
-/// not a section, or one smaller than the blob says, is refused. `flags` must be 0.
+/// not a section, or one smaller than the blob says, is refused, as is a texture of another
+/// adapter or one that is not the blob's image; a texture's completion is waited for (at most
+/// 10 seconds). `flags` must be 0.
 ///
 /// # Safety
 /// `pipe` must be a live handle; `out` valid for one write.

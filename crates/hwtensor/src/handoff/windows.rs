@@ -1,9 +1,9 @@
-//! The hand-off on Windows: a blob over a connected named pipe, shared memory (a section) by
-//! handle.
+//! The hand-off on Windows: a blob over a connected named pipe, shared memory (a section) and
+//! GPU images (a texture and its completion fence) by handle.
 //!
-//! One message: a 32-byte head (magic, version, whether the blob is by reference, the blob's
-//! length, the sender's section handle value, and the section's identity: the process that
-//! made it and its serial there), then the blob. The receiver duplicates the handle out of the
+//! One message: a 40-byte head (magic, version, whether the blob is by reference and whether a
+//! fence comes, the blob's length, the sender's memory handle value, a section's identity: the
+//! process that made it and its serial there, and the fence's handle value), then the blob. The receiver duplicates the handle out of the
 //! sender's process, whose id the pipe itself reports (never the message): so a message can
 //! only name handles the sender holds, and the receiver only ever closes handles it made. It
 //! needs `PROCESS_DUP_HANDLE` on the sender, which Windows grants a process of the same user.
@@ -21,12 +21,14 @@ use crate::{Error, Result, TensorDyn};
 
 /// "HWTP": a message that is not a hand-off fails here first.
 const MAGIC: [u8; 4] = *b"HWTP";
-/// The message layout's version.
-const VERSION: u16 = 1;
+/// The message layout's version. 2: a fence handle beside the memory's.
+const VERSION: u16 = 2;
 /// Bytes of the head.
-const HEAD_LEN: usize = 32;
-/// Head flag: the blob is by reference (a section handle travels with it).
+const HEAD_LEN: usize = 40;
+/// Head flag: the blob is by reference (a memory handle travels with it).
 const BY_HANDLE: u16 = 1;
+/// Head flag: a fence handle travels too (a GPU image's completion).
+const HAS_FENCE: u16 = 2;
 /// The receiver's answer: the handle was duplicated (the sender may let go of it).
 const TAKEN: u8 = 1;
 /// The receiver's answer: the handle could not be duplicated.
@@ -40,6 +42,8 @@ struct Head {
     handle: u64,
     creator: u32,
     serial: u64,
+    /// The fence's handle value; `None`: no fence comes.
+    fence: Option<u64>,
 }
 
 impl Head {
@@ -47,11 +51,14 @@ impl Head {
         let mut b = [0u8; HEAD_LEN];
         b[0..4].copy_from_slice(&MAGIC);
         b[4..6].copy_from_slice(&VERSION.to_le_bytes());
-        b[6..8].copy_from_slice(&u16::from(self.by_handle).to_le_bytes());
+        let fence = if self.fence.is_some() { HAS_FENCE } else { 0 };
+        let flags = u16::from(self.by_handle) | fence;
+        b[6..8].copy_from_slice(&flags.to_le_bytes());
         b[8..12].copy_from_slice(&(self.blob_len as u32).to_le_bytes());
         b[12..16].copy_from_slice(&self.creator.to_le_bytes());
         b[16..24].copy_from_slice(&self.handle.to_le_bytes());
         b[24..32].copy_from_slice(&self.serial.to_le_bytes());
+        b[32..40].copy_from_slice(&self.fence.unwrap_or(0).to_le_bytes());
         b
     }
 
@@ -71,7 +78,7 @@ impl Head {
             )));
         }
         let flags = u16_at(6);
-        if flags & !BY_HANDLE != 0 {
+        if flags & !(BY_HANDLE | HAS_FENCE) != 0 {
             return Err(Error::Handoff(format!("unknown hand-off flags {flags:#x}")));
         }
         let head = Head {
@@ -80,6 +87,7 @@ impl Head {
             creator: u32_at(12),
             handle: u64_at(16),
             serial: u64_at(24),
+            fence: (flags & HAS_FENCE != 0).then(|| u64_at(32)),
         };
         let limit = match head.by_handle {
             true => MAX_REFERENCE_BLOB_LEN,
@@ -91,15 +99,17 @@ impl Head {
                 head.blob_len
             )));
         }
-        if !head.by_handle && (head.handle, head.creator, head.serial) != (0, 0, 0) {
+        let names = (head.handle, head.creator, head.serial, u64_at(32));
+        if !head.by_handle && (names != (0, 0, 0, 0) || head.fence.is_some()) {
             return Err(Error::Handoff("an inline message names a handle".into()));
         }
         Ok(head)
     }
 }
 
-/// Sends `tensor` over `pipe`: shared memory by handle (no copy), anything else refused with
-/// the way to send it inline. Returns once the receiver has taken the handle.
+/// Sends `tensor` over `pipe`: shared memory and GPU images by handle (no copy), anything
+/// else refused with the way to send it inline. Returns once the receiver has taken the
+/// handles.
 pub fn send(pipe: &Pipe, tensor: &TensorDyn) -> Result<()> {
     send_as(pipe, tensor, Transport::Reference)
 }
@@ -118,7 +128,7 @@ pub fn send_within(
     timeout: Duration,
 ) -> Result<()> {
     let deadline = after(timeout);
-    let (head, bytes) = match mode {
+    match mode {
         Transport::Inline => {
             let bytes = blob::export_inline(tensor)?;
             let head = Head {
@@ -127,28 +137,34 @@ pub fn send_within(
                 handle: 0,
                 creator: 0,
                 serial: 0,
+                fence: None,
             };
-            (head, bytes)
+            write_message(pipe, &head, &bytes, deadline)
         }
         Transport::Reference => {
-            let (bytes, handle, identity) = blob::section::export(tensor)?;
-            let (creator, serial) = match identity {
+            let out = blob::section::export(tensor)?;
+            let (creator, serial) = match out.identity {
                 BufferIdentity::Section { pid, serial } => (pid, serial),
                 _ => (0, 0),
             };
             let head = Head {
                 by_handle: true,
-                blob_len: bytes.len(),
-                handle: handle.as_raw_handle() as u64,
+                blob_len: out.blob.len(),
+                handle: out.memory.value(),
                 creator,
                 serial,
+                fence: out.fence.as_ref().map(|f| f.as_raw_handle() as u64),
             };
-            (head, bytes)
+            // The handles stay valid until the answer: `out` lives until this returns.
+            write_message(pipe, &head, &out.blob, deadline)
         }
-    };
-    // The handle stays valid until the answer: `tensor` is borrowed until this returns.
+    }
+}
+
+/// Writes a head and its blob, then waits for the receiver's answer.
+fn write_message(pipe: &Pipe, head: &Head, bytes: &[u8], deadline: Instant) -> Result<()> {
     pipe.write_all(&head.encode(), deadline)?;
-    pipe.write_all(&bytes, deadline)?;
+    pipe.write_all(bytes, deadline)?;
     answer(pipe, deadline)
 }
 
@@ -159,16 +175,17 @@ fn answer(pipe: &Pipe, deadline: Instant) -> Result<()> {
     match a[0] {
         TAKEN => Ok(()),
         _ => Err(Error::Handoff(
-            "the receiver could not duplicate the section handle (it needs PROCESS_DUP_HANDLE on \
-             this process: the same user)"
+            "the receiver could not duplicate the handles (it needs PROCESS_DUP_HANDLE on this \
+             process: the same user)"
                 .into(),
         )),
     }
 }
 
 /// Receives one tensor from `pipe`, waiting at most `timeout` for a message to begin (then at
-/// most [`MID_MESSAGE_TIMEOUT`] for the rest). A section is checked before it is mapped: the
-/// handle must be a section this process can map, at least as large as the blob says.
+/// most [`MID_MESSAGE_TIMEOUT`] for the rest). Handles are checked before they are used: a
+/// section must be one this process can map, at least as large as the blob says; a texture one
+/// of this adapter that is the blob's image, its completion waited for (bounded).
 pub fn recv(pipe: &Pipe, timeout: Duration) -> Result<TensorDyn> {
     recv_by(pipe, after(timeout))
 }
@@ -186,7 +203,11 @@ pub(crate) fn recv_by(pipe: &Pipe, deadline: Instant) -> Result<TensorDyn> {
         pipe.write_all(&[TAKEN], deadline)?;
         return blob::import_inline(&bytes);
     }
-    let section = match take_handle(pipe, head.handle) {
+    let taken = take_handle(pipe, head.handle).and_then(|memory| {
+        let fence = head.fence.map(|f| take_handle(pipe, f)).transpose()?;
+        Ok((memory, fence))
+    });
+    let (memory, fence) = match taken {
         Ok(h) => h,
         Err(e) => {
             let _ = pipe.write_all(&[REFUSED], deadline);
@@ -198,7 +219,7 @@ pub(crate) fn recv_by(pipe: &Pipe, deadline: Instant) -> Result<TensorDyn> {
         pid: head.creator,
         serial: head.serial,
     };
-    blob::section::import(&bytes, section, identity)
+    blob::section::import(&bytes, memory, fence, identity)
 }
 
 /// The instant `timeout` from now (a timeout past the clock's range is a day: no hand-off
@@ -251,7 +272,7 @@ mod tests {
     /// The blob of a `len`-byte shm tensor by reference.
     fn blob_of(len: usize) -> Vec<u8> {
         let t = TensorDyn::from(Tensor::<u8>::new(&[len], Some(TensorMemory::Shm)).unwrap());
-        blob::section::export(&t).unwrap().0
+        blob::section::export(&t).unwrap().blob
     }
 
     /// Writes a message naming `handle` with `bytes` as its blob, then reads the answer.
@@ -262,6 +283,7 @@ mod tests {
             handle,
             creator: std::process::id(),
             serial: 1,
+            fence: None,
         };
         let deadline = Instant::now() + WAIT;
         pipe.write_all(&head.encode(), deadline).unwrap();
@@ -337,6 +359,7 @@ mod tests {
             handle: 4,
             creator: 1,
             serial: 1,
+            fence: None,
         };
         client
             .write_all(&head.encode()[..10], Instant::now() + WAIT)
@@ -356,6 +379,7 @@ mod tests {
             handle: 0x1234,
             creator: 77,
             serial: 9,
+            fence: Some(0x5678),
         };
         assert_eq!(Head::decode(&head.encode()).unwrap(), head);
         let mut flags = head.encode();
