@@ -46,7 +46,7 @@
 //! | 80 | 8 | completion_value | timeline value to wait for, with required bit 2 |
 //! | 88 | 4 | colorimetry | an image's colour primaries, transfer, matrix and range codes ([`Colorimetry`](crate::Colorimetry)), with required bit 3 |
 //! | 92 | 4 | reserved | 0 |
-//! | 96 | 16 | device_uuid | GPU or CUDA memory by reference: the Vulkan deviceUUID of the exporter's GPU (else 0) |
+//! | 96 | 16 | device_uuid | GPU or CUDA memory by reference: the Vulkan deviceUUID of the exporter's GPU; on Windows (a D3D11 texture by handle) the adapter's LUID, LowPart then HighPart, little-endian, the rest 0 (else 0) |
 //! | 112 | 16 | driver_uuid | GPU or CUDA memory by reference: the Vulkan driverUUID of the exporter (else 0) |
 //! | 128 | 8 | allocation_size | GPU or CUDA memory by reference: bytes of the exported allocation (else 0) |
 //! | 136 | 4 | producer_pid | GPU or CUDA memory by reference: the allocating process (else 0) |
