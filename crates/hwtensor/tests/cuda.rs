@@ -807,7 +807,37 @@ fn cuda_memory_of_another_library_is_wrapped_without_a_copy_and_travels_only_inl
     drop(map);
     let wrapped = TensorDyn::from(wrapped);
     let err = hwtensor::blob::export(&wrapped, Transport::Reference).unwrap_err();
-    assert!(err.to_string().contains("inline"), "{err}");
+    assert!(err.to_string().contains("Transport::Inline"), "{err}");
     let (bytes, fds) = hwtensor::blob::export(&wrapped, Transport::Inline).unwrap();
     assert!(fds.is_empty() && bytes.len() > n);
+}
+
+#[test]
+fn a_channel_of_cuda_frames_carries_their_completion_to_the_consumer() {
+    use hwtensor::stream::{Consumer, FrameMeta, Producer, Wait, CONNECT_TIMEOUT};
+    let _serial = serial();
+    if cuda_or_skip(test_name!()).is_none() {
+        return;
+    }
+    let n = 1 << 16;
+    let data = numbered(n);
+    let pool = (0..2)
+        .map(|_| TensorDyn::from(Tensor::<u8>::new(&[n], Some(TensorMemory::Cuda)).unwrap()))
+        .collect();
+    let (a, b) = UnixStream::pair().unwrap();
+    let consumer = std::thread::spawn(move || Consumer::connect(b, CONNECT_TIMEOUT).unwrap());
+    let mut producer = Producer::new(pool).unwrap();
+    producer.attach(a).unwrap();
+    let mut consumer = consumer.join().unwrap();
+    let host = Tensor::<u8>::new(&[n], Some(TensorMemory::Mem)).unwrap();
+    host.map_write().unwrap().copy_from_slice(&data);
+    let slot = producer.acquire(std::time::Duration::from_secs(5)).unwrap();
+    let frame = producer.tensor(slot).as_tensor::<u8>().unwrap();
+    frame.copy_from(&host).unwrap(); // a CUDA copy: its value is the frame's completion
+    producer.send(slot, FrameMeta::new(1, 0)).unwrap();
+    let got = consumer
+        .recv(Wait::For(std::time::Duration::from_secs(5)))
+        .unwrap();
+    assert_eq!(got.tensor().memory(), TensorMemory::Cuda);
+    assert_eq!(got.tensor().as_tensor::<u8>().unwrap().to_vec().unwrap(), data);
 }

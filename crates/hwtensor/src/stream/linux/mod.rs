@@ -134,7 +134,7 @@ pub(crate) fn block_error(what: String) -> Error {
     Error::Handoff(format!("the channel's control block {what}"))
 }
 
-/// Sends the set-up on `link`, with the device's fence where the pool has GPU
+/// Sends the set-up on `link`, with the device's fence where the pool has GPU or CUDA
 /// buffers.
 pub(crate) fn send_setup(
     link: Link,
@@ -142,7 +142,10 @@ pub(crate) fn send_setup(
     block: &Block,
     pool: &[TensorDyn],
 ) -> Result<Conn> {
-    let fence = match pool.iter().any(|t| t.memory() == TensorMemory::Gpu) {
+    // CUDA memory's writes are values of the same timeline: its pools need the fence too (a
+    // pool of CUDA frames without it was refused by every consumer).
+    let device_memory = |t: &TensorDyn| matches!(t.memory(), TensorMemory::Gpu | TensorMemory::Cuda);
+    let fence = match pool.iter().any(device_memory) {
         true => crate::gpu::device()?.fence_fd(),
         false => None,
     };
