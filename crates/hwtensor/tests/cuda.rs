@@ -839,5 +839,8 @@ fn a_channel_of_cuda_frames_carries_their_completion_to_the_consumer() {
         .recv(Wait::For(std::time::Duration::from_secs(5)))
         .unwrap();
     assert_eq!(got.tensor().memory(), TensorMemory::Cuda);
-    assert_eq!(got.tensor().as_tensor::<u8>().unwrap().to_vec().unwrap(), data);
+    assert_eq!(
+        got.tensor().as_tensor::<u8>().unwrap().to_vec().unwrap(),
+        data
+    );
 }

@@ -3,22 +3,11 @@
 
 #![cfg(windows)]
 
+mod common;
+
 use hwtensor::{BufferIdentity, CpuAccess, PixelFormat, Tensor, TensorMemory};
 
-/// Handles this process holds now.
-fn handles() -> u32 {
-    let mut n = 0;
-    // SAFETY: the pseudo handle of this process and a valid out pointer.
-    #[allow(unsafe_code)]
-    unsafe {
-        windows::Win32::System::Threading::GetProcessHandleCount(
-            windows::Win32::System::Threading::GetCurrentProcess(),
-            &mut n,
-        )
-        .unwrap()
-    };
-    n
-}
+use common::handles;
 
 #[test]
 fn a_shm_tensor_is_a_section_of_this_process_that_maps_reads_and_writes() {

@@ -4,6 +4,8 @@
 
 #![cfg(windows)]
 
+mod common;
+
 use std::time::{Duration, Instant};
 
 use hwtensor::handoff::{Pipe, PipeListener};
@@ -13,20 +15,7 @@ use hwtensor::{Error, Tensor, TensorDyn, TensorMemory};
 const POOL: usize = 3;
 const WAIT: Duration = Duration::from_secs(20);
 
-/// Handles this process holds now.
-fn handles() -> u32 {
-    let mut n = 0;
-    // SAFETY: the pseudo handle of this process and a valid out pointer.
-    #[allow(unsafe_code)]
-    unsafe {
-        windows::Win32::System::Threading::GetProcessHandleCount(
-            windows::Win32::System::Threading::GetCurrentProcess(),
-            &mut n,
-        )
-        .unwrap()
-    };
-    n
-}
+use common::handles;
 
 fn pool(len: usize) -> Vec<TensorDyn> {
     (0..POOL)

@@ -211,6 +211,12 @@ mod tests {
         out.write(t, None).unwrap()
     }
 
+    /// A small GPU image on the process device.
+    fn gpu_image() -> Tensor<u8> {
+        let (format, access) = (PixelFormat::Rgba, CpuAccess::ReadWrite);
+        Tensor::<u8>::image(16, 8, format, Some(TensorMemory::Gpu), access).unwrap()
+    }
+
     fn no_identity() -> BufferIdentity {
         BufferIdentity::Section { pid: 0, serial: 0 }
     }
@@ -222,14 +228,7 @@ mod tests {
         ) else {
             return;
         };
-        let t = Tensor::<u8>::image(
-            16,
-            8,
-            PixelFormat::Rgba,
-            Some(TensorMemory::Gpu),
-            CpuAccess::ReadWrite,
-        )
-        .unwrap();
+        let t = gpu_image();
         let (high, low) = d.luid();
         let before = handles();
         let elsewhere = texture_blob(&t, (high, low ^ 1), None);
@@ -246,14 +245,7 @@ mod tests {
         let Some(d) = device_or_skip("a_blob_and_the_handles_beside_it_must_agree") else {
             return;
         };
-        let t = Tensor::<u8>::image(
-            16,
-            8,
-            PixelFormat::Rgba,
-            Some(TensorMemory::Gpu),
-            CpuAccess::ReadWrite,
-        )
-        .unwrap();
+        let t = gpu_image();
         let fenced = texture_blob(&t, d.luid(), Some(1));
         let err = import(&fenced, event(), None, no_identity()).unwrap_err();
         assert!(

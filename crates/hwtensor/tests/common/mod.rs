@@ -51,3 +51,20 @@ pub fn cuda_or_skip(test: &str) -> Option<&'static hwtensor::cuda::CudaDevice> {
         }
     }
 }
+
+/// Handles this process holds now (Windows): what a test counts before and after hostile input
+/// to show nothing was left open.
+#[cfg(windows)]
+pub fn handles() -> u32 {
+    let mut n = 0;
+    // SAFETY: the pseudo handle of this process and a valid out pointer.
+    #[allow(unsafe_code)]
+    unsafe {
+        windows::Win32::System::Threading::GetProcessHandleCount(
+            windows::Win32::System::Threading::GetCurrentProcess(),
+            &mut n,
+        )
+        .unwrap()
+    };
+    n
+}

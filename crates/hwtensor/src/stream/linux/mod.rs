@@ -144,7 +144,8 @@ pub(crate) fn send_setup(
 ) -> Result<Conn> {
     // CUDA memory's writes are values of the same timeline: its pools need the fence too (a
     // pool of CUDA frames without it was refused by every consumer).
-    let device_memory = |t: &TensorDyn| matches!(t.memory(), TensorMemory::Gpu | TensorMemory::Cuda);
+    let device_memory =
+        |t: &TensorDyn| matches!(t.memory(), TensorMemory::Gpu | TensorMemory::Cuda);
     let fence = match pool.iter().any(device_memory) {
         true => crate::gpu::device()?.fence_fd(),
         false => None,
