@@ -1,7 +1,8 @@
 //! sync_files (Linux DMA fences) on the Vulkan device: a point of the timeline exported as
 //! one, and a received one waited for GPU-side by the submission that needs it, where the
-//! driver has `SYNC_FD` binary semaphores (NVIDIA does; lavapipe has no external semaphores,
-//! and there callers wait on the CPU instead).
+//! driver has `SYNC_FD` binary semaphores. Where it has none, callers wait on the CPU instead:
+//! lavapipe has no external semaphores, and NVIDIA 580 on our headless H200 and H100 machines
+//! reports no `SYNC_FD` handle type (measured; DMA fences there come with nvidia-drm).
 //!
 //! A GPU-side wait on a received sync_file is safe where one on a peer's timeline is not (see
 //! `peer`): a sync_file is a kernel DMA fence, which every driver must signal in bounded time
