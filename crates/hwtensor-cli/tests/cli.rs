@@ -52,6 +52,39 @@ fn probe_shows_the_request_and_names_the_adapters_when_none_matches() {
     );
 }
 
+/// The probe's "process device" line, run with `env`.
+#[cfg(target_os = "linux")]
+fn process_device_line(env: &[(&str, &str)]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_hwtensor"))
+        .arg("probe")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{env:?}: {stderr}");
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .find(|l| l.starts_with("process device"))
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn a_debug_request_without_the_validation_layer_installed_still_makes_the_device() {
+    // An empty layer folder hides the layer as a machine without it (the GPU machine) lacks
+    // it: the device was made with no VK_EXT_debug_utils, and asking it for a messenger
+    // aborted the process.
+    let no_layers = std::env::temp_dir().join(format!("hwtensor-no-layers-{}", std::process::id()));
+    std::fs::create_dir_all(&no_layers).unwrap();
+    let path = no_layers.to_str().unwrap();
+    let plain = process_device_line(&[]);
+    let debug = process_device_line(&[("HWTENSOR_GPU_DEBUG", "1"), ("VK_LAYER_PATH", path)]);
+    let _ = std::fs::remove_dir(&no_layers);
+    assert_eq!(debug, plain, "the same device, validation or not");
+}
+
 #[test]
 fn probe_json_is_machine_readable() {
     let out = hwtensor(&["probe", "--json"]);

@@ -65,7 +65,15 @@ pub(crate) fn load_entry() -> Result<ash::Entry> {
         .map_err(|e| unsupported(format!("no Vulkan loader (libvulkan.so.1): {e}")))
 }
 
-pub(crate) fn create_instance(entry: &ash::Entry, debug: bool) -> Result<ash::Instance> {
+/// An instance, and whether it runs the validation layer (with `VK_EXT_debug_utils`, so a
+/// messenger may be made on it).
+pub(crate) struct Instance {
+    pub instance: ash::Instance,
+    pub validating: bool,
+}
+
+/// An instance; with the validation layer where `debug` asks for it and the layer is installed.
+pub(crate) fn create_instance(entry: &ash::Entry, debug: bool) -> Result<Instance> {
     // SAFETY: plain queries on a loaded entry.
     let layers = unsafe { entry.enumerate_instance_layer_properties() }.unwrap_or_default();
     let has_validation = layers
@@ -74,15 +82,14 @@ pub(crate) fn create_instance(entry: &ash::Entry, debug: bool) -> Result<ash::In
     if debug && !has_validation {
         log::warn!("{DEBUG_ENV}=1 but {VALIDATION_LAYER:?} is not installed; continuing without validation");
     }
-    let layer_names: Vec<*const i8> = if debug && has_validation {
-        vec![VALIDATION_LAYER.as_ptr()]
+    let validating = debug && has_validation;
+    let (layer_names, ext_names): (Vec<*const i8>, Vec<*const i8>) = if validating {
+        (
+            vec![VALIDATION_LAYER.as_ptr()],
+            vec![ash::ext::debug_utils::NAME.as_ptr()],
+        )
     } else {
-        vec![]
-    };
-    let ext_names: Vec<*const i8> = if debug && has_validation {
-        vec![ash::ext::debug_utils::NAME.as_ptr()]
-    } else {
-        vec![]
+        (vec![], vec![])
     };
     let app = vk::ApplicationInfo::default()
         .application_name(c"hwtensor")
@@ -92,7 +99,12 @@ pub(crate) fn create_instance(entry: &ash::Entry, debug: bool) -> Result<ash::In
         .enabled_layer_names(&layer_names)
         .enabled_extension_names(&ext_names);
     // SAFETY: every pointer in `info` refers to locals that outlive the call.
-    unsafe { entry.create_instance(&info, None) }.map_err(super::failed("vkCreateInstance"))
+    let instance =
+        unsafe { entry.create_instance(&info, None) }.map_err(super::failed("vkCreateInstance"))?;
+    Ok(Instance {
+        instance,
+        validating,
+    })
 }
 
 unsafe extern "system" fn on_validation_message(
@@ -133,7 +145,7 @@ fn create_messenger(
                 | vk::DebugUtilsMessageTypeFlagsEXT::GENERAL,
         )
         .pfn_user_callback(Some(on_validation_message));
-    // SAFETY: the instance was created with VK_EXT_debug_utils enabled (debug mode only).
+    // SAFETY: the instance was created with VK_EXT_debug_utils enabled (`validating`).
     let messenger = unsafe { utils.create_debug_utils_messenger(&info, None) }.ok()?;
     Some((utils, messenger))
 }
@@ -158,9 +170,13 @@ pub(crate) fn enumerate(
 /// Creates the process device on the adapter `HWTENSOR_GPU_ADAPTER` selects.
 pub(crate) fn create() -> Result<Created> {
     let entry = load_entry()?;
-    let debug = debug_requested();
-    let instance = create_instance(&entry, debug)?;
-    let messenger = if debug {
+    let Instance {
+        instance,
+        validating,
+    } = create_instance(&entry, debug_requested())?;
+    // Only an instance with the layer has VK_EXT_debug_utils: asked of one without (the
+    // layer not installed), ash panics, as it did on the H100 under HWTENSOR_GPU_DEBUG=1.
+    let messenger = if validating {
         create_messenger(&entry, &instance)
     } else {
         None

@@ -148,7 +148,7 @@ pub fn device() -> Result<&'static GpuDevice> {
 /// Every adapter this machine's Vulkan sees.
 pub fn adapters() -> Result<Vec<AdapterInfo>> {
     let entry = create::load_entry()?;
-    let instance = create::create_instance(&entry, false)?;
+    let instance = create::create_instance(&entry, false)?.instance;
     let list = create::enumerate(&instance).map(|v| v.into_iter().map(|(_, i)| i).collect());
     // SAFETY: the instance has no children and nothing else holds it.
     unsafe { instance.destroy_instance(None) };
