@@ -122,15 +122,8 @@ fn a_section_crosses_to_a_child_process_that_answers_in_the_same_memory() {
     if let Ok(name) = std::env::var(CHILD) {
         return child(&name);
     }
-    use hwtensor::handoff::{recv, send, PipeListener};
-    let name = format!("hwtensor-two-processes-{}", std::process::id());
-    let mut listener = PipeListener::bind(&name).unwrap();
-    let mut process = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([TWO_PROCESSES, "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD, &name)
-        .spawn()
-        .unwrap();
-    let pipe = listener.accept(WAIT).unwrap();
+    use hwtensor::handoff::{recv, send};
+    let (pipe, mut process) = common::spawn_pipe_peer(TWO_PROCESSES, CHILD, WAIT);
     assert_eq!(pipe.peer_pid().unwrap(), process.id());
     let t = Tensor::<u32>::new(&[256, 256], Some(TensorMemory::Shm)).unwrap();
     t.map_write()

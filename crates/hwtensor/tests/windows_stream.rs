@@ -237,14 +237,7 @@ fn frames_cross_to_a_consumer_process_and_its_buffers_come_back() {
     if let Ok(name) = std::env::var(CHILD) {
         return child(&name);
     }
-    let name = format!("hwtensor-stream-two-processes-{}", std::process::id());
-    let mut listener = PipeListener::bind(&name).unwrap();
-    let mut process = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([TWO_PROCESSES, "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD, &name)
-        .spawn()
-        .unwrap();
-    let pipe = listener.accept(WAIT).unwrap();
+    let (pipe, mut process) = common::spawn_pipe_peer(TWO_PROCESSES, CHILD, WAIT);
     let mut producer = Producer::new(pool(1 << 16)).unwrap();
     producer.attach(pipe).unwrap();
     for seq in 0..CHILD_FRAMES {

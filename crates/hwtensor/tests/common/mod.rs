@@ -68,3 +68,22 @@ pub fn handles() -> u32 {
     };
     n
 }
+
+/// Runs this test binary again as the peer process of `test` (that one test, its output shown),
+/// with `child_env` naming a new named pipe; returns the pipe once the peer connected, and the
+/// peer. The peer's side of the test reads the variable and connects.
+#[cfg(windows)]
+pub fn spawn_pipe_peer(
+    test: &str,
+    child_env: &str,
+    wait: std::time::Duration,
+) -> (hwtensor::handoff::Pipe, std::process::Child) {
+    let name = format!("hwtensor-{test}-{}", std::process::id());
+    let mut listener = hwtensor::handoff::PipeListener::bind(&name).unwrap();
+    let process = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env(child_env, &name)
+        .spawn()
+        .unwrap();
+    (listener.accept(wait).unwrap(), process)
+}
