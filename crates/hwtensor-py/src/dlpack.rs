@@ -161,38 +161,29 @@ impl DlpackExporter for Export<'_> {
 /// The stream DLPack's C exchange API names as hwtensor's current work stream: CUDA's legacy
 /// default stream (a null handle), which an exchange export of a GPU or CUDA tensor makes wait
 /// for its last write.
-const EXCHANGE_WORK_STREAM: *mut std::ffi::c_void = std::ptr::null_mut();
+pub(crate) const EXCHANGE_WORK_STREAM: *mut std::ffi::c_void = std::ptr::null_mut();
 
-/// DLPack 1.3's C exchange API (`__dlpack_c_exchange_api__` on the `Tensor` type): a consumer
-/// such as PyTorch takes the managed tensor through a C call instead of `__dlpack__`'s Python
-/// round trip. "No sync" there means no CPU wait; a GPU or CUDA tensor's last write is still
-/// ordered, GPU-side, on the stream `current_work_stream` names.
-//
-// SAFETY: no borrowed `DLTensor` view is published (`HAS_DLTENSOR_VIEW` is false); each managed
-// tensor owns a clone of the tensor, so its memory lives until the consumer's deleter runs; the
-// work stream is CUDA's legacy default stream, valid in every context.
-unsafe impl dlpark::python::DlpackExchangeProducer for crate::tensor::PyTensor {
-    fn managed_tensor_no_sync(
-        &self,
-        py: Python<'_>,
-    ) -> PyResult<Managed<DLManagedTensorVersioned>> {
-        let t = &self.inner;
-        let export = Export {
-            tensor: t,
-            device: device_of(t)?,
-            address: std::cell::Cell::new(0),
-        };
-        let address = match export.device == DLDevice::CPU {
-            true => host_address(t)?,
-            false => ready_on(t, py, EXCHANGE_WORK_STREAM as usize)?,
-        };
-        export.address.set(address);
-        export.managed()
-    }
-
-    fn current_work_stream(_py: Python<'_>, _device: DLDevice) -> PyResult<*mut std::ffi::c_void> {
-        Ok(EXCHANGE_WORK_STREAM)
-    }
+/// The managed tensor DLPack 1.3's C exchange API hands a consumer (`__dlpack_c_exchange_api__`
+/// on the `Tensor` type; `PyTensor` implements the producer by this): such as PyTorch takes it
+/// through a C call instead of `__dlpack__`'s Python round trip. "No sync" there means no CPU
+/// wait; a GPU or CUDA tensor's last write is still ordered, GPU-side, on
+/// [`EXCHANGE_WORK_STREAM`]. Each managed tensor owns a clone of the tensor, so its memory lives
+/// until the consumer's deleter runs.
+pub(crate) fn exchange_managed(
+    t: &TensorDyn,
+    py: Python<'_>,
+) -> PyResult<Managed<DLManagedTensorVersioned>> {
+    let export = Export {
+        tensor: t,
+        device: device_of(t)?,
+        address: std::cell::Cell::new(0),
+    };
+    let address = match export.device == DLDevice::CPU {
+        true => host_address(t)?,
+        false => ready_on(t, py, EXCHANGE_WORK_STREAM as usize)?,
+    };
+    export.address.set(address);
+    export.managed()
 }
 
 /// The raw stream (as an address) DLPack's stream argument names (0: the legacy default

@@ -21,6 +21,28 @@ pub struct PyTensor {
     pub(crate) inner: TensorDyn,
 }
 
+// DLPack 1.3's C exchange API on the `Tensor` type (`dlpack::exchange_managed` says what it
+// hands out).
+//
+// SAFETY: no borrowed `DLTensor` view is published (`HAS_DLTENSOR_VIEW` is false); each managed
+// tensor owns a clone of the tensor, so its memory lives until the consumer's deleter runs; the
+// work stream is CUDA's legacy default stream, valid in every context.
+unsafe impl dlpark::python::DlpackExchangeProducer for PyTensor {
+    fn managed_tensor_no_sync(
+        &self,
+        py: Python<'_>,
+    ) -> PyResult<dlpark::Managed<dlpark::ffi::DLManagedTensorVersioned>> {
+        dlpack::exchange_managed(&self.inner, py)
+    }
+
+    fn current_work_stream(
+        _py: Python<'_>,
+        _device: dlpark::ffi::DLDevice,
+    ) -> PyResult<*mut std::ffi::c_void> {
+        Ok(dlpack::EXCHANGE_WORK_STREAM)
+    }
+}
+
 /// A dtype by NumPy's name or hwtensor's ("uint8" or "u8", "float32" or "f32", ...).
 pub(crate) fn dtype_of(name: &str) -> PyResult<DType> {
     DType::from_str(name).or_py()
