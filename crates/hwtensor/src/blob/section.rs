@@ -176,19 +176,10 @@ fn texture(d: &Described<'_>, handle: OwnedHandle, fence: Option<OwnedHandle>) -
 mod tests {
     use super::*;
     use crate::gpu::testing::device_or_skip;
+    use crate::os::handles::held as handles;
     use crate::{CpuAccess, PixelFormat};
     use std::os::windows::io::FromRawHandle;
-    use windows::Win32::System::Threading::{
-        CreateEventW, GetCurrentProcess, GetProcessHandleCount,
-    };
-
-    /// Handles this process holds now.
-    fn handles() -> u32 {
-        let mut n = 0;
-        // SAFETY: this process's pseudo handle and a valid out pointer.
-        unsafe { GetProcessHandleCount(GetCurrentProcess(), &mut n) }.unwrap();
-        n
-    }
+    use windows::Win32::System::Threading::CreateEventW;
 
     /// A handle that is no texture: a new event.
     fn event() -> OwnedHandle {

@@ -238,22 +238,13 @@ fn take_handle(pipe: &Pipe, value: u64) -> Result<OwnedHandle> {
 #[allow(unsafe_code)] // the tests make raw handles of their own to forge messages with
 mod tests {
     use super::*;
+    use crate::os::handles::held as handles;
     use crate::{Tensor, TensorMemory};
     use windows::Win32::Foundation::INVALID_HANDLE_VALUE;
     use windows::Win32::System::Memory::{CreateFileMappingW, PAGE_READWRITE};
-    use windows::Win32::System::Threading::{
-        CreateEventW, GetCurrentProcess, GetProcessHandleCount,
-    };
+    use windows::Win32::System::Threading::CreateEventW;
 
     const WAIT: Duration = Duration::from_secs(10);
-
-    /// Handles this process holds now.
-    fn handles() -> u32 {
-        let mut n = 0;
-        // SAFETY: this process's pseudo handle and a valid out pointer.
-        unsafe { GetProcessHandleCount(GetCurrentProcess(), &mut n) }.unwrap();
-        n
-    }
 
     /// A connected pair of pipe ends in this process (the peer of each is this process).
     fn pair(name: &str) -> (Pipe, Pipe) {

@@ -46,3 +46,15 @@ pub(crate) fn duplicate_from(pid: u32, value: u64) -> Result<OwnedHandle> {
     // SAFETY: the handle DuplicateHandle just made in this process, owned from here.
     Ok(unsafe { OwnedHandle::from_raw_handle(ours.0) })
 }
+
+/// Handles this process holds now: what a unit test counts before and after hostile input to
+/// show nothing was left open (the integration tests have theirs in `tests/common`).
+#[cfg(test)]
+pub(crate) fn held() -> u32 {
+    use windows::Win32::System::Threading::GetProcessHandleCount;
+    let mut n = 0;
+    // SAFETY: this process's pseudo handle and a valid out pointer.
+    unsafe { GetProcessHandleCount(GetCurrentProcess(), &mut n) }
+        .expect("GetProcessHandleCount on this process");
+    n
+}
