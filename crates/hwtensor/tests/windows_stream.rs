@@ -61,6 +61,22 @@ fn connected(test: &str, len: usize) -> (Producer, Consumer) {
 }
 
 #[test]
+fn adding_a_section_after_attach_is_refused_on_windows_and_keeps_the_consumer() {
+    let (a, b) = pipes("added");
+    let consumer = std::thread::spawn(move || Consumer::connect(b, CONNECT_TIMEOUT).unwrap());
+    let mut producer = Producer::with_room(pool(64), POOL + 1).unwrap();
+    producer.attach(a).unwrap();
+    let _consumer = consumer.join().unwrap();
+    let err = producer
+        .add(TensorDyn::from(
+            Tensor::<u8>::new(&[64], Some(TensorMemory::Shm)).unwrap(),
+        ))
+        .unwrap_err();
+    assert!(err.to_string().contains("before consumers attach"), "{err}");
+    assert_eq!(producer.consumers(), 1);
+}
+
+#[test]
 fn frames_go_around_a_pool_of_sections_with_their_metadata_and_bytes() {
     let (mut producer, mut consumer) = connected("around", 4096);
     let frames = 50u64;

@@ -76,14 +76,16 @@ impl Downstream {
     }
 
     /// Keeps `frame` for the buffer the pool lends next, unless lending it would leave the
-    /// producer no buffer at all: then the frame comes back, to be copied.
+    /// producer no buffer at all, or the frame's buffer is not one of the pool's: then the
+    /// frame comes back, to be copied.
     fn lend(&self, frame: Frame) -> Option<Frame> {
         let mut held = self.0.lock().unwrap();
         let out = held.frames.iter().flatten().count();
-        if out + 1 >= held.frames.len() {
+        let slot = frame.slot();
+        // A buffer the producer added after we attached has no buffer of our pool: copied.
+        if out + 1 >= held.frames.len() || slot >= held.frames.len() {
             return Some(frame);
         }
-        let slot = frame.slot();
         held.next = Some(slot);
         held.frames[slot] = Some(frame);
         None

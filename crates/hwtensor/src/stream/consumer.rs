@@ -8,7 +8,8 @@ use super::os::{self, Conn, Link, PeerFence};
 use super::ring::{Entry, Ring};
 use super::{FrameMeta, Woken, PAYLOAD_BYTES, SPIN};
 use crate::gpu::GPU_WAIT;
-use crate::{handoff, Error, Result, TensorDyn};
+use crate::handoff::{self, MID_MESSAGE_TIMEOUT};
+use crate::{Error, Result, TensorDyn};
 
 /// The least a timed receive gives a frame's GPU completion once the frame is there, however
 /// little of its timeout is left: a frame published just before the deadline with its copy
@@ -185,6 +186,9 @@ impl Consumer {
         let mut checked = started;
         loop {
             if let Some(e) = self.ring.pop_frame()? {
+                if e.slot as usize == self.pool.len() {
+                    self.take_addition()?; // sent before the first frame that names it
+                }
                 return self.frame(e, deadline);
             }
             let now = Instant::now();
@@ -257,8 +261,8 @@ impl Consumer {
         Ok(frame)
     }
 
-    /// Sleeps until the producer publishes, leaves, or the deadline passes.
-    fn sleep(&self, deadline: Option<Instant>) -> Result<()> {
+    /// Sleeps until the producer publishes, adds a buffer, leaves, or the deadline passes.
+    fn sleep(&mut self, deadline: Option<Instant>) -> Result<()> {
         self.ring.going_to_sleep(true);
         let woken = if self.ring.frame_ready() {
             Woken::Event
@@ -268,9 +272,32 @@ impl Consumer {
         self.ring.awake(true);
         match woken {
             Woken::Event => Ok(()),
+            Woken::Message(_) => self.take_addition(),
             Woken::Left(_) => self.producer_left(),
             Woken::Timeout => Err(no_frame()),
         }
+    }
+
+    /// Receives a buffer the producer added to the pool ([`super::Producer::add`]): it was sent
+    /// whole before any frame names it, so it is waited for only as long as a message broken
+    /// off mid-way. Anything but a buffer there (a hostile or broken producer) is an error, not
+    /// a wait; so is a pool past the ring the producer made.
+    fn take_addition(&mut self) -> Result<()> {
+        let room = self.ring.capacity() as usize;
+        if self.pool.len() >= room {
+            return Err(Error::Handoff(format!(
+                "the producer added a buffer past the {room} its ring holds"
+            )));
+        }
+        let t = os::recv_addition(&self.conn, Instant::now() + MID_MESSAGE_TIMEOUT)
+            .map_err(|e| Error::Handoff(format!("a buffer the producer added: {e}")))?;
+        self.back
+            .holds
+            .lock()
+            .map_err(|_| Error::InvalidOperation("a hand-back panicked earlier".into()))?
+            .push(false);
+        self.pool.push(t);
+        Ok(())
     }
 
     /// Errs when the producer's socket hung up.
@@ -310,8 +337,116 @@ impl Consumer {
 
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
-    use super::super::test_support::{connected, while_flooded};
+    use super::super::test_support::{buffer, connected, connected_with_room, while_flooded};
     use super::*;
+
+    #[test]
+    fn a_buffer_the_producer_adds_after_attach_comes_with_the_first_frame_that_names_it() {
+        let (mut producer, mut consumer) = connected_with_room(4);
+        let added = producer.add(buffer()).unwrap();
+        assert_eq!(added.index(), 3);
+        producer
+            .tensor(added)
+            .as_tensor::<u8>()
+            .unwrap()
+            .map_write()
+            .unwrap()
+            .fill(9);
+        let others: Vec<_> = (0..3)
+            .map(|_| producer.acquire(Duration::from_secs(1)).unwrap())
+            .collect();
+        assert_eq!(producer.acquire(Duration::from_secs(1)).unwrap(), added);
+        producer.send(added, FrameMeta::new(1, 0)).unwrap();
+        let frame = consumer.recv(Wait::For(Duration::from_secs(5))).unwrap();
+        assert_eq!((frame.slot(), consumer.pool().len()), (3, 4));
+        assert!(frame
+            .tensor()
+            .as_tensor::<u8>()
+            .unwrap()
+            .map_read()
+            .unwrap()
+            .iter()
+            .all(|&b| b == 9));
+        drop(frame);
+        for slot in others {
+            producer.release(slot);
+        }
+        // The added buffer came back like any other: all four are free.
+        let free: Vec<_> = (0..4)
+            .map(|_| producer.acquire(Duration::from_secs(1)).unwrap().index())
+            .collect();
+        assert_eq!(free, [0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn a_sleeping_consumer_takes_an_added_buffer_before_any_frame_names_it() {
+        let (mut producer, mut consumer) = connected_with_room(4);
+        producer.add(buffer()).unwrap();
+        let got = consumer.recv(Wait::Sleep(Duration::from_millis(100)));
+        assert!(matches!(got, Err(Error::Timeout(_))), "{got:?}");
+        assert_eq!(consumer.pool().len(), 4);
+    }
+
+    #[test]
+    fn a_frame_naming_an_added_buffer_that_never_came_is_an_error() {
+        let (producer, mut consumer) = connected_with_room(4);
+        let unsent = Entry {
+            slot: 3,
+            ..Entry::default()
+        };
+        producer.ring_of(0).push_frame(unsent).unwrap();
+        let err = consumer.recv(Wait::Block).unwrap_err();
+        assert!(
+            err.to_string().contains("a buffer the producer added"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn bytes_that_are_neither_wake_ups_nor_a_buffer_end_a_receive_with_an_error() {
+        let (producer, mut consumer) = connected();
+        let junk = [7u8; 64];
+        rustix::net::send(
+            producer.socket_of(0),
+            &junk,
+            rustix::net::SendFlags::empty(),
+        )
+        .unwrap();
+        let started = Instant::now();
+        let err = consumer
+            .recv(Wait::For(Duration::from_secs(5)))
+            .unwrap_err();
+        assert!(matches!(err, Error::Handoff(_)), "{err:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "not waited out: {err}"
+        );
+    }
+
+    #[test]
+    fn a_buffer_past_the_ring_the_producer_made_is_refused() {
+        let (mut producer, mut consumer) = connected_with_room(4);
+        producer.add(buffer()).unwrap();
+        let frame = producer.ring_of(0).push_frame(Entry {
+            slot: 3,
+            ..Entry::default()
+        });
+        frame.unwrap();
+        drop(consumer.recv(Wait::Block).unwrap()); // the consumer's pool: 4, its whole ring
+                                                   // A hostile producer names a fifth buffer of a four-entry ring, and sends it.
+        let beyond = Entry {
+            slot: 4,
+            ..Entry::default()
+        };
+        let socket = producer.socket_of(0);
+        handoff::send_as(&socket, &buffer(), crate::blob::Transport::Reference).unwrap();
+        producer.ring_of(0).push_frame(beyond).unwrap();
+        let err = consumer.recv(Wait::Block).unwrap_err();
+        assert!(
+            err.to_string().contains("past the 4 its ring holds"),
+            "{err}"
+        );
+    }
 
     #[test]
     fn a_frame_naming_a_buffer_outside_the_pool_is_an_error() {

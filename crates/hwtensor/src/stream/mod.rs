@@ -10,6 +10,12 @@
 //! the other side sends it a byte (never blocking) only when the sleeper said it sleeps, so a
 //! busy receiver costs its peer nothing and a sleeping one one syscall.
 //!
+//! A producer made [`Producer::with_room`] may [`Producer::add`] buffers after consumers
+//! attached (Linux): each is handed to every consumer at once, and a consumer takes it before
+//! the first frame that names it (a GStreamer sink adopting upstream's own buffers as they
+//! come). On the socket, wake-ups are single bytes no hand-off starts with, so a drain takes
+//! them and leaves a hand-off whole.
+//!
 //! Failure is bounded: [`Consumer::connect`] takes a timeout for the whole set-up;
 //! [`Producer::acquire`] and a timed [`Consumer::recv`] wait at most their timeouts whatever
 //! the peer sends; [`Producer::acquire`] waits at most its timeout when consumers hold
@@ -82,6 +88,10 @@ pub(crate) enum Woken {
     Event,
     /// The connection to peer `n` (its index in the wait) hung up or failed: the peer left.
     Left(usize),
+    /// Peer `n` sent a message, not a wake-up: a consumer reads it as a buffer the producer
+    /// added; a producer, to whom consumers send only wake-ups, detaches that consumer.
+    #[cfg_attr(windows, allow(dead_code))] // Windows wakes by events: its pipe has no wake-ups
+    Message(usize),
     /// The deadline passed.
     Timeout,
 }
@@ -205,25 +215,34 @@ mod test_support {
 
     /// A producer over a pool of three shm buffers with one consumer attached.
     pub(super) fn connected() -> (Producer, Consumer) {
+        connected_with_room(3)
+    }
+
+    /// A 64-byte shm buffer.
+    pub(super) fn buffer() -> TensorDyn {
+        TensorDyn::from(Tensor::<u8>::new(&[64], Some(TensorMemory::Shm)).unwrap())
+    }
+
+    /// As [`connected`], the pool made with room for `room` buffers.
+    pub(super) fn connected_with_room(room: usize) -> (Producer, Consumer) {
         let (a, b) = UnixStream::pair().unwrap();
         let consumer = std::thread::spawn(move || Consumer::connect(b, CONNECT_TIMEOUT).unwrap());
-        let pool = (0..3)
-            .map(|_| TensorDyn::from(Tensor::<u8>::new(&[64], Some(TensorMemory::Shm)).unwrap()))
-            .collect();
-        let mut producer = Producer::new(pool).unwrap();
+        let pool = (0..3).map(|_| buffer()).collect();
+        let mut producer = Producer::with_room(pool, room).unwrap();
         producer.attach(a).unwrap();
         (producer, consumer.join().unwrap())
     }
 
-    /// Runs `f` while a thread sends bytes on `socket`; returns what it returned and how long
-    /// it took.
+    /// Runs `f` while a thread sends wake-ups on `socket`; returns what it returned and how
+    /// long it took.
     pub(super) fn while_flooded<T>(socket: UnixStream, f: impl FnOnce() -> T) -> (T, Duration) {
         let stop = Arc::new(AtomicBool::new(false));
         let stopping = stop.clone();
         let flood = std::thread::spawn(move || {
             let end = Instant::now() + FLOOD_LIMIT;
+            let wakes = [super::os::WAKE_BYTE; 64];
             while !stopping.load(Relaxed) && Instant::now() < end {
-                let _ = rustix::net::send(&socket, &[7; 64], rustix::net::SendFlags::DONTWAIT);
+                let _ = rustix::net::send(&socket, &wakes, rustix::net::SendFlags::DONTWAIT);
             }
         });
         let started = Instant::now();

@@ -35,6 +35,9 @@ struct Attached {
 #[derive(Debug)]
 pub struct Producer {
     pool: Vec<TensorDyn>,
+    /// The most buffers the pool may grow to ([`Producer::with_room`]): every consumer's ring
+    /// is made for that many.
+    room: usize,
     consumers: Vec<Attached>,
     /// How many consumers hold each buffer.
     out: Vec<u32>,
@@ -47,11 +50,19 @@ impl Producer {
     /// A producer over `pool`: tensors a consumer can import by reference (Linux: memory with
     /// an fd: shm, DMA-BUF, GPU; Windows: shm sections), lent to consumers.
     pub fn new(pool: Vec<TensorDyn>) -> Result<Producer> {
+        let room = pool.len();
+        Producer::with_room(pool, room)
+    }
+
+    /// A producer over `pool` that may grow to `room` buffers with [`Producer::add`], after
+    /// consumers attached (a GStreamer sink adopting upstream's own buffers as they come).
+    pub fn with_room(pool: Vec<TensorDyn>, room: usize) -> Result<Producer> {
         let n = pool.len();
-        if n == 0 || n > ring::MAX_CAPACITY as usize {
+        let most = ring::MAX_CAPACITY as usize;
+        if n == 0 || n > most || room < n || room > most {
             return Err(Error::InvalidArgument(format!(
-                "a channel's pool holds 1 to {} buffers, not {n}",
-                ring::MAX_CAPACITY
+                "a channel's pool holds 1 to {most} buffers and room for at most {most}, not \
+                 {n} with room for {room}"
             )));
         }
         for t in &pool {
@@ -59,6 +70,7 @@ impl Producer {
         }
         Ok(Producer {
             pool,
+            room,
             consumers: Vec::new(),
             out: vec![0; n],
             acquired: vec![false; n],
@@ -86,7 +98,7 @@ impl Producer {
     /// and the pool.
     pub fn attach(&mut self, stream: Link) -> Result<()> {
         os::room_for_consumer(self.consumers.len())?;
-        let ring = Ring::create(self.pool.len() as u32)?;
+        let ring = Ring::create(self.room as u32)?;
         let conn = os::send_setup(stream, ring.capacity(), ring.block(), &self.pool)?;
         for t in &self.pool {
             handoff::send_as(os::link(&conn), t, Transport::Reference)?;
@@ -97,6 +109,49 @@ impl Producer {
             holds: vec![false; self.pool.len()],
         });
         Ok(())
+    }
+
+    /// Adds `tensor` to the pool, past what consumers received at attach: each attached
+    /// consumer is sent it now (a consumer that cannot take it is detached), and one that
+    /// attaches later gets it with the rest. Refused past the room the producer was made with,
+    /// for GPU or CUDA memory added to a pool without any (its frames' completions need the
+    /// fence, which only such a pool sends at set-up), and on Windows (not yet: its hand-off
+    /// waits for the receiver).
+    pub fn add(&mut self, tensor: TensorDyn) -> Result<Slot> {
+        os::can_add()?;
+        if self.pool.len() >= self.room {
+            return Err(Error::InvalidOperation(format!(
+                "the pool holds {} buffers, all the room it was made with \
+                 (Producer::with_room)",
+                self.pool.len()
+            )));
+        }
+        os::lendable(&tensor)?;
+        if os::needs_fence(std::slice::from_ref(&tensor)) && !os::needs_fence(&self.pool) {
+            return Err(Error::InvalidArgument(format!(
+                "{} memory cannot join a pool without GPU or CUDA buffers: its completions \
+                 need the fence, which this channel's set-up did not send",
+                tensor.memory()
+            )));
+        }
+        let mut broken = Vec::new();
+        for (c, consumer) in self.consumers.iter().enumerate() {
+            let sent = handoff::send_as(os::link(&consumer.conn), &tensor, Transport::Reference);
+            if let Err(e) = sent {
+                log::warn!("hwtensor: detaching a consumer: sending it an added buffer: {e}");
+                broken.push(c);
+            }
+        }
+        self.pool.push(tensor);
+        self.out.push(0);
+        self.acquired.push(false);
+        for consumer in &mut self.consumers {
+            consumer.holds.push(false);
+        }
+        for c in broken.into_iter().rev() {
+            self.detach(c);
+        }
+        Ok(Slot((self.pool.len() - 1) as u32))
     }
 
     /// A free buffer to write the next frame into: one no consumer holds. Waits at most
@@ -248,6 +303,11 @@ impl Producer {
                 self.detach(c);
                 Ok(())
             }
+            Woken::Message(c) => {
+                log::warn!("hwtensor: detaching a consumer: it sent bytes that are no wake-ups");
+                self.detach(c);
+                Ok(())
+            }
             Woken::Timeout => Err(self.pool_held()),
         }
     }
@@ -288,9 +348,41 @@ impl Producer {
 
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
-    use super::super::test_support::{connected, while_flooded};
-    use super::super::Wait;
+    use super::super::test_support::{buffer, connected, connected_with_room, while_flooded};
+    use super::super::{Consumer, Wait, CONNECT_TIMEOUT};
     use super::*;
+
+    #[test]
+    fn adding_past_the_room_the_producer_was_made_with_is_refused() {
+        let (mut producer, _consumer) = connected();
+        let err = producer.add(buffer()).unwrap_err();
+        assert!(err.to_string().contains("Producer::with_room"), "{err}");
+        assert!(Producer::with_room(vec![buffer(), buffer()], 1).is_err());
+    }
+
+    #[test]
+    fn a_consumer_that_attaches_after_an_addition_receives_the_grown_pool() {
+        let (mut producer, _first) = connected_with_room(4);
+        producer.add(buffer()).unwrap();
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let late = std::thread::spawn(move || Consumer::connect(b, CONNECT_TIMEOUT).unwrap());
+        producer.attach(a).unwrap();
+        assert_eq!(late.join().unwrap().pool().len(), 4);
+        assert_eq!(producer.out.len(), 4);
+    }
+
+    #[test]
+    fn a_consumer_that_sends_bytes_that_are_no_wake_ups_is_detached() {
+        let (mut producer, consumer) = connected();
+        for seq in 0..3 {
+            let slot = producer.acquire(Duration::from_secs(1)).unwrap();
+            producer.send(slot, FrameMeta::new(seq, 0)).unwrap();
+        }
+        rustix::net::send(consumer.socket(), b"HWTB", rustix::net::SendFlags::empty()).unwrap();
+        // The consumer holds every buffer; its message detaches it, which frees them.
+        producer.acquire(Duration::from_secs(5)).unwrap();
+        assert_eq!(producer.consumers(), 0);
+    }
 
     #[test]
     fn a_consumer_that_hands_back_a_buffer_it_does_not_hold_is_detached() {

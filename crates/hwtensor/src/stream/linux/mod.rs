@@ -7,6 +7,8 @@ mod wake;
 
 #[cfg(test)]
 pub(crate) use setup::send as send_set_up_message;
+#[cfg(test)]
+pub(crate) use wake::WAKE_BYTE;
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
@@ -134,6 +136,14 @@ pub(crate) fn block_error(what: String) -> Error {
     Error::Handoff(format!("the channel's control block {what}"))
 }
 
+/// Whether a pool's frames need the device's fence: it has GPU or CUDA buffers. CUDA memory's
+/// writes are values of the same timeline: its pools need the fence too (a pool of CUDA frames
+/// without it was refused by every consumer).
+pub(crate) fn needs_fence(pool: &[TensorDyn]) -> bool {
+    pool.iter()
+        .any(|t| matches!(t.memory(), TensorMemory::Gpu | TensorMemory::Cuda))
+}
+
 /// Sends the set-up on `link`, with the device's fence where the pool has GPU or CUDA
 /// buffers.
 pub(crate) fn send_setup(
@@ -142,11 +152,7 @@ pub(crate) fn send_setup(
     block: &Block,
     pool: &[TensorDyn],
 ) -> Result<Conn> {
-    // CUDA memory's writes are values of the same timeline: its pools need the fence too (a
-    // pool of CUDA frames without it was refused by every consumer).
-    let device_memory =
-        |t: &TensorDyn| matches!(t.memory(), TensorMemory::Gpu | TensorMemory::Cuda);
-    let fence = match pool.iter().any(device_memory) {
+    let fence = match needs_fence(pool) {
         true => crate::gpu::device()?.fence_fd(),
         false => None,
     };
@@ -167,6 +173,31 @@ pub(crate) fn recv_setup(
         None => None,
     };
     Ok((s, fence, link))
+}
+
+/// Whether a producer may add buffers after attach: on Linux, yes (the fds wait in the socket
+/// for the consumer, so adding never waits on it).
+pub(crate) fn can_add() -> Result<()> {
+    Ok(())
+}
+
+/// Receives a buffer the producer added to its pool, by `deadline`: the wake-ups before its
+/// hand-off are read first (a wake-up after it stays for the next drain).
+pub(crate) fn recv_addition(conn: &Conn, deadline: Instant) -> Result<TensorDyn> {
+    while wake::drain(conn.as_fd()) == wake::Drained::Bytes {}
+    // Bytes that cannot start a blob are refused at once: read as one, their length field
+    // would be waited for until the mid-message bound.
+    let mut head = [0u8; 4];
+    let peek = rustix::net::RecvFlags::DONTWAIT | rustix::net::RecvFlags::PEEK;
+    if let Ok((n, _)) = rustix::net::recv(conn, &mut head, peek) {
+        let n = n.min(head.len());
+        if head[..n] != crate::blob::MAGIC[..n] {
+            return Err(Error::Handoff(
+                "the producer sent bytes that are neither wake-ups nor a buffer's hand-off".into(),
+            ));
+        }
+    }
+    crate::handoff::recv_by(conn, deadline)
 }
 
 /// Waits at most `bound` for the producer's fence to reach `value`.

@@ -1,6 +1,8 @@
 //! Wake-ups between the two sides of a channel: a byte on the channel's own socket, sent only
 //! when the other side said it sleeps, and a wait on that socket, so a peer that dies wakes
-//! the sleeper instead of leaving it blocked.
+//! the sleeper instead of leaving it blocked. The same socket carries the hand-off of each
+//! buffer a producer adds to its pool after attach (`Producer::add`): a drain takes only the
+//! wake-up bytes at its head and leaves a message (which starts otherwise) to its reader.
 //!
 //! Why the socket and not an eventfd each way: an fd the peer sent us shares its open file
 //! description with the peer, `O_NONBLOCK` included, so a hostile peer can make it blocking
@@ -23,16 +25,24 @@ use crate::{Error, Result};
 /// only wakes us again (each look is bounded; the caller's deadline bounds the looks).
 const DRAIN_BYTES: usize = 256;
 
+/// What a wake-up is on the socket. A hand-off message starts with the blob's magic ("HWTB"),
+/// never with this byte, so a drain tells the two apart by the first byte.
+pub(crate) const WAKE_BYTE: u8 = 1;
+
 /// Wakes the side sleeping on the other end of `socket` (one syscall, never blocking). A full
 /// socket already holds wake-ups the peer has not read: nothing is lost by dropping this one.
 pub(crate) fn wake(socket: BorrowedFd<'_>) {
-    let _ = rustix::net::send(socket, &[1], SendFlags::DONTWAIT | SendFlags::NOSIGNAL);
+    let _ = rustix::net::send(
+        socket,
+        &[WAKE_BYTE],
+        SendFlags::DONTWAIT | SendFlags::NOSIGNAL,
+    );
 }
 
-/// Sleeps until a peer on one of `sockets` sends a wake-up or leaves, or `deadline` passes
-/// (`None`: no deadline; a deadline already past: one look, no sleep). Bounded by the
-/// deadline whatever the peers send: a socket that is readable with nothing to read is looked
-/// at again only until then.
+/// Sleeps until a peer on one of `sockets` sends a wake-up, a message, or leaves, or
+/// `deadline` passes (`None`: no deadline; a deadline already past: one look, no sleep).
+/// Bounded by the deadline whatever the peers send: a socket that is readable with nothing to
+/// read is looked at again only until then. A message stays on its socket for the caller.
 pub(crate) fn wait(sockets: &[BorrowedFd<'_>], deadline: Option<Instant>) -> Result<Woken> {
     let mut first = true;
     loop {
@@ -64,6 +74,7 @@ pub(crate) fn wait(sockets: &[BorrowedFd<'_>], deadline: Option<Instant>) -> Res
         for i in ready {
             match drain(sockets[i]) {
                 Drained::Bytes => woken = true,
+                Drained::Message => return Ok(Woken::Message(i)),
                 Drained::Closed => return Ok(Woken::Left(i)),
                 Drained::Nothing => {}
             }
@@ -74,22 +85,39 @@ pub(crate) fn wait(sockets: &[BorrowedFd<'_>], deadline: Option<Instant>) -> Res
     }
 }
 
-/// What one non-blocking read of a socket found.
-enum Drained {
+/// What one non-blocking look at a socket found.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Drained {
+    /// Wake-ups, now read.
     Bytes,
+    /// A message at the head, left there (any wake-ups before it were read).
+    Message,
     Closed,
     Nothing,
 }
 
-fn drain(socket: BorrowedFd<'_>) -> Drained {
+/// Reads the wake-ups at the head of `socket` (at most [`DRAIN_BYTES`]), never blocking, and
+/// never past them: the bytes are peeked first, and only the wake-ups among the first are read.
+pub(crate) fn drain(socket: BorrowedFd<'_>) -> Drained {
     let mut buf = [0u8; DRAIN_BYTES];
+    let flags = RecvFlags::DONTWAIT | RecvFlags::PEEK;
     loop {
-        return match rustix::net::recv(socket, &mut buf, RecvFlags::DONTWAIT) {
-            Ok((0, _)) => Drained::Closed,
-            Ok(_) => Drained::Bytes,
+        let seen = match rustix::net::recv(socket, &mut buf, flags) {
+            Ok((0, _)) => return Drained::Closed,
+            Ok((n, _)) => n.min(DRAIN_BYTES),
             Err(Errno::INTR) => continue,
-            Err(Errno::AGAIN) => Drained::Nothing,
+            Err(Errno::AGAIN) => return Drained::Nothing,
             // Reset, or not a socket at all: either way the peer is gone.
+            Err(_) => return Drained::Closed,
+        };
+        let wakes = buf[..seen].iter().take_while(|&&b| b == WAKE_BYTE).count();
+        if wakes == 0 {
+            return Drained::Message;
+        }
+        // Only this reader takes bytes off the socket, so the peeked wake-ups are still there.
+        return match rustix::net::recv(socket, &mut buf[..wakes], RecvFlags::DONTWAIT) {
+            Ok(_) | Err(Errno::AGAIN) => Drained::Bytes,
+            Err(Errno::INTR) => continue,
             Err(_) => Drained::Closed,
         };
     }
@@ -110,6 +138,18 @@ mod tests {
         assert_eq!(wait(&[b.as_fd()], None).unwrap(), Woken::Event);
         let soon = Some(Instant::now() + Duration::from_millis(20));
         assert_eq!(wait(&[b.as_fd()], soon).unwrap(), Woken::Timeout);
+    }
+
+    #[test]
+    fn a_message_after_wake_ups_is_left_on_the_socket_whole() {
+        let (a, b) = UnixStream::pair().unwrap();
+        wake(a.as_fd());
+        rustix::net::send(&a, b"HWTB", SendFlags::empty()).unwrap();
+        assert_eq!(wait(&[b.as_fd()], None).unwrap(), Woken::Event);
+        assert_eq!(wait(&[b.as_fd()], None).unwrap(), Woken::Message(0));
+        let mut head = [0u8; 4];
+        rustix::net::recv(&b, &mut head, RecvFlags::DONTWAIT).unwrap();
+        assert_eq!(&head, b"HWTB", "the drains took none of the message");
     }
 
     #[test]

@@ -263,6 +263,28 @@ fn checked_event(h: OwnedHandle, what: &str) -> Result<OwnedHandle> {
     Ok(h)
 }
 
+/// Whether a pool's frames need a fence: never on Windows (pools are sections).
+pub(crate) fn needs_fence(_pool: &[TensorDyn]) -> bool {
+    false
+}
+
+/// Whether a producer may add buffers after attach: not on Windows yet. A hand-off there
+/// waits for the receiver's answer (it duplicates the handles out of the sender, which must
+/// hold them until then), and a consumer reads an addition only when it next receives: the
+/// producer would stall on every consumer in turn.
+pub(crate) fn can_add() -> Result<()> {
+    Err(Error::InvalidOperation(
+        "a channel on Windows cannot add buffers after attach: make the pool whole before \
+         consumers attach"
+            .into(),
+    ))
+}
+
+/// Never runs (see [`can_add`]): the hand-off would be on the pipe.
+pub(crate) fn recv_addition(conn: &Conn, deadline: Instant) -> Result<TensorDyn> {
+    crate::handoff::recv_by(&conn.pipe, deadline)
+}
+
 /// Never runs: a Windows consumer has no fence.
 pub(crate) fn wait_fence(fence: &PeerFence, _value: u64, _bound: Duration) -> Result<()> {
     match *fence {}
