@@ -352,10 +352,9 @@ mod tests {
             .map_write()
             .unwrap()
             .fill(9);
-        let others: Vec<_> = (0..3)
-            .map(|_| producer.acquire(Duration::from_secs(1)).unwrap())
-            .collect();
-        assert_eq!(producer.acquire(Duration::from_secs(1)).unwrap(), added);
+        producer
+            .acquire_slot(added, Duration::from_secs(1))
+            .unwrap();
         producer.send(added, FrameMeta::new(1, 0)).unwrap();
         let frame = consumer.recv(Wait::For(Duration::from_secs(5))).unwrap();
         assert_eq!((frame.slot(), consumer.pool().len()), (3, 4));
@@ -367,15 +366,19 @@ mod tests {
             .unwrap()
             .iter()
             .all(|&b| b == 9));
+        assert!(producer.is_held(added));
         drop(frame);
-        for slot in others {
-            producer.release(slot);
-        }
-        // The added buffer came back like any other: all four are free.
-        let free: Vec<_> = (0..4)
+        // The added buffer comes back like any other, and is acquired only by name.
+        assert!(!producer.is_held(added));
+        let free: Vec<_> = (0..3)
             .map(|_| producer.acquire(Duration::from_secs(1)).unwrap().index())
             .collect();
-        assert_eq!(free, [0, 1, 2, 3]);
+        assert_eq!(free, [0, 1, 2]);
+        let none = producer.acquire(Duration::from_millis(50));
+        assert!(matches!(none, Err(Error::Timeout(_))), "{none:?}");
+        producer
+            .acquire_slot(added, Duration::from_secs(1))
+            .unwrap();
     }
 
     #[test]

@@ -43,6 +43,8 @@ pub struct Producer {
     out: Vec<u32>,
     /// The buffers acquired and not yet sent.
     acquired: Vec<bool>,
+    /// Buffers [`Producer::add`] added: acquired only by name ([`Producer::acquire_slot`]).
+    by_name: Vec<bool>,
     scratch: Vec<u64>,
 }
 
@@ -74,6 +76,7 @@ impl Producer {
             consumers: Vec::new(),
             out: vec![0; n],
             acquired: vec![false; n],
+            by_name: vec![false; n],
             scratch: Vec::new(),
         })
     }
@@ -145,6 +148,7 @@ impl Producer {
         self.pool.push(tensor);
         self.out.push(0);
         self.acquired.push(false);
+        self.by_name.push(true);
         for consumer in &mut self.consumers {
             consumer.holds.push(false);
         }
@@ -154,14 +158,44 @@ impl Producer {
         Ok(Slot((self.pool.len() - 1) as u32))
     }
 
-    /// A free buffer to write the next frame into: one no consumer holds. Waits at most
-    /// `timeout` while consumers hold every buffer (`Error::Timeout`).
+    /// A free buffer to write the next frame into: one no consumer holds (of the pool it was
+    /// made with: an added buffer is acquired by name). Waits at most `timeout` while
+    /// consumers hold every buffer (`Error::Timeout`).
     pub fn acquire(&mut self, timeout: Duration) -> Result<Slot> {
+        self.acquire_where(timeout, |p, i| !p.by_name[i])
+    }
+
+    /// Acquires `slot` (an added buffer, typically: its memory is the adder's) once no
+    /// consumer holds it, waiting at most `timeout` (`Error::Timeout`). A slot already
+    /// acquired is refused.
+    pub fn acquire_slot(&mut self, slot: Slot, timeout: Duration) -> Result<()> {
+        let i = slot.index();
+        if self.acquired.get(i) != Some(&false) {
+            return Err(Error::InvalidOperation(format!(
+                "slot {i} is acquired already, or not in the pool"
+            )));
+        }
+        self.acquire_where(timeout, |_, j| j == i).map(|_| ())
+    }
+
+    /// Whether a consumer holds `slot` now (hand-backs that came are taken in first).
+    pub fn is_held(&mut self, slot: Slot) -> bool {
+        self.reclaim();
+        self.out.get(slot.index()).is_some_and(|&n| n > 0)
+    }
+
+    /// The first free slot `eligible` accepts, acquired, waiting as [`Producer::acquire`] does.
+    fn acquire_where(
+        &mut self,
+        timeout: Duration,
+        eligible: impl Fn(&Producer, usize) -> bool,
+    ) -> Result<Slot> {
         let deadline = Instant::now() + timeout;
         let spin_until = Instant::now() + SPIN.min(timeout);
         loop {
             self.reclaim();
-            if let Some(i) = (0..self.pool.len()).find(|&i| self.out[i] == 0 && !self.acquired[i]) {
+            let free = |i: &usize| self.out[*i] == 0 && !self.acquired[*i] && eligible(self, *i);
+            if let Some(i) = (0..self.pool.len()).find(free) {
                 self.acquired[i] = true;
                 return Ok(Slot(i as u32));
             }
