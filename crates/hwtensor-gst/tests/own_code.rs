@@ -410,3 +410,105 @@ fn a_caps_change_at_hwtensorsink_reaches_hwtensorsrc_which_renegotiates() {
     ];
     assert_eq!(got, want);
 }
+
+/// The file an fd is: its device and inode.
+fn file_of(t: &TensorDyn) -> (u64, u64) {
+    let st = rustix::fs::fstat(t.as_fd().expect("a channel buffer has an fd")).unwrap();
+    (st.st_dev, st.st_ino)
+}
+
+#[test]
+fn hwtensorsink_adopts_upstreams_own_fd_buffers_and_relays_them_without_a_copy() {
+    init();
+    let (upstream, downstream) = (socket_name(), socket_name());
+    let listener = UnixListener::bind_addr(&abstract_addr(&upstream)).unwrap();
+    let count = 12;
+    // Channel A: a Rust producer, paced so the relay hands each buffer on before the next
+    // (hwtensorsrc copies a frame rather than lend its producer's last free buffer, and the
+    // sink would then copy that copy).
+    let (files_tx, files_rx) = std::sync::mpsc::channel();
+    let producer = std::thread::spawn(move || {
+        let pool = (0..8)
+            .map(|_| {
+                let t = TensorDyn::image(
+                    64,
+                    48,
+                    PixelFormat::Bgrx,
+                    DType::U8,
+                    Some(TensorMemory::Shm),
+                    CpuAccess::ReadWrite,
+                );
+                t.unwrap()
+            })
+            .collect::<Vec<_>>();
+        files_tx
+            .send(pool.iter().map(file_of).collect::<Vec<_>>())
+            .unwrap();
+        let mut producer = Producer::new(pool).unwrap();
+        producer.attach(listener.accept().unwrap().0).unwrap();
+        for i in 0..count {
+            let slot = producer.acquire(Duration::from_secs(20)).unwrap();
+            let t = producer.tensor(slot).as_tensor::<u8>().unwrap();
+            t.map_write().unwrap().fill(i as u8);
+            producer
+                .send(slot, Marker::of(Kind::Frame).meta(i as u64))
+                .unwrap();
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let slot = producer.acquire(Duration::from_secs(20)).unwrap();
+        producer.send(slot, Marker::of(Kind::Eos).meta(0)).unwrap();
+        let _ = producer.acquire(Duration::from_millis(200));
+    });
+    // The relay: channel A's frames in, channel B out.
+    let relay = gst::parse::launch(&format!(
+        "hwtensorsrc socket={upstream} is-live=false ! \
+         hwtensorsink name=sink socket={downstream} wait-for-consumer=true"
+    ))
+    .unwrap();
+    relay.set_state(gst::State::Playing).unwrap();
+    // Channel B's consumer: every frame's bytes, and which file it is.
+    let addr = abstract_addr(&downstream);
+    let reader = std::thread::spawn(move || {
+        let stream = loop {
+            match UnixStream::connect_addr(&addr) {
+                Ok(s) => break s,
+                Err(_) => std::thread::sleep(Duration::from_millis(10)),
+            }
+        };
+        let mut consumer = Consumer::connect(stream, CONNECT_TIMEOUT).unwrap();
+        let mut seen = Vec::new();
+        loop {
+            let frame = consumer.recv(Wait::For(Duration::from_secs(20))).unwrap();
+            let marker = Marker::decode(frame.meta().payload()).unwrap();
+            if marker.kind == Kind::Eos {
+                return seen;
+            }
+            let bytes = frame.tensor().as_tensor::<u8>().unwrap().to_vec().unwrap();
+            let first = bytes[0];
+            assert!(bytes.iter().all(|&b| b == first), "frame {first} is torn");
+            seen.push((first, file_of(frame.tensor())));
+        }
+    });
+    let files = files_rx.recv().unwrap();
+    run_to_eos(&relay, Duration::from_secs(60));
+    let copies = relay
+        .downcast_ref::<gst::Bin>()
+        .unwrap()
+        .by_name("sink")
+        .unwrap()
+        .property::<u64>("copies");
+    relay.set_state(gst::State::Null).unwrap();
+    producer.join().unwrap();
+    let seen = reader.join().unwrap();
+    assert_eq!(
+        seen.iter().map(|s| s.0).collect::<Vec<_>>(),
+        (0..count as u8).collect::<Vec<_>>()
+    );
+    assert_eq!(copies, 0, "every frame went out in channel A's own buffer");
+    for (i, (_, file)) in seen.iter().enumerate() {
+        assert!(
+            files.contains(file),
+            "frame {i} is not in one of channel A's buffers"
+        );
+    }
+}

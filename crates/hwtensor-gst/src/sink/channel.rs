@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use hwtensor::stream::Producer;
 use hwtensor::{CpuAccess, TensorDyn, TensorMemory};
 
+use super::adopt::Adopted;
 use super::{PoolMemory, WhenFull, CAT};
 use crate::caps::Geometry;
 use crate::slots::{Lender, Lent, SlotPool};
@@ -34,6 +35,8 @@ pub(super) struct Channel {
     /// Which channel this is: a buffer of a replaced channel's pool that comes back late
     /// must not touch the slots of the new one.
     pub(super) generation: u64,
+    /// Upstream's own fd buffers this channel took in (see `adopt`).
+    pub(super) adopted: Adopted,
 }
 
 #[derive(Default)]
@@ -185,8 +188,16 @@ impl Drop for Listening {
     }
 }
 
+/// Attaches the consumers that connect, until `stop`; between looks, gives upstream back
+/// the adopted buffers consumers handed back (upstream that waits for them renders nothing
+/// meanwhile, so rendering alone would not).
 pub(super) fn accept_loop(listener: UnixListener, hub: Weak<Hub>, stop: Arc<AtomicBool>) {
     while !stop.load(Ordering::SeqCst) {
+        if let Some(hub) = hub.upgrade() {
+            if let Some(ch) = hub.shared.lock().unwrap().channel.as_mut() {
+                ch.adopted.release_returned(&mut ch.producer);
+            }
+        }
         match listener.accept() {
             Ok((stream, _)) => {
                 let Some(hub) = hub.upgrade() else { return };

@@ -11,6 +11,7 @@ use gst_base::prelude::*;
 use gst_base::subclass::prelude::*;
 use hwtensor::stream::Producer;
 
+use super::adopt::{Adopted, ADOPT_ROOM};
 use super::channel::{
     accept_loop, pool_tensor, say_to_consumers, Channel, Hub, Listening, NoBuffer, Shared,
     SinkLender, POLL,
@@ -88,7 +89,8 @@ impl HwtensorSink {
             .map(|_| pool_tensor(&geometry, settings.memory))
             .collect::<hwtensor::Result<Vec<_>>>()
             .map_err(|e| format!("allocating the channel's pool: {e}"))?;
-        let mut producer = Producer::new(tensors.clone()).map_err(|e| e.to_string())?;
+        let room = tensors.len() + ADOPT_ROOM;
+        let mut producer = Producer::with_room(tensors.clone(), room).map_err(|e| e.to_string())?;
         for stream in s.waiting.drain(..) {
             if let Err(e) = producer.attach(stream) {
                 gst::warning!(CAT, imp = self, "a consumer could not attach: {e}");
@@ -114,6 +116,7 @@ impl HwtensorSink {
             pool,
             sent: vec![false; settings.pool_size as usize],
             generation,
+            adopted: Adopted::default(),
         });
         gst::info!(CAT, imp = self, "channel for {caps}");
         Ok(())
@@ -166,6 +169,30 @@ impl HwtensorSink {
             }
         }
         published
+    }
+
+    /// Publishes a frame upstream wrote into its own fd buffer, adopted as `slot`: no copy;
+    /// upstream's buffer is held until consumers hand the slot back.
+    fn render_adopted(
+        &self,
+        s: &mut Shared,
+        slot: hwtensor::stream::Slot,
+        buffer: &gst::Buffer,
+        marker: Marker,
+        flow: Flow,
+    ) -> Result<(), gst::FlowError> {
+        let ch = s.channel.as_mut().ok_or(gst::FlowError::NotNegotiated)?;
+        // Upstream had this buffer back, so its consumers had handed the slot back: at most
+        // the bound of a blocking sink.
+        Adopted::acquire(&mut ch.producer, slot, flow.timeout).map_err(|why| {
+            gst::element_imp_error!(self, gst::ResourceError::Write, ("{why}"));
+            gst::FlowError::Error
+        })?;
+        self.publish(s, slot.index(), None, marker)?;
+        if let Some(ch) = s.channel.as_mut() {
+            ch.adopted.hold(slot, buffer.clone());
+        }
+        Ok(())
     }
 
     /// Sends slot `index` of the current channel to its consumers, first copying the frame of
@@ -441,8 +468,18 @@ impl BaseSinkImpl for HwtensorSink {
             }
             None if ch.producer.consumers() == 0 => {} // nobody to copy for
             None => {
-                drop(s);
-                self.render_copy(buffer, marker, flow)?;
+                ch.adopted.release_returned(&mut ch.producer);
+                let adopted = ch
+                    .adopted
+                    .slot_for(&mut ch.producer, &ch.geometry, &ch.info, buffer);
+                match adopted {
+                    Ok(slot) => self.render_adopted(&mut s, slot, buffer, marker, flow)?,
+                    Err(why) => {
+                        gst::debug!(CAT, imp = self, "upstream's buffer not adopted: {why}");
+                        drop(s);
+                        self.render_copy(buffer, marker, flow)?;
+                    }
+                }
             }
         }
         self.frames.fetch_add(1, Ordering::Relaxed);

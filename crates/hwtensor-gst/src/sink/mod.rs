@@ -5,6 +5,7 @@ use std::sync::LazyLock;
 use gst::glib;
 use gst::prelude::*;
 
+mod adopt;
 mod channel;
 mod imp;
 
