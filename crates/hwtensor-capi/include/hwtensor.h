@@ -778,6 +778,41 @@ enum HwtStatus hwt_producer_new(const struct HwtTensor *const *pool,
                                 struct HwtProducer **out);
 
 /**
+ * A producer over the `n` tensors of `pool` that may grow to `room` buffers with
+ * `hwt_producer_add` after consumers attached (Linux; `room` at least `n`). Free it with
+ * `hwt_producer_free`.
+ *
+ * # Safety
+ * `pool` must hold `n` live handles; `out` valid for one write.
+ */
+enum HwtStatus hwt_producer_new_with_room(const struct HwtTensor *const *pool,
+                                          size_t n,
+                                          size_t room,
+                                          struct HwtProducer **out);
+
+/**
+ * Adds `t` to the pool (the producer keeps its own reference): every attached consumer
+ * receives it now, later ones with the rest. `*out_slot` is its slot, which
+ * `hwt_producer_acquire` never hands out: acquire it by name (`hwt_producer_acquire_slot`).
+ * Refused past the room the producer was made with, and on Windows.
+ *
+ * # Safety
+ * `p` must be a live producer, `t` a live tensor; `out_slot` valid for one write.
+ */
+enum HwtStatus hwt_producer_add(struct HwtProducer *p,
+                                const struct HwtTensor *t,
+                                uint32_t *out_slot);
+
+/**
+ * Acquires `slot` (an added buffer) by name once no consumer holds it, waiting at most
+ * `timeout_ns` (`HWT_STATUS_TIMEOUT`); then write it and `hwt_producer_send` it.
+ *
+ * # Safety
+ * `p` must be a live producer.
+ */
+enum HwtStatus hwt_producer_acquire_slot(struct HwtProducer *p, uint32_t slot, uint64_t timeout_ns);
+
+/**
  * A free buffer to write the next frame into, waiting at most `timeout_ns` while consumers
  * hold every buffer (`HWT_STATUS_TIMEOUT`): `*out_slot` is its index and `*out_tensor` a new
  * reference to it (release it when written).

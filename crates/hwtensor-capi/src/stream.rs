@@ -71,6 +71,23 @@ pub unsafe extern "C" fn hwt_producer_new(
     n: usize,
     out: *mut *mut HwtProducer,
 ) -> HwtStatus {
+    // SAFETY: the caller's contract, passed on.
+    unsafe { hwt_producer_new_with_room(pool, n, n, out) }
+}
+
+/// A producer over the `n` tensors of `pool` that may grow to `room` buffers with
+/// `hwt_producer_add` after consumers attached (Linux; `room` at least `n`). Free it with
+/// `hwt_producer_free`.
+///
+/// # Safety
+/// `pool` must hold `n` live handles; `out` valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn hwt_producer_new_with_room(
+    pool: *const *const HwtTensor,
+    n: usize,
+    room: usize,
+    out: *mut *mut HwtProducer,
+) -> HwtStatus {
     guard(|| {
         // SAFETY: the caller's contract.
         let handles = unsafe { slice_in(pool, n, "the pool", MAX_POOL) }?;
@@ -78,12 +95,56 @@ pub unsafe extern "C" fn hwt_producer_new(
             .iter()
             .map(|&h| tensor(h, "a pool tensor").cloned())
             .collect::<Result<Vec<_>, _>>()?;
-        let producer = Producer::new(tensors).or_status()?;
+        let producer = Producer::with_room(tensors, room).or_status()?;
         put(
             out,
             "out",
             Box::into_raw(Box::new(HwtProducer(Mutex::new(producer)))),
         )
+    })
+}
+
+/// Adds `t` to the pool (the producer keeps its own reference): every attached consumer
+/// receives it now, later ones with the rest. `*out_slot` is its slot, which
+/// `hwt_producer_acquire` never hands out: acquire it by name (`hwt_producer_acquire_slot`).
+/// Refused past the room the producer was made with, and on Windows.
+///
+/// # Safety
+/// `p` must be a live producer, `t` a live tensor; `out_slot` valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn hwt_producer_add(
+    p: *mut HwtProducer,
+    t: *const HwtTensor,
+    out_slot: *mut u32,
+) -> HwtStatus {
+    guard(|| {
+        // SAFETY: null refused; otherwise a live producer (the contract).
+        let p = unsafe { p.as_ref() }.ok_or_else(|| invalid("the producer is null"))?;
+        let t = tensor(t, "the added tensor")?.clone();
+        let slot = locked(&p.0)?.add(t).or_status()?;
+        put(out_slot, "out_slot", slot.index() as u32)
+    })
+}
+
+/// Acquires `slot` (an added buffer) by name once no consumer holds it, waiting at most
+/// `timeout_ns` (`HWT_STATUS_TIMEOUT`); then write it and `hwt_producer_send` it.
+///
+/// # Safety
+/// `p` must be a live producer.
+#[no_mangle]
+pub unsafe extern "C" fn hwt_producer_acquire_slot(
+    p: *mut HwtProducer,
+    slot: u32,
+    timeout_ns: u64,
+) -> HwtStatus {
+    guard(|| {
+        // SAFETY: null refused; otherwise a live producer (the contract).
+        let p = unsafe { p.as_ref() }.ok_or_else(|| invalid("the producer is null"))?;
+        let mut producer = locked(&p.0)?;
+        let slot = slot_of(&producer, slot)?;
+        producer
+            .acquire_slot(slot, Duration::from_nanos(timeout_ns))
+            .or_status()
     })
 }
 

@@ -9,8 +9,11 @@
 //!   images take GStreamer's default layout for the caps, each plane's stride included (I420
 //!   at 1364 pixels: 684-byte chroma rows); where hwtensor cannot lay an image out that way
 //!   (I420 of odd height, whose luma plane GStreamer rounds up to an even row count), only
-//!   upstream that writes through `GstVideoMeta` may take the pool. A
-//!   frame upstream wrote elsewhere is copied once, counted in the `copies` property. End of stream and a
+//!   upstream that writes through `GstVideoMeta` may take the pool. A frame upstream brings in
+//!   its own fd memory (DMA-BUF from v4l2src or a decoder, another channel's memfds) is adopted:
+//!   imported once, added to the channel, then sent by id with no copy, upstream's buffer held
+//!   until consumers hand it back. A frame in neither is copied once, counted in the `copies`
+//!   property. End of stream and a
 //!   change of caps reach consumers as frames of their own ([`wire`]). Properties: `socket`,
 //!   `pool-size`, `memory` (shm, or DMA-BUF for hardware upstream such as v4l2src
 //!   `io-mode=dmabuf-import`), `wait-for-consumer`, `when-full` (block or drop), `timeout`; counters

@@ -147,8 +147,9 @@ impl Frame {
     }
 }
 
-/// The sending side: `Producer(pool)` over a list of tensors (any fd-backed kind, or GPU
-/// memory); `attach(sock)` lends the pool to a consumer.
+/// The sending side: `Producer(pool, room=None)` over a list of tensors (any fd-backed kind,
+/// or GPU memory); `attach(sock)` lends the pool to a consumer. With `room`, `add(tensor)` grows
+/// the pool up to that many buffers after consumers attached.
 #[pyclass(name = "Producer", module = "hwtensor")]
 pub struct Producer {
     inner: RustProducer,
@@ -157,11 +158,31 @@ pub struct Producer {
 #[pymethods]
 impl Producer {
     #[new]
-    fn new(pool: Vec<PyRef<'_, PyTensor>>) -> PyResult<Self> {
-        let pool = pool.iter().map(|t| t.inner.clone()).collect();
+    #[pyo3(signature = (pool, room = None))]
+    fn new(pool: Vec<PyRef<'_, PyTensor>>, room: Option<usize>) -> PyResult<Self> {
+        let pool: Vec<_> = pool.iter().map(|t| t.inner.clone()).collect();
+        let room = room.unwrap_or(pool.len());
         Ok(Producer {
-            inner: RustProducer::new(pool).or_py()?,
+            inner: RustProducer::with_room(pool, room).or_py()?,
         })
+    }
+
+    /// Adds `tensor` to the pool: attached consumers receive it now. Returns its slot, which
+    /// `acquire` never hands out: take it with `acquire_slot(slot)`.
+    fn add(&mut self, py: Python<'_>, tensor: PyRef<'_, PyTensor>) -> PyResult<usize> {
+        let t = tensor.inner.clone();
+        let inner = &mut self.inner;
+        Ok(py.detach(|| inner.add(t)).or_py()?.index())
+    }
+
+    /// Acquires the added buffer `slot` once no consumer holds it, waiting at most `timeout`
+    /// seconds.
+    #[pyo3(signature = (slot, timeout = 5.0))]
+    fn acquire_slot(&mut self, py: Python<'_>, slot: usize, timeout: f64) -> PyResult<()> {
+        let s = self.slot(slot)?;
+        let limit = crate::seconds(timeout)?;
+        let inner = &mut self.inner;
+        py.detach(|| inner.acquire_slot(s, limit)).or_py()
     }
 
     /// Lends the pool to the consumer on the connected Unix socket `sock`.

@@ -116,3 +116,25 @@ def test_the_demo_producer_feeds_the_python_example_consumer(gpu_frames, request
     assert done.returncode == 0, done.stdout + done.stderr
     assert "python consumer: 6 frame(s)" in done.stdout
     assert "every acknowledgement verified" in done.stdout
+
+
+def test_a_buffer_added_after_attach_reaches_the_consumer_by_its_own_slot():
+    pool = [hwtensor.Tensor((64, 64, 4), memory="shm") for _ in range(2)]
+    producer = hwtensor.Producer(pool, room=3)
+    ours, theirs = socket.socketpair()
+    producer.attach(ours)
+    consumer = hwtensor.Consumer(theirs)
+    extra = hwtensor.Tensor((64, 64, 4), memory="shm")
+    slot = producer.add(extra)
+    assert slot == 2
+    producer.acquire_slot(slot, timeout=5)
+    with producer.tensor(slot).map_write() as a:
+        a[:] = 42
+    producer.send(slot, 0)
+    with consumer.recv(timeout=5) as frame:
+        assert frame.slot == 2
+        assert frame.tensor.identity == extra.identity
+        with frame.tensor.map_read() as b:
+            assert int(b.min()) == 42 == int(b.max())
+    with pytest.raises(hwtensor.Error, match="room"):
+        producer.add(hwtensor.Tensor((64, 64, 4), memory="shm"))

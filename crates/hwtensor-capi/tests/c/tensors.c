@@ -547,13 +547,15 @@ static int channel_child(int sock) {
     HwtConsumer *c = NULL;
     CHECK(hwt_consumer_connect(sock, &c));
     close(sock); /* the consumer keeps its own duplicate */
-    for (uint64_t seq = 0; seq < CHANNEL_FRAMES; seq++) {
+    for (uint64_t seq = 0; seq <= CHANNEL_FRAMES; seq++) {
         HwtFrame *f = NULL;
         CHECK(hwt_consumer_recv(c, HWT_WAIT_TIMED, HANDOFF_TIMEOUT_NS, &f));
         HwtFrameMeta meta;
         uint32_t slot = 9;
         CHECK(hwt_frame_meta(f, &meta, &slot));
-        ASSERT(meta.seq == seq && meta.payload_len == 4 && memcmp(meta.payload, "ping", 4) == 0 && slot < 2);
+        ASSERT(meta.seq == seq && meta.payload_len == 4 && memcmp(meta.payload, "ping", 4) == 0);
+        /* The last frame comes in the buffer the producer added after attach. */
+        ASSERT(seq < CHANNEL_FRAMES ? slot < 2 : slot == 2);
         HwtTensor *t = NULL;
         CHECK(hwt_frame_tensor(f, &t));
         HwtMap m;
@@ -574,7 +576,7 @@ static int a_child_process_consumes_frames_through_the_pooled_channel(const char
     HwtTensor *pool[2] = {NULL, NULL};
     for (int i = 0; i < 2; i++) CHECK(hwt_tensor_new(shape, 1, HWT_D_TYPE_U8, HWT_MEMORY_SHM, &pool[i]));
     HwtProducer *p = NULL;
-    CHECK(hwt_producer_new((const HwtTensor *const *)pool, 2, &p));
+    CHECK(hwt_producer_new_with_room((const HwtTensor *const *)pool, 2, 3, &p));
     for (int i = 0; i < 2; i++) hwt_tensor_release(pool[i]); /* the producer keeps its own */
     int sv[2];
     pid_t pid = spawn_self(self, "--channel-child", sv);
@@ -594,6 +596,22 @@ static int a_child_process_consumes_frames_through_the_pooled_channel(const char
         memcpy(meta.payload, "ping", 4);
         CHECK(hwt_producer_send(p, slot, &meta));
     }
+    /* A third buffer, added while the consumer is attached, acquired by its slot. */
+    HwtTensor *extra = NULL;
+    uint32_t added = 0;
+    CHECK(hwt_tensor_new(shape, 1, HWT_D_TYPE_U8, HWT_MEMORY_SHM, &extra));
+    CHECK(hwt_producer_add(p, extra, &added));
+    ASSERT(added == 2);
+    EXPECT(hwt_producer_add(p, extra, &added), HWT_STATUS_INVALID_OPERATION); /* no room left */
+    CHECK(hwt_producer_acquire_slot(p, added, HANDOFF_TIMEOUT_NS));
+    HwtMap em;
+    CHECK(hwt_tensor_map(extra, HWT_ACCESS_WRITE, &em));
+    for (size_t i = 0; i < em.len; i++) ((uint8_t *)em.data)[i] = pattern(CHANNEL_FRAMES, i);
+    CHECK(hwt_map_end(&em));
+    hwt_tensor_release(extra);
+    HwtFrameMeta last = {.seq = CHANNEL_FRAMES, .timestamp_ns = 0, .payload_len = 4};
+    memcpy(last.payload, "ping", 4);
+    CHECK(hwt_producer_send(p, added, &last));
     HwtFrameMeta too_long = {.seq = 0, .timestamp_ns = 0, .payload_len = 33};
     EXPECT(hwt_producer_send(p, 0, &too_long), HWT_STATUS_INVALID_ARGUMENT);
     EXPECT(hwt_producer_send(p, 7, &too_long), HWT_STATUS_INVALID_ARGUMENT);

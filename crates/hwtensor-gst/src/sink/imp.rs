@@ -231,9 +231,9 @@ impl HwtensorSink {
             gst::warning!(
                 CAT,
                 imp = self,
-                "upstream writes into its own memory, so each frame is copied once into the \
-                 channel; let it use this sink's pool (answered in the allocation query) to \
-                 avoid the copy"
+                "upstream writes into its own memory, not fd memory the channel can adopt, so \
+                 each frame is copied once into the channel; let it use this sink's pool \
+                 (answered in the allocation query) to avoid the copy"
             );
         }
         self.copies.fetch_add(1, Ordering::Relaxed);
@@ -356,7 +356,8 @@ impl ElementImpl for HwtensorSink {
                 "Sink/Video",
                 "Publishes video frames on a hwtensor channel: a pool of shared buffers lent \
                  once to each consumer process, then each frame an id. Upstream writes into the \
-                 pool itself when it takes this sink's buffer pool.",
+                 pool itself when it takes this sink's buffer pool; its own fd buffers (DMA-BUF, \
+                 memfds) are added to the channel as they first come, not copied.",
                 "The hwtensor developers",
             )
         });
