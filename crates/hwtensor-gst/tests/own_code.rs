@@ -20,6 +20,17 @@ fn abstract_addr(socket: &str) -> SocketAddr {
     SocketAddr::from_abstract_name(socket.trim_start_matches('@').as_bytes()).unwrap()
 }
 
+/// A consumer of the channel at `addr`, connecting again until hwtensorsink listens there.
+fn consumer_of(addr: &SocketAddr) -> Consumer {
+    let stream = loop {
+        match UnixStream::connect_addr(addr) {
+            Ok(s) => break s,
+            Err(_) => std::thread::sleep(Duration::from_millis(10)),
+        }
+    };
+    Consumer::connect(stream, CONNECT_TIMEOUT).unwrap()
+}
+
 #[test]
 fn a_rust_consumer_reads_every_frame_hwtensorsink_publishes_then_its_end_of_stream() {
     init();
@@ -33,13 +44,7 @@ fn a_rust_consumer_reads_every_frame_hwtensorsink_publishes_then_its_end_of_stre
     producer.set_state(gst::State::Playing).unwrap();
     let addr = abstract_addr(&socket);
     let reader = std::thread::spawn(move || {
-        let stream = loop {
-            match UnixStream::connect_addr(&addr) {
-                Ok(s) => break s,
-                Err(_) => std::thread::sleep(Duration::from_millis(10)),
-            }
-        };
-        let mut consumer = Consumer::connect(stream, CONNECT_TIMEOUT).unwrap();
+        let mut consumer = consumer_of(&addr);
         let mut frames = Vec::new();
         loop {
             let frame = consumer.recv(Wait::For(Duration::from_secs(20))).unwrap();
@@ -257,13 +262,7 @@ fn a_producer_whose_buffers_differ_is_refused_before_any_frame() {
 fn hoarding_consumer(socket: &str) -> std::thread::JoinHandle<usize> {
     let addr = abstract_addr(socket);
     std::thread::spawn(move || {
-        let stream = loop {
-            match UnixStream::connect_addr(&addr) {
-                Ok(s) => break s,
-                Err(_) => std::thread::sleep(Duration::from_millis(10)),
-            }
-        };
-        let mut consumer = Consumer::connect(stream, CONNECT_TIMEOUT).unwrap();
+        let mut consumer = consumer_of(&addr);
         let mut kept = Vec::new();
         while let Ok(frame) = consumer.recv(Wait::For(Duration::from_secs(2))) {
             kept.push(frame);
@@ -469,13 +468,7 @@ fn hwtensorsink_adopts_upstreams_own_fd_buffers_and_relays_them_without_a_copy()
     // Channel B's consumer: every frame's bytes, and which file it is.
     let addr = abstract_addr(&downstream);
     let reader = std::thread::spawn(move || {
-        let stream = loop {
-            match UnixStream::connect_addr(&addr) {
-                Ok(s) => break s,
-                Err(_) => std::thread::sleep(Duration::from_millis(10)),
-            }
-        };
-        let mut consumer = Consumer::connect(stream, CONNECT_TIMEOUT).unwrap();
+        let mut consumer = consumer_of(&addr);
         let mut seen = Vec::new();
         loop {
             let frame = consumer.recv(Wait::For(Duration::from_secs(20))).unwrap();
