@@ -435,8 +435,9 @@ mod tests {
             ..Entry::default()
         });
         frame.unwrap();
-        drop(consumer.recv(Wait::Block).unwrap()); // the consumer's pool: 4, its whole ring
-                                                   // A hostile producer names a fifth buffer of a four-entry ring, and sends it.
+        // The consumer takes the fourth buffer: its pool is now its whole ring.
+        drop(consumer.recv(Wait::Block).unwrap());
+        // A hostile producer names a fifth buffer of a four-entry ring, and sends it.
         let beyond = Entry {
             slot: 4,
             ..Entry::default()
