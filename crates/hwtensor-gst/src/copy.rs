@@ -78,11 +78,12 @@ pub fn out_of(t: &TensorDyn) -> Result<gst::Buffer, String> {
         let b = buffer.get_mut().unwrap();
         {
             let mut out = b.map_writable().map_err(|e| e.to_string())?;
+            // The map ends with the last row's pixels; a padded image's plane table ends with
+            // its padding (a 64-pixel BGRx image at 320-byte rows: the map 64 bytes short).
+            // That tail is padding, left as the new buffer has it.
             with_bytes(t, |src| {
-                out.copy_from_slice(
-                    src.get(..size)
-                        .ok_or("the frame is shorter than its image")?,
-                );
+                let n = src.len().min(size);
+                out[..n].copy_from_slice(&src[..n]);
                 Ok(())
             })?;
         }

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use common::*;
 use gst::prelude::*;
+use gst_video::prelude::*;
 use gsthwtensor::wire::{Kind, Marker};
 use hwtensor::stream::{Consumer, Producer, Wait, CONNECT_TIMEOUT};
 use hwtensor::{CpuAccess, DType, PixelFormat, TensorDyn, TensorMemory};
@@ -504,4 +505,72 @@ fn hwtensorsink_adopts_upstreams_own_fd_buffers_and_relays_them_without_a_copy()
             "frame {i} is not in one of channel A's buffers"
         );
     }
+}
+
+#[test]
+fn a_pool_whose_images_differ_only_in_row_stride_streams_each_at_its_own() {
+    init();
+    let socket = socket_name();
+    let listener = UnixListener::bind_addr(&abstract_addr(&socket)).unwrap();
+    let frames = 4u8;
+    let producer = std::thread::spawn(move || {
+        let tight = TensorDyn::image(
+            64,
+            48,
+            PixelFormat::Bgrx,
+            DType::U8,
+            Some(TensorMemory::Shm),
+            CpuAccess::ReadWrite,
+        );
+        // As a sink's adopted buffer can be: the same picture, rows padded by upstream.
+        let padded = TensorDyn::image_with_pitch(
+            64,
+            48,
+            PixelFormat::Bgrx,
+            DType::U8,
+            320,
+            Some(TensorMemory::Shm),
+            CpuAccess::ReadWrite,
+        );
+        let mut p = Producer::new(vec![tight.unwrap(), padded.unwrap()]).unwrap();
+        p.attach(listener.accept().unwrap().0).unwrap();
+        for i in 0..frames {
+            let slot = p.acquire(Duration::from_secs(20)).unwrap();
+            let t = p.tensor(slot).as_tensor::<u8>().unwrap();
+            t.copy_from_flat(&vec![i + 1; t.len()]).unwrap();
+            p.send(slot, Marker::of(Kind::Frame).meta(u64::from(i)))
+                .unwrap();
+        }
+        let slot = p.acquire(Duration::from_secs(20)).unwrap();
+        p.send(slot, Marker::of(Kind::Eos).meta(0)).unwrap();
+        let _ = p.acquire(Duration::from_millis(200));
+    });
+    let got = samples(&format!(
+        "hwtensorsrc socket={socket} is-live=false ! appsink name=out sync=false"
+    ));
+    producer.join().unwrap();
+    let mut strides = std::collections::BTreeSet::new();
+    for (i, sample) in got.iter().enumerate() {
+        let info = gst_video::VideoInfo::from_caps(sample.caps().unwrap()).unwrap();
+        let frame =
+            gst_video::VideoFrameRef::from_buffer_ref_readable(sample.buffer().unwrap(), &info)
+                .unwrap();
+        let stride = frame.plane_stride()[0] as usize;
+        strides.insert(stride);
+        let data = frame.plane_data(0).unwrap();
+        for row in 0..48 {
+            let pixels = &data[row * stride..row * stride + 64 * 4];
+            assert!(
+                pixels.iter().all(|&b| b == i as u8 + 1),
+                "frame {i} row {row} at stride {stride}: {:?}",
+                &pixels[..8]
+            );
+        }
+    }
+    assert_eq!(got.len(), usize::from(frames));
+    assert_eq!(
+        strides.into_iter().collect::<Vec<_>>(),
+        [256, 320],
+        "frames came at both buffers' strides (the padded one's copied out at its own)"
+    );
 }

@@ -238,14 +238,20 @@ impl HwtensorSrc {
     }
 }
 
-/// The caps of a channel's images. One caps for every frame: a pool whose buffers differ
+/// The caps of a channel's images. One caps for every frame: a pool whose images differ
 /// would hand downstream buffers smaller than the caps say (a broken or hostile producer).
+/// Their layouts may differ (each slot's buffer carries its own `GstVideoMeta`): a sink that
+/// adopted upstream's buffers lends them beside its own, at upstream's strides, on shm or
+/// DMA-BUF.
 fn one_caps(pool: &[TensorDyn]) -> Result<gst::Caps, String> {
     let first = pool.first().ok_or("the channel has no buffers")?;
-    let same = |t: &TensorDyn| {
-        (t.image_info(), t.dtype(), t.memory())
-            == (first.image_info(), first.dtype(), first.memory())
+    let image = |t: &TensorDyn| {
+        let on_device = matches!(t.memory(), TensorMemory::Gpu | TensorMemory::Cuda);
+        let info = t.image_info();
+        let picture = info.map(|i| (i.format, i.width, i.height, i.modifier));
+        (picture, t.dtype(), on_device)
     };
+    let same = |t: &TensorDyn| image(t) == image(first);
     if !pool.iter().all(same) {
         return Err(
             "the producer's buffers are not all the same image; hwtensorsrc needs one caps".into(),
