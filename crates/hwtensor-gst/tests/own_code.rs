@@ -21,6 +21,27 @@ fn abstract_addr(socket: &str) -> SocketAddr {
     SocketAddr::from_abstract_name(socket.trim_start_matches('@').as_bytes()).unwrap()
 }
 
+/// A thread that consumes hwtensorsink's channel at `socket` until its end of stream and
+/// returns what `each` made of every frame.
+fn frames_until_eos<T: Send + 'static>(
+    socket: &str,
+    each: impl Fn(&hwtensor::stream::Frame, Marker) -> T + Send + 'static,
+) -> std::thread::JoinHandle<Vec<T>> {
+    let addr = abstract_addr(socket);
+    std::thread::spawn(move || {
+        let mut consumer = consumer_of(&addr);
+        let mut got = Vec::new();
+        loop {
+            let frame = consumer.recv(Wait::For(Duration::from_secs(20))).unwrap();
+            let marker = Marker::decode(frame.meta().payload()).unwrap();
+            if marker.kind == Kind::Eos {
+                return got;
+            }
+            got.push(each(&frame, marker));
+        }
+    })
+}
+
 /// A consumer of the channel at `addr`, connecting again until hwtensorsink listens there.
 fn consumer_of(addr: &SocketAddr) -> Consumer {
     let stream = loop {
@@ -43,28 +64,18 @@ fn a_rust_consumer_reads_every_frame_hwtensorsink_publishes_then_its_end_of_stre
     ))
     .unwrap();
     producer.set_state(gst::State::Playing).unwrap();
-    let addr = abstract_addr(&socket);
-    let reader = std::thread::spawn(move || {
-        let mut consumer = consumer_of(&addr);
-        let mut frames = Vec::new();
-        loop {
-            let frame = consumer.recv(Wait::For(Duration::from_secs(20))).unwrap();
-            let marker = Marker::decode(frame.meta().payload()).unwrap();
-            if marker.kind == Kind::Eos {
-                return frames;
-            }
-            let t = frame.tensor();
-            let info = t.image_info().unwrap();
-            assert_eq!(
-                (info.format, info.width, info.height),
-                (PixelFormat::Nv21, 320, 240)
-            );
-            assert!(marker.pts.is_some(), "the buffer's PTS travels");
-            frames.extend_from_slice(&t.as_tensor::<u8>().unwrap().to_vec().unwrap());
-        }
+    let reader = frames_until_eos(&socket, |frame, marker| {
+        let t = frame.tensor();
+        let info = t.image_info().unwrap();
+        assert_eq!(
+            (info.format, info.width, info.height),
+            (PixelFormat::Nv21, 320, 240)
+        );
+        assert!(marker.pts.is_some(), "the buffer's PTS travels");
+        t.as_tensor::<u8>().unwrap().to_vec().unwrap()
     });
     run_to_eos(&producer, Duration::from_secs(60));
-    let got = reader.join().unwrap();
+    let got = reader.join().unwrap().concat();
     assert!(
         got == reference_frames(caps, FRAMES as u32),
         "NV21 frames differ"
@@ -467,21 +478,11 @@ fn hwtensorsink_adopts_upstreams_own_fd_buffers_and_relays_them_without_a_copy()
     .unwrap();
     relay.set_state(gst::State::Playing).unwrap();
     // Channel B's consumer: every frame's bytes, and which file it is.
-    let addr = abstract_addr(&downstream);
-    let reader = std::thread::spawn(move || {
-        let mut consumer = consumer_of(&addr);
-        let mut seen = Vec::new();
-        loop {
-            let frame = consumer.recv(Wait::For(Duration::from_secs(20))).unwrap();
-            let marker = Marker::decode(frame.meta().payload()).unwrap();
-            if marker.kind == Kind::Eos {
-                return seen;
-            }
-            let bytes = frame.tensor().as_tensor::<u8>().unwrap().to_vec().unwrap();
-            let first = bytes[0];
-            assert!(bytes.iter().all(|&b| b == first), "frame {first} is torn");
-            seen.push((first, file_of(frame.tensor())));
-        }
+    let reader = frames_until_eos(&downstream, |frame, _| {
+        let bytes = frame.tensor().as_tensor::<u8>().unwrap().to_vec().unwrap();
+        let first = bytes[0];
+        assert!(bytes.iter().all(|&b| b == first), "frame {first} is torn");
+        (first, file_of(frame.tensor()))
     });
     let files = files_rx.recv().unwrap();
     run_to_eos(&relay, Duration::from_secs(60));
