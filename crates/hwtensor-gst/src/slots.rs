@@ -50,19 +50,40 @@ mod imp {
 
     pub(super) struct Inner {
         pub lender: Box<dyn Lender>,
+        /// Whether the slot buffers' memories are marked read-only (see `SlotPool::new`).
+        pub read_only: bool,
+        pub slots: Mutex<Slots>,
+        pub flushing: AtomicBool,
+        /// The slots are not laid out as GStreamer lays out these caps by default: only a
+        /// user that reads and writes through `GstVideoMeta` may take them.
+        pub meta_required: AtomicBool,
+    }
+
+    /// The slots, one entry each in every list; a channel that grows adds one
+    /// (`SlotPool::add_slot`).
+    pub(super) struct Slots {
         /// Kept so the fds the buffers' memories name stay open while any buffer lives.
         pub tensors: Vec<TensorDyn>,
-        pub buffers: Mutex<Vec<Option<gst::Buffer>>>,
+        /// Each slot's buffer while it is at rest here.
+        pub buffers: Vec<Option<gst::Buffer>>,
         /// Each slot buffer's address: how a buffer that comes back finds its slot.
         pub addresses: Vec<usize>,
         /// Each slot buffer's own memory. An element that cannot map it as it wants may put a
         /// copy in its place (`gst_memory_make_mapped`): its writes then never reach the slot,
         /// so such a buffer is known by its memory and the slot's memory is put back.
         pub memories: Vec<gst::Memory>,
-        pub flushing: AtomicBool,
-        /// The slots are not laid out as GStreamer lays out these caps by default: only a
-        /// user that reads and writes through `GstVideoMeta` may take them.
-        pub meta_required: AtomicBool,
+    }
+
+    impl Slots {
+        /// Appends the slot whose buffer is `buffer` (one memory) over `tensor`.
+        pub fn push(&mut self, tensor: TensorDyn, buffer: gst::Buffer) {
+            self.addresses.push(buffer.as_ptr() as usize);
+            // `memory(0)` takes a reference; `to_owned` of a MemoryRef would copy the bytes.
+            let memory = buffer.memory(0).expect("a slot buffer has one memory");
+            self.memories.push(memory);
+            self.buffers.push(Some(buffer));
+            self.tensors.push(tensor);
+        }
     }
 
     #[derive(Default)]
@@ -96,13 +117,16 @@ mod imp {
                     Ok(Lent::Spare) => break spare(inner),
                     Err(e) => break Err(e),
                 };
-                let mut buffers = inner.buffers.lock().unwrap();
+                let mut slots = inner.slots.lock().unwrap();
+                let Some(entry) = slots.buffers.get_mut(slot) else {
+                    break Err(gst::FlowError::Error); // a lender's slot this pool never had
+                };
                 // At rest a slot's buffer has us as its one owner, so it is writable; one that
                 // is not (or is out) is held elsewhere.
-                match buffers[slot].as_mut().and_then(|b| b.get_mut()) {
+                match entry.as_mut().and_then(|b| b.get_mut()) {
                     Some(at_rest) => {
                         reset(at_rest);
-                        break Ok(buffers[slot].take().expect("just looked at"));
+                        break Ok(entry.take().expect("just looked at"));
                     }
                     None => held_elsewhere.push(slot),
                 }
@@ -118,14 +142,16 @@ mod imp {
                 return;
             };
             let address = buffer.as_ptr() as usize;
-            if let Some(slot) = inner.addresses.iter().position(|&a| a == address) {
+            let mut slots = inner.slots.lock().unwrap();
+            if let Some(slot) = slots.addresses.iter().position(|&a| a == address) {
                 let mut buffer = buffer;
-                if !holds(&buffer, &inner.memories[slot]) {
+                if !holds(&buffer, &slots.memories[slot]) {
                     if let Some(b) = buffer.get_mut() {
-                        b.replace_all_memory(inner.memories[slot].clone());
+                        b.replace_all_memory(slots.memories[slot].clone());
                     }
                 }
-                inner.buffers.lock().unwrap()[slot] = Some(buffer);
+                slots.buffers[slot] = Some(buffer);
+                drop(slots);
                 inner.lender.returned(slot);
             }
             // Anything else (a spare) is simply freed.
@@ -200,10 +226,10 @@ mod imp {
     }
 
     fn spare(inner: &Inner) -> Result<gst::Buffer, gst::FlowError> {
-        let t = &inner.tensors[0];
-        let size = crate::caps::image_bytes(t).map_err(|_| gst::FlowError::Error)?;
+        let t = inner.slots.lock().unwrap().tensors[0].clone();
+        let size = crate::caps::image_bytes(&t).map_err(|_| gst::FlowError::Error)?;
         let mut buffer = gst::Buffer::with_size(size).map_err(|_| gst::FlowError::Error)?;
-        crate::caps::add_video_meta(buffer.get_mut().unwrap(), t)
+        crate::caps::add_video_meta(buffer.get_mut().unwrap(), &t)
             .map_err(|_| gst::FlowError::Error)?;
         Ok(buffer)
     }
@@ -223,23 +249,21 @@ impl SlotPool {
         lender: Box<dyn Lender>,
         read_only: bool,
     ) -> Result<SlotPool, String> {
-        let buffers = tensors
-            .iter()
-            .map(|t| slot_buffer(t, read_only))
-            .collect::<Result<Vec<_>, _>>()?;
-        let addresses = buffers.iter().map(|b| b.as_ptr() as usize).collect();
-        // `memory(0)` takes a reference; `to_owned` of a MemoryRef would copy the bytes.
-        let memories = buffers
-            .iter()
-            .map(|b| b.memory(0).expect("a slot buffer has one memory"))
-            .collect();
+        let mut slots = imp::Slots {
+            tensors: Vec::new(),
+            buffers: Vec::new(),
+            addresses: Vec::new(),
+            memories: Vec::new(),
+        };
+        for t in tensors {
+            let buffer = slot_buffer(&t, read_only)?;
+            slots.push(t, buffer);
+        }
         let pool: SlotPool = glib::Object::new();
         let inner = imp::Inner {
             lender,
-            tensors,
-            buffers: Mutex::new(buffers.into_iter().map(Some).collect()),
-            addresses,
-            memories,
+            read_only,
+            slots: Mutex::new(slots),
             flushing: AtomicBool::new(false),
             meta_required: AtomicBool::new(false),
         };
@@ -260,28 +284,44 @@ impl SlotPool {
     /// The slot `buffer` is the buffer of, if it is one of this pool's, and whether the slot's
     /// memory is still in it (`false`: an element replaced it with a copy it wrote instead).
     pub fn slot_of(&self, buffer: &gst::BufferRef) -> Option<(usize, bool)> {
-        let inner = self.imp().inner.get()?;
+        let slots = self.imp().inner.get()?.slots.lock().unwrap();
         let address = buffer.as_ptr() as usize;
-        let slot = inner.addresses.iter().position(|&a| a == address)?;
-        Some((slot, imp::holds(buffer, &inner.memories[slot])))
+        let slot = slots.addresses.iter().position(|&a| a == address)?;
+        Some((slot, imp::holds(buffer, &slots.memories[slot])))
     }
 
     /// The tensor behind `slot`.
-    pub fn tensor(&self, slot: usize) -> Option<&TensorDyn> {
-        self.imp().inner.get()?.tensors.get(slot)
+    pub fn tensor(&self, slot: usize) -> Option<TensorDyn> {
+        let slots = self.imp().inner.get()?.slots.lock().unwrap();
+        slots.tensors.get(slot).cloned()
+    }
+
+    /// How many slots the pool has.
+    pub fn slots(&self) -> usize {
+        let inner = self.imp().inner.get();
+        inner.map_or(0, |i| i.slots.lock().unwrap().tensors.len())
+    }
+
+    /// Adds a slot over `tensor` (the channel's pool grew: `Producer::add`); returns its index.
+    pub fn add_slot(&self, tensor: TensorDyn) -> Result<usize, String> {
+        let inner = self.imp().inner.get().ok_or("the pool has no slots")?;
+        let buffer = slot_buffer(&tensor, inner.read_only)?;
+        let mut slots = inner.slots.lock().unwrap();
+        slots.push(tensor, buffer);
+        Ok(slots.tensors.len() - 1)
     }
 
     /// Bytes of a slot's image: the buffer size the pool lends.
     pub fn slot_size(&self) -> Option<usize> {
         self.tensor(0)
-            .and_then(|t| crate::caps::image_bytes(t).ok())
+            .and_then(|t| crate::caps::image_bytes(&t).ok())
     }
 
     /// Activates the pool for `caps` with its own slots as the buffers.
     pub fn activate(&self, caps: &gst::Caps) -> Result<(), String> {
         let size = self.slot_size().unwrap_or(0);
         let mut config = self.config();
-        let slots = self.imp().inner.get().map_or(0, |i| i.tensors.len()) as u32;
+        let slots = self.slots() as u32;
         config.set_params(Some(caps), size as u32, slots, slots);
         config.add_option(gst_video::BUFFER_POOL_OPTION_VIDEO_META);
         self.set_config(config).map_err(|e| e.to_string())?;

@@ -575,3 +575,67 @@ fn a_pool_whose_images_differ_only_in_row_stride_streams_each_at_its_own() {
         "frames came at both buffers' strides (the padded one's copied out at its own)"
     );
 }
+
+#[test]
+fn hwtensorsrc_lends_a_buffer_its_producer_added_after_it_attached() {
+    init();
+    let socket = socket_name();
+    let listener = UnixListener::bind_addr(&abstract_addr(&socket)).unwrap();
+    let frames = 6u8;
+    let producer = std::thread::spawn(move || {
+        let image = || {
+            let t = TensorDyn::image(
+                64,
+                48,
+                PixelFormat::Bgrx,
+                DType::U8,
+                Some(TensorMemory::Shm),
+                CpuAccess::ReadWrite,
+            );
+            t.unwrap()
+        };
+        let mut p = Producer::with_room(vec![image(), image()], 3).unwrap();
+        p.attach(listener.accept().unwrap().0).unwrap();
+        // Every other frame goes in the buffer added after attach (appsink holds its preroll
+        // buffer a while: a single buffer would wait on it).
+        let added = p.add(image()).unwrap();
+        for i in 0..frames {
+            let slot = match i % 2 {
+                0 => p
+                    .acquire_slot(added, Duration::from_secs(20))
+                    .map(|()| added),
+                _ => p.acquire(Duration::from_secs(20)),
+            };
+            let slot = slot.unwrap();
+            let t = p.tensor(slot).as_tensor::<u8>().unwrap();
+            t.map_write().unwrap().fill(i + 1);
+            p.send(slot, Marker::of(Kind::Frame).meta(u64::from(i)))
+                .unwrap();
+        }
+        let slot = p.acquire(Duration::from_secs(20)).unwrap();
+        p.send(slot, Marker::of(Kind::Eos).meta(0)).unwrap();
+        let _ = p.acquire(Duration::from_millis(200));
+    });
+    let (pipeline, sink) = with_appsink(&format!(
+        "hwtensorsrc socket={socket} is-live=false ! appsink name=out sync=false max-buffers=1 enable-last-sample=false"
+    ));
+    pipeline.set_state(gst::State::Playing).unwrap();
+    let mut seen = Vec::new();
+    while let Ok(sample) = sink.pull_sample() {
+        let buffer = sample.buffer().unwrap();
+        let bytes = buffer.map_readable().unwrap();
+        assert!(bytes.iter().all(|&b| b == bytes[0]), "a torn frame");
+        let lent = buffer
+            .peek_memory(0)
+            .is_memory_type::<gst_allocators::FdMemory>();
+        // Frames 1, 3, 5 came in the added buffer: lent as its own fd memory. (One in the
+        // pool's own buffers may be copied when lending it would leave the producer none.)
+        if bytes[0] % 2 == 1 {
+            assert!(lent, "frame {} in the added buffer was copied", bytes[0]);
+        }
+        seen.push(bytes[0]);
+    }
+    pipeline.set_state(gst::State::Null).unwrap();
+    producer.join().unwrap();
+    assert_eq!(seen, (1..=frames).collect::<Vec<_>>());
+}

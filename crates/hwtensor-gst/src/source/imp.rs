@@ -75,6 +75,16 @@ impl Downstream {
         Downstream(Mutex::new(Held { next: None, frames }))
     }
 
+    /// Slots the pool lends now.
+    fn len(&self) -> usize {
+        self.0.lock().unwrap().frames.len()
+    }
+
+    /// One more slot, the pool's newest.
+    fn grow(&self) {
+        self.0.lock().unwrap().frames.push(None);
+    }
+
     /// Keeps `frame` for the buffer the pool lends next, unless lending it would leave the
     /// producer no buffer at all, or the frame's buffer is not one of the pool's: then the
     /// frame comes back, to be copied.
@@ -82,7 +92,6 @@ impl Downstream {
         let mut held = self.0.lock().unwrap();
         let out = held.frames.iter().flatten().count();
         let slot = frame.slot();
-        // A buffer the producer added after we attached has no buffer of our pool: copied.
         if out + 1 >= held.frames.len() || slot >= held.frames.len() {
             return Some(frame);
         }
@@ -223,10 +232,15 @@ impl HwtensorSrc {
         // downstream lets go (filesink batches small buffers, a queue holds many): that frame
         // is copied and handed back at once, as v4l2src does when its pool runs low.
         let frame = match &r.pool {
-            Some((pool, downstream)) => match downstream.lend(frame) {
-                None => return pool.acquire_buffer(None),
-                Some(frame) => frame,
-            },
+            Some((pool, downstream)) => {
+                if frame.slot() >= downstream.len() {
+                    self.take_added(r, pool, downstream);
+                }
+                match downstream.lend(frame) {
+                    None => return pool.acquire_buffer(None),
+                    Some(frame) => frame,
+                }
+            }
             None => frame,
         };
         let buffer = crate::copy::out_of(frame.tensor()).map_err(|e| {
@@ -235,6 +249,28 @@ impl HwtensorSrc {
         })?;
         self.copies.fetch_add(1, Ordering::Relaxed);
         Ok(buffer)
+    }
+}
+
+impl HwtensorSrc {
+    /// Makes buffers of the pool for the buffers the producer added since (a sink adopting
+    /// upstream's own buffers, `Producer::add`), those of the negotiated picture; a frame in
+    /// one that is not stays a copy.
+    fn take_added(&self, r: &Receiving, pool: &SlotPool, downstream: &Downstream) {
+        let channel = r.consumer.pool();
+        while downstream.len() < channel.len() {
+            let t = &channel[downstream.len()];
+            if one_caps(&[channel[0].clone(), t.clone()]).is_err() {
+                return;
+            }
+            match pool.add_slot(t.clone()) {
+                Ok(_) => downstream.grow(),
+                Err(e) => {
+                    gst::warning!(CAT, imp = self, "an added buffer stays copied: {e}");
+                    return;
+                }
+            }
+        }
     }
 }
 
