@@ -21,8 +21,9 @@
 //! - **`hwtensorsrc`** attaches to a channel and pushes each frame as a buffer whose fd memory
 //!   *is* the frame (fd memory over the shm or DMA-BUF fd, with `GstVideoMeta`); the buffer's
 //!   last unref hands the frame back. A channel that grows after attach (a sink adopting
-//!   upstream's buffers) is followed: each added buffer of the same picture is lent as well. A producer that leaves without end of stream ends the
-//!   stream with an element error that says so. GPU frames come as system-memory copies
+//!   upstream's buffers) is followed: each added buffer of the same picture is lent as well.
+//!   A producer that leaves without end of stream ends the stream with an element error that
+//!   says so. GPU frames come as system-memory copies
 //!   through the CPU map (GStreamer 1.22's CUDA and Vulkan memory cannot import external
 //!   memory). Properties: `socket`, `timeout`, `is-live`; counters `copies`, `frames`.
 //!
