@@ -132,10 +132,32 @@ fn rust_producer_of(
         };
         producer.send(slot, marker.meta(i as u64)).unwrap();
     }
+    end_of_stream(&mut producer);
+}
+
+/// Sends end of stream, then stays until the consumer has handed everything back: leaving
+/// early is not end of stream.
+fn end_of_stream(producer: &mut Producer) {
     let slot = producer.acquire(Duration::from_secs(20)).unwrap();
     producer.send(slot, Marker::of(Kind::Eos).meta(0)).unwrap();
-    // Stay until the consumer has handed everything back: leaving early is not end of stream.
     let _ = producer.acquire(Duration::from_millis(200));
+}
+
+/// A 64x48 BGRx image in shared memory, rows `pitch` bytes apart (`None`: tight).
+fn bgrx(pitch: Option<usize>) -> TensorDyn {
+    let (w, h, f, d, m, a) = (
+        64,
+        48,
+        PixelFormat::Bgrx,
+        DType::U8,
+        Some(TensorMemory::Shm),
+        CpuAccess::ReadWrite,
+    );
+    match pitch {
+        Some(p) => TensorDyn::image_with_pitch(w, h, f, d, p, m, a),
+        None => TensorDyn::image(w, h, f, d, m, a),
+    }
+    .unwrap()
 }
 
 #[test]
@@ -439,19 +461,7 @@ fn hwtensorsink_adopts_upstreams_own_fd_buffers_and_relays_them_without_a_copy()
     // sink would then copy that copy).
     let (files_tx, files_rx) = std::sync::mpsc::channel();
     let producer = std::thread::spawn(move || {
-        let pool = (0..8)
-            .map(|_| {
-                let t = TensorDyn::image(
-                    64,
-                    48,
-                    PixelFormat::Bgrx,
-                    DType::U8,
-                    Some(TensorMemory::Shm),
-                    CpuAccess::ReadWrite,
-                );
-                t.unwrap()
-            })
-            .collect::<Vec<_>>();
+        let pool = (0..8).map(|_| bgrx(None)).collect::<Vec<_>>();
         files_tx
             .send(pool.iter().map(file_of).collect::<Vec<_>>())
             .unwrap();
@@ -466,9 +476,7 @@ fn hwtensorsink_adopts_upstreams_own_fd_buffers_and_relays_them_without_a_copy()
                 .unwrap();
             std::thread::sleep(Duration::from_millis(10));
         }
-        let slot = producer.acquire(Duration::from_secs(20)).unwrap();
-        producer.send(slot, Marker::of(Kind::Eos).meta(0)).unwrap();
-        let _ = producer.acquire(Duration::from_millis(200));
+        end_of_stream(&mut producer);
     });
     // The relay: channel A's frames in, channel B out.
     let relay = gst::parse::launch(&format!(
@@ -515,25 +523,9 @@ fn a_pool_whose_images_differ_only_in_row_stride_streams_each_at_its_own() {
     let listener = UnixListener::bind_addr(&abstract_addr(&socket)).unwrap();
     let frames = 4u8;
     let producer = std::thread::spawn(move || {
-        let tight = TensorDyn::image(
-            64,
-            48,
-            PixelFormat::Bgrx,
-            DType::U8,
-            Some(TensorMemory::Shm),
-            CpuAccess::ReadWrite,
-        );
-        // As a sink's adopted buffer can be: the same picture, rows padded by upstream.
-        let padded = TensorDyn::image_with_pitch(
-            64,
-            48,
-            PixelFormat::Bgrx,
-            DType::U8,
-            320,
-            Some(TensorMemory::Shm),
-            CpuAccess::ReadWrite,
-        );
-        let mut p = Producer::new(vec![tight.unwrap(), padded.unwrap()]).unwrap();
+        // The second as a sink's adopted buffer can be: the same picture, rows padded by
+        // upstream.
+        let mut p = Producer::new(vec![bgrx(None), bgrx(Some(320))]).unwrap();
         p.attach(listener.accept().unwrap().0).unwrap();
         for i in 0..frames {
             let slot = p.acquire(Duration::from_secs(20)).unwrap();
@@ -542,9 +534,7 @@ fn a_pool_whose_images_differ_only_in_row_stride_streams_each_at_its_own() {
             p.send(slot, Marker::of(Kind::Frame).meta(u64::from(i)))
                 .unwrap();
         }
-        let slot = p.acquire(Duration::from_secs(20)).unwrap();
-        p.send(slot, Marker::of(Kind::Eos).meta(0)).unwrap();
-        let _ = p.acquire(Duration::from_millis(200));
+        end_of_stream(&mut p);
     });
     let got = samples(&format!(
         "hwtensorsrc socket={socket} is-live=false ! appsink name=out sync=false"
@@ -583,22 +573,11 @@ fn hwtensorsrc_lends_a_buffer_its_producer_added_after_it_attached() {
     let listener = UnixListener::bind_addr(&abstract_addr(&socket)).unwrap();
     let frames = 6u8;
     let producer = std::thread::spawn(move || {
-        let image = || {
-            let t = TensorDyn::image(
-                64,
-                48,
-                PixelFormat::Bgrx,
-                DType::U8,
-                Some(TensorMemory::Shm),
-                CpuAccess::ReadWrite,
-            );
-            t.unwrap()
-        };
-        let mut p = Producer::with_room(vec![image(), image()], 3).unwrap();
+        let mut p = Producer::with_room(vec![bgrx(None), bgrx(None)], 3).unwrap();
         p.attach(listener.accept().unwrap().0).unwrap();
         // Every other frame goes in the buffer added after attach (appsink holds its preroll
         // buffer a while: a single buffer would wait on it).
-        let added = p.add(image()).unwrap();
+        let added = p.add(bgrx(None)).unwrap();
         for i in 0..frames {
             let slot = match i % 2 {
                 0 => p
@@ -612,9 +591,7 @@ fn hwtensorsrc_lends_a_buffer_its_producer_added_after_it_attached() {
             p.send(slot, Marker::of(Kind::Frame).meta(u64::from(i)))
                 .unwrap();
         }
-        let slot = p.acquire(Duration::from_secs(20)).unwrap();
-        p.send(slot, Marker::of(Kind::Eos).meta(0)).unwrap();
-        let _ = p.acquire(Duration::from_millis(200));
+        end_of_stream(&mut p);
     });
     let (pipeline, sink) = with_appsink(&format!(
         "hwtensorsrc socket={socket} is-live=false ! appsink name=out sync=false max-buffers=1 enable-last-sample=false"
