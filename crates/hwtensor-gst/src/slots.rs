@@ -52,38 +52,44 @@ mod imp {
         pub lender: Box<dyn Lender>,
         /// Whether the slot buffers' memories are marked read-only (see `SlotPool::new`).
         pub read_only: bool,
-        pub slots: Mutex<Slots>,
+        pub slots: Mutex<Vec<Slot>>,
         pub flushing: AtomicBool,
         /// The slots are not laid out as GStreamer lays out these caps by default: only a
         /// user that reads and writes through `GstVideoMeta` may take them.
         pub meta_required: AtomicBool,
     }
 
-    /// The slots, one entry each in every list; a channel that grows adds one
-    /// (`SlotPool::add_slot`).
-    pub(super) struct Slots {
-        /// Kept so the fds the buffers' memories name stay open while any buffer lives.
-        pub tensors: Vec<TensorDyn>,
-        /// Each slot's buffer while it is at rest here.
-        pub buffers: Vec<Option<gst::Buffer>>,
-        /// Each slot buffer's address: how a buffer that comes back finds its slot.
-        pub addresses: Vec<usize>,
-        /// Each slot buffer's own memory. An element that cannot map it as it wants may put a
-        /// copy in its place (`gst_memory_make_mapped`): its writes then never reach the slot,
-        /// so such a buffer is known by its memory and the slot's memory is put back.
-        pub memories: Vec<gst::Memory>,
+    /// One slot; a channel that grows adds one (`SlotPool::add_slot`).
+    pub(super) struct Slot {
+        /// Kept so the fd the buffer's memory names stays open while the buffer lives.
+        pub tensor: TensorDyn,
+        /// The slot's buffer while it is at rest here.
+        pub at_rest: Option<gst::Buffer>,
+        /// The buffer's address: how a buffer that comes back finds its slot.
+        pub address: usize,
+        /// The buffer's own memory. An element that cannot map it as it wants may put a copy
+        /// in its place (`gst_memory_make_mapped`): its writes then never reach the slot, so
+        /// such a buffer is known by its memory and the slot's memory is put back.
+        pub memory: gst::Memory,
     }
 
-    impl Slots {
-        /// Appends the slot whose buffer is `buffer` (one memory) over `tensor`.
-        pub fn push(&mut self, tensor: TensorDyn, buffer: gst::Buffer) {
-            self.addresses.push(buffer.as_ptr() as usize);
+    impl Slot {
+        /// The slot whose buffer is `buffer` (one memory) over `tensor`.
+        pub fn new(tensor: TensorDyn, buffer: gst::Buffer) -> Slot {
             // `memory(0)` takes a reference; `to_owned` of a MemoryRef would copy the bytes.
             let memory = buffer.memory(0).expect("a slot buffer has one memory");
-            self.memories.push(memory);
-            self.buffers.push(Some(buffer));
-            self.tensors.push(tensor);
+            Slot {
+                tensor,
+                address: buffer.as_ptr() as usize,
+                memory,
+                at_rest: Some(buffer),
+            }
         }
+    }
+
+    /// The slot whose buffer is at `address`.
+    pub(super) fn slot_at(slots: &[Slot], address: usize) -> Option<usize> {
+        slots.iter().position(|s| s.address == address)
     }
 
     #[derive(Default)]
@@ -118,7 +124,7 @@ mod imp {
                     Err(e) => break Err(e),
                 };
                 let mut slots = inner.slots.lock().unwrap();
-                let Some(entry) = slots.buffers.get_mut(slot) else {
+                let Some(entry) = slots.get_mut(slot).map(|s| &mut s.at_rest) else {
                     break Err(gst::FlowError::Error); // a lender's slot this pool never had
                 };
                 // At rest a slot's buffer has us as its one owner, so it is writable; one that
@@ -143,14 +149,15 @@ mod imp {
             };
             let address = buffer.as_ptr() as usize;
             let mut slots = inner.slots.lock().unwrap();
-            if let Some(slot) = slots.addresses.iter().position(|&a| a == address) {
+            if let Some(slot) = slot_at(&slots, address) {
                 let mut buffer = buffer;
-                if !holds(&buffer, &slots.memories[slot]) {
+                let s = &mut slots[slot];
+                if !holds(&buffer, &s.memory) {
                     if let Some(b) = buffer.get_mut() {
-                        b.replace_all_memory(slots.memories[slot].clone());
+                        b.replace_all_memory(s.memory.clone());
                     }
                 }
-                slots.buffers[slot] = Some(buffer);
+                s.at_rest = Some(buffer);
                 drop(slots);
                 inner.lender.returned(slot);
             }
@@ -226,7 +233,7 @@ mod imp {
     }
 
     fn spare(inner: &Inner) -> Result<gst::Buffer, gst::FlowError> {
-        let t = inner.slots.lock().unwrap().tensors[0].clone();
+        let t = inner.slots.lock().unwrap()[0].tensor.clone();
         let size = crate::caps::image_bytes(&t).map_err(|_| gst::FlowError::Error)?;
         let mut buffer = gst::Buffer::with_size(size).map_err(|_| gst::FlowError::Error)?;
         crate::caps::add_video_meta(buffer.get_mut().unwrap(), &t)
@@ -249,16 +256,13 @@ impl SlotPool {
         lender: Box<dyn Lender>,
         read_only: bool,
     ) -> Result<SlotPool, String> {
-        let mut slots = imp::Slots {
-            tensors: Vec::new(),
-            buffers: Vec::new(),
-            addresses: Vec::new(),
-            memories: Vec::new(),
-        };
-        for t in tensors {
-            let buffer = slot_buffer(&t, read_only)?;
-            slots.push(t, buffer);
-        }
+        let slots = tensors
+            .into_iter()
+            .map(|t| {
+                let buffer = slot_buffer(&t, read_only)?;
+                Ok(imp::Slot::new(t, buffer))
+            })
+            .collect::<Result<Vec<_>, String>>()?;
         let pool: SlotPool = glib::Object::new();
         let inner = imp::Inner {
             lender,
@@ -285,21 +289,20 @@ impl SlotPool {
     /// memory is still in it (`false`: an element replaced it with a copy it wrote instead).
     pub fn slot_of(&self, buffer: &gst::BufferRef) -> Option<(usize, bool)> {
         let slots = self.imp().inner.get()?.slots.lock().unwrap();
-        let address = buffer.as_ptr() as usize;
-        let slot = slots.addresses.iter().position(|&a| a == address)?;
-        Some((slot, imp::holds(buffer, &slots.memories[slot])))
+        let slot = imp::slot_at(&slots, buffer.as_ptr() as usize)?;
+        Some((slot, imp::holds(buffer, &slots[slot].memory)))
     }
 
     /// The tensor behind `slot`.
     pub fn tensor(&self, slot: usize) -> Option<TensorDyn> {
         let slots = self.imp().inner.get()?.slots.lock().unwrap();
-        slots.tensors.get(slot).cloned()
+        slots.get(slot).map(|s| s.tensor.clone())
     }
 
     /// How many slots the pool has.
     pub fn slots(&self) -> usize {
         let inner = self.imp().inner.get();
-        inner.map_or(0, |i| i.slots.lock().unwrap().tensors.len())
+        inner.map_or(0, |i| i.slots.lock().unwrap().len())
     }
 
     /// Adds a slot over `tensor` (the channel's pool grew: `Producer::add`); returns its index.
@@ -307,8 +310,8 @@ impl SlotPool {
         let inner = self.imp().inner.get().ok_or("the pool has no slots")?;
         let buffer = slot_buffer(&tensor, inner.read_only)?;
         let mut slots = inner.slots.lock().unwrap();
-        slots.push(tensor, buffer);
-        Ok(slots.tensors.len() - 1)
+        slots.push(imp::Slot::new(tensor, buffer));
+        Ok(slots.len() - 1)
     }
 
     /// Bytes of a slot's image: the buffer size the pool lends.

@@ -11,7 +11,6 @@
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd};
-use std::time::Duration;
 
 use gst_video::VideoInfo;
 use hwtensor::stream::{Producer, Slot};
@@ -62,18 +61,9 @@ impl Adopted {
 
     /// Lets upstream have back every buffer whose slot no consumer holds any more.
     pub(super) fn release_returned(&mut self, producer: &mut Producer) {
-        self.held.retain(|(slot, _)| producer.is_held(*slot));
-    }
-
-    /// Acquires an adopted `slot` to send it again: free once its consumers handed it back.
-    pub(super) fn acquire(
-        producer: &mut Producer,
-        slot: Slot,
-        timeout: Duration,
-    ) -> Result<(), String> {
-        producer
-            .acquire_slot(slot, timeout)
-            .map_err(|e| format!("an adopted buffer's slot: {e}"))
+        if !self.held.is_empty() {
+            self.held.retain(|(slot, _)| producer.is_held(*slot));
+        }
     }
 }
 

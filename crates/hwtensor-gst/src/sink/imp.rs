@@ -184,8 +184,12 @@ impl HwtensorSink {
         let ch = s.channel.as_mut().ok_or(gst::FlowError::NotNegotiated)?;
         // Upstream had this buffer back, so its consumers had handed the slot back: at most
         // the bound of a blocking sink.
-        Adopted::acquire(&mut ch.producer, slot, flow.timeout).map_err(|why| {
-            gst::element_imp_error!(self, gst::ResourceError::Write, ("{why}"));
+        ch.producer.acquire_slot(slot, flow.timeout).map_err(|e| {
+            gst::element_imp_error!(
+                self,
+                gst::ResourceError::Write,
+                ("an adopted buffer's slot: {e}")
+            );
             gst::FlowError::Error
         })?;
         self.publish(s, slot.index(), None, marker)?;

@@ -85,20 +85,32 @@ impl Downstream {
         self.0.lock().unwrap().frames.push(None);
     }
 
-    /// Keeps `frame` for the buffer the pool lends next, unless lending it would leave the
-    /// producer no buffer at all, or the frame's buffer is not one of the pool's: then the
-    /// frame comes back, to be copied.
-    fn lend(&self, frame: Frame) -> Option<Frame> {
+    /// Keeps `frame` for the buffer the pool lends next, unless its buffer is not one of the
+    /// pool's (yet), or lending it would leave the producer no buffer at all.
+    fn lend(&self, frame: Frame) -> Lending {
         let mut held = self.0.lock().unwrap();
-        let out = held.frames.iter().flatten().count();
         let slot = frame.slot();
-        if out + 1 >= held.frames.len() || slot >= held.frames.len() {
-            return Some(frame);
+        if slot >= held.frames.len() {
+            return Lending::NotOurs(frame);
+        }
+        let out = held.frames.iter().flatten().count();
+        if out + 1 >= held.frames.len() {
+            return Lending::Copy(frame);
         }
         held.next = Some(slot);
         held.frames[slot] = Some(frame);
-        None
+        Lending::Lent
     }
+}
+
+/// What became of a frame offered to the pool.
+enum Lending {
+    /// Kept: the pool lends its slot's buffer next.
+    Lent,
+    /// Back, to be copied: lending it would leave the producer none.
+    Copy(Frame),
+    /// Back: its buffer has no slot of the pool (the producer added it after we attached).
+    NotOurs(Frame),
 }
 
 struct SrcLender(Arc<Downstream>);
@@ -233,12 +245,14 @@ impl HwtensorSrc {
         // is copied and handed back at once, as v4l2src does when its pool runs low.
         let frame = match &r.pool {
             Some((pool, downstream)) => {
-                if frame.slot() >= downstream.len() {
+                let mut lending = downstream.lend(frame);
+                if let Lending::NotOurs(frame) = lending {
                     self.take_added(r, pool, downstream);
+                    lending = downstream.lend(frame);
                 }
-                match downstream.lend(frame) {
-                    None => return pool.acquire_buffer(None),
-                    Some(frame) => frame,
+                match lending {
+                    Lending::Lent => return pool.acquire_buffer(None),
+                    Lending::Copy(frame) | Lending::NotOurs(frame) => frame,
                 }
             }
             None => frame,
@@ -260,7 +274,7 @@ impl HwtensorSrc {
         let channel = r.consumer.pool();
         while downstream.len() < channel.len() {
             let t = &channel[downstream.len()];
-            if one_caps(&[channel[0].clone(), t.clone()]).is_err() {
+            if picture(t) != picture(&channel[0]) {
                 return;
             }
             match pool.add_slot(t.clone()) {
@@ -281,19 +295,23 @@ impl HwtensorSrc {
 /// DMA-BUF.
 fn one_caps(pool: &[TensorDyn]) -> Result<gst::Caps, String> {
     let first = pool.first().ok_or("the channel has no buffers")?;
-    let image = |t: &TensorDyn| {
-        let on_device = matches!(t.memory(), TensorMemory::Gpu | TensorMemory::Cuda);
-        let info = t.image_info();
-        let picture = info.map(|i| (i.format, i.width, i.height, i.modifier));
-        (picture, t.dtype(), on_device)
-    };
-    let same = |t: &TensorDyn| image(t) == image(first);
+    let same = |t: &TensorDyn| picture(t) == picture(first);
     if !pool.iter().all(same) {
         return Err(
             "the producer's buffers are not all the same image; hwtensorsrc needs one caps".into(),
         );
     }
     crate::caps::caps_of(first)
+}
+
+/// What buffers of one caps share: the picture, the element type, and whether the memory is
+/// the device's (lent downstream as copies) or the host's (lent as fd memory at any layout).
+fn picture(t: &TensorDyn) -> impl PartialEq {
+    let on_device = matches!(t.memory(), TensorMemory::Gpu | TensorMemory::Cuda);
+    let image = t
+        .image_info()
+        .map(|i| (i.format, i.width, i.height, i.modifier));
+    (image, t.dtype(), on_device)
 }
 
 /// A pool lending the channel's buffers downstream, active for `caps`.
