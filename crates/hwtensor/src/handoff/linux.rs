@@ -211,6 +211,13 @@ fn receive(stream: &UnixStream, deadline: Option<Instant>) -> Result<(Vec<u8>, V
     // comes in the same read), and the header says whether the bytes travel inline.
     let mut bytes = vec![0u8; HEADER_LEN];
     let got = rx.fill_at_least(&mut bytes, 0, LEN_PREFIX)?;
+    // Refused at once: read as a blob, bytes of anything else would have their "length"
+    // waited for until the mid-message bound (a channel peer's stray bytes, a wrong socket).
+    if bytes[..blob::MAGIC.len()] != blob::MAGIC {
+        return Err(handoff(
+            "the peer sent bytes that are not a hand-off (no blob magic at their start)",
+        ));
+    }
     let total = blob::claimed_len(&bytes).unwrap_or(0);
     if !(HEADER_LEN..=MAX_BLOB_LEN).contains(&total) {
         return Err(handoff(format!(

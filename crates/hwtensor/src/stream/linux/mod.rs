@@ -185,18 +185,6 @@ pub(crate) fn can_add() -> Result<()> {
 /// hand-off are read first (a wake-up after it stays for the next drain).
 pub(crate) fn recv_addition(conn: &Conn, deadline: Instant) -> Result<TensorDyn> {
     while wake::drain(conn.as_fd()) == wake::Drained::Bytes {}
-    // Bytes that cannot start a blob are refused at once: read as one, their length field
-    // would be waited for until the mid-message bound.
-    let mut head = [0u8; 4];
-    let peek = rustix::net::RecvFlags::DONTWAIT | rustix::net::RecvFlags::PEEK;
-    if let Ok((n, _)) = rustix::net::recv(conn, &mut head, peek) {
-        let n = n.min(head.len());
-        if head[..n] != crate::blob::MAGIC[..n] {
-            return Err(Error::Handoff(
-                "the producer sent bytes that are neither wake-ups nor a buffer's hand-off".into(),
-            ));
-        }
-    }
     crate::handoff::recv_by(conn, deadline)
 }
 

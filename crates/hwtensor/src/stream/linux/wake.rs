@@ -104,7 +104,7 @@ pub(crate) fn drain(socket: BorrowedFd<'_>) -> Drained {
     loop {
         let seen = match rustix::net::recv(socket, &mut buf, flags) {
             Ok((0, _)) => return Drained::Closed,
-            Ok((n, _)) => n.min(DRAIN_BYTES),
+            Ok((n, _)) => n,
             Err(Errno::INTR) => continue,
             Err(Errno::AGAIN) => return Drained::Nothing,
             // Reset, or not a socket at all: either way the peer is gone.
