@@ -56,11 +56,15 @@ impl Back {
         }
     }
 
-    fn hand_back(&self, slot: u32) -> Result<()> {
-        let mut holds = self
-            .holds
+    /// Which buffers this consumer holds, locked.
+    fn holds(&self) -> Result<std::sync::MutexGuard<'_, Vec<bool>>> {
+        self.holds
             .lock()
-            .map_err(|_| Error::InvalidOperation("a hand-back panicked earlier".into()))?;
+            .map_err(|_| Error::InvalidOperation("a hand-back panicked earlier".into()))
+    }
+
+    fn hand_back(&self, slot: u32) -> Result<()> {
+        let mut holds = self.holds()?;
         if let Some(h) = holds.get_mut(slot as usize) {
             *h = false;
         }
@@ -220,11 +224,7 @@ impl Consumer {
             ))
         })?;
         {
-            let mut holds = self
-                .back
-                .holds
-                .lock()
-                .map_err(|_| Error::InvalidOperation("a hand-back panicked earlier".into()))?;
+            let mut holds = self.back.holds()?;
             if std::mem::replace(&mut holds[i], true) {
                 return Err(Error::Handoff(format!(
                     "the producer sent buffer {i} again while this consumer holds it"
@@ -291,11 +291,7 @@ impl Consumer {
         }
         let t = os::recv_addition(&self.conn, Instant::now() + MID_MESSAGE_TIMEOUT)
             .map_err(|e| Error::Handoff(format!("a buffer the producer added: {e}")))?;
-        self.back
-            .holds
-            .lock()
-            .map_err(|_| Error::InvalidOperation("a hand-back panicked earlier".into()))?
-            .push(false);
+        self.back.holds()?.push(false);
         self.pool.push(t);
         Ok(())
     }
