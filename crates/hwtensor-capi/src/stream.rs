@@ -51,6 +51,18 @@ pub struct HwtConsumer(pub(crate) Mutex<Consumer>);
 /// A received frame (opaque): `hwt_frame_release` hands its buffer back.
 pub struct HwtFrame(Frame);
 
+/// The producer behind `p`, locked; null refused.
+///
+/// # Safety
+/// `p` must be null or a live producer.
+pub(crate) unsafe fn producer<'a>(
+    p: *mut HwtProducer,
+) -> Result<std::sync::MutexGuard<'a, Producer>, HwtStatus> {
+    // SAFETY: null refused; otherwise a live producer (the caller's contract).
+    let p = unsafe { p.as_ref() }.ok_or_else(|| invalid("the producer is null"))?;
+    locked(&p.0)
+}
+
 pub(crate) fn locked<'a, T>(m: &'a Mutex<T>) -> Result<std::sync::MutexGuard<'a, T>, HwtStatus> {
     m.lock().map_err(|_| {
         crate::status::fail(
@@ -118,10 +130,9 @@ pub unsafe extern "C" fn hwt_producer_add(
     out_slot: *mut u32,
 ) -> HwtStatus {
     guard(|| {
-        // SAFETY: null refused; otherwise a live producer (the contract).
-        let p = unsafe { p.as_ref() }.ok_or_else(|| invalid("the producer is null"))?;
         let t = tensor(t, "the added tensor")?.clone();
-        let slot = locked(&p.0)?.add(t).or_status()?;
+        // SAFETY: the caller's contract.
+        let slot = unsafe { producer(p) }?.add(t).or_status()?;
         put(out_slot, "out_slot", slot.index() as u32)
     })
 }
@@ -138,9 +149,8 @@ pub unsafe extern "C" fn hwt_producer_acquire_slot(
     timeout_ns: u64,
 ) -> HwtStatus {
     guard(|| {
-        // SAFETY: null refused; otherwise a live producer (the contract).
-        let p = unsafe { p.as_ref() }.ok_or_else(|| invalid("the producer is null"))?;
-        let mut producer = locked(&p.0)?;
+        // SAFETY: the caller's contract.
+        let mut producer = unsafe { producer(p) }?;
         let slot = slot_of(&producer, slot)?;
         producer
             .acquire_slot(slot, Duration::from_nanos(timeout_ns))
@@ -162,12 +172,11 @@ pub unsafe extern "C" fn hwt_producer_acquire(
     out_tensor: *mut *mut HwtTensor,
 ) -> HwtStatus {
     guard(|| {
-        // SAFETY: null refused; otherwise a live producer (the contract).
-        let p = unsafe { p.as_ref() }.ok_or_else(|| invalid("the producer is null"))?;
+        // SAFETY: the caller's contract.
+        let mut producer = unsafe { producer(p) }?;
         if out_slot.is_null() || out_tensor.is_null() {
             return Err(invalid("an out-pointer of hwt_producer_acquire is null"));
         }
-        let mut producer = locked(&p.0)?;
         let slot = producer
             .acquire(Duration::from_nanos(timeout_ns))
             .or_status()?;
@@ -201,11 +210,11 @@ pub unsafe extern "C" fn hwt_producer_send(
     meta: *const HwtFrameMeta,
 ) -> HwtStatus {
     guard(|| {
-        // SAFETY: null refused; otherwise live objects (the contract).
-        let (p, meta) = unsafe { (p.as_ref(), meta.as_ref()) };
-        let p = p.ok_or_else(|| invalid("the producer is null"))?;
-        let meta = meta_of(meta.ok_or_else(|| invalid("meta is null"))?)?;
-        let mut producer = locked(&p.0)?;
+        // SAFETY: the caller's contract.
+        let mut producer = unsafe { producer(p) }?;
+        // SAFETY: null refused; otherwise a live meta (the contract).
+        let meta = unsafe { meta.as_ref() }.ok_or_else(|| invalid("meta is null"))?;
+        let meta = meta_of(meta)?;
         let slot = slot_of(&producer, slot)?;
         producer.send(slot, meta).or_status()
     })
@@ -218,9 +227,8 @@ pub unsafe extern "C" fn hwt_producer_send(
 #[no_mangle]
 pub unsafe extern "C" fn hwt_producer_release_slot(p: *mut HwtProducer, slot: u32) -> HwtStatus {
     guard(|| {
-        // SAFETY: null refused; otherwise a live producer (the contract).
-        let p = unsafe { p.as_ref() }.ok_or_else(|| invalid("the producer is null"))?;
-        let mut producer = locked(&p.0)?;
+        // SAFETY: the caller's contract.
+        let mut producer = unsafe { producer(p) }?;
         let slot = slot_of(&producer, slot)?;
         producer.release(slot);
         Ok(())

@@ -8,7 +8,7 @@ use hwtensor::stream::Consumer;
 
 use super::fd::dup_callers;
 use crate::status::{guard, invalid, put, HwtStatus, OrStatus};
-use crate::stream::{locked, HwtConsumer, HwtProducer};
+use crate::stream::{producer, HwtConsumer, HwtProducer};
 
 /// The caller's connected socket, duplicated: the channel keeps its own, the caller's stays.
 fn socket(fd: i32) -> Result<UnixStream, HwtStatus> {
@@ -24,10 +24,9 @@ fn socket(fd: i32) -> Result<UnixStream, HwtStatus> {
 #[no_mangle]
 pub unsafe extern "C" fn hwt_producer_attach(p: *mut HwtProducer, socket_fd: i32) -> HwtStatus {
     guard(|| {
-        // SAFETY: null refused; otherwise a live producer (the contract).
-        let p = unsafe { p.as_ref() }.ok_or_else(|| invalid("the producer is null"))?;
-        let stream = socket(socket_fd)?;
-        locked(&p.0)?.attach(stream).or_status()
+        // SAFETY: the caller's contract.
+        let mut producer = unsafe { producer(p) }?;
+        producer.attach(socket(socket_fd)?).or_status()
     })
 }
 

@@ -8,7 +8,7 @@ use hwtensor::stream::Consumer;
 
 use super::handoff::HwtPipe;
 use crate::status::{guard, invalid, put, HwtStatus, OrStatus};
-use crate::stream::{locked, HwtConsumer, HwtProducer};
+use crate::stream::{producer, HwtConsumer, HwtProducer};
 
 /// A second handle to the caller's pipe: the channel keeps its own, the caller closes theirs.
 ///
@@ -33,11 +33,11 @@ pub unsafe extern "C" fn hwt_producer_attach_pipe(
     pipe: *const HwtPipe,
 ) -> HwtStatus {
     guard(|| {
-        // SAFETY: null refused; otherwise a live producer (the contract).
-        let p = unsafe { p.as_ref() }.ok_or_else(|| invalid("the producer is null"))?;
+        // SAFETY: the caller's contract.
+        let mut producer = unsafe { producer(p) }?;
         // SAFETY: the caller's contract.
         let link = unsafe { pipe_of(pipe) }?;
-        locked(&p.0)?.attach(link).or_status()
+        producer.attach(link).or_status()
     })
 }
 
