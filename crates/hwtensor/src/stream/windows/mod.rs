@@ -280,7 +280,9 @@ pub(crate) fn can_add() -> Result<()> {
     ))
 }
 
-/// Never runs (see [`can_add`]): the hand-off would be on the pipe.
+/// Receives a buffer a producer added, by `deadline`: its hand-off on the pipe. Our producers
+/// add none on Windows ([`can_add`]); a frame naming the next buffer still comes here, and is
+/// refused unless a hand-off is really there.
 pub(crate) fn recv_addition(conn: &Conn, deadline: Instant) -> Result<TensorDyn> {
     crate::handoff::recv_by(&conn.pipe, deadline)
 }
