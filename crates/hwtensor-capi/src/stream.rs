@@ -63,6 +63,24 @@ pub(crate) unsafe fn producer<'a>(
     locked(&p.0)
 }
 
+/// Connects a consumer on `link` (made by `link`, once `out` is known to be writable) within
+/// `timeout_ns` and hands it out through `out`: both platforms' connect calls.
+pub(crate) fn connect_into(
+    out: *mut *mut HwtConsumer,
+    timeout_ns: u64,
+    link: impl FnOnce() -> Result<hwtensor::stream::Link, HwtStatus>,
+) -> crate::status::Outcome {
+    if out.is_null() {
+        return Err(invalid("out is null"));
+    }
+    let consumer = Consumer::connect(link()?, Duration::from_nanos(timeout_ns)).or_status()?;
+    put(
+        out,
+        "out",
+        Box::into_raw(Box::new(HwtConsumer(Mutex::new(consumer)))),
+    )
+}
+
 pub(crate) fn locked<'a, T>(m: &'a Mutex<T>) -> Result<std::sync::MutexGuard<'a, T>, HwtStatus> {
     m.lock().map_err(|_| {
         crate::status::fail(

@@ -1,14 +1,10 @@
 //! Attaching a channel's two sides on Linux: a connected Unix socket, by fd.
 
 use std::os::unix::net::UnixStream;
-use std::sync::Mutex;
-use std::time::Duration;
-
-use hwtensor::stream::Consumer;
 
 use super::fd::dup_callers;
-use crate::status::{guard, invalid, put, HwtStatus, OrStatus};
-use crate::stream::{producer, HwtConsumer, HwtProducer};
+use crate::status::{guard, HwtStatus, OrStatus};
+use crate::stream::{connect_into, producer, HwtConsumer, HwtProducer};
 
 /// The caller's connected socket, duplicated: the channel keeps its own, the caller's stays.
 fn socket(fd: i32) -> Result<UnixStream, HwtStatus> {
@@ -58,16 +54,5 @@ pub unsafe extern "C" fn hwt_consumer_connect_timeout(
     timeout_ns: u64,
     out: *mut *mut HwtConsumer,
 ) -> HwtStatus {
-    guard(|| {
-        if out.is_null() {
-            return Err(invalid("out is null"));
-        }
-        let timeout = Duration::from_nanos(timeout_ns);
-        let consumer = Consumer::connect(socket(socket_fd)?, timeout).or_status()?;
-        put(
-            out,
-            "out",
-            Box::into_raw(Box::new(HwtConsumer(Mutex::new(consumer)))),
-        )
-    })
+    guard(|| connect_into(out, timeout_ns, || socket(socket_fd)))
 }

@@ -1,14 +1,10 @@
 //! Attaching a channel's two sides on Windows: a connected named pipe (`HwtPipe`).
 
-use std::sync::Mutex;
-use std::time::Duration;
-
 use hwtensor::handoff::Pipe;
-use hwtensor::stream::Consumer;
 
 use super::handoff::HwtPipe;
-use crate::status::{guard, invalid, put, HwtStatus, OrStatus};
-use crate::stream::{producer, HwtConsumer, HwtProducer};
+use crate::status::{guard, invalid, HwtStatus, OrStatus};
+use crate::stream::{connect_into, producer, HwtConsumer, HwtProducer};
 
 /// A second handle to the caller's pipe: the channel keeps its own, the caller closes theirs.
 ///
@@ -56,16 +52,9 @@ pub unsafe extern "C" fn hwt_consumer_connect_pipe(
     out: *mut *mut HwtConsumer,
 ) -> HwtStatus {
     guard(|| {
-        if out.is_null() {
-            return Err(invalid("out is null"));
-        }
-        // SAFETY: the caller's contract.
-        let link = unsafe { pipe_of(pipe) }?;
-        let consumer = Consumer::connect(link, Duration::from_nanos(timeout_ns)).or_status()?;
-        put(
-            out,
-            "out",
-            Box::into_raw(Box::new(HwtConsumer(Mutex::new(consumer)))),
-        )
+        connect_into(out, timeout_ns, || {
+            // SAFETY: the caller's contract.
+            unsafe { pipe_of(pipe) }
+        })
     })
 }
