@@ -56,7 +56,10 @@ def torch_dlpack():
     if hwtensor.cuda_unavailable_reason() is not None:
         print(f"torch.from_dlpack: skipped ({hwtensor.cuda_unavailable_reason()})")
         return
+    import inspect
+
     import torch
+    import torch.utils.dlpack
 
     t = hwtensor.Tensor(SHAPE, memory="gpu")
     torch.from_dlpack(t)  # the first import
@@ -64,6 +67,23 @@ def torch_dlpack():
     a = median_us(lambda: torch.from_dlpack(t), 500)
     b = median_us(lambda: torch.from_dlpack(own), 500)
     print(f"torch.from_dlpack of a GPU tensor (imported): {a:.2f} us (of a torch tensor: {b:.2f} us)")
+    # Where torch.from_dlpack's time goes: each step it takes, alone.
+    steps = {
+        "__dlpack_device__": lambda: t.__dlpack_device__(),
+        "torch.cuda.current_stream()": lambda: torch.cuda.current_stream(),
+        "__dlpack__(stream=1)": lambda: t.__dlpack__(stream=1, max_version=(1, 0)),
+        "__dlpack__ + torch._C._from_dlpack": lambda: torch._C._from_dlpack(
+            t.__dlpack__(stream=1, max_version=(1, 0))
+        ),
+        "torch: own __dlpack__ + _from_dlpack": lambda: torch._C._from_dlpack(own.__dlpack__()),
+        "torch.as_tensor (CUDA Array Interface)": lambda: torch.as_tensor(t, device="cuda"),
+    }
+    if hasattr(t, "torch"):
+        steps["Tensor.torch()"] = t.torch
+    for name, fn in steps.items():
+        print(f"  {name}: {median_us(fn, 500):.2f} us")
+    source = inspect.getsource(torch.utils.dlpack.from_dlpack)
+    print(f"  torch {torch.__version__}: from_dlpack reads the C exchange API: {'exchange_api' in source}")
 
 
 CONSUMER = """

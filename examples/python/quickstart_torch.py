@@ -29,8 +29,9 @@ if reason is not None or not torch.cuda.is_available():
     sys.exit(0)
 g = hwtensor.Tensor([1080, 1920, 4], dtype="uint8", memory="gpu")
 cuda_view = torch.from_dlpack(g)  # on the current stream, after hwtensor's last write
+assert g.torch().data_ptr() == cuda_view.data_ptr()  # the same view in one cheaper call
 cuda_view.fill_(7)
-torch.cuda.synchronize()
+g.cuda_done(torch.cuda.current_stream())  # hwtensor's next use follows torch's write
 with g.map_read() as a:
     assert (a == 7).all(), "the GPU tensor does not hold what torch wrote"
 print("torch and hwtensor share one GPU buffer:", True)

@@ -14,6 +14,7 @@ mod handoff;
 mod map;
 mod stream;
 mod tensor;
+mod torch;
 
 use pyo3::prelude::*;
 

@@ -32,6 +32,22 @@ def test_torch_from_dlpack_is_hwtensors_cuda_mapping_not_a_copy(cuda):
     assert int(x.sum()) == 3 * 1080 * 1920 * 4, "the Vulkan copy is ordered before the read"
 
 
+def test_torch_gives_the_cuda_mapping_in_one_call_ordered_on_the_current_stream(cuda):
+    torch = cuda
+    t = _gpu_frame(4)
+    stream = torch.cuda.Stream()  # not the legacy default: the view must follow the current one
+    with torch.cuda.stream(stream):
+        x = t.torch()
+        total = int(x.sum())  # queued on `stream`, which waited for the Vulkan copy
+    assert x.is_cuda and x.dtype == torch.uint8 and tuple(x.shape) == (1080, 1920, 4)
+    assert x.data_ptr() == t.cuda_ptr()
+    assert total == 4 * 1080 * 1920 * 4, "the Vulkan copy is ordered before the read"
+    x.fill_(6)
+    t.cuda_done(torch.cuda.current_stream())
+    with t.map_read() as a:
+        assert int(a.min()) == 6 == int(a.max()), "the view writes the tensor's own memory"
+
+
 def test_the_cuda_array_interface_names_the_mapping_and_orders_the_last_write(cuda):
     torch = cuda
     t = _gpu_frame(5)

@@ -132,6 +132,32 @@ def test_a_pytorch_cpu_tensor_wraps_without_a_copy(request):
     assert int(x[2, 3]) == -1
 
 
+def test_torch_views_a_host_tensor_over_its_own_memory(request):
+    try:
+        import torch
+    except ImportError:
+        print(f"SKIPPED: {request.node.name} - no PyTorch here")
+        pytest.skip("no PyTorch")
+    t = hwtensor.Tensor((3, 4), "int16", memory="shm")
+    x = t.torch()
+    assert (x.device.type, x.dtype, tuple(x.shape)) == ("cpu", torch.int16, (3, 4))
+    x[1, 2] = 9
+    with t.map_read() as a:
+        assert int(a[1, 2]) == 9
+
+
+def test_torch_without_pytorch_says_what_it_needs_and_the_other_ways_in():
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("PyTorch is installed here")
+    t = hwtensor.Tensor((4,), memory="mem")
+    with pytest.raises(ImportError, match="needs PyTorch.*map_read"):
+        t.torch()
+
+
 def test_a_raw_capsule_of_host_memory_wraps_too():
     x = np.arange(6, dtype=np.float64)
     t = hwtensor.from_dlpack(x.__dlpack__())

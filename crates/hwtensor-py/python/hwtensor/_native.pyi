@@ -191,6 +191,9 @@ class Tensor:
         """Raises TypeError: read a tensor with ``map_read()`` or ``np.from_dlpack(t)``."""
     def cuda_done(self, stream: Optional[Any] = None) -> int: ...
     def cuda_ptr(self, stream: Optional[Any] = None) -> int: ...
+    def torch(self) -> Any:
+        """A PyTorch tensor over this memory in one call (``torch.from_dlpack(t)``, cheaper);
+        CUDA memory is ordered on PyTorch's current stream. Needs PyTorch."""
 
 class Frame:
     """A received frame; leaving its `with` block (or `release()`) hands the buffer back."""
