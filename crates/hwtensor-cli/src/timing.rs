@@ -32,6 +32,29 @@ pub fn median_per_call(samples: usize, batch: usize, mut f: impl FnMut()) -> Dur
     median(&mut times)
 }
 
+/// Median times of one call of `a` and of `b`, called alternately `rounds` times after one
+/// warm-up call each: a figure and its reference measured side by side see the same machine,
+/// where one measured after the other may see another tenant's load.
+pub fn side_by_side(
+    rounds: usize,
+    mut a: impl FnMut(),
+    mut b: impl FnMut(),
+) -> (Duration, Duration) {
+    a();
+    b();
+    let time = |f: &mut dyn FnMut()| {
+        let start = Instant::now();
+        f();
+        start.elapsed()
+    };
+    let (mut ta, mut tb) = (Vec::with_capacity(rounds), Vec::with_capacity(rounds));
+    for _ in 0..rounds {
+        ta.push(time(&mut a));
+        tb.push(time(&mut b));
+    }
+    (median(&mut ta), median(&mut tb))
+}
+
 /// Formats a duration in the unit that suits it.
 pub fn fmt(d: Duration) -> String {
     let ns = d.as_nanos();

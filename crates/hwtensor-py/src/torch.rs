@@ -46,7 +46,10 @@ fn torch(py: Python<'_>) -> PyResult<&Torch> {
         })?;
         Ok(Torch {
             from_dlpack: c.getattr("_from_dlpack")?.unbind(),
-            current_stream: c.getattr("_cuda_getCurrentRawStream").ok().map(Bound::unbind),
+            current_stream: c
+                .getattr("_cuda_getCurrentRawStream")
+                .ok()
+                .map(Bound::unbind),
             versioned: c.hasattr("_to_dlpack_versioned")?,
         })
     })

@@ -12,7 +12,7 @@ use hwtensor::cuda::{self, CudaDevice};
 use hwtensor::{Tensor, TensorMemory};
 
 use crate::bench::verdict;
-use crate::timing::{fmt, median, median_per_call};
+use crate::timing::{fmt, median, median_per_call, side_by_side};
 
 /// Targets from issue #13 (H200 medians).
 const FIRST_MAP_TARGET: Duration = Duration::from_micros(500);
@@ -24,35 +24,132 @@ const CPU_SEES_CUDA_TARGET: Duration = Duration::from_micros(20);
 /// #13 asked for 0.8).
 const TENSOR_COPY_TARGET_RATIO: f64 = 0.95;
 
-/// Median times of `copy_from` from a heap tensor into CUDA memory and back, `bytes` each.
-fn tensor_copies(bytes: usize, rounds: usize) -> crate::Result<(Duration, Duration)> {
-    let host = Tensor::<u8>::new(&[bytes], Some(TensorMemory::Mem))?;
-    host.map_write()?.fill(3);
-    let cuda = Tensor::<u8>::new(&[bytes], Some(TensorMemory::Cuda))?;
-    let mut failed = None;
-    let mut time = |f: &mut dyn FnMut() -> hwtensor::Result<()>| {
-        median_per_call(rounds, 1, || {
-            if let Err(e) = f() {
-                failed = Some(e);
+/// Which way a reference copy goes.
+#[derive(Clone, Copy)]
+pub enum Way {
+    /// Host to device.
+    Up,
+    /// Device to host.
+    Down,
+}
+
+/// Pinned host and device buffers of each bandwidth size, in the bench's CUDA session: the
+/// pinned `cuMemcpy` references, run alternately with hwtensor's own copies of the same bytes
+/// so that both see the same machine (a shared machine's load moves between figures measured
+/// minutes apart: the Vulkan copies used to be compared with references taken before them).
+pub struct References {
+    buffers: HashMap<usize, (*mut std::ffi::c_void, sys::CUdeviceptr)>,
+    _session: Session,
+}
+
+impl References {
+    fn allocate(session: Session) -> crate::Result<References> {
+        let mut out = References {
+            buffers: HashMap::new(),
+            _session: session,
+        };
+        for (_, bytes) in super::BANDWIDTH_SIZES {
+            let (mut host, mut dev) = (std::ptr::null_mut(), 0);
+            // SAFETY: out-pointers to locals; each is recorded at once, so Drop frees it.
+            unsafe {
+                ok(sys::cuMemAllocHost_v2(&mut host, bytes), "cuMemAllocHost")?;
+                out.buffers.insert(bytes, (host, 0));
+                ok(sys::cuMemAlloc_v2(&mut dev, bytes), "cuMemAlloc")?;
             }
-        })
-    };
-    let up = time(&mut || cuda.copy_from(&host));
-    let down = time(&mut || host.copy_from(&cuda));
-    match failed {
-        Some(e) => Err(e.into()),
-        None => Ok((up, down)),
+            out.buffers.insert(bytes, (host, dev));
+        }
+        Ok(out)
+    }
+
+    /// One synchronous pinned copy of `bytes` (a bandwidth size) the way `way` says.
+    pub fn copy(&self, bytes: usize, way: Way) -> crate::Result<()> {
+        let &(host, dev) = self
+            .buffers
+            .get(&bytes)
+            .ok_or_else(|| format!("no reference buffers of {bytes} bytes"))?;
+        // SAFETY: both allocations are `bytes` long and live as long as `self`; the copies are
+        // synchronous.
+        let r = unsafe {
+            match way {
+                Way::Up => sys::cuMemcpyHtoD_v2(dev, host, bytes),
+                Way::Down => sys::cuMemcpyDtoH_v2(host, dev, bytes),
+            }
+        };
+        ok(r, "the pinned cuMemcpy reference")
     }
 }
 
-/// Pinned `cuMemcpy` bandwidth per size in bytes: (host->device, device->host) GB/s.
-#[derive(Default)]
-pub struct References(HashMap<usize, (f64, f64)>);
-
-impl References {
-    pub fn get(&self, bytes: usize) -> Option<(f64, f64)> {
-        self.0.get(&bytes).copied()
+impl Drop for References {
+    fn drop(&mut self) {
+        for &(host, dev) in self.buffers.values() {
+            // SAFETY: allocated in `allocate` (0: never allocated), no copy in flight; the
+            // session's context is still current (it drops after this).
+            unsafe {
+                if dev != 0 {
+                    sys::cuMemFree_v2(dev);
+                }
+                sys::cuMemFreeHost(host);
+            }
+        }
     }
+}
+
+/// Median times of `ours` (a copy of `bytes` one way) and of the pinned reference the same way,
+/// timed alternately (reference, ours), `rounds` each: (reference, ours).
+pub fn beside_reference(
+    references: &References,
+    bytes: usize,
+    way: Way,
+    rounds: usize,
+    mut ours: impl FnMut() -> hwtensor::Result<()>,
+) -> crate::Result<(Duration, Duration)> {
+    // Each side keeps its first failure: a failed copy makes a meaningless figure.
+    let mut reference_failed = None;
+    let mut ours_failed = None;
+    let (reference, mine) = side_by_side(
+        rounds,
+        || {
+            if let Err(e) = references.copy(bytes, way) {
+                reference_failed.get_or_insert(e);
+            }
+        },
+        || {
+            if let Err(e) = ours() {
+                ours_failed.get_or_insert(e);
+            }
+        },
+    );
+    if let Some(e) = reference_failed {
+        return Err(e);
+    }
+    match ours_failed {
+        Some(e) => Err(e.into()),
+        None => Ok((reference, mine)),
+    }
+}
+
+/// Copies `bytes` from a heap tensor into CUDA memory and back, each beside the reference.
+fn tensor_copies(
+    references: &References,
+    (name, bytes): (&str, usize),
+    rounds: usize,
+) -> crate::Result {
+    let host = Tensor::<u8>::new(&[bytes], Some(TensorMemory::Mem))?;
+    host.map_write()?.fill(3);
+    let cuda = Tensor::<u8>::new(&[bytes], Some(TensorMemory::Cuda))?;
+    let (h2d, up) = beside_reference(references, bytes, Way::Up, rounds, || cuda.copy_from(&host))?;
+    let (d2h, down) = beside_reference(references, bytes, Way::Down, rounds, || {
+        host.copy_from(&cuda)
+    })?;
+    let rate = |d: Duration| bytes as f64 / d.as_secs_f64() / 1e9;
+    let (h, d, u, w) = (rate(h2d), rate(d2h), rate(up), rate(down));
+    println!(
+        "{name:<7} pinned cuMemcpy h2d {h:>5.1} d2h {d:>5.1} GB/s | mem tensor -> cuda {u:>5.1} ({:.2}x), cuda -> mem {w:>5.1} ({:.2}x)  {}",
+        u / h,
+        w / d,
+        verdict(u / h >= TENSOR_COPY_TARGET_RATIO && w / d >= TENSOR_COPY_TARGET_RATIO)
+    );
+    Ok(())
 }
 
 /// Driver calls the bench makes beyond hwtensor's own (which hwtensor checked when it loaded
@@ -95,21 +192,28 @@ pub(super) fn usable() -> Result<&'static CudaDevice, String> {
     }
 }
 
-/// The CUDA figures; returns the pinned-copy references for the bandwidth table.
-pub fn bench(rounds: usize) -> crate::Result<References> {
-    println!("\n== CUDA interop (medians; copies in GB/s) ==");
+/// The CUDA figures; returns the pinned-copy references for the bandwidth table (none where
+/// there is no CUDA).
+pub fn bench(rounds: usize) -> crate::Result<Option<References>> {
+    println!(
+        "\n== CUDA interop (medians; copies in GB/s, each beside pinned cuMemcpy, alternated) =="
+    );
     let cuda = match usable() {
         Ok(c) => c,
         Err(e) => {
             println!("skipped: {e}");
-            return Ok(References::default());
+            return Ok(None);
         }
     };
     println!("device: {} (CUDA {})", cuda.name(), cuda.driver_version());
     let session = Session::open(cuda)?;
     maps(&session, rounds)?;
     ordering(&session, cuda, rounds)?;
-    session.references(rounds)
+    let references = References::allocate(session)?;
+    for size in super::BANDWIDTH_SIZES {
+        tensor_copies(&references, size, rounds.min(super::BANDWIDTH_ROUNDS))?;
+    }
+    Ok(Some(references))
 }
 
 /// The primary context pushed on this thread and a stream of its own, for the bench's length.
@@ -160,53 +264,6 @@ impl Session {
             unsafe { sys::cuStreamSynchronize(self.stream) },
             "cuStreamSynchronize",
         )
-    }
-
-    /// Pinned `cuMemcpy` both ways for each bandwidth size.
-    fn references(&self, rounds: usize) -> crate::Result<References> {
-        let mut out = References::default();
-        for (name, bytes) in super::BANDWIDTH_SIZES {
-            let (mut host, mut dev) = (std::ptr::null_mut(), 0);
-            // SAFETY: out-pointers to locals; freed below.
-            unsafe {
-                ok(sys::cuMemAllocHost_v2(&mut host, bytes), "cuMemAllocHost")?;
-                ok(sys::cuMemAlloc_v2(&mut dev, bytes), "cuMemAlloc")?;
-            }
-            let rate = |d: Duration| bytes as f64 / d.as_secs_f64() / 1e9;
-            let n = rounds.min(31);
-            // A failed copy would make a meaningless reference: the first failure is kept.
-            let mut failed = sys::CUresult::CUDA_SUCCESS;
-            let mut keep = |r: sys::CUresult| {
-                if failed == sys::CUresult::CUDA_SUCCESS {
-                    failed = r;
-                }
-            };
-            let h2d = median_per_call(n, 1, || {
-                // SAFETY: both allocations are `bytes` long and live across the copies.
-                keep(unsafe { sys::cuMemcpyHtoD_v2(dev, host, bytes) })
-            });
-            let d2h = median_per_call(n, 1, || {
-                // SAFETY: as above.
-                keep(unsafe { sys::cuMemcpyDtoH_v2(host, dev, bytes) })
-            });
-            // SAFETY: allocated above, no copy in flight (the copies are synchronous).
-            unsafe {
-                sys::cuMemFree_v2(dev);
-                sys::cuMemFreeHost(host);
-            }
-            ok(failed, "the pinned cuMemcpy reference")?;
-            let (up, down) = tensor_copies(bytes, n)?;
-            let (h, d) = (rate(h2d), rate(d2h));
-            let (u, w) = (rate(up), rate(down));
-            println!(
-                "{name:<7} pinned cuMemcpy h2d {h:>5.1} d2h {d:>5.1} GB/s | mem tensor -> cuda {u:>5.1} ({:.2}x), cuda -> mem {w:>5.1} ({:.2}x)  {}",
-                u / h,
-                w / d,
-                verdict(u / h >= TENSOR_COPY_TARGET_RATIO && w / d >= TENSOR_COPY_TARGET_RATIO)
-            );
-            out.0.insert(bytes, (h, d));
-        }
-        Ok(out)
     }
 }
 

@@ -30,7 +30,8 @@ pub fn run(s: &Samples) -> crate::Result {
     super::capi::bench(s.rounds)?;
     super::gpu::bench(s.rounds)?;
     let references = super::cuda::bench(s.rounds)?;
-    super::gpu::bandwidth(s.rounds, &references)?;
+    super::gpu::bandwidth(s.rounds, references.as_ref())?;
+    drop(references); // the CUDA session's context comes off this thread
     println!("\n== GPU hand-off: send + receive + import, across a thread of the same process (medians) ==");
     gpu_handoff(s)?;
     super::channel::bench(s.rounds < 50)?;

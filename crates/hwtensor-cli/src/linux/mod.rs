@@ -30,3 +30,7 @@ pub const BANDWIDTH_SIZES: [(&str, usize); 3] = [
     ("4k", 3840 * 2160 * 4),
     ("256MiB", 256 << 20),
 ];
+
+/// Rounds of each bandwidth figure (each round one copy and one reference): 256 MiB copies take
+/// ~5 ms each way.
+pub const BANDWIDTH_ROUNDS: usize = 31;
