@@ -675,6 +675,54 @@ fn a_kernel_writes_cuda_memory_that_the_cpu_and_vulkan_then_read() {
 }
 
 #[test]
+fn host_copies_of_gpu_memory_cuda_maps_run_on_cuda_in_timeline_order() {
+    let _serial = serial();
+    let Some(cuda) = cuda_or_skip(test_name!()) else {
+        return;
+    };
+    let n = 1920 * 1080 * 4;
+    let data = numbered(n);
+    let host = Tensor::<u8>::new(&[n], Some(TensorMemory::Mem)).unwrap();
+    host.map_write().unwrap().copy_from_slice(&data);
+    let gpu = Tensor::<u8>::new(&[n], Some(TensorMemory::Gpu)).unwrap();
+    let runs = cuda::testing::copies_run;
+    // Memory CUDA has not mapped stays with the GPU device's copy engine.
+    let before = runs();
+    gpu.copy_from(&host).unwrap();
+    assert_eq!(runs(), before, "a fresh GPU tensor was copied on CUDA");
+    // Once CUDA maps it (as a PyTorch consumer does), host copies run on CUDA.
+    let kernel = Kernel::load(cuda);
+    gpu.cuda_map_read(kernel.stream())
+        .unwrap()
+        .finish()
+        .unwrap();
+    // A Vulkan write still pending (a GPU-to-GPU copy returns at once) must land first: the
+    // host copy after it overwrites it, so the bytes read back are the host's, not the zeros.
+    let zeros = Tensor::<u8>::new(&[n], Some(TensorMemory::Gpu)).unwrap();
+    gpu.copy_from(&zeros).unwrap();
+    let before = runs();
+    gpu.copy_from(&host).unwrap();
+    let back = Tensor::<u8>::new(&[n], Some(TensorMemory::Mem)).unwrap();
+    back.copy_from(&gpu).unwrap();
+    assert_eq!(
+        runs(),
+        before + 2,
+        "the host copies of a mapped GPU tensor ran elsewhere"
+    );
+    assert!(
+        back.to_vec().unwrap() == data,
+        "host -> gpu -> host on CUDA"
+    );
+    // Vulkan sees CUDA's write: a GPU-to-GPU copy and a CPU map through the device.
+    let seen = Tensor::<u8>::new(&[n], Some(TensorMemory::Gpu)).unwrap();
+    seen.copy_from(&gpu).unwrap();
+    assert!(
+        seen.to_vec().unwrap() == data,
+        "Vulkan reads what CUDA copied in"
+    );
+}
+
+#[test]
 fn copies_between_cuda_memory_and_every_other_backing_preserve_the_bytes() {
     let _serial = serial();
     let Some(_) = cuda_or_skip(test_name!()) else {

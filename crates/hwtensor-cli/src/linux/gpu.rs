@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use hwtensor::gpu::{self, format_uuid};
+use hwtensor::{Tensor, TensorMemory};
 use libloading::os::unix::{Library, Symbol};
 
 use super::cuda::{beside_reference, References, Way};
@@ -121,47 +122,59 @@ pub fn probe_text(out: &mut impl std::io::Write) -> std::io::Result<()> {
 const BANDWIDTH_TARGET_RATIO: f64 = 0.95;
 
 /// Host <-> GPU bandwidth from heap tensors, each copy timed alternately with a pinned
-/// `cuMemcpy` of the same bytes (`references`; without CUDA the rates alone).
+/// `cuMemcpy` of the same bytes (`references`; without CUDA the rates alone). Two rows a size
+/// where CUDA runs: a GPU tensor CUDA does not map (Vulkan's copy engine), and one it maps
+/// (CUDA's, see `Tensor::copy_from`).
 pub fn bandwidth(rounds: usize, references: Option<&References>) -> crate::Result {
     if gpu::device().is_err() {
         return Ok(());
     }
     println!("\n== host <-> GPU bandwidth from mem tensors (medians, GB/s; pinned cuMemcpy alternated) ==");
     println!(
-        "{:<8} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8}",
+        "{:<15} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8}",
         "size", "host->gpu", "CUDA h2d", "gpu->host", "CUDA d2h", "h2d", "d2h"
     );
     let rounds = rounds.min(super::BANDWIDTH_ROUNDS);
     for (name, bytes) in super::BANDWIDTH_SIZES {
-        let host = hwtensor::Tensor::<u8>::new(&[bytes], Some(hwtensor::TensorMemory::Mem))?;
+        let host = Tensor::<u8>::new(&[bytes], Some(TensorMemory::Mem))?;
         host.map_write()?.fill(1);
-        let dev = hwtensor::Tensor::<u8>::new(&[bytes], Some(hwtensor::TensorMemory::Gpu))?;
-        let rate = |d: Duration| bytes as f64 / d.as_secs_f64() / 1e9;
-        let up = || dev.copy_from(&host);
-        let down = || host.copy_from(&dev);
+        let dev = Tensor::<u8>::new(&[bytes], Some(TensorMemory::Gpu))?;
         let Some(refs) = references else {
-            let u = median_per_call(rounds, 1, || up().expect("upload"));
-            let d = median_per_call(rounds, 1, || down().expect("download"));
-            println!("{name:<8} {:>10.1} {:>10} {:>10.1}", rate(u), "-", rate(d));
+            let u = median_per_call(rounds, 1, || dev.copy_from(&host).expect("upload"));
+            let d = median_per_call(rounds, 1, || host.copy_from(&dev).expect("download"));
+            let rate = |d: Duration| bytes as f64 / d.as_secs_f64() / 1e9;
+            println!("{name:<15} {:>10.1} {:>10} {:>10.1}", rate(u), "-", rate(d));
             continue;
         };
-        let (h2d, u) = beside_reference(refs, bytes, Way::Up, rounds, up)?;
-        let (d2h, d) = beside_reference(refs, bytes, Way::Down, rounds, down)?;
-        let (up_ratio, down_ratio) = (
-            h2d.as_secs_f64() / u.as_secs_f64(),
-            d2h.as_secs_f64() / d.as_secs_f64(),
-        );
-        println!(
-            "{name:<8} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {up_ratio:>7.2}x {down_ratio:>7.2}x  {}",
-            rate(u),
-            rate(h2d),
-            rate(d),
-            rate(d2h),
-            crate::bench::verdict(
-                up_ratio >= BANDWIDTH_TARGET_RATIO && down_ratio >= BANDWIDTH_TARGET_RATIO
-            ),
-        );
+        bandwidth_row(name, refs, &host, &dev, rounds)?;
+        dev.cuda_map_read(std::ptr::null_mut())?.finish()?;
+        bandwidth_row(&format!("{name}, CUDA maps"), refs, &host, &dev, rounds)?;
     }
+    Ok(())
+}
+
+/// One row of the bandwidth table: `host` into `dev` and back, each beside the reference.
+fn bandwidth_row(
+    name: &str,
+    refs: &References,
+    host: &Tensor<u8>,
+    dev: &Tensor<u8>,
+    rounds: usize,
+) -> crate::Result {
+    let bytes = host.len();
+    let (h2d, u) = beside_reference(refs, bytes, Way::Up, rounds, || dev.copy_from(host))?;
+    let (d2h, d) = beside_reference(refs, bytes, Way::Down, rounds, || host.copy_from(dev))?;
+    let rate = |d: Duration| bytes as f64 / d.as_secs_f64() / 1e9;
+    let ratio = |reference: Duration, ours: Duration| reference.as_secs_f64() / ours.as_secs_f64();
+    let (up, down) = (ratio(h2d, u), ratio(d2h, d));
+    println!(
+        "{name:<15} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {up:>7.2}x {down:>7.2}x  {}",
+        rate(u),
+        rate(h2d),
+        rate(d),
+        rate(d2h),
+        crate::bench::verdict(up >= BANDWIDTH_TARGET_RATIO && down >= BANDWIDTH_TARGET_RATIO),
+    );
     Ok(())
 }
 

@@ -79,6 +79,11 @@ impl Buffer {
         })
     }
 
+    /// Whether CUDA already reaches this buffer (its [`cuda_import`](Self::cuda_import) is made).
+    pub(crate) fn cuda_imported(&self) -> bool {
+        self.0.cuda.get().is_some()
+    }
+
     /// This buffer as CUDA reaches it, made on the first call and kept: GPU memory imported
     /// from its exported fd, host memory of whole pages registered. Says why where it cannot.
     // The registration borrows this buffer's pages for as long as it lives, which only the

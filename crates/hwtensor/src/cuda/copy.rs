@@ -3,6 +3,7 @@
 //! two buffers CUDA reaches (CUDA memory, imported GPU memory, registered host memory): one
 //! `cuMemcpyAsync` per contiguous run on hwtensor's own stream, ordered by the process timeline.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use super::device::{device, CudaDevice};
@@ -39,6 +40,15 @@ pub(super) fn copy_stream(device: &CudaDevice) -> Result<sys::CUstream> {
         .map_err(|e| Error::InvalidOperation(format!("no CUDA copy stream: {e}")))
 }
 
+/// How many copies CUDA has run in this process (`testing::copies_run`).
+static COPIES_RUN: AtomicU64 = AtomicU64::new(0);
+
+/// How many copies CUDA has run in this process: which engine a copy took is not otherwise
+/// observable, and the choice is a rule the tests pin.
+pub(crate) fn copies_run() -> u64 {
+    COPIES_RUN.load(Ordering::Relaxed)
+}
+
 /// Copies the plan's runs from `from` into `to` once the timeline reaches `after`, and returns
 /// the timeline value that says the copy is done. With `wait`, returns only once it is (a host
 /// side must not be touched or freed while the copy engine still reads or writes it).
@@ -66,6 +76,7 @@ pub(crate) fn run_copy(
     // Signalled even after a failed copy: a value allocated must be reached, or every later
     // wait on the timeline would run into its bound.
     let value = device.signal_from_stream(stream, after)?;
+    COPIES_RUN.fetch_add(1, Ordering::Relaxed);
     if let Some(e) = failed {
         return Err(e);
     }

@@ -45,6 +45,15 @@ pub use device::{device, unavailable_reason, CudaDevice, CUDA_ENV};
 pub(crate) use import::BufferImport;
 pub(crate) use memory::{CudaCpuAccess, CudaMemory};
 
+/// Hooks for the CUDA integration tests, not API.
+#[doc(hidden)]
+pub mod testing {
+    /// How many copies CUDA has run in this process (which engine a copy took).
+    pub fn copies_run() -> u64 {
+        super::copy::copies_run()
+    }
+}
+
 /// A raw CUDA stream (`CUstream`); null is the default (legacy) stream.
 pub type CudaStream = *mut std::ffi::c_void;
 
