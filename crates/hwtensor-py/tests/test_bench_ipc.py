@@ -45,3 +45,8 @@ def test_the_harness_measures_the_channel_across_processes_end_to_end():
     [(size, name, one_way, round_trip)] = rows
     assert (size, name, one_way["n"], round_trip["n"]) == ("1080p", "hwtensor-shm", 12, 12)
     assert 0 < one_way["median_us"] <= round_trip["median_us"]
+
+
+def test_a_contender_with_a_view_of_no_known_kind_is_refused_by_name():
+    with pytest.raises(ValueError, match="'dlpack'.*from_dlpack"):
+        bench_ipc.hwtensor_contender("x", "gpu", (4, 4, 4), "dlpack")
