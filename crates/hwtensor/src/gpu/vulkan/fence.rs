@@ -27,20 +27,12 @@ const SPIN_CAP: Duration = Duration::from_millis(2);
 /// ~10 ms a blocked `vkWaitSemaphores` on a CUDA-signalled value takes on NVIDIA.
 const POLL_INTERVAL: Duration = Duration::from_micros(50);
 
-/// How long past its expected time a wait (and the completion waiter) keeps polling every
-/// [`POLL_INTERVAL`] before the interval starts doubling. A peer's frame completion is expected
-/// within the 50 us spin but lands 50-100 us later when CUDA signals it; doubling at once slept
-/// 50, 100, 200 us in turn: such a frame reached a Rust CUDA consumer in ~320 us on the H100,
-/// a Python one (whose producer is slower to send) in ~80. Twenty wake-ups a millisecond cost
-/// next to nothing.
-const FINE_POLL: Duration = Duration::from_millis(1);
-
 /// How long [`Timeline::observe`] gives the tracked timeline to show a value the process
 /// timeline showed: both are signalled by the same submission.
 const OBSERVE_WAIT: Duration = Duration::from_millis(100);
 
 /// The longest the completion-fd waiter sleeps between two looks at the counter. It polls,
-/// every [`POLL_INTERVAL`] for [`FINE_POLL`], then doubling up to this, and never blocks in
+/// starting at [`POLL_INTERVAL`] and doubling up to this, and never blocks in
 /// `vkWaitSemaphores`: the Khronos validation layer of Debian 12 (1.3.239) deadlocks a host
 /// wait on one thread against submissions on others (its issue 4968; one run in ~25 of
 /// `vulkan_device` under the layer hung so for longer than the test's 5 s), and on NVIDIA a
@@ -432,7 +424,7 @@ fn drop_abandoned(waiting: &mut BTreeMap<u64, Vec<OnDone>>) {
 /// and the Khronos validation layer of Debian 12 can deadlock a host wait against submissions
 /// on other threads (see [`WAITER_SLICE`]). The counter is spun on for the first `expected`
 /// of the wait (at most [`SPIN_CAP`]), then polled every [`POLL_INTERVAL`] until `expected`
-/// and [`FINE_POLL`] more have passed, then with the interval doubling up to [`WAITER_SLICE`]: work that ends when
+/// has passed, then with the interval doubling up to [`WAITER_SLICE`]: work that ends when
 /// expected is seen within microseconds, a long wait costs a wake-up every 2 ms and ends at
 /// most that late. Once reached, a zero-timeout `vkWaitSemaphores` confirms it, which returns
 /// at once and tells the validation layer (and any tool tracking submissions) that the work is
@@ -475,7 +467,7 @@ pub(crate) fn wait_semaphore(
             WAITS_SLEPT.fetch_add(1, Ordering::Relaxed);
         }
         std::thread::sleep(interval.min(timeout - elapsed));
-        if elapsed >= expected + FINE_POLL {
+        if elapsed >= expected {
             interval = (interval * 2).min(WAITER_SLICE);
         }
     }
@@ -534,9 +526,6 @@ fn spawn_waiter(
     let body = move || {
         let mut waiting: BTreeMap<u64, Vec<OnDone>> = BTreeMap::new();
         let mut pause = POLL_INTERVAL;
-        // Since when the waiter has polled without a new request: its pause doubles only
-        // after FINE_POLL of that.
-        let mut polling_since = std::time::Instant::now();
         loop {
             if !waiting.is_empty() {
                 let Some(reached) = counter_unless_exiting(device, semaphore) else {
@@ -560,9 +549,7 @@ fn spawn_waiter(
                 Ok((value, done)) => {
                     waiting.entry(value).or_default().push(done);
                     pause = POLL_INTERVAL;
-                    polling_since = std::time::Instant::now();
                 }
-                Err(mpsc::RecvTimeoutError::Timeout) if polling_since.elapsed() < FINE_POLL => {}
                 Err(mpsc::RecvTimeoutError::Timeout) => pause = (pause * 2).min(WAITER_SLICE),
                 Err(mpsc::RecvTimeoutError::Disconnected) if waiting.is_empty() => return,
                 Err(mpsc::RecvTimeoutError::Disconnected) => std::thread::sleep(pause),
