@@ -274,6 +274,32 @@ fn a_kernel_on_a_stream_made_ready_reads_the_pending_vulkan_write_it_follows() {
 }
 
 #[test]
+fn a_map_of_a_pending_vulkan_write_makes_its_stream_wait_for_it() {
+    let _serial = serial();
+    let Some(cuda) = cuda_or_skip(test_name!()) else {
+        return;
+    };
+    let n = 1920 * 1080 * 4;
+    let data = numbered(n);
+    let kernel = Kernel::load(cuda);
+    for round in 0..2 {
+        // A GPU-to-GPU copy returns at once: its write is pending when the first map is made,
+        // which must queue the wait; by the second it may be done, when the map queues none.
+        let pending = Tensor::<u8>::new(&[n], Some(TensorMemory::Gpu)).unwrap();
+        pending.copy_from(&vulkan_written(&data)).unwrap();
+        let answer = Tensor::<u8>::new(&[n], Some(TensorMemory::Gpu)).unwrap();
+        for input in [&pending, &pending] {
+            let i = input.cuda_map_read(kernel.stream()).unwrap();
+            let o = answer.cuda_map_write(kernel.stream()).unwrap();
+            kernel.add_one(i.device_ptr(), o.device_ptr(), n);
+        }
+        let got = answer.to_vec().unwrap();
+        let bad = (0..n).find(|&i| got[i] != data[i].wrapping_add(1));
+        assert_eq!(bad, None, "round {round}: first wrong byte");
+    }
+}
+
+#[test]
 fn a_kernel_reads_and_writes_host_tensors_registered_once() {
     let _serial = serial();
     let Some(cuda) = cuda_or_skip(test_name!()) else {
