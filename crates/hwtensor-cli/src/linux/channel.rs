@@ -7,13 +7,13 @@
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hwtensor::stream::{Consumer, FrameMeta, Producer, Wait};
 use hwtensor::{Tensor, TensorDyn, TensorMemory};
 
 use super::monotonic_ns;
-use crate::timing::fmt;
+use crate::timing::{fmt, median};
 
 /// Buffers in the channel's pool.
 const POOL: usize = 3;
@@ -185,25 +185,83 @@ fn produce_frames(
         true => Some(super::cuda::Session::open(super::cuda::usable()?)?),
         false => None,
     };
+    let mut steps = StepTimes::default();
     for seq in 0..mode.frames as u64 {
         if mode.paced {
             std::thread::sleep(PACE);
         }
         let slot = producer.acquire(ACQUIRE)?;
+        let mut step = Steps::start();
         if let Some(cuda) = &cuda {
             let t = producer.tensor(slot).as_tensor::<u8>()?;
             let map = t.cuda_map_write(cuda.stream())?;
+            step.done();
             cuda.set_byte(map.device_ptr(), seq as u8)?;
+            step.done();
             map.finish()?; // its value travels as the frame's completion
+            step.done();
         }
         producer.send(slot, FrameMeta::new(seq, monotonic_ns()))?;
+        step.done();
+        if cuda.is_some() {
+            steps.push(step);
+        }
         // Every buffer free again: the frame came back before the next goes.
         let all: Vec<_> = (0..POOL)
             .map(|_| producer.acquire(ACQUIRE))
             .collect::<Result<_, _>>()?;
         all.into_iter().for_each(|s| producer.release(s));
     }
+    if cuda.is_some() {
+        steps.print("producer", ["map", "one-byte write", "map end", "send"]);
+    }
     Ok(())
+}
+
+/// Times of the steps of one frame, each from the frame's start (where a CUDA frame's time
+/// goes: issue #27's stalls showed in single CUDA calls).
+struct Steps {
+    start: Instant,
+    at: Vec<Duration>,
+}
+
+impl Steps {
+    fn start() -> Steps {
+        Steps {
+            start: Instant::now(),
+            at: Vec::new(),
+        }
+    }
+
+    /// Marks the end of the next step.
+    fn done(&mut self) {
+        self.at.push(self.start.elapsed());
+    }
+}
+
+/// The steps of every frame, for their medians.
+#[derive(Default)]
+struct StepTimes(Vec<Vec<Duration>>);
+
+impl StepTimes {
+    fn push(&mut self, steps: Steps) {
+        self.0.push(steps.at);
+    }
+
+    /// Prints the median length of each step, on stderr (a bench peer's stdout is its report).
+    fn print<const N: usize>(&self, who: &str, names: [&str; N]) {
+        let lengths = names.iter().enumerate().map(|(i, name)| {
+            let since = |at: &Vec<Duration>| i.checked_sub(1).map_or(Duration::ZERO, |p| at[p]);
+            let mut d: Vec<Duration> = (self.0.iter())
+                .filter_map(|at| Some(at.get(i)?.saturating_sub(since(at))))
+                .collect();
+            format!("{name} {}", fmt(median(&mut d)))
+        });
+        eprintln!(
+            "  {who} steps (medians): {}",
+            lengths.collect::<Vec<_>>().join(", ")
+        );
+    }
 }
 
 fn produce_messages(mut stream: UnixStream, mode: Mode) -> crate::Result {
@@ -240,13 +298,24 @@ pub fn peer(fd: i32, frames: usize, spin: bool, socket: bool, cuda: bool) -> cra
             true => Some(super::cuda::Session::open(super::cuda::usable()?)?),
             false => None,
         };
+        let mut steps = StepTimes::default();
         for _ in 0..frames {
             let frame = consumer.recv(wait)?;
             if let Some(cuda) = &cuda {
+                // The first step is the frame's age when it is in hand.
+                let mut step = Steps::start();
+                let age = monotonic_ns().saturating_sub(frame.meta().timestamp_ns);
+                let age = Duration::from_nanos(age);
+                step.start = step.start.checked_sub(age).unwrap_or(step.start);
+                step.done();
                 let t = frame.tensor().as_tensor::<u8>()?;
                 let map = t.cuda_map_read(cuda.stream())?;
+                step.done();
                 let got = cuda.byte(map.device_ptr())?;
+                step.done();
                 map.finish()?;
+                step.done();
+                steps.push(step);
                 if got != frame.meta().seq as u8 {
                     return Err(format!("frame {}: CUDA read {got}", frame.meta().seq).into());
                 }
@@ -255,6 +324,15 @@ pub fn peer(fd: i32, frames: usize, spin: bool, socket: bool, cuda: bool) -> cra
             latencies.push(Duration::from_nanos(
                 now.saturating_sub(frame.meta().timestamp_ns),
             ));
+        }
+        if cuda.is_some() {
+            let names = [
+                "frame in hand after the send",
+                "map",
+                "one-byte read",
+                "map end",
+            ];
+            steps.print("consumer", names);
         }
     }
     println!("{}", crate::timing::report(&mut latencies));
