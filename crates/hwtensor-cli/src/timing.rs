@@ -35,6 +35,7 @@ pub fn median_per_call(samples: usize, batch: usize, mut f: impl FnMut()) -> Dur
 /// Median times of one call of `a` and of `b`, called alternately `rounds` times after one
 /// warm-up call each: a figure and its reference measured side by side see the same machine,
 /// where one measured after the other may see another tenant's load.
+#[cfg(target_os = "linux")] // the CUDA references, Linux only
 pub fn side_by_side(
     rounds: usize,
     mut a: impl FnMut(),
