@@ -19,6 +19,7 @@ Contenders:
   through `torch.from_dlpack` on both sides;
 - `hwtensor-gpu-kept`: as `hwtensor-gpu`, but the consumer makes its torch views of the pool once
   and reads the one of each frame's slot (the issue asks that it be no slower than re-exporting);
+- `hwtensor-gpu-torch`: as `hwtensor-gpu`, the consumer's view made by `Tensor.torch()`;
 - `hwtensor-shm` (`--self-test` only): the channel with shm frames and NumPy, no GPU.
 """
 
@@ -90,9 +91,9 @@ def alternate(contenders, blocks, per_block):
 # -- the hwtensor channel -------------------------------------------------------------------
 
 
-#: How a consumer sees a frame: NumPy through a CPU map, torch through `torch.from_dlpack` per
-#: frame, or torch views of the pool made once and picked by the frame's slot.
-CONSUMER_VIEWS = ("numpy", "from_dlpack", "kept")
+#: How a consumer sees a frame: NumPy through a CPU map, torch through `torch.from_dlpack` or
+#: `Tensor.torch()` per frame, or torch views of the pool made once and picked by the frame's slot.
+CONSUMER_VIEWS = ("numpy", "from_dlpack", "torch", "kept")
 
 
 def _hwtensor_consumer(sock, acks, frames, view, out):
@@ -114,6 +115,8 @@ def _hwtensor_consumer(sock, acks, frames, view, out):
                 import torch
 
                 value = torch.from_dlpack(frame.tensor)[0, 0, 0].item()
+            elif view == "torch":
+                value = frame.tensor.torch()[0, 0, 0].item()
             else:
                 with frame.tensor.map_read() as a:
                     value = int(a[0, 0, 0])
@@ -245,6 +248,7 @@ def contenders_for(size, self_test):
         "tm-simplequeue": torch_contender("simplequeue", shape),
         "tm-queue": torch_contender("queue", shape),
         "hwtensor-gpu": hwtensor_contender(f"{size} hwtensor-gpu", "gpu", shape, "from_dlpack"),
+        "hwtensor-gpu-torch": hwtensor_contender(f"{size} hwtensor-gpu-torch", "gpu", shape, "torch"),
         "hwtensor-gpu-kept": hwtensor_contender(f"{size} hwtensor-gpu-kept", "gpu", shape, "kept"),
     }
     reason = hwtensor.cuda_unavailable_reason()
