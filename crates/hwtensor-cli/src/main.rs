@@ -90,6 +90,9 @@ enum Command {
         /// Read one byte of each frame with CUDA (GPU frames).
         #[arg(long)]
         cuda: bool,
+        /// With --cuda: through the address `cuda_ready` gives instead of a CUDA map.
+        #[arg(long)]
+        cuda_address: bool,
     },
     /// The consumer half of the channel benchmark (started by `bench`).
     #[cfg(windows)]
@@ -172,7 +175,15 @@ fn main() -> ExitCode {
             spin,
             socket,
             cuda,
-        } => platform::channel::peer(fd, frames, spin, socket, cuda),
+            cuda_address,
+        } => {
+            use platform::channel::CudaRead;
+            let read = match cuda_address {
+                true => CudaRead::Address,
+                false => CudaRead::Map,
+            };
+            platform::channel::peer(fd, frames, spin, socket, cuda.then_some(read))
+        }
         #[cfg(windows)]
         Command::BenchPeer { pipe, frames, spin } => platform::channel::peer(&pipe, frames, spin),
     };

@@ -40,8 +40,21 @@ struct Mode {
     paced: bool,
     frames: usize,
     /// GPU frames touched by CUDA on both sides: the producer writes one byte of each with a
-    /// CUDA map, the consumer reads one byte back (bench_ipc.py's pattern, in Rust).
-    cuda: bool,
+    /// CUDA map, the consumer reads one byte back as this says (bench_ipc.py's pattern, in Rust).
+    cuda: Option<CudaRead>,
+}
+
+/// How the CUDA consumer of the bench reaches each frame.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum CudaRead {
+    /// A CUDA map: its stream waits for the frame's write if that is pending, and its end
+    /// signals the timeline (what a later use of the buffer, and the hand-back, wait for).
+    Map,
+    /// The address `cuda_ready` gives: nothing queued for a finished write, nothing signalled
+    /// (what DLPack consumers do; safe here because the read is synchronous). Beside `Map` it
+    /// shows what a map's semaphore operations cost: on the H100, 315 us one way against 10 us,
+    /// before a map skipped the wait for a finished write.
+    Address,
 }
 
 const MODES: [Mode; 3] = [
@@ -50,21 +63,21 @@ const MODES: [Mode; 3] = [
         spin: true,
         paced: false,
         frames: 2000,
-        cuda: false,
+        cuda: None,
     },
     Mode {
         name: "blocking",
         spin: false,
         paced: false,
         frames: 2000,
-        cuda: false,
+        cuda: None,
     },
     Mode {
         name: "paced 5 ms",
         spin: false,
         paced: true,
         frames: 200,
-        cuda: false,
+        cuda: None,
     },
 ];
 
@@ -109,13 +122,18 @@ pub fn bench(quick: bool) -> crate::Result {
         );
         match super::cuda::usable() {
             Ok(_) => {
-                let cuda = Mode { cuda: true, ..mode };
-                let (m, p) = run_on(cuda, Some(SIZES[1].1), TensorMemory::Gpu)?;
-                println!(
-                    "GPU 1080p frames, CUDA both sides (a one-byte write, a one-byte read): {:>8} / {:<8}",
-                    fmt(m),
-                    fmt(p)
-                );
+                for (read, how) in [(CudaRead::Map, "map"), (CudaRead::Address, "cuda_ready")] {
+                    let cuda = Mode {
+                        cuda: Some(read),
+                        ..mode
+                    };
+                    let (m, p) = run_on(cuda, Some(SIZES[1].1), TensorMemory::Gpu)?;
+                    println!(
+                        "GPU 1080p frames, CUDA both sides (a one-byte write, a one-byte read by {how}): {:>8} / {:<8}",
+                        fmt(m),
+                        fmt(p)
+                    );
+                }
             }
             Err(e) => println!("GPU frames with CUDA on both sides: skipped ({e})"),
         }
@@ -151,8 +169,10 @@ fn run_on(
     if bytes.is_none() {
         args.push("--socket".into());
     }
-    if mode.cuda {
-        args.push("--cuda".into());
+    match mode.cuda {
+        Some(CudaRead::Map) => args.push("--cuda".into()),
+        Some(CudaRead::Address) => args.extend(["--cuda".into(), "--cuda-address".into()]),
+        None => {}
     }
     let child = std::process::Command::new(std::env::current_exe()?)
         .args(&args)
@@ -182,8 +202,8 @@ fn produce_frames(
     let mut producer = Producer::new(pool)?;
     producer.attach(stream)?;
     let cuda = match mode.cuda {
-        true => Some(super::cuda::Session::open(super::cuda::usable()?)?),
-        false => None,
+        Some(_) => Some(super::cuda::Session::open(super::cuda::usable()?)?),
+        None => None,
     };
     let mut steps = StepTimes::default();
     for seq in 0..mode.frames as u64 {
@@ -280,8 +300,15 @@ fn produce_messages(mut stream: UnixStream, mode: Mode) -> crate::Result {
 }
 
 /// The consumer process: receives `frames`, then prints the median and p99 latency in ns.
-/// With `cuda`, each frame's first byte is read through a CUDA map before the time is taken.
-pub fn peer(fd: i32, frames: usize, spin: bool, socket: bool, cuda: bool) -> crate::Result {
+/// With `cuda`, each frame's first byte is read through CUDA, as it says, before the time is
+/// taken.
+pub fn peer(
+    fd: i32,
+    frames: usize,
+    spin: bool,
+    socket: bool,
+    cuda: Option<CudaRead>,
+) -> crate::Result {
     if fd < 0 {
         return Err("no socket fd".into());
     }
@@ -294,27 +321,21 @@ pub fn peer(fd: i32, frames: usize, spin: bool, socket: bool, cuda: bool) -> cra
     } else {
         let mut consumer = Consumer::connect(stream, hwtensor::stream::CONNECT_TIMEOUT)?;
         let wait = if spin { Wait::Spin } else { Wait::Block };
-        let cuda = match cuda {
-            true => Some(super::cuda::Session::open(super::cuda::usable()?)?),
-            false => None,
+        let session = match cuda {
+            Some(read) => Some((super::cuda::Session::open(super::cuda::usable()?)?, read)),
+            None => None,
         };
         let mut steps = StepTimes::default();
         for _ in 0..frames {
             let frame = consumer.recv(wait)?;
-            if let Some(cuda) = &cuda {
+            if let Some((cuda, read)) = &session {
                 // The first step is the frame's age when it is in hand.
                 let mut step = Steps::start();
                 let age = monotonic_ns().saturating_sub(frame.meta().timestamp_ns);
                 let age = Duration::from_nanos(age);
                 step.start = step.start.checked_sub(age).unwrap_or(step.start);
                 step.done();
-                let t = frame.tensor().as_tensor::<u8>()?;
-                let map = t.cuda_map_read(cuda.stream())?;
-                step.done();
-                let got = cuda.byte(map.device_ptr())?;
-                step.done();
-                map.finish()?;
-                step.done();
+                let got = read_first_byte(&frame, cuda, *read, &mut step)?;
                 steps.push(step);
                 if got != frame.meta().seq as u8 {
                     return Err(format!("frame {}: CUDA read {got}", frame.meta().seq).into());
@@ -325,10 +346,10 @@ pub fn peer(fd: i32, frames: usize, spin: bool, socket: bool, cuda: bool) -> cra
                 now.saturating_sub(frame.meta().timestamp_ns),
             ));
         }
-        if cuda.is_some() {
+        if session.is_some() {
             let names = [
                 "frame in hand after the send",
-                "map",
+                "map (or cuda_ready)",
                 "one-byte read",
                 "map end",
             ];
@@ -337,6 +358,32 @@ pub fn peer(fd: i32, frames: usize, spin: bool, socket: bool, cuda: bool) -> cra
     }
     println!("{}", crate::timing::report(&mut latencies));
     Ok(())
+}
+
+/// The frame's first byte read through CUDA as `read` says, each step marked in `step`.
+fn read_first_byte(
+    frame: &hwtensor::stream::Frame,
+    cuda: &super::cuda::Session,
+    read: CudaRead,
+    step: &mut Steps,
+) -> crate::Result<u8> {
+    let t = frame.tensor().as_tensor::<u8>()?;
+    let map = match read {
+        CudaRead::Map => Some(t.cuda_map_read(cuda.stream())?),
+        CudaRead::Address => None,
+    };
+    let ptr = match &map {
+        Some(m) => m.device_ptr(),
+        None => (frame.tensor()).cuda_ready(hwtensor::Direction::Read, cuda.stream())?,
+    };
+    step.done();
+    let got = cuda.byte(ptr)?;
+    step.done();
+    if let Some(m) = map {
+        m.finish()?;
+    }
+    step.done();
+    Ok(got)
 }
 
 fn consume_messages(
