@@ -99,4 +99,16 @@ mod tests {
         );
         assert!(parse_report("error: no socket").is_err());
     }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn side_by_side_alternates_the_two_after_one_warm_up_call_each() {
+        let calls = std::cell::RefCell::new(String::new());
+        side_by_side(
+            3,
+            || calls.borrow_mut().push('a'),
+            || calls.borrow_mut().push('b'),
+        );
+        assert_eq!(calls.into_inner(), "abababab");
+    }
 }

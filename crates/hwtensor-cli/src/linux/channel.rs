@@ -268,15 +268,20 @@ impl StepTimes {
         self.0.push(steps.at);
     }
 
+    /// The median length of step `i` (its mark less the one before), over the frames that
+    /// reached it.
+    fn median_length(&self, i: usize) -> Duration {
+        let since = |at: &Vec<Duration>| i.checked_sub(1).map_or(Duration::ZERO, |p| at[p]);
+        let mut lengths: Vec<Duration> = (self.0.iter())
+            .filter_map(|at| Some(at.get(i)?.saturating_sub(since(at))))
+            .collect();
+        median(&mut lengths)
+    }
+
     /// Prints the median length of each step, on stderr (a bench peer's stdout is its report).
     fn print<const N: usize>(&self, who: &str, names: [&str; N]) {
-        let lengths = names.iter().enumerate().map(|(i, name)| {
-            let since = |at: &Vec<Duration>| i.checked_sub(1).map_or(Duration::ZERO, |p| at[p]);
-            let mut d: Vec<Duration> = (self.0.iter())
-                .filter_map(|at| Some(at.get(i)?.saturating_sub(since(at))))
-                .collect();
-            format!("{name} {}", fmt(median(&mut d)))
-        });
+        let lengths = (names.iter().enumerate())
+            .map(|(i, name)| format!("{name} {}", fmt(self.median_length(i))));
         eprintln!(
             "  {who} steps (medians): {}",
             lengths.collect::<Vec<_>>().join(", ")
@@ -416,4 +421,21 @@ fn consume_messages(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_steps_length_is_its_mark_less_the_one_before_as_a_median_over_frames() {
+        let us = Duration::from_micros;
+        let mut times = StepTimes::default();
+        for marks in [[10, 30, 60], [20, 30, 100], [10, 50, 60]] {
+            times.0.push(marks.into_iter().map(us).collect());
+        }
+        times.0.push(vec![us(15)]); // a frame that stopped after its first step
+        let lengths: Vec<Duration> = (0..3).map(|i| times.median_length(i)).collect();
+        assert_eq!(lengths, [us(15), us(20), us(30)]);
+    }
 }
