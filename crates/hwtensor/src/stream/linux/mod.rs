@@ -182,9 +182,10 @@ pub(crate) fn can_add() -> Result<()> {
 }
 
 /// Receives a buffer the producer added to its pool, by `deadline`: the wake-ups before its
-/// hand-off are read first (a wake-up after it stays for the next drain).
+/// hand-off are read first (a wake-up after it stays for the next drain). A producer that
+/// keeps sending wake-ups holds the drain only until the deadline.
 pub(crate) fn recv_addition(conn: &Conn, deadline: Instant) -> Result<TensorDyn> {
-    while wake::drain(conn.as_fd()) == wake::Drained::Bytes {}
+    while Instant::now() < deadline && wake::drain(conn.as_fd()) == wake::Drained::Bytes {}
     crate::handoff::recv_by(conn, deadline)
 }
 
