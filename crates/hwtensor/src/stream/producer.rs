@@ -43,8 +43,9 @@ pub struct Producer {
     out: Vec<u32>,
     /// The buffers acquired and not yet sent.
     acquired: Vec<bool>,
-    /// Buffers [`Producer::add`] added: acquired only by name ([`Producer::acquire_slot`]).
-    by_name: Vec<bool>,
+    /// How many buffers the pool was made with: those after them came by [`Producer::add`],
+    /// and are acquired only by name ([`Producer::acquire_slot`]).
+    made_with: usize,
     scratch: Vec<u64>,
 }
 
@@ -76,7 +77,7 @@ impl Producer {
             consumers: Vec::new(),
             out: vec![0; n],
             acquired: vec![false; n],
-            by_name: vec![false; n],
+            made_with: n,
             scratch: Vec::new(),
         })
     }
@@ -148,7 +149,6 @@ impl Producer {
         self.pool.push(tensor);
         self.out.push(0);
         self.acquired.push(false);
-        self.by_name.push(true);
         for consumer in &mut self.consumers {
             consumer.holds.push(false);
         }
@@ -162,7 +162,7 @@ impl Producer {
     /// made with: an added buffer is acquired by name). Waits at most `timeout` while
     /// consumers hold every buffer (`Error::Timeout`).
     pub fn acquire(&mut self, timeout: Duration) -> Result<Slot> {
-        self.acquire_where(timeout, |p, i| !p.by_name[i])
+        self.acquire_where(timeout, |p, i| i < p.made_with)
     }
 
     /// Acquires `slot` (an added buffer, typically: its memory is the adder's) once no
