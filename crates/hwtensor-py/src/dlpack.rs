@@ -104,7 +104,27 @@ struct Export<'a> {
 /// What the capsule owns: the tensor (so the buffer and its CUDA import outlive the capsule).
 struct Keep(#[allow(dead_code)] TensorDyn);
 
-impl Export<'_> {
+impl<'a> Export<'a> {
+    /// An export of `t`, not yet prepared.
+    fn of(t: &'a TensorDyn) -> PyResult<Export<'a>> {
+        Ok(Export {
+            tensor: t,
+            device: device_of(t)?,
+            address: std::cell::Cell::new(0),
+        })
+    }
+
+    /// Finds the address to hand out: a host tensor's own, or the CUDA mapping with the raw
+    /// `stream` made to wait for the last write.
+    fn prepare_on(&self, py: Python<'_>, stream: usize) -> PyResult<()> {
+        let address = match self.device == DLDevice::CPU {
+            true => host_address(self.tensor)?,
+            false => ready_on(self.tensor, py, stream)?,
+        };
+        self.address.set(address);
+        Ok(())
+    }
+
     fn managed<M: ManagedTensorBase>(&self) -> PyResult<Managed<M>> {
         let strides = element_strides(self.tensor)?;
         let shape: Vec<i64> = self.tensor.shape().iter().map(|&d| d as i64).collect();
@@ -140,13 +160,12 @@ impl DlpackExporter for Export<'_> {
     }
 
     fn prepare_export(&self, py: Python<'_>, request: &ExportRequest<'_>) -> PyResult<()> {
-        let address = if self.device == DLDevice::CPU {
-            host_address(self.tensor)?
-        } else {
-            ready_on(self.tensor, py, cuda_stream(request.cuda_stream()?))?
+        // Only device memory has a stream to follow: a host export ignores the argument.
+        let stream = match self.device == DLDevice::CPU {
+            true => 0,
+            false => cuda_stream(request.cuda_stream()?),
         };
-        self.address.set(address);
-        Ok(())
+        self.prepare_on(py, stream)
     }
 
     fn export_legacy(&self, _py: Python<'_>) -> PyResult<Managed<DLManagedTensor>> {
@@ -173,16 +192,8 @@ pub(crate) fn exchange_managed(
     t: &TensorDyn,
     py: Python<'_>,
 ) -> PyResult<Managed<DLManagedTensorVersioned>> {
-    let export = Export {
-        tensor: t,
-        device: device_of(t)?,
-        address: std::cell::Cell::new(0),
-    };
-    let address = match export.device == DLDevice::CPU {
-        true => host_address(t)?,
-        false => ready_on(t, py, EXCHANGE_WORK_STREAM as usize)?,
-    };
-    export.address.set(address);
+    let export = Export::of(t)?;
+    export.prepare_on(py, EXCHANGE_WORK_STREAM as usize)?;
     export.managed()
 }
 
@@ -215,12 +226,7 @@ pub(crate) fn export<'py>(
     py: Python<'py>,
     request: ExportRequest<'py>,
 ) -> PyResult<Py<PyAny>> {
-    let export = Export {
-        tensor: t,
-        device: device_of(t)?,
-        address: std::cell::Cell::new(0),
-    };
-    export_dlpack(&export, py, request)
+    export_dlpack(&Export::of(t)?, py, request)
 }
 
 /// The CUDA Array Interface's `stream` value for CUDA's legacy default stream (0 is not
