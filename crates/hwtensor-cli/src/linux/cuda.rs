@@ -26,7 +26,7 @@ const TENSOR_COPY_TARGET_RATIO: f64 = 0.95;
 
 /// Which way a reference copy goes.
 #[derive(Clone, Copy)]
-pub enum Way {
+enum Way {
     /// Host to device.
     Up,
     /// Device to host.
@@ -62,7 +62,7 @@ impl References {
     }
 
     /// One synchronous pinned copy of `bytes` (a bandwidth size) the way `way` says.
-    pub fn copy(&self, bytes: usize, way: Way) -> crate::Result<()> {
+    fn copy(&self, bytes: usize, way: Way) -> crate::Result<()> {
         let &(host, dev) = self
             .buffers
             .get(&bytes)
@@ -94,9 +94,58 @@ impl Drop for References {
     }
 }
 
+/// Copies between a heap tensor and device memory both ways, each beside the reference: GB/s
+/// (medians) of ours and of pinned `cuMemcpy` of the same bytes.
+pub struct BothWays {
+    /// Ours, host to device.
+    pub up: f64,
+    /// The reference, host to device.
+    pub h2d: f64,
+    /// Ours, device to host.
+    pub down: f64,
+    /// The reference, device to host.
+    pub d2h: f64,
+}
+
+impl BothWays {
+    /// Times `device.copy_from(host)` and back, each alternated with the reference the same way.
+    pub fn measure(
+        references: &References,
+        host: &Tensor<u8>,
+        device: &Tensor<u8>,
+        rounds: usize,
+    ) -> crate::Result<BothWays> {
+        let bytes = host.len();
+        let rate = |d: Duration| bytes as f64 / d.as_secs_f64() / 1e9;
+        let (h2d, up) = beside_reference(references, bytes, Way::Up, rounds, || {
+            device.copy_from(host)
+        })?;
+        let (d2h, down) = beside_reference(references, bytes, Way::Down, rounds, || {
+            host.copy_from(device)
+        })?;
+        Ok(BothWays {
+            up: rate(up),
+            h2d: rate(h2d),
+            down: rate(down),
+            d2h: rate(d2h),
+        })
+    }
+
+    /// Ours over the reference: (up, down).
+    pub fn ratios(&self) -> (f64, f64) {
+        (self.up / self.h2d, self.down / self.d2h)
+    }
+
+    /// Whether both ways reach `target` of the reference.
+    pub fn meet(&self, target: f64) -> bool {
+        let (up, down) = self.ratios();
+        up >= target && down >= target
+    }
+}
+
 /// Median times of `ours` (a copy of `bytes` one way) and of the pinned reference the same way,
 /// timed alternately (reference, ours), `rounds` each: (reference, ours).
-pub fn beside_reference(
+fn beside_reference(
     references: &References,
     bytes: usize,
     way: Way,
@@ -137,17 +186,15 @@ fn tensor_copies(
     let host = Tensor::<u8>::new(&[bytes], Some(TensorMemory::Mem))?;
     host.map_write()?.fill(3);
     let cuda = Tensor::<u8>::new(&[bytes], Some(TensorMemory::Cuda))?;
-    let (h2d, up) = beside_reference(references, bytes, Way::Up, rounds, || cuda.copy_from(&host))?;
-    let (d2h, down) = beside_reference(references, bytes, Way::Down, rounds, || {
-        host.copy_from(&cuda)
-    })?;
-    let rate = |d: Duration| bytes as f64 / d.as_secs_f64() / 1e9;
-    let (h, d, u, w) = (rate(h2d), rate(d2h), rate(up), rate(down));
+    let r = BothWays::measure(references, &host, &cuda, rounds)?;
+    let (up, down) = r.ratios();
     println!(
-        "{name:<7} pinned cuMemcpy h2d {h:>5.1} d2h {d:>5.1} GB/s | mem tensor -> cuda {u:>5.1} ({:.2}x), cuda -> mem {w:>5.1} ({:.2}x)  {}",
-        u / h,
-        w / d,
-        verdict(u / h >= TENSOR_COPY_TARGET_RATIO && w / d >= TENSOR_COPY_TARGET_RATIO)
+        "{name:<7} pinned cuMemcpy h2d {:>5.1} d2h {:>5.1} GB/s | mem tensor -> cuda {:>5.1} ({up:.2}x), cuda -> mem {:>5.1} ({down:.2}x)  {}",
+        r.h2d,
+        r.d2h,
+        r.up,
+        r.down,
+        verdict(r.meet(TENSOR_COPY_TARGET_RATIO))
     );
     Ok(())
 }

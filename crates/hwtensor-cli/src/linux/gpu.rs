@@ -9,7 +9,7 @@ use hwtensor::gpu::{self, format_uuid};
 use hwtensor::{Tensor, TensorMemory};
 use libloading::os::unix::{Library, Symbol};
 
-use super::cuda::{beside_reference, References, Way};
+use super::cuda::{BothWays, References};
 use crate::device::signal_throughput;
 use crate::timing::median_per_call;
 
@@ -161,19 +161,15 @@ fn bandwidth_row(
     dev: &Tensor<u8>,
     rounds: usize,
 ) -> crate::Result {
-    let bytes = host.len();
-    let (h2d, u) = beside_reference(refs, bytes, Way::Up, rounds, || dev.copy_from(host))?;
-    let (d2h, d) = beside_reference(refs, bytes, Way::Down, rounds, || host.copy_from(dev))?;
-    let rate = |d: Duration| bytes as f64 / d.as_secs_f64() / 1e9;
-    let ratio = |reference: Duration, ours: Duration| reference.as_secs_f64() / ours.as_secs_f64();
-    let (up, down) = (ratio(h2d, u), ratio(d2h, d));
+    let r = BothWays::measure(refs, host, dev, rounds)?;
+    let (up, down) = r.ratios();
     println!(
         "{name:<15} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {up:>7.2}x {down:>7.2}x  {}",
-        rate(u),
-        rate(h2d),
-        rate(d),
-        rate(d2h),
-        crate::bench::verdict(up >= BANDWIDTH_TARGET_RATIO && down >= BANDWIDTH_TARGET_RATIO),
+        r.up,
+        r.h2d,
+        r.down,
+        r.d2h,
+        crate::bench::verdict(r.meet(BANDWIDTH_TARGET_RATIO)),
     );
     Ok(())
 }
