@@ -11,7 +11,10 @@
 //! - the CPU time per frame of hwtensorsink (in the producer process, over a fakesink run) and
 //!   of hwtensorsrc (the whole consumer process), against a `videoconvert` of the same frame
 //!   to RGBA;
-//! - the sink's copy counter (0 on the pooled path).
+//! - the sink's copy counter (0 on the pooled path);
+//! - the same frames' latency split at hwtensorsrc's receive (its received-time meta): the
+//!   channel's part and the elements' own, and their ratio frame by frame, which the machine's
+//!   noise cannot skew as it can the comparison of separate blocks above.
 //!
 //! `cargo run --release -p hwtensor-gst --example elements_bench [-- ROUNDS FRAMES]`
 
@@ -22,7 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use gst::prelude::*;
-use gsthwtensor::wire::{monotonic_ns, Kind, Marker, SENT_TIME_CAPS};
+use gsthwtensor::wire::{monotonic_ns, Kind, Marker, RECEIVED_TIME_CAPS, SENT_TIME_CAPS};
 use hwtensor::stream::{Consumer, Producer, Wait, CONNECT_TIMEOUT};
 use hwtensor::{CpuAccess, DType, PixelFormat, TensorDyn, TensorMemory};
 
@@ -62,14 +65,17 @@ fn bare_consumer(name: &str, frames: usize) {
 }
 
 /// Child: hwtensorsrc into a fakesink until end of stream; prints each one-way latency (the
-/// sink's send time to the fakesink) and the process's CPU time per frame.
+/// sink's send time to the fakesink), each frame's time from its send to hwtensorsrc's
+/// receive, and the process's CPU time per frame.
 fn gst_consumer(name: &str) {
     gst::init().unwrap();
     gsthwtensor::plugin_register_static().unwrap();
-    let (per_frame, lat, _) = run(&format!(
+    let (per_frame, stamps, _) = run(&format!(
         "hwtensorsrc socket=@{name} is-live=false ! fakesink name=last sync=false"
     ));
+    let (lat, channel): (Vec<u64>, Vec<u64>) = stamps.into_iter().unzip();
     println!("LAT {}", join(&lat));
+    println!("CHANNEL {}", join(&channel));
     println!("CPU {per_frame}");
 }
 
@@ -142,15 +148,15 @@ fn bare_block(name: &str, frames: usize) -> Vec<u64> {
 
 /// Runs `pipeline` in this process to its end. Returns the process's CPU time per frame in
 /// the steady state (from the first buffer reaching the element named `last` to the end of
-/// stream: pool allocation and page faults of the first frames are set-up), and each
-/// buffer's one-way latency from its send time, where it carries one.
-fn run(pipeline: &str) -> (u64, Vec<u64>, gst::Bin) {
+/// stream: pool allocation and page faults of the first frames are set-up), and for each
+/// buffer that carries hwtensorsrc's stamps its one-way latency and its send -> receive time.
+fn run(pipeline: &str) -> (u64, Vec<(u64, u64)>, gst::Bin) {
     let p = gst::parse::launch(pipeline)
         .unwrap()
         .downcast::<gst::Bin>()
         .unwrap();
     let seen = Arc::new(Mutex::new((None::<u64>, 0u64, Vec::new())));
-    let sent_caps = gst::Caps::new_empty_simple(SENT_TIME_CAPS);
+    let stamp_caps = [SENT_TIME_CAPS, RECEIVED_TIME_CAPS].map(gst::Caps::new_empty_simple);
     let pad = p.by_name("last").unwrap().static_pad("sink").unwrap();
     let probe = seen.clone();
     pad.add_probe(gst::PadProbeType::BUFFER, move |_, info| {
@@ -159,11 +165,13 @@ fn run(pipeline: &str) -> (u64, Vec<u64>, gst::Bin) {
         s.0.get_or_insert_with(cpu_ns);
         s.1 += 1;
         if let Some(b) = info.buffer() {
-            let sent = b
-                .iter_meta::<gst::ReferenceTimestampMeta>()
-                .find(|m| m.reference().can_intersect(&sent_caps));
-            if let Some(m) = sent {
-                s.2.push(now.saturating_sub(m.timestamp().nseconds()));
+            let [sent, received] = stamp_caps.each_ref().map(|caps| {
+                b.iter_meta::<gst::ReferenceTimestampMeta>()
+                    .find(|m| m.reference().can_intersect(caps))
+                    .map(|m| m.timestamp().nseconds())
+            });
+            if let (Some(sent), Some(received)) = (sent, received) {
+                s.2.push((now.saturating_sub(sent), received.saturating_sub(sent)));
             }
         }
         gst::PadProbeReturn::Ok
@@ -185,8 +193,18 @@ fn run(pipeline: &str) -> (u64, Vec<u64>, gst::Bin) {
     (per_frame, lat, p)
 }
 
-/// One block through the elements: returns (latencies, sink CPU ns, src CPU ns per frame, copies).
-fn gst_block(name: &str, frames: usize) -> (Vec<u64>, u64, u64, u64) {
+/// One block through the elements.
+struct GstBlock {
+    /// One-way latencies.
+    lat: Vec<u64>,
+    /// The same frames' send -> hwtensorsrc receive times.
+    channel: Vec<u64>,
+    sink_cpu: u64,
+    src_cpu: u64,
+    copies: u64,
+}
+
+fn gst_block(name: &str, frames: usize) -> GstBlock {
     let consumer = child(&["--gst-consumer", name]);
     let (with_sink, _, p) = run(&format!(
         "{} ! hwtensorsink name=last socket=@{name} wait-for-consumer=true",
@@ -194,21 +212,27 @@ fn gst_block(name: &str, frames: usize) -> (Vec<u64>, u64, u64, u64) {
     ));
     let copies = p.by_name("last").unwrap().property::<u64>("copies");
     let out = consumer.wait_with_output().unwrap();
-    let lat = report(
-        std::process::Output {
+    let line = |key| {
+        let out = std::process::Output {
             status: out.status,
             stdout: out.stdout.clone(),
             stderr: Vec::new(),
-        },
-        "LAT ",
-    );
-    let src_cpu = report(out, "CPU ").first().copied().unwrap_or(0);
+        };
+        report(out, key)
+    };
+    let (lat, channel) = (line("LAT "), line("CHANNEL "));
+    let src_cpu = line("CPU ").first().copied().unwrap_or(0);
     let (without, _, _) = run(&format!(
         "{} ! fakesink name=last sync=false",
         live_source(frames)
     ));
-    let sink_cpu = with_sink.saturating_sub(without);
-    (lat, sink_cpu, src_cpu, copies)
+    GstBlock {
+        lat,
+        channel,
+        sink_cpu: with_sink.saturating_sub(without),
+        src_cpu,
+        copies,
+    }
 }
 
 /// A live 1080p I420 test source of `frames` frames at the pace.
@@ -248,15 +272,23 @@ fn main() {
     gsthwtensor::plugin_register_static().unwrap();
     let (mut bare, mut through, mut sink_only) = (Vec::new(), Vec::new(), Vec::new());
     let (mut sink_cpu, mut src_cpu, mut copies) = (Vec::new(), Vec::new(), 0);
+    // Each frame through the elements: (send -> receive, receive -> downstream, ratio of its
+    // latency to its send -> receive in per mille).
+    let mut split: Vec<(u64, u64, u64)> = Vec::new();
     for r in 0..rounds {
         let name = format!("hwtensor-gst-bench-{}-{r}", std::process::id());
         bare.extend(bare_block(&format!("{name}-bare"), frames));
         sink_only.extend(sink_to_bare_block(&format!("{name}-mixed"), frames));
-        let (lat, sink, src, c) = gst_block(&format!("{name}-gst"), frames);
-        through.extend(lat);
-        sink_cpu.push(sink);
-        src_cpu.push(src);
-        copies += c;
+        let b = gst_block(&format!("{name}-gst"), frames);
+        // Per mille, frame by frame (`percentile` sorts integers).
+        split.extend(b.lat.iter().zip(&b.channel).map(|(&l, &c)| {
+            let own = l.saturating_sub(c);
+            (c, own, l * 1000 / c.max(1))
+        }));
+        through.extend(b.lat);
+        sink_cpu.push(b.sink_cpu);
+        src_cpu.push(b.src_cpu);
+        copies += b.copies;
     }
     let convert = {
         let n = frames;
@@ -300,6 +332,21 @@ fn main() {
         "ratio (elements / bare)             median {:>8.2}x    p99 {:>8.2}x",
         g50 as f64 / b50 as f64,
         g99 as f64 / b99 as f64
+    );
+    let (mut channel, mut own, mut ratio): (Vec<u64>, Vec<u64>, Vec<u64>) = (
+        split.iter().map(|s| s.0).collect(),
+        split.iter().map(|s| s.1).collect(),
+        split.iter().map(|s| s.2).collect(),
+    );
+    println!(
+        "  same frames:   send -> hwtensorsrc receive median {:>8.1} us, receive -> downstream median {:>6.1} us",
+        percentile(&mut channel, 0.5) as f64 / 1e3,
+        percentile(&mut own, 0.5) as f64 / 1e3
+    );
+    println!(
+        "ratio (elements / channel, frame by frame) median {:>6.2}x    p99 {:>8.2}x",
+        percentile(&mut ratio, 0.5) as f64 / 1e3,
+        percentile(&mut ratio, 0.99) as f64 / 1e3
     );
     println!(
         "CPU per frame    hwtensorsink {:>8.1} us  hwtensorsrc {:>8.1} us",

@@ -11,7 +11,7 @@ use std::time::Duration;
 use common::*;
 use gst::prelude::*;
 use gst_video::prelude::*;
-use gsthwtensor::wire::{Kind, Marker};
+use gsthwtensor::wire::{monotonic_ns, Kind, Marker, RECEIVED_TIME_CAPS, SENT_TIME_CAPS};
 use hwtensor::stream::{Consumer, Producer, Wait, CONNECT_TIMEOUT};
 use hwtensor::{CpuAccess, DType, PixelFormat, TensorDyn, TensorMemory};
 
@@ -195,6 +195,43 @@ fn hwtensorsrc_fed_by_a_rust_producer_pushes_fd_memory_that_hands_each_frame_bac
     pipeline.set_state(gst::State::Null).unwrap();
     producer.join().unwrap();
     assert_eq!(seen, (0..count as u8).collect::<Vec<_>>());
+}
+
+/// The time a buffer's `GstReferenceTimestampMeta` of `caps` (a `wire` constant) holds, in ns.
+fn stamp(buffer: &gst::BufferRef, caps: &str) -> Option<u64> {
+    let caps = gst::Caps::new_empty_simple(caps);
+    buffer
+        .iter_meta::<gst::ReferenceTimestampMeta>()
+        .find(|m| m.reference().can_intersect(&caps))
+        .map(|m| m.timestamp().nseconds())
+}
+
+#[test]
+fn each_buffer_of_hwtensorsrc_carries_when_its_frame_was_sent_and_when_it_was_received() {
+    init();
+    let socket = socket_name();
+    let listener = UnixListener::bind_addr(&abstract_addr(&socket)).unwrap();
+    let count = 3;
+    let started = monotonic_ns();
+    let producer = std::thread::spawn(move || rust_producer(listener, PixelFormat::Bgrx, count));
+    let (pipeline, sink) = with_appsink(&format!(
+        "hwtensorsrc socket={socket} is-live=false ! appsink name=out sync=false max-buffers=1"
+    ));
+    pipeline.set_state(gst::State::Playing).unwrap();
+    let mut seen = 0;
+    while let Ok(sample) = sink.pull_sample() {
+        let buffer = sample.buffer().unwrap();
+        let sent = stamp(buffer, SENT_TIME_CAPS).expect("the send time");
+        let received = stamp(buffer, RECEIVED_TIME_CAPS).expect("the receive time");
+        assert!(
+            started <= sent && sent <= received && received <= monotonic_ns(),
+            "out of order: started {started}, sent {sent}, received {received}"
+        );
+        seen += 1;
+    }
+    pipeline.set_state(gst::State::Null).unwrap();
+    producer.join().unwrap();
+    assert_eq!(seen, count);
 }
 
 #[test]

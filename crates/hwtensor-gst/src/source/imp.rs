@@ -29,6 +29,8 @@ static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
 
 static SENT_TIME: LazyLock<gst::Caps> =
     LazyLock::new(|| gst::Caps::new_empty_simple(crate::wire::SENT_TIME_CAPS));
+static RECEIVED_TIME: LazyLock<gst::Caps> =
+    LazyLock::new(|| gst::Caps::new_empty_simple(crate::wire::RECEIVED_TIME_CAPS));
 
 /// How long the source keeps trying to reach a producer (one not started yet, or one
 /// replacing its channel) before it fails.
@@ -473,6 +475,7 @@ impl PushSrcImpl for HwtensorSrc {
         let mut guard = self.receiving.lock().unwrap();
         let r = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
         let frame = self.next_frame(r)?;
+        let received = crate::wire::monotonic_ns();
         let Some(marker) = Marker::decode(frame.meta().payload()) else {
             gst::element_imp_error!(
                 self,
@@ -502,12 +505,10 @@ impl PushSrcImpl for HwtensorSrc {
         let sent = frame.meta().timestamp_ns;
         let mut buffer = self.buffer_of(r, frame)?;
         let b = buffer.get_mut().ok_or(gst::FlowError::Error)?;
-        gst::ReferenceTimestampMeta::add(
-            b,
-            &SENT_TIME,
-            gst::ClockTime::from_nseconds(sent),
-            gst::ClockTime::NONE,
-        );
+        for (caps, at) in [(&*SENT_TIME, sent), (&*RECEIVED_TIME, received)] {
+            let at = gst::ClockTime::from_nseconds(at);
+            gst::ReferenceTimestampMeta::add(b, caps, at, gst::ClockTime::NONE);
+        }
         if !self.live.load(Ordering::Relaxed) {
             b.set_pts(marker.pts.map(gst::ClockTime::from_nseconds));
             b.set_duration(marker.duration.map(gst::ClockTime::from_nseconds));
