@@ -13,6 +13,9 @@ Variants (P = producer, C = consumer):
   on its stream), C calls from_dlpack per frame (the same on its stream) and reads;
 - `p-order`: only P orders (C took its views once, at the start);
 - `c-order`: only C orders (P writes, no cuda_done);
+- `c-signal`: P orders; C keeps views and, after its read, calls cuda_done: since CUDA maps
+  queue no wait for a completed value, C's stream then only signals (is the signal the stall,
+  or the wait?);
 - `none`: nobody orders per frame (the bytes are still CUDA-imported Vulkan memory);
 - `c-idle`: P orders, C never touches the GPU (acknowledges only): is a second process's
   CUDA use part of it?
@@ -34,14 +37,16 @@ WARM_UP = 20
 FRAME_WAIT_S = 10.0
 
 VARIANTS = {
-    # name: (memory, producer orders, consumer orders, consumer uses the GPU, producer syncs)
-    "both": ("gpu", True, True, True, False),
-    "p-order": ("gpu", True, False, True, False),
-    "c-order": ("gpu", False, True, True, False),
-    "none": ("gpu", False, False, True, False),
-    "c-idle": ("gpu", True, False, False, False),
-    "p-sync": ("gpu", False, False, True, True),
-    "both-cuda": ("cuda", True, True, True, False),
+    # name: (memory, producer orders, consumer orders, consumer uses the GPU, producer syncs,
+    #        consumer signals after its read)
+    "both": ("gpu", True, True, True, False, False),
+    "p-order": ("gpu", True, False, True, False, False),
+    "c-order": ("gpu", False, True, True, False, False),
+    "c-signal": ("gpu", True, False, True, False, True),
+    "none": ("gpu", False, False, True, False, False),
+    "c-idle": ("gpu", True, False, False, False, False),
+    "p-sync": ("gpu", False, False, True, True, False),
+    "both-cuda": ("cuda", True, True, True, False, False),
 }
 
 
@@ -51,13 +56,13 @@ def _ns(f):
     return r, time.perf_counter_ns() - t
 
 
-def _consumer(sock, acks, frames, order, use_gpu, out):
+def _consumer(sock, acks, frames, order, use_gpu, signal, out):
     import torch
     import hwtensor
 
     consumer = hwtensor.Consumer(sock)
     views = None if order else [torch.from_dlpack(t) for t in consumer.pool]
-    steps = {"C from_dlpack": [], "C item": []}
+    steps = {"C from_dlpack": [], "C item": [], "C cuda_done": []}
     for _ in range(frames):
         with consumer.recv(timeout=FRAME_WAIT_S) as frame:
             if use_gpu:
@@ -68,6 +73,9 @@ def _consumer(sock, acks, frames, order, use_gpu, out):
                     x = views[frame.slot]
                 value, dt = _ns(lambda: x[0, 0, 0].item())
                 steps["C item"].append(dt)
+                if signal:
+                    _, dt = _ns(lambda: frame.tensor.cuda_done())
+                    steps["C cuda_done"].append(dt)
             else:
                 value = frame.seq
             acks.send(bytes([value & 0xFF]))
@@ -78,14 +86,15 @@ def run_variant(name, frames):
     import torch
     import hwtensor
 
-    memory, p_order, c_order, c_gpu, p_sync = VARIANTS[name]
+    memory, p_order, c_order, c_gpu, p_sync, c_signal = VARIANTS[name]
     pool = [hwtensor.Tensor(SHAPE, memory=memory) for _ in range(POOL)]
     producer = hwtensor.Producer(pool)
     ours, theirs = socket.socketpair()
     acks, their_acks = socket.socketpair()
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()
-    child = ctx.Process(target=_consumer, args=(theirs, their_acks, frames, c_order, c_gpu, out))
+    args = (theirs, their_acks, frames, c_order, c_gpu, c_signal, out)
+    child = ctx.Process(target=_consumer, args=args)
     child.start()
     producer.attach(ours)
     views = [torch.from_dlpack(t) for t in pool]
@@ -134,7 +143,9 @@ def main():
     p.add_argument("--frames", type=int, default=300)
     p.add_argument("--variants", default=",".join([*VARIANTS, "one-process"]))
     args = p.parse_args()
-    columns = ["P write", "P cuda_done", "P sync", "C from_dlpack", "C item", "one-way"]
+    columns = [
+        "P write", "P cuda_done", "P sync", "C from_dlpack", "C item", "C cuda_done", "one-way"
+    ]
     print(f"{'variant':<12}" + "".join(f"{c:>15}" for c in columns) + "   (medians, us)")
     for name in args.variants.split(","):
         try:
