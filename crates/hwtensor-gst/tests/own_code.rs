@@ -160,18 +160,26 @@ fn bgrx(pitch: Option<usize>) -> TensorDyn {
     .unwrap()
 }
 
-#[test]
-fn hwtensorsrc_fed_by_a_rust_producer_pushes_fd_memory_that_hands_each_frame_back() {
+/// A playing `hwtensorsrc ! appsink` fed `count` BGRx frames by a Rust producer thread.
+fn src_fed_by_rust_producer(
+    count: usize,
+) -> (std::thread::JoinHandle<()>, gst::Bin, gst_app::AppSink) {
     init();
     let socket = socket_name();
     let listener = UnixListener::bind_addr(&abstract_addr(&socket)).unwrap();
-    // More frames than the pool holds: each must come back for the producer to go on.
-    let count = 12;
     let producer = std::thread::spawn(move || rust_producer(listener, PixelFormat::Bgrx, count));
     let (pipeline, sink) = with_appsink(&format!(
         "hwtensorsrc socket={socket} is-live=false ! appsink name=out sync=false max-buffers=1"
     ));
     pipeline.set_state(gst::State::Playing).unwrap();
+    (producer, pipeline, sink)
+}
+
+#[test]
+fn hwtensorsrc_fed_by_a_rust_producer_pushes_fd_memory_that_hands_each_frame_back() {
+    // More frames than the pool holds: each must come back for the producer to go on.
+    let count = 12;
+    let (producer, pipeline, sink) = src_fed_by_rust_producer(count);
     let mut seen = Vec::new();
     while let Ok(sample) = sink.pull_sample() {
         let caps = sample.caps().unwrap().structure(0).unwrap().to_owned();
@@ -208,16 +216,9 @@ fn stamp(buffer: &gst::BufferRef, caps: &str) -> Option<u64> {
 
 #[test]
 fn each_buffer_of_hwtensorsrc_carries_when_its_frame_was_sent_and_when_it_was_received() {
-    init();
-    let socket = socket_name();
-    let listener = UnixListener::bind_addr(&abstract_addr(&socket)).unwrap();
     let count = 3;
     let started = monotonic_ns();
-    let producer = std::thread::spawn(move || rust_producer(listener, PixelFormat::Bgrx, count));
-    let (pipeline, sink) = with_appsink(&format!(
-        "hwtensorsrc socket={socket} is-live=false ! appsink name=out sync=false max-buffers=1"
-    ));
-    pipeline.set_state(gst::State::Playing).unwrap();
+    let (producer, pipeline, sink) = src_fed_by_rust_producer(count);
     let mut seen = 0;
     while let Ok(sample) = sink.pull_sample() {
         let buffer = sample.buffer().unwrap();
