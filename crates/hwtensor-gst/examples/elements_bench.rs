@@ -14,7 +14,8 @@
 //! - the sink's copy counter (0 on the pooled path);
 //! - the same frames' latency split at hwtensorsrc's receive (its received-time meta): the
 //!   channel's part and the elements' own, and their ratio frame by frame, which the machine's
-//!   noise cannot skew as it can the comparison of separate blocks above.
+//!   noise skews far less than the comparison of separate blocks above (a busy machine still
+//!   slows the elements' own part: 1.3-1.5 us quiet, 3.1-3.3 us busy, 2026-12-05).
 //!
 //! `cargo run --release -p hwtensor-gst --example elements_bench [-- ROUNDS FRAMES]`
 

@@ -102,8 +102,8 @@ pub const SENT_TIME_CAPS: &str = "timestamp/x-hwtensor-monotonic";
 /// The caps of the second `GstReferenceTimestampMeta` on each buffer of `hwtensorsrc`: when it
 /// received the frame from the channel, on the same clock. Its distance from the send time is
 /// the channel's part of the latency, and from there to a downstream element the pipeline's,
-/// both of the same frame: a split a noisy machine cannot skew, as it can a comparison of
-/// separate runs.
+/// both of the same frame: a split a noisy machine skews far less than a comparison of separate
+/// runs.
 pub const RECEIVED_TIME_CAPS: &str = "timestamp/x-hwtensor-received";
 
 /// `CLOCK_MONOTONIC` in ns: one clock for every process of the machine, as the channel's
