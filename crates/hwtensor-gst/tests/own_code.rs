@@ -21,6 +21,14 @@ fn abstract_addr(socket: &str) -> SocketAddr {
     SocketAddr::from_abstract_name(socket.trim_start_matches('@').as_bytes()).unwrap()
 }
 
+/// A fresh abstract socket name (`@...`, as hwtensorsrc's `socket` takes it) and a listener
+/// on it, for a Rust producer.
+fn listening() -> (String, UnixListener) {
+    let socket = socket_name();
+    let listener = UnixListener::bind_addr(&abstract_addr(&socket)).unwrap();
+    (socket, listener)
+}
+
 /// A thread that consumes hwtensorsink's channel at `socket` until its end of stream and
 /// returns what `each` made of every frame.
 fn frames_until_eos<T: Send + 'static>(
@@ -165,8 +173,7 @@ fn src_fed_by_rust_producer(
     count: usize,
 ) -> (std::thread::JoinHandle<()>, gst::Bin, gst_app::AppSink) {
     init();
-    let socket = socket_name();
-    let listener = UnixListener::bind_addr(&abstract_addr(&socket)).unwrap();
+    let (socket, listener) = listening();
     let producer = std::thread::spawn(move || rust_producer(listener, PixelFormat::Bgrx, count));
     let (pipeline, sink) = with_appsink(&format!(
         "hwtensorsrc socket={socket} is-live=false ! appsink name=out sync=false max-buffers=1"
@@ -296,8 +303,7 @@ fn a_producer_that_changes_caps_is_followed_by_hwtensorsrc_renegotiating() {
 #[test]
 fn a_producer_whose_buffers_differ_is_refused_before_any_frame() {
     init();
-    let socket = socket_name();
-    let listener = UnixListener::bind_addr(&abstract_addr(&socket)).unwrap();
+    let (socket, listener) = listening();
     let producer = std::thread::spawn(move || {
         let image = |w| {
             TensorDyn::image(
@@ -395,8 +401,7 @@ fn gpu_frames_reach_downstream_as_system_memory_copies_through_the_cpu_map() {
     {
         return;
     }
-    let socket = socket_name();
-    let listener = UnixListener::bind_addr(&abstract_addr(&socket)).unwrap();
+    let (socket, listener) = listening();
     let count = 5;
     let producer = std::thread::spawn(move || rust_producer_on(listener, TensorMemory::Gpu, count));
     let (pipeline, sink) = with_appsink(&format!(
@@ -557,8 +562,7 @@ fn hwtensorsink_adopts_upstreams_own_fd_buffers_and_relays_them_without_a_copy()
 #[test]
 fn a_pool_whose_images_differ_only_in_row_stride_streams_each_at_its_own() {
     init();
-    let socket = socket_name();
-    let listener = UnixListener::bind_addr(&abstract_addr(&socket)).unwrap();
+    let (socket, listener) = listening();
     let frames = 4u8;
     let producer = std::thread::spawn(move || {
         // The second as a sink's adopted buffer can be: the same picture, rows padded by
@@ -607,8 +611,7 @@ fn a_pool_whose_images_differ_only_in_row_stride_streams_each_at_its_own() {
 #[test]
 fn hwtensorsrc_lends_a_buffer_its_producer_added_after_it_attached() {
     init();
-    let socket = socket_name();
-    let listener = UnixListener::bind_addr(&abstract_addr(&socket)).unwrap();
+    let (socket, listener) = listening();
     let frames = 6u8;
     let producer = std::thread::spawn(move || {
         let mut p = Producer::with_room(vec![bgrx(None), bgrx(None)], 3).unwrap();

@@ -571,6 +571,18 @@ static int channel_child(int sock) {
     return 0;
 }
 
+/* Writes frame `seq`'s pattern into `t`, the tensor of `slot`, and sends it saying "ping". */
+static int send_frame(HwtProducer *p, uint32_t slot, HwtTensor *t, uint64_t seq) {
+    HwtMap m;
+    CHECK(hwt_tensor_map(t, HWT_ACCESS_WRITE, &m));
+    for (size_t i = 0; i < m.len; i++) ((uint8_t *)m.data)[i] = pattern(seq, i);
+    CHECK(hwt_map_end(&m));
+    HwtFrameMeta meta = {.seq = seq, .timestamp_ns = 0, .payload_len = 4};
+    memcpy(meta.payload, "ping", 4);
+    CHECK(hwt_producer_send(p, slot, &meta));
+    return 0;
+}
+
 static int a_child_process_consumes_frames_through_the_pooled_channel(const char *self) {
     const size_t shape[1] = {CHANNEL_BYTES};
     HwtTensor *pool[2] = {NULL, NULL};
@@ -587,14 +599,9 @@ static int a_child_process_consumes_frames_through_the_pooled_channel(const char
         uint32_t slot = 0;
         HwtTensor *t = NULL;
         CHECK(hwt_producer_acquire(p, HANDOFF_TIMEOUT_NS, &slot, &t));
-        HwtMap m;
-        CHECK(hwt_tensor_map(t, HWT_ACCESS_WRITE, &m));
-        for (size_t i = 0; i < m.len; i++) ((uint8_t *)m.data)[i] = pattern(seq, i);
-        CHECK(hwt_map_end(&m));
+        int failed = send_frame(p, slot, t, seq);
         hwt_tensor_release(t);
-        HwtFrameMeta meta = {.seq = seq, .timestamp_ns = 0, .payload_len = 4};
-        memcpy(meta.payload, "ping", 4);
-        CHECK(hwt_producer_send(p, slot, &meta));
+        ASSERT(!failed);
     }
     /* A third buffer, added while the consumer is attached, acquired by its slot. */
     HwtTensor *extra = NULL;
@@ -604,14 +611,9 @@ static int a_child_process_consumes_frames_through_the_pooled_channel(const char
     ASSERT(added == 2);
     EXPECT(hwt_producer_add(p, extra, &added), HWT_STATUS_INVALID_OPERATION); /* no room left */
     CHECK(hwt_producer_acquire_slot(p, added, HANDOFF_TIMEOUT_NS));
-    HwtMap em;
-    CHECK(hwt_tensor_map(extra, HWT_ACCESS_WRITE, &em));
-    for (size_t i = 0; i < em.len; i++) ((uint8_t *)em.data)[i] = pattern(CHANNEL_FRAMES, i);
-    CHECK(hwt_map_end(&em));
+    int failed = send_frame(p, added, extra, CHANNEL_FRAMES);
     hwt_tensor_release(extra);
-    HwtFrameMeta last = {.seq = CHANNEL_FRAMES, .timestamp_ns = 0, .payload_len = 4};
-    memcpy(last.payload, "ping", 4);
-    CHECK(hwt_producer_send(p, added, &last));
+    ASSERT(!failed);
     HwtFrameMeta too_long = {.seq = 0, .timestamp_ns = 0, .payload_len = 33};
     EXPECT(hwt_producer_send(p, 0, &too_long), HWT_STATUS_INVALID_ARGUMENT);
     EXPECT(hwt_producer_send(p, 7, &too_long), HWT_STATUS_INVALID_ARGUMENT);

@@ -247,8 +247,14 @@ struct Steps {
 
 impl Steps {
     fn start() -> Steps {
+        Steps::started_ago(Duration::ZERO)
+    }
+
+    /// Steps of a frame that began `age` ago (a received frame, from its send).
+    fn started_ago(age: Duration) -> Steps {
+        let now = Instant::now();
         Steps {
-            start: Instant::now(),
+            start: now.checked_sub(age).unwrap_or(now),
             at: Vec::new(),
         }
     }
@@ -335,10 +341,8 @@ pub fn peer(
             let frame = consumer.recv(wait)?;
             if let Some((cuda, read)) = &session {
                 // The first step is the frame's age when it is in hand.
-                let mut step = Steps::start();
                 let age = monotonic_ns().saturating_sub(frame.meta().timestamp_ns);
-                let age = Duration::from_nanos(age);
-                step.start = step.start.checked_sub(age).unwrap_or(step.start);
+                let mut step = Steps::started_ago(Duration::from_nanos(age));
                 step.done();
                 let got = read_first_byte(&frame, cuda, *read, &mut step)?;
                 steps.push(step);

@@ -266,9 +266,7 @@ impl HwtensorSrc {
         self.copies.fetch_add(1, Ordering::Relaxed);
         Ok(buffer)
     }
-}
 
-impl HwtensorSrc {
     /// Makes buffers of the pool for the buffers the producer added since (a sink adopting
     /// upstream's own buffers, `Producer::add`), those of the negotiated picture; a frame in
     /// one that is not stays a copy.
