@@ -657,3 +657,94 @@ fn hwtensorsrc_lends_a_buffer_its_producer_added_after_it_attached() {
     producer.join().unwrap();
     assert_eq!(seen, (1..=frames).collect::<Vec<_>>());
 }
+
+/// The V4L2 capture device the camera test streams from: vivid's first device in
+/// `scripts/dma-vm`, whose kernel has it (our machines have no camera).
+const CAMERA: &str = "/dev/video0";
+
+/// Whether a V4L2 camera and GStreamer's `v4l2src` are here; else a printed skip, or a failure
+/// under `HWTENSOR_TEST_REQUIRE_V4L2=1` (the test command's DMA-BUF leg sets it in the VM).
+fn camera_or_skip(test: &str) -> bool {
+    let why = if gst::ElementFactory::find("v4l2src").is_none() {
+        Some("no v4l2src (apt package gstreamer1.0-plugins-good)".to_string())
+    } else if !std::path::Path::new(CAMERA).exists() {
+        Some(format!("no V4L2 camera at {CAMERA}"))
+    } else {
+        None
+    };
+    let Some(why) = why else {
+        return true;
+    };
+    let required = std::env::var("HWTENSOR_TEST_REQUIRE_V4L2").is_ok_and(|v| v == "1");
+    assert!(!required, "{test}: HWTENSOR_TEST_REQUIRE_V4L2=1 but {why}");
+    eprintln!("SKIPPED: {test} - {why}");
+    false
+}
+
+/// A frame's bytes, hashed: what the camera test compares on both sides of the channel.
+fn digest(bytes: &[u8]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    bytes.hash(&mut h);
+    h.finish()
+}
+
+/// The path the issue names for cameras: v4l2src exports its own buffers as DMA-BUFs
+/// (`io-mode=dmabuf`), the sink adopts each one into the channel, and the consumer maps the
+/// camera's own memory: no copy anywhere, every frame's bytes as the camera gave them.
+#[test]
+fn hwtensorsink_adopts_v4l2srcs_dmabufs_and_its_consumer_reads_the_cameras_own_memory() {
+    init();
+    if !camera_or_skip(
+        "hwtensorsink_adopts_v4l2srcs_dmabufs_and_its_consumer_reads_the_cameras_own_memory",
+    ) {
+        return;
+    }
+    let socket = socket_name();
+    let count = 20;
+    let pipeline = gst::parse::launch(&format!(
+        "v4l2src device={CAMERA} io-mode=dmabuf num-buffers={count} ! \
+         video/x-raw,format=YUY2,width=640,height=480,framerate=30/1 ! \
+         hwtensorsink name=sink socket={socket} wait-for-consumer=true"
+    ))
+    .unwrap();
+    let sink = pipeline
+        .downcast_ref::<gst::Bin>()
+        .unwrap()
+        .by_name("sink")
+        .unwrap();
+    // What the camera gave, frame by frame, read where the sink receives it.
+    let sent = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let record = sent.clone();
+    sink.static_pad("sink")
+        .unwrap()
+        .add_probe(gst::PadProbeType::BUFFER, move |_, info| {
+            if let Some(b) = info.buffer() {
+                let dmabuf = b.n_memory() == 1
+                    && b.peek_memory(0)
+                        .is_memory_type::<gst_allocators::DmaBufMemory>();
+                let bytes = b.map_readable().unwrap();
+                record.lock().unwrap().push((dmabuf, digest(&bytes)));
+            }
+            gst::PadProbeReturn::Ok
+        });
+    let reader = frames_until_eos(&socket, |frame, _| {
+        let bytes = frame.tensor().as_tensor::<u8>().unwrap().to_vec().unwrap();
+        (frame.tensor().memory(), digest(&bytes))
+    });
+    run_to_eos(&pipeline, Duration::from_secs(120));
+    let copies = sink.property::<u64>("copies");
+    pipeline.set_state(gst::State::Null).unwrap();
+    let got = reader.join().unwrap();
+    let sent = sent.lock().unwrap();
+    assert_eq!(got.len(), count, "every frame the camera gave arrived");
+    assert!(
+        sent.iter().all(|s| s.0),
+        "v4l2src gave buffers that are not DMA-BUF memory"
+    );
+    assert_eq!(copies, 0, "the sink adopted every camera buffer");
+    for (i, (memory, hash)) in got.iter().enumerate() {
+        assert_eq!(*memory, TensorMemory::DmaBuf, "frame {i}");
+        assert_eq!(*hash, sent[i].1, "frame {i}'s bytes");
+    }
+}

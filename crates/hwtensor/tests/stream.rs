@@ -285,12 +285,15 @@ fn a_consumer_in_another_process_verifies_every_1080p_frame() {
     );
 }
 
-/// The environment variable that makes this binary the GPU consumer process.
+/// The environment variable that makes this binary the consumer process of GPU frames.
 const GPU_PEER: &str = "HWTENSOR_TEST_STREAM_GPU_PEER";
 const GPU_ACROSS: &str = "gpu_frames_read_and_acknowledged_through_cpu_maps_across_processes";
-const GPU_FRAME_BYTES: usize = 1 << 16;
+/// The same for DMA-BUF frames.
+const DMABUF_PEER: &str = "HWTENSOR_TEST_STREAM_DMABUF_PEER";
+const DMABUF_ACROSS: &str = "dmabuf_frames_read_and_acknowledged_through_cpu_maps_across_processes";
+const ACK_FRAME_BYTES: usize = 1 << 16;
 /// Four rounds of the pool: every buffer comes back written by the other process.
-const GPU_FRAMES: u64 = 4 * POOL as u64;
+const ACK_FRAMES: u64 = 4 * POOL as u64;
 
 /// The consumer's acknowledgement of frame `seq` at byte `i`.
 fn ack(seq: u64, i: usize) -> u8 {
@@ -303,16 +306,18 @@ fn first_mismatch(t: &TensorDyn, f: impl Fn(usize) -> u8) -> Option<usize> {
     (0..m.len()).find(|&i| m[i] != f(i))
 }
 
-/// The GPU consumer process: reads each frame and writes its acknowledgement, both through
-/// CPU maps (staged on NVIDIA, and in CI under HWTENSOR_GPU_STAGING=1).
-fn gpu_consumer_process(fd: &str) {
+/// The consumer process: reads each frame, in its own import of `memory`, and writes its
+/// acknowledgement, both through CPU maps (GPU frames staged on NVIDIA, and in CI under
+/// HWTENSOR_GPU_STAGING=1; DMA-BUF frames bracketed by `DMA_BUF_IOCTL_SYNC`).
+fn ack_consumer_process(fd: &str, memory: TensorMemory) {
     use std::os::fd::FromRawFd;
     let raw: i32 = fd.parse().unwrap();
     // SAFETY: the socket the parent left open for us, ours alone.
     let stream = unsafe { UnixStream::from_raw_fd(raw) };
     let mut consumer = Consumer::connect(stream, CONNECT_TIMEOUT).unwrap();
-    for seq in 0..GPU_FRAMES {
+    for seq in 0..ACK_FRAMES {
         let frame = consumer.recv(Wait::For(WAIT)).unwrap();
+        assert_eq!(frame.tensor().memory(), memory, "frame {seq}");
         let bad = first_mismatch(frame.tensor(), |i| pattern(seq, i));
         assert_eq!(bad, None, "frame {seq}: the consumer read stale bytes");
         write_with(frame.tensor(), |i| ack(seq, i));
@@ -327,21 +332,14 @@ fn write_with(t: &TensorDyn, f: impl Fn(usize) -> u8) {
     }
 }
 
-/// Each side's CPU map must see the other process's last write, though this process's own
-/// staging copy of the buffer is from before it: the copy of a shared buffer is never trusted.
-#[test]
-fn gpu_frames_read_and_acknowledged_through_cpu_maps_across_processes() {
-    if let Ok(fd) = std::env::var(GPU_PEER) {
-        return gpu_consumer_process(&fd);
-    }
-    if common::device_or_skip(GPU_ACROSS).is_none() {
-        return;
-    }
-    let (a, mut child) = spawn_peer(GPU_ACROSS, GPU_PEER);
-    let mut producer = Producer::new(pool(TensorMemory::Gpu, GPU_FRAME_BYTES)).unwrap();
+/// The producer's side of `test`: frames of a `memory` pool to the consumer process, each
+/// buffer checked for the consumer's acknowledgement when it comes back.
+fn acknowledged_across_processes(test: &str, peer_env: &str, memory: TensorMemory) {
+    let (a, mut child) = spawn_peer(test, peer_env);
+    let mut producer = Producer::new(pool(memory, ACK_FRAME_BYTES)).unwrap();
     producer.attach(a).unwrap();
     let mut carried = [None; POOL];
-    for seq in 0..GPU_FRAMES {
+    for seq in 0..ACK_FRAMES {
         let slot = producer.acquire(WAIT).unwrap();
         if let Some(previous) = carried[slot.index()] {
             let bad = first_mismatch(producer.tensor(slot), |i| ack(previous, i));
@@ -367,4 +365,30 @@ fn gpu_frames_read_and_acknowledged_through_cpu_maps_across_processes() {
         child.wait().unwrap().success(),
         "the consumer process failed"
     );
+}
+
+/// Each side's CPU map must see the other process's last write, though this process's own
+/// staging copy of the buffer is from before it: the copy of a shared buffer is never trusted.
+#[test]
+fn gpu_frames_read_and_acknowledged_through_cpu_maps_across_processes() {
+    if let Ok(fd) = std::env::var(GPU_PEER) {
+        return ack_consumer_process(&fd, TensorMemory::Gpu);
+    }
+    if common::device_or_skip(GPU_ACROSS).is_none() {
+        return;
+    }
+    acknowledged_across_processes(GPU_ACROSS, GPU_PEER, TensorMemory::Gpu);
+}
+
+/// The same over real DMA-BUFs from the dma-heap (in `scripts/dma-vm`): the consumer imports
+/// each as a DMA-BUF, and both sides' maps bracket their accesses.
+#[test]
+fn dmabuf_frames_read_and_acknowledged_through_cpu_maps_across_processes() {
+    if let Ok(fd) = std::env::var(DMABUF_PEER) {
+        return ack_consumer_process(&fd, TensorMemory::DmaBuf);
+    }
+    if !common::dma_heap_or_skip(DMABUF_ACROSS) {
+        return;
+    }
+    acknowledged_across_processes(DMABUF_ACROSS, DMABUF_PEER, TensorMemory::DmaBuf);
 }

@@ -87,3 +87,31 @@ pub fn spawn_pipe_peer(
         .unwrap();
     (listener.accept(wait).unwrap(), process)
 }
+
+/// Whether this run must prove real DMA-BUF memory (`HWTENSOR_TEST_REQUIRE_DMABUF=1`: the test
+/// command's DMA-BUF leg sets it inside `scripts/dma-vm`, whose kernel has a dma-heap and udmabuf).
+#[cfg(target_os = "linux")]
+pub fn dmabuf_required() -> bool {
+    std::env::var("HWTENSOR_TEST_REQUIRE_DMABUF").is_ok_and(|v| v == "1")
+}
+
+/// Whether `what` is here (`why_not` is `None`); else a printed skip, or a failure when real
+/// DMA-BUF memory is required.
+#[cfg(target_os = "linux")]
+pub fn dmabuf_part_or_skip(test: &str, why_not: Option<String>) -> bool {
+    let Some(why) = why_not else {
+        return true;
+    };
+    assert!(
+        !dmabuf_required(),
+        "{test}: HWTENSOR_TEST_REQUIRE_DMABUF=1 but {why}"
+    );
+    eprintln!("SKIPPED: {test} - {why}");
+    false
+}
+
+/// Whether DMA-BUF tensors can be allocated here (a dma-heap); else as [`dmabuf_part_or_skip`].
+#[cfg(target_os = "linux")]
+pub fn dma_heap_or_skip(test: &str) -> bool {
+    dmabuf_part_or_skip(test, hwtensor::TensorMemory::DmaBuf.unavailable_reason())
+}

@@ -74,9 +74,9 @@ pub(crate) fn layout(
             return Err(Error::Image(format!(
                 "plane {k} is in its own buffer, so it must start on a page ({page} bytes) both \
                  in its fd (it starts at byte {}) and in the image (it starts {} bytes after the \
-                 first plane's page): pad the row stride or the height (1920x1088, or a \
-                 2048-byte stride at 1920x1080), put the planes in one buffer, or \
-                 [[copy_planes]]",
+                 first plane's page): pad the row stride or the height until the planes before it \
+                 end on a page (1920x1080 NV12, for one, fits as 1920x1088 or with a \
+                 2048-byte stride), put the planes in one buffer, or [[copy_planes]]",
                 offsets[k], at_in_range
             )));
         }
