@@ -658,30 +658,43 @@ fn hwtensorsrc_lends_a_buffer_its_producer_added_after_it_attached() {
     assert_eq!(seen, (1..=frames).collect::<Vec<_>>());
 }
 
-/// The V4L2 capture device the camera test streams from: vivid's first device in
-/// `scripts/dma-vm`, whose kernel has it (our machines have no camera).
-const CAMERA: &str = "/dev/video0";
-
-/// Whether a V4L2 camera and GStreamer's `v4l2src` are here; else a printed skip, or a failure
-/// under `HWTENSOR_TEST_REQUIRE_V4L2=1` (the test command's DMA-BUF leg sets it in the VM).
-fn camera_or_skip(test: &str) -> bool {
-    let why = if gst::ElementFactory::find("v4l2src").is_none() {
-        Some("no v4l2src (apt package gstreamer1.0-plugins-good)".to_string())
-    } else if !std::path::Path::new(CAMERA).exists() {
-        Some(format!("no V4L2 camera at {CAMERA}"))
-    } else {
-        None
-    };
-    let Some(why) = why else {
-        return true;
+/// The V4L2 capture device called `name` (`/sys/class/video4linux/*/name`), if this machine
+/// has it; else a printed skip, or a failure under `HWTENSOR_TEST_REQUIRE_V4L2=1` (the test
+/// command's DMA-BUF leg sets it in `scripts/dma-vm`, whose kernel has two vivid cameras; our
+/// machines have none). GStreamer's `v4l2src` must be here too.
+fn camera_or_skip(test: &str, name: &str) -> Option<String> {
+    init();
+    let device = std::fs::read_dir("/sys/class/video4linux")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .find(|node| {
+            std::fs::read_to_string(node.path().join("name")).is_ok_and(|n| n.trim() == name)
+        })
+        .map(|node| format!("/dev/{}", node.file_name().to_string_lossy()));
+    let why = match (&device, gst::ElementFactory::find("v4l2src")) {
+        (_, None) => "no v4l2src (apt package gstreamer1.0-plugins-good)".to_string(),
+        (None, _) => format!("no V4L2 camera called {name}"),
+        (Some(_), Some(_)) => return device,
     };
     let required = std::env::var("HWTENSOR_TEST_REQUIRE_V4L2").is_ok_and(|v| v == "1");
     assert!(!required, "{test}: HWTENSOR_TEST_REQUIRE_V4L2=1 but {why}");
     eprintln!("SKIPPED: {test} - {why}");
-    false
+    None
 }
 
-/// A frame's bytes, hashed: what the camera test compares on both sides of the channel.
+/// The file of a DMA-BUF memory (device and inode, as `file_of` gives a channel buffer's), or
+/// `None` for memory of another kind.
+fn camera_file(memory: &gst::MemoryRef) -> Option<(u64, u64)> {
+    let dmabuf = memory.downcast_memory_ref::<gst_allocators::DmaBufMemory>()?;
+    // SAFETY: the memory owns the fd and outlives this borrow.
+    #[allow(unsafe_code)]
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(dmabuf.fd()) };
+    let st = rustix::fs::fstat(fd).ok()?;
+    Some((st.st_dev, st.st_ino))
+}
+
+/// A frame's bytes, hashed: what the camera tests compare on both sides of the channel.
 fn digest(bytes: &[u8]) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -689,22 +702,17 @@ fn digest(bytes: &[u8]) -> u64 {
     h.finish()
 }
 
-/// The path the issue names for cameras: v4l2src exports its own buffers as DMA-BUFs
-/// (`io-mode=dmabuf`), the sink adopts each one into the channel, and the consumer maps the
-/// camera's own memory: no copy anywhere, every frame's bytes as the camera gave them.
-#[test]
-fn hwtensorsink_adopts_v4l2srcs_dmabufs_and_its_consumer_reads_the_cameras_own_memory() {
-    init();
-    if !camera_or_skip(
-        "hwtensorsink_adopts_v4l2srcs_dmabufs_and_its_consumer_reads_the_cameras_own_memory",
-    ) {
-        return;
-    }
+/// Streams `count` frames of `caps` from v4l2src on `device` (its own buffers exported as
+/// DMA-BUFs, `io-mode=dmabuf`) through hwtensorsink to a Rust consumer, and checks the path
+/// the issue names for cameras: every buffer is DMA-BUF memory in `memories` pieces, and every
+/// frame's bytes arrive as the camera gave them. A buffer in one piece the sink adopts (no
+/// copy): the consumer maps the camera's own memory (its file, not one of the sink's pool,
+/// which in `scripts/dma-vm` is DMA-BUF too).
+fn camera_frames_arrive_in_the_cameras_own_memory(device: &str, caps: &str, memories: usize) {
     let socket = socket_name();
     let count = 20;
     let pipeline = gst::parse::launch(&format!(
-        "v4l2src device={CAMERA} io-mode=dmabuf num-buffers={count} ! \
-         video/x-raw,format=YUY2,width=640,height=480,framerate=30/1 ! \
+        "v4l2src device={device} io-mode=dmabuf num-buffers={count} ! {caps},framerate=30/1 ! \
          hwtensorsink name=sink socket={socket} wait-for-consumer=true"
     ))
     .unwrap();
@@ -713,24 +721,25 @@ fn hwtensorsink_adopts_v4l2srcs_dmabufs_and_its_consumer_reads_the_cameras_own_m
         .unwrap()
         .by_name("sink")
         .unwrap();
-    // What the camera gave, frame by frame, read where the sink receives it.
+    // What the camera gave, frame by frame, read where the sink receives it: how many
+    // memories, whether each is a DMA-BUF, and the bytes.
     let sent = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let record = sent.clone();
     sink.static_pad("sink")
         .unwrap()
         .add_probe(gst::PadProbeType::BUFFER, move |_, info| {
             if let Some(b) = info.buffer() {
-                let dmabuf = b.n_memory() == 1
-                    && b.peek_memory(0)
-                        .is_memory_type::<gst_allocators::DmaBufMemory>();
+                let files = (0..b.n_memory())
+                    .map(|i| camera_file(b.peek_memory(i)))
+                    .collect::<Vec<_>>();
                 let bytes = b.map_readable().unwrap();
-                record.lock().unwrap().push((dmabuf, digest(&bytes)));
+                record.lock().unwrap().push((files, digest(&bytes)));
             }
             gst::PadProbeReturn::Ok
         });
     let reader = frames_until_eos(&socket, |frame, _| {
         let bytes = frame.tensor().as_tensor::<u8>().unwrap().to_vec().unwrap();
-        (frame.tensor().memory(), digest(&bytes))
+        (file_of(frame.tensor()), digest(&bytes))
     });
     run_to_eos(&pipeline, Duration::from_secs(120));
     let copies = sink.property::<u64>("copies");
@@ -738,13 +747,46 @@ fn hwtensorsink_adopts_v4l2srcs_dmabufs_and_its_consumer_reads_the_cameras_own_m
     let got = reader.join().unwrap();
     let sent = sent.lock().unwrap();
     assert_eq!(got.len(), count, "every frame the camera gave arrived");
-    assert!(
-        sent.iter().all(|s| s.0),
-        "v4l2src gave buffers that are not DMA-BUF memory"
-    );
-    assert_eq!(copies, 0, "the sink adopted every camera buffer");
-    for (i, (memory, hash)) in got.iter().enumerate() {
-        assert_eq!(*memory, TensorMemory::DmaBuf, "frame {i}");
+    for (i, (files, _)) in sent.iter().enumerate() {
+        assert_eq!(files.len(), memories, "the camera's buffer {i}: {files:?}");
+        assert!(
+            files.iter().all(Option::is_some),
+            "the camera's buffer {i} is not all DMA-BUF memory"
+        );
+    }
+    for (i, (file, hash)) in got.iter().enumerate() {
         assert_eq!(*hash, sent[i].1, "frame {i}'s bytes");
+        if memories == 1 {
+            assert_eq!(
+                Some(*file),
+                sent[i].0[0],
+                "frame {i} is not in the camera's own buffer"
+            );
+        }
+    }
+    // The channel carries one fd per buffer: a buffer per plane is copied into the sink's
+    // pool, once a frame, and counted.
+    let expected = if memories == 1 { 0 } else { count as u64 };
+    assert_eq!(copies, expected, "frames the sink copied");
+}
+
+#[test]
+fn hwtensorsink_adopts_a_single_planar_cameras_dmabufs_and_its_consumer_reads_them() {
+    let test = "hwtensorsink_adopts_a_single_planar_cameras_dmabufs_and_its_consumer_reads_them";
+    if let Some(camera) = camera_or_skip(test, "vivid-000-vid-cap") {
+        let caps = "video/x-raw,format=YUY2,width=640,height=480";
+        camera_frames_arrive_in_the_cameras_own_memory(&camera, caps, 1);
+    }
+}
+
+/// NV12M: luma and chroma each in a DMA-BUF of its own. The channel's hand-off carries one fd
+/// per buffer, so the sink copies these frames (counted) instead of adopting them.
+#[test]
+fn a_multi_planar_cameras_frames_in_a_buffer_per_plane_arrive_whole_through_one_counted_copy() {
+    let test =
+        "a_multi_planar_cameras_frames_in_a_buffer_per_plane_arrive_whole_through_one_counted_copy";
+    if let Some(camera) = camera_or_skip(test, "vivid-001-vid-cap") {
+        let caps = "video/x-raw,format=NV12,width=640,height=480";
+        camera_frames_arrive_in_the_cameras_own_memory(&camera, caps, 2);
     }
 }

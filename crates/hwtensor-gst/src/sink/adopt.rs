@@ -1,5 +1,7 @@
 //! Upstream's own fd buffers adopted into the channel: DMA-BUF from v4l2src or a decoder, the
-//! memfds of another channel's hwtensorsrc. Each new buffer is imported once
+//! memfds of another channel's hwtensorsrc. Only a buffer in one fd memory: the channel's
+//! hand-off carries one fd per buffer, so a buffer per plane (NV12M) is copied instead. Each
+//! new buffer is imported once
 //! (`TensorDyn::image_from_planes`, checked as any import is) and added to the channel's pool
 //! (`Producer::add`); every later frame upstream brings in it goes out as its id, no copy.
 //! The sink holds upstream's buffer until every consumer has handed its slot back, so
