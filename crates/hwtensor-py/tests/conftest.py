@@ -1,5 +1,6 @@
 """Shared helpers: hardware tests print `SKIPPED: <test> - <reason>` where they cannot run,
-and fail instead under HWTENSOR_TEST_REQUIRE_GPU=1 / HWTENSOR_TEST_REQUIRE_CUDA=1."""
+and fail instead under HWTENSOR_TEST_REQUIRE_GPU=1 / HWTENSOR_TEST_REQUIRE_CUDA=1 /
+HWTENSOR_TEST_REQUIRE_DMABUF=1."""
 
 import os
 
@@ -39,3 +40,22 @@ def cuda(request, gpu):
     if not torch.cuda.is_available():
         _skip_or_fail(request, "HWTENSOR_TEST_REQUIRE_CUDA", "PyTorch sees no CUDA device")
     return torch
+
+
+@pytest.fixture
+def dmabuf(request):
+    """A dma-heap to allocate DMA-BUF tensors from (`scripts/dma-vm` has one), or a skip (a
+    failure under HWTENSOR_TEST_REQUIRE_DMABUF=1)."""
+    try:
+        hwtensor.Tensor((1,), memory="dmabuf")
+    except hwtensor.Error as e:
+        _skip_or_fail(request, "HWTENSOR_TEST_REQUIRE_DMABUF", f"no DMA-BUF: {e}")
+
+
+@pytest.fixture
+def memory(request):
+    """The memory a test is parametrized over (`indirect=True`): "gpu" and "dmabuf" need their
+    hardware, and skip (or fail) as the fixtures of those names do."""
+    if request.param in ("gpu", "dmabuf"):
+        request.getfixturevalue(request.param)
+    return request.param

@@ -22,7 +22,8 @@ def test_numpy_from_dlpack_shares_the_tensors_memory():
 
 
 def test_the_capsule_kind_follows_the_consumers_max_version():
-    t = hwtensor.Tensor((4,))
+    # Heap memory named: where a dma-heap exists the default is a DMA-BUF (below).
+    t = hwtensor.Tensor((4,), memory="mem")
     assert _is_capsule(t.__dlpack__(max_version=(1, 0)), b"dltensor_versioned")
     assert _is_capsule(t.__dlpack__(), b"dltensor")
     assert t.__dlpack_device__() == (1, 0)
@@ -32,6 +33,15 @@ def test_strides_are_exported_in_elements_for_a_padded_image():
     t = hwtensor.Tensor.image(10, 4, "rgba", dtype="uint16", memory="mem", row_stride=96)
     x = np.from_dlpack(t)
     assert x.strides == (96, 8, 2)
+
+
+def test_a_dmabuf_tensor_refuses_dlpack_and_names_the_map_that_brackets_cpu_access(dmabuf):
+    # DLPack has no begin and end of CPU access, which a DMA-BUF needs (DMA_BUF_IOCTL_SYNC).
+    t = hwtensor.Tensor((4,), memory="dmabuf")
+    with pytest.raises(BufferError, match="map_read"):
+        np.from_dlpack(t)
+    with t.map_read() as a:  # the way in: bracketed, zero-copy
+        assert a.shape == (4,)
 
 
 def test_a_copy_or_another_device_is_refused_not_faked():

@@ -33,10 +33,8 @@ def _child(sock):
     )
 
 
-@pytest.mark.parametrize("memory", ["shm", "gpu"])
-def test_a_tensor_sent_to_another_process_is_the_same_memory_there(memory, request):
-    if memory == "gpu":
-        request.getfixturevalue("gpu")
+@pytest.mark.parametrize("memory", ["shm", "gpu", "dmabuf"], indirect=True)
+def test_a_tensor_sent_to_another_process_is_the_same_memory_there(memory):
     ours, theirs = socket.socketpair()
     child = _child(theirs)
     theirs.close()

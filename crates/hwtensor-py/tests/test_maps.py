@@ -77,7 +77,7 @@ def test_a_read_map_of_host_memory_is_zero_copy_and_no_view_of_it_is_writable():
         assert int(c.sum()) == 5 * 64 * 64
 
 
-@pytest.mark.parametrize("memory", ["mem", "shm"])
+@pytest.mark.parametrize("memory", ["mem", "shm", "dmabuf"], indirect=True)
 def test_a_view_derived_in_a_write_block_cannot_write_the_tensor_after_it(memory):
     t = hwtensor.Tensor((4096,), memory=memory)
     with t.map_write() as a:

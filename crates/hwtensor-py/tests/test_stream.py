@@ -20,8 +20,9 @@ def _channel(memory="shm", slots=2):
     return producer, hwtensor.Consumer(theirs)
 
 
-def test_frames_cross_the_channel_as_ids_over_the_same_buffers():
-    producer, consumer = _channel()
+@pytest.mark.parametrize("memory", ["shm", "dmabuf"], indirect=True)
+def test_frames_cross_the_channel_as_ids_over_the_same_buffers(memory):
+    producer, consumer = _channel(memory)
     for seq in range(5):
         slot = producer.acquire(timeout=5)
         with producer.tensor(slot).map_write() as a:
