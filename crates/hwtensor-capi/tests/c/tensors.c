@@ -111,6 +111,49 @@ static int plain_tensors_map_and_refuse_a_second_writer(void) {
     return 0;
 }
 
+/* A DMA-BUF from the dma-heap, as a C caller on a board makes one: its map brackets the CPU
+ * access, and its fd imports again (the receiving side of a hand-off) as a DMA-BUF over the same
+ * bytes. Without a dma-heap (CI's own machine) a SKIPPED line; scripts/dma-vm has one, and sets
+ * HWTENSOR_TEST_REQUIRE_DMABUF=1, which makes the skip a failure. */
+static int a_dmabuf_tensor_maps_and_its_fd_imports_as_the_same_dmabuf(void) {
+    const size_t shape[1] = {3 * 4096 + 100};
+    HwtTensor *t = NULL;
+    HwtStatus s = hwt_tensor_new(shape, 1, HWT_D_TYPE_U8, HWT_MEMORY_DMA_BUF, &t);
+    if (s == HWT_STATUS_UNAVAILABLE) {
+        char msg[256];
+        hwt_last_error(msg, sizeof msg);
+        const char *required = getenv("HWTENSOR_TEST_REQUIRE_DMABUF");
+        if (required && strcmp(required, "1") == 0) return fail("hwt_tensor_new(DMA_BUF)", s);
+        fprintf(stderr, "SKIPPED: c tensors DMA-BUF part - %s\n", msg);
+        return 0;
+    }
+    CHECK(s);
+    uint32_t memory = 0;
+    CHECK(hwt_tensor_memory(t, &memory));
+    ASSERT(memory == HWT_MEMORY_DMA_BUF);
+    HwtMap m;
+    CHECK(hwt_tensor_map(t, HWT_ACCESS_WRITE, &m));
+    for (size_t i = 0; i < m.len; i++) ((uint8_t *)m.data)[i] = pattern(i / 64, i % 64);
+    CHECK(hwt_map_end(&m));
+    int fd = -1;
+    CHECK(hwt_tensor_clone_fd(t, &fd));
+    char link[64], target[64] = {0};
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ASSERT(readlink(link, target, sizeof target - 1) > 0 && strncmp(target, "/dmabuf:", 8) == 0);
+    HwtTensor *back = NULL;
+    CHECK(hwt_tensor_from_fd(fd, 0, shape, 1, HWT_D_TYPE_U8, &back));
+    close(fd);
+    CHECK(hwt_tensor_memory(back, &memory));
+    ASSERT(memory == HWT_MEMORY_DMA_BUF);
+    CHECK(hwt_tensor_map(back, HWT_ACCESS_READ, &m));
+    ASSERT(m.len == shape[0]);
+    for (size_t i = 0; i < m.len; i++) ASSERT(((const uint8_t *)m.data)[i] == pattern(i / 64, i % 64));
+    CHECK(hwt_map_end(&m));
+    hwt_tensor_release(back);
+    hwt_tensor_release(t);
+    return 0;
+}
+
 /* GStreamer's default I420 at 1364 pixels: 1364-byte luma rows, chroma padded to 684 (the
  * I420 rule would give 682). */
 static int an_i420_image_keeps_a_chroma_stride_of_its_own(void) {
@@ -775,6 +818,7 @@ int main(int argc, char **argv) {
     if (an_inline_blob_round_trips_and_a_hostile_one_is_refused()) return 1;
     if (an_fd_imports_from_a_byte_offset()) return 1;
     if (an_nv12m_frame_in_two_buffers_imports_as_one_image()) return 1;
+    if (a_dmabuf_tensor_maps_and_its_fd_imports_as_the_same_dmabuf()) return 1;
     if (a_pooled_buffer_is_reshaped_repointed_and_says_its_colours()) return 1;
     if (every_bad_input_is_a_status_with_a_message_and_leaks_no_fd()) return 1;
     if (a_child_process_answers_in_the_same_buffer(argv[0])) return 1;
