@@ -1,7 +1,12 @@
 //! DLPack out: `__dlpack__` and `__dlpack_device__`, through `dlpark` (both capsule kinds, the
 //! argument rules, stream parsing).
 //!
-//! Heap and shm tensors export as `kDLCPU` over their own memory. GPU and CUDA tensors export
+//! Heap and shm tensors export as `kDLCPU` over their own memory. DMA-BUF tensors do too, read
+//! only and to DLPack 1.0 consumers only (whose read-only flag holds them to it): DLPack has no
+//! begin and end of CPU access, which a DMA-BUF needs (`DMA_BUF_IOCTL_SYNC`; on boards whose
+//! devices do not snoop the CPU's caches a reader outside it can see stale lines), so the
+//! capsule holds a read map, its access begun at the export and ended when the consumer frees
+//! it; meanwhile the tensor cannot be mapped for writing. GPU and CUDA tensors export
 //! as `kDLCUDA` at their CUDA mapping (imported once per buffer): the consumer's stream is
 //! made to wait GPU-side for the tensor's last write, never the CPU. Work the consumer then
 //! queues on its stream is ordered before hwtensor's next use by `Tensor.cuda_done(stream)`.
@@ -16,7 +21,7 @@ pub(crate) use dlpark::python::ExportRequest;
 use dlpark::python::{export_dlpack, CudaStreamRequest, DlpackExporter};
 use dlpark::python::{ImportRequest, ImportedDlpack};
 use dlpark::{DlpackFlags, Managed, ManagedTensorBase};
-use hwtensor::{DType, Direction, TensorDyn, TensorMemory};
+use hwtensor::{ByteMap, DType, Direction, TensorDyn, TensorMemory};
 use pyo3::exceptions::{PyAttributeError, PyBufferError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
@@ -75,7 +80,7 @@ pub(crate) fn element_strides(t: &TensorDyn) -> PyResult<Vec<i64>> {
 /// Where a tensor's bytes are, for DLPack.
 fn device_of(t: &TensorDyn) -> PyResult<DLDevice> {
     match t.memory() {
-        TensorMemory::Mem | TensorMemory::Shm => Ok(DLDevice::CPU),
+        TensorMemory::Mem | TensorMemory::Shm | TensorMemory::DmaBuf => Ok(DLDevice::CPU),
         TensorMemory::Gpu => match hwtensor::cuda::device() {
             Ok(cuda) => Ok(DLDevice::cuda(cuda.ordinal())),
             Err(e) => Err(crate::errors::Unavailable::new_err(format!(
@@ -88,8 +93,7 @@ fn device_of(t: &TensorDyn) -> PyResult<DLDevice> {
             Ok(DLDevice::cuda(cuda.ordinal()))
         }
         other => Err(PyBufferError::new_err(format!(
-            "a {other} tensor does not export through DLPack: its CPU access needs the sync \
-             bracket a map gives (use map_read/map_write), and no CUDA import exists for it"
+            "a {other} tensor has no DLPack export; read it with map_read"
         ))),
     }
 }
@@ -101,8 +105,38 @@ struct Export<'a> {
     address: std::cell::Cell<u64>,
 }
 
-/// What the capsule owns: the tensor (so the buffer and its CUDA import outlive the capsule).
-struct Keep(#[allow(dead_code)] TensorDyn);
+/// What the capsule owns: the tensor (so the buffer and its CUDA import outlive the capsule)
+/// and, for a DMA-BUF, the read map that brackets the consumer's CPU access.
+struct Keep {
+    // Field order matters: the map borrows the boxed tensor and must drop first.
+    bracket: Option<ByteMap<'static>>,
+    _tensor: Box<TensorDyn>,
+}
+
+// SAFETY: the consumer's deleter may free the capsule on any thread. Keep never reads or
+// writes through the map's pointer; dropping the map ends the access, an ioctl on the buffer's
+// fd and the release of a claim counted in the buffer's shared state, neither tied to the
+// thread that began it. The tensor is Send.
+unsafe impl Send for Keep {}
+
+impl Keep {
+    fn of(t: &TensorDyn) -> PyResult<Keep> {
+        let tensor = Box::new(t.clone());
+        let bracket = match tensor.memory() {
+            TensorMemory::DmaBuf => {
+                // SAFETY: the map borrows the boxed tensor, which lives at a fixed address
+                // until this struct drops, and `bracket` (declared first) drops before it.
+                let tensor: &'static TensorDyn = unsafe { &*(&*tensor as *const TensorDyn) };
+                Some(tensor.map_bytes(Direction::Read).or_py()?)
+            }
+            _ => None,
+        };
+        Ok(Keep {
+            bracket,
+            _tensor: tensor,
+        })
+    }
+}
 
 impl<'a> Export<'a> {
     /// An export of `t`, not yet prepared.
@@ -131,8 +165,13 @@ impl<'a> Export<'a> {
         let prepared = Dynamic::new(shape, strides)
             .prepare_as::<M>()
             .map_err(|e| PyBufferError::new_err(format!("DLPack metadata: {e}")))?;
-        let mut init = prepared.initialize(Box::new(Keep(self.tensor.clone())));
-        init.set_data(self.address.get() as *mut std::ffi::c_void);
+        let keep = Keep::of(self.tensor)?;
+        let address = match &keep.bracket {
+            Some(map) => map.as_ptr() as u64,
+            None => self.address.get(),
+        };
+        let mut init = prepared.initialize(Box::new(keep));
+        init.set_data(address as *mut std::ffi::c_void);
         init.set_device(self.device);
         init.set_dtype(dl_dtype(self.tensor.dtype())?);
         init.set_flags(self.flags())
@@ -152,7 +191,8 @@ impl DlpackExporter for Export<'_> {
 
     fn flags(&self) -> DlpackFlags {
         let cpu = self.device == DLDevice::CPU;
-        if cpu && !self.tensor.access().allows(Direction::Write) {
+        let read_only = !self.tensor.access().allows(Direction::Write) || is_dmabuf(self.tensor);
+        if cpu && read_only {
             DlpackFlags::READ_ONLY
         } else {
             DlpackFlags::empty()
@@ -169,12 +209,19 @@ impl DlpackExporter for Export<'_> {
     }
 
     fn export_legacy(&self, _py: Python<'_>) -> PyResult<Managed<DLManagedTensor>> {
+        // A read-only export (every DMA-BUF's) never comes here: dlpark refuses a legacy
+        // capsule, which cannot carry the read-only flag.
         self.managed()
     }
 
     fn export_versioned(&self, _py: Python<'_>) -> PyResult<Managed<DLManagedTensorVersioned>> {
         self.managed()
     }
+}
+
+/// Whether `t` is a DMA-BUF, whose export is read-only and bracketed (module docs).
+fn is_dmabuf(t: &TensorDyn) -> bool {
+    t.memory() == TensorMemory::DmaBuf
 }
 
 /// The stream DLPack's C exchange API names as hwtensor's current work stream: CUDA's legacy

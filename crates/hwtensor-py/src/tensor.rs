@@ -502,7 +502,9 @@ impl PyTensor {
 
     /// The DLPack protocol: a capsule (versioned when `max_version` allows) over the tensor's
     /// memory, `kDLCPU` for heap and shm, `kDLCUDA` for GPU and CUDA memory; `stream` is the
-    /// consumer's CUDA stream, made to wait GPU-side for the tensor's last write.
+    /// consumer's CUDA stream, made to wait GPU-side for the tensor's last write. A DMA-BUF
+    /// exports `kDLCPU` read-only, to DLPack 1.0 consumers only, and stays mapped for reading
+    /// (no write map) until the consumer frees the capsule's array.
     #[pyo3(signature = (*, stream = None, max_version = None, dl_device = None, copy = None))]
     fn __dlpack__<'py>(
         &self,

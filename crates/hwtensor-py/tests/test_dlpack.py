@@ -35,13 +35,24 @@ def test_strides_are_exported_in_elements_for_a_padded_image():
     assert x.strides == (96, 8, 2)
 
 
-def test_a_dmabuf_tensor_refuses_dlpack_and_names_the_map_that_brackets_cpu_access(dmabuf):
-    # DLPack has no begin and end of CPU access, which a DMA-BUF needs (DMA_BUF_IOCTL_SYNC).
-    t = hwtensor.Tensor((4,), memory="dmabuf")
-    with pytest.raises(BufferError, match="map_read"):
-        np.from_dlpack(t)
-    with t.map_read() as a:  # the way in: bracketed, zero-copy
-        assert a.shape == (4,)
+def test_a_dmabuf_exports_read_only_and_holds_its_read_map_until_the_array_is_freed(dmabuf):
+    # DLPack has no begin and end of CPU access, which a DMA-BUF needs (DMA_BUF_IOCTL_SYNC):
+    # the capsule holds a read map for as long as the consumer keeps the array.
+    t = hwtensor.Tensor((4096,), "uint8", memory="dmabuf")
+    with t.map_write() as a:
+        a[:] = 7
+    x = np.from_dlpack(t)
+    assert not x.flags.writeable and int(x.sum()) == 7 * 4096
+    with pytest.raises(hwtensor.BusyError):
+        with t.map_write():
+            pass
+    with t.map_read() as r:  # readers share
+        assert int(r[0]) == 7
+    del x
+    with t.map_write() as a:  # the array's map ended with it
+        a[:] = 1
+    with pytest.raises(BufferError, match="legacy"):
+        t.__dlpack__()  # a legacy capsule carries no read-only flag
 
 
 def test_a_copy_or_another_device_is_refused_not_faked():
