@@ -78,8 +78,35 @@ fn wait_until(what: &str, mut ready: impl FnMut() -> bool) {
     }
 }
 
+/// Whether DMA-BUF frames can be made here (a dma-heap: `scripts/dma-vm` has one, as camera
+/// boards do); else a printed skip, or a failure under `HWTENSOR_TEST_REQUIRE_DMABUF=1`.
+fn dma_heap_or_skip(test: &str) -> bool {
+    let Some(why) = TensorMemory::DmaBuf.unavailable_reason() else {
+        return true;
+    };
+    let required = std::env::var("HWTENSOR_TEST_REQUIRE_DMABUF").is_ok_and(|v| v == "1");
+    assert!(
+        !required,
+        "{test}: HWTENSOR_TEST_REQUIRE_DMABUF=1 but {why}"
+    );
+    eprintln!("SKIPPED: {test} - {why}");
+    false
+}
+
 #[test]
 fn on_one_host_frames_go_by_fd_and_no_bytes_go_to_zenoh() {
+    frames_go_by_fd(TensorMemory::Shm);
+}
+
+#[test]
+fn on_one_host_dmabuf_frames_go_by_fd_and_arrive_as_dmabufs() {
+    if dma_heap_or_skip("on_one_host_dmabuf_frames_go_by_fd_and_arrive_as_dmabufs") {
+        frames_go_by_fd(TensorMemory::DmaBuf);
+    }
+}
+
+/// Frames of `memory` on one host: each goes by fd, arrives in the same memory, zero-copy.
+fn frames_go_by_fd(memory: TensorMemory) {
     let port = free_port();
     let (a, b) = (session(port, true), session(port, false));
     let mut publisher = Publisher::new(&a, "test/one-host", every_frame()).unwrap();
@@ -90,11 +117,11 @@ fn on_one_host_frames_go_by_fd_and_no_bytes_go_to_zenoh() {
     });
     assert!(!publisher.publishes_inline(), "no subscriber elsewhere");
     for _ in 0..10 {
-        let seq = publisher.publish(&frame(0, TensorMemory::Shm)).unwrap();
+        let seq = publisher.publish(&frame(0, memory)).unwrap();
         let r = subscriber.recv(WAIT).unwrap();
         assert_eq!((r.seq, r.gap, r.zero_copy), (seq, 0, true));
         assert_eq!(r.publisher, publisher.id());
-        assert_eq!(r.tensor.memory(), TensorMemory::Shm);
+        assert_eq!(r.tensor.memory(), memory);
         assert_eq!(subscriber.local_publishers(), 1);
     }
     assert_eq!(subscriber.dropped(), 0);
