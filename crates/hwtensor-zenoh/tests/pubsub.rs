@@ -485,16 +485,24 @@ fn a_dropped_subscriber_stops_the_bytes_and_a_late_one_gets_only_new_frames() {
     ));
 }
 
-/// The environment variable that makes this binary the EdgeFirst subscriber process.
+/// The environment variable that makes this binary the EdgeFirst subscriber process, and the
+/// one that names the memory its frames are in.
 const EDGEFIRST_CHILD: &str = "HWTENSOR_ZENOH_TEST_EDGEFIRST_CHILD";
+const EDGEFIRST_MEMORY: &str = "HWTENSOR_ZENOH_TEST_EDGEFIRST_MEMORY";
 const EDGEFIRST_ACROSS: &str =
     "a_plain_zenoh_process_imports_camera_frames_another_publishes_by_pidfd";
+const EDGEFIRST_DMABUF_ACROSS: &str =
+    "a_plain_zenoh_process_imports_dmabuf_camera_frames_another_publishes_by_pidfd";
 const EDGEFIRST_READY: &str = "test/edgefirst-ready";
 
 /// A plain Zenoh subscriber, as an EdgeFirst node is: each message read with the schema crate
 /// and imported by `edgefirst::decode`, which takes the fds with pidfd_getfd.
 fn edgefirst_subscriber_process(port: &str) {
     use edgefirst_schemas::edgefirst_msgs::CameraFrame;
+    let memory = match std::env::var(EDGEFIRST_MEMORY).as_deref() {
+        Ok("dmabuf") => TensorMemory::DmaBuf,
+        _ => TensorMemory::Shm,
+    };
     let b = session(port.parse().unwrap(), false);
     let samples = b.declare_subscriber("test/edgefirst").wait().unwrap();
     let _ready = b
@@ -510,7 +518,7 @@ fn edgefirst_subscriber_process(port: &str) {
         assert_eq!(message.tensor().format(), "rgba8");
         assert_eq!(message.tensor().pid(), std::os::unix::process::parent_id());
         let d = hwtensor_zenoh::edgefirst::decode(&bytes).unwrap();
-        assert_eq!(d.tensor.memory(), TensorMemory::Shm);
+        assert_eq!(d.tensor.memory(), memory);
         let r = Received {
             tensor: d.tensor,
             seq: n,
@@ -529,6 +537,23 @@ fn a_plain_zenoh_process_imports_camera_frames_another_publishes_by_pidfd() {
     if let Ok(port) = std::env::var(EDGEFIRST_CHILD) {
         return edgefirst_subscriber_process(&port);
     }
+    edgefirst_frames_across(EDGEFIRST_ACROSS, TensorMemory::Shm);
+}
+
+/// The same with DMA-BUF frames, as a camera board's EdgeFirst nodes share them.
+#[test]
+fn a_plain_zenoh_process_imports_dmabuf_camera_frames_another_publishes_by_pidfd() {
+    if let Ok(port) = std::env::var(EDGEFIRST_CHILD) {
+        return edgefirst_subscriber_process(&port);
+    }
+    if dma_heap_or_skip(EDGEFIRST_DMABUF_ACROSS) {
+        edgefirst_frames_across(EDGEFIRST_DMABUF_ACROSS, TensorMemory::DmaBuf);
+    }
+}
+
+/// The publishing side of `test`: EdgeFirst `CameraFrame`s of `memory` to a plain Zenoh
+/// subscriber process, which imports each by pidfd and checks every pixel.
+fn edgefirst_frames_across(test: &str, memory: TensorMemory) {
     let port = free_port();
     let a = session(port, true);
     let options = PublisherOptions {
@@ -537,14 +562,14 @@ fn a_plain_zenoh_process_imports_camera_frames_another_publishes_by_pidfd() {
     };
     let mut publisher = Publisher::new(&a, "test/edgefirst", options).unwrap();
     publisher.set_frame_id("front");
+    // Each frame its own buffer, held by the test: the subscriber reads them in its own time.
+    // Written before the subscriber starts its bounded wait for the first: on a slow machine
+    // (QEMU's emulator in `scripts/dma-vm`) writing them took longer than that wait.
+    let frames: Vec<_> = (1..=ACROSS_FRAMES).map(|n| frame(n, memory)).collect();
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            EDGEFIRST_ACROSS,
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
         .env(EDGEFIRST_CHILD, port.to_string())
+        .env(EDGEFIRST_MEMORY, memory.to_string())
         .spawn()
         .unwrap();
     wait_until("the EdgeFirst subscriber process", || {
@@ -554,10 +579,6 @@ fn a_plain_zenoh_process_imports_camera_frames_another_publishes_by_pidfd() {
             .wait()
             .is_ok_and(|r| r.recv().is_ok())
     });
-    // Each frame its own buffer, held by the test: the subscriber reads them in its own time.
-    let frames: Vec<_> = (1..=ACROSS_FRAMES)
-        .map(|n| frame(n, TensorMemory::Shm))
-        .collect();
     for f in &frames {
         publisher.publish(f).unwrap();
         std::thread::sleep(Duration::from_millis(20));
