@@ -151,9 +151,11 @@ impl<'a> Export<'a> {
     /// Finds the address to hand out: a host tensor's own, or the CUDA mapping with the raw
     /// `stream` made to wait for the last write.
     fn prepare_on(&self, py: Python<'_>, stream: usize) -> PyResult<()> {
-        let address = match self.device == DLDevice::CPU {
-            true => host_address(self.tensor)?,
-            false => ready_on(self.tensor, py, stream)?,
+        let address = match (self.device == DLDevice::CPU, is_dmabuf(self.tensor)) {
+            // Its address comes from the read map the capsule holds (`managed`).
+            (true, true) => 0,
+            (true, false) => host_address(self.tensor)?,
+            (false, _) => ready_on(self.tensor, py, stream)?,
         };
         self.address.set(address);
         Ok(())
