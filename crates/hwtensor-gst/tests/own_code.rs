@@ -489,7 +489,12 @@ fn a_caps_change_at_hwtensorsink_reaches_hwtensorsrc_which_renegotiates() {
 
 /// The file an fd is: its device and inode.
 fn file_of(t: &TensorDyn) -> (u64, u64) {
-    let st = rustix::fs::fstat(t.as_fd().expect("a channel buffer has an fd")).unwrap();
+    file_at(t.as_fd().expect("a channel buffer has an fd"))
+}
+
+/// The file `fd` is: its device and inode.
+fn file_at(fd: std::os::fd::BorrowedFd<'_>) -> (u64, u64) {
+    let st = rustix::fs::fstat(fd).unwrap();
     (st.st_dev, st.st_ino)
 }
 
@@ -683,15 +688,14 @@ fn camera_or_skip(test: &str, name: &str) -> Option<String> {
     None
 }
 
-/// The file of a DMA-BUF memory (device and inode, as `file_of` gives a channel buffer's), or
-/// `None` for memory of another kind.
+/// The file of a DMA-BUF memory (as `file_of` gives a channel buffer's), or `None` for memory
+/// of another kind.
 fn camera_file(memory: &gst::MemoryRef) -> Option<(u64, u64)> {
     let dmabuf = memory.downcast_memory_ref::<gst_allocators::DmaBufMemory>()?;
     // SAFETY: the memory owns the fd and outlives this borrow.
     #[allow(unsafe_code)]
     let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(dmabuf.fd()) };
-    let st = rustix::fs::fstat(fd).ok()?;
-    Some((st.st_dev, st.st_ino))
+    Some(file_at(fd))
 }
 
 /// A frame's bytes, hashed: what the camera tests compare on both sides of the channel.

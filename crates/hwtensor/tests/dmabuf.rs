@@ -45,10 +45,8 @@ struct UdmabufCreate {
 }
 
 /// `UDMABUF_CREATE`: `_IOW('u', 0x42, struct udmabuf_create)`.
-const UDMABUF_CREATE: libc::c_ulong = (1 << 30)
-    | ((std::mem::size_of::<UdmabufCreate>() as libc::c_ulong) << 16)
-    | ((b'u' as libc::c_ulong) << 8)
-    | 0x42;
+const UDMABUF_CREATE: rustix::ioctl::Opcode =
+    rustix::ioctl::opcode::write::<UdmabufCreate>(b'u', 0x42);
 /// `UDMABUF_FLAGS_CLOEXEC`.
 const UDMABUF_FLAGS_CLOEXEC: u32 = 1;
 
@@ -82,7 +80,7 @@ fn udmabuf(test: &str, len: usize) -> Option<(OwnedFd, OwnedFd)> {
     };
     // SAFETY: the ioctl reads a `udmabuf_create` that outlives the call; it returns a new fd
     // or -1.
-    let fd = unsafe { libc::ioctl(device.as_raw_fd(), UDMABUF_CREATE, &create) };
+    let fd = unsafe { libc::ioctl(device.as_raw_fd(), UDMABUF_CREATE as _, &create) };
     assert!(
         fd >= 0,
         "UDMABUF_CREATE: {}",
