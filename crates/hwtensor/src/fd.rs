@@ -58,6 +58,26 @@ impl<T: Element> Tensor<T> {
         self.buffer.fd()
     }
 
+    /// Each plane's fd and where the plane starts in it, for an image whose planes are in
+    /// separate buffers ([`Tensor::image_from_planes`], a channel's NV12M frames); `None` for
+    /// a tensor in one buffer, whose fd [`Tensor::as_fd`] gives.
+    pub fn plane_fds(&self) -> Option<Vec<(BorrowedFd<'_>, usize)>> {
+        let planes = self.buffer.plane_fds()?;
+        Some(
+            planes
+                .fds
+                .into_iter()
+                .zip(planes.offsets.iter().copied())
+                .collect(),
+        )
+    }
+
+    /// Whether the tensor can go to another process by its fds (reference mode): a buffer with
+    /// an fd, or an image with an fd per plane, which has no one fd to give [`Tensor::as_fd`].
+    pub(crate) fn has_fds(&self) -> bool {
+        self.as_fd().is_some() || self.buffer.plane_fds().is_some()
+    }
+
     /// A new close-on-exec fd of the buffer, for another process or API. Heap memory has none.
     pub fn clone_fd(&self) -> Result<OwnedFd> {
         let fd = self.buffer.fd().ok_or_else(|| Error::Unavailable {
@@ -215,6 +235,16 @@ impl TensorDyn {
     /// See [`Tensor::as_fd`].
     pub fn as_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
         each_tensor!(self, t => t.as_fd())
+    }
+
+    /// See [`Tensor::plane_fds`].
+    pub fn plane_fds(&self) -> Option<Vec<(BorrowedFd<'_>, usize)>> {
+        each_tensor!(self, t => t.plane_fds())
+    }
+
+    /// See `Tensor::has_fds`.
+    pub(crate) fn has_fds(&self) -> bool {
+        each_tensor!(self, t => t.has_fds())
     }
 
     /// See [`Tensor::clone_fd`].

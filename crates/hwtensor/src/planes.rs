@@ -52,8 +52,9 @@ impl<T: Element> Tensor<T> {
     /// the fix named). Every fd must hold the bytes its planes need, and is checked as any
     /// import is (its kind, shared memory sealed against shrinking).
     ///
-    /// An image in several buffers maps, views and copies like any image; it has no single fd,
-    /// so it travels to another process inline ([`Tensor::as_fd`] is `None`).
+    /// An image in several buffers maps, views and copies like any image. It has no single fd
+    /// ([`Tensor::as_fd`] is `None`): the whole image travels to another process with an fd
+    /// per plane (`handoff::send`, a channel's pool), a view of part of it inline.
     pub fn image_from_planes(
         planes: Vec<PlaneFd>,
         w: usize,
@@ -86,9 +87,7 @@ impl<T: Element> Tensor<T> {
             let first = sources.into_iter().next().expect("checked above");
             return Self::image_at(first.fd, first.offset, info, access);
         }
-        let identity = BufferIdentity::of_fd(sources[0].fd.as_fd())?;
-        let mapping = PlaneMapping::new(sources, &plan, ImportPolicy::STRICT.unsealed_shm)?;
-        let buffer = Buffer::with_identity(Storage::Planes(mapping), identity);
+        let buffer = mapped_planes(sources, &plan, ImportPolicy::STRICT.unsealed_shm)?;
         let access = access.narrowed_to(import_access(&buffer));
         let mut t = Self::over(buffer, shape, strides, Some(info), access);
         t.offset = plan.lead;
@@ -173,6 +172,22 @@ impl TensorDyn {
     ) -> Result<Self> {
         for_dtype!(dtype, image_from_planes(planes, w, h, format, access))
     }
+}
+
+/// A buffer over `sources` mapped side by side as `plan` lays them out (the image's first byte
+/// at `plan.lead`), known by its first plane's file; shared memory sealed unless
+/// `allow_unsealed`. The import of `image_from_planes` and of a blob with an fd per plane.
+pub(crate) fn mapped_planes(
+    sources: Vec<PlaneSource>,
+    plan: &Plan,
+    allow_unsealed: bool,
+) -> Result<Buffer> {
+    let first = sources
+        .first()
+        .ok_or_else(|| Error::Image("an image needs at least one plane".into()))?;
+    let identity = BufferIdentity::of_fd(first.fd.as_fd())?;
+    let mapping = PlaneMapping::new(sources, plan, allow_unsealed)?;
+    Ok(Buffer::with_identity(Storage::Planes(mapping), identity))
 }
 
 /// The image the planes describe (the first plane's row stride, the chroma planes' own) and

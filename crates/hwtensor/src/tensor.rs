@@ -234,6 +234,20 @@ pub(crate) struct CheckedParts {
     buffer_len: usize,
 }
 
+impl CheckedParts {
+    /// The same parts with the first element at `offset` of a `buffer_len`-byte buffer,
+    /// checked again there.
+    #[cfg(target_os = "linux")]
+    pub(crate) fn moved_to(self, offset: usize, buffer_len: usize) -> Result<CheckedParts> {
+        let elem = self.elem;
+        Parts {
+            offset,
+            ..self.parts
+        }
+        .check(elem, buffer_len)
+    }
+}
+
 impl<T: Element> Tensor<T> {
     /// A tensor over `buffer` as checked `parts` describe it: they were checked for this
     /// element size and a buffer no longer than this one.

@@ -140,7 +140,7 @@ fn a_version_or_requirement_this_reader_does_not_know_is_refused_by_name() {
     let err = blob::import(&newer, vec![t.clone_fd().unwrap()]).unwrap_err();
     assert!(err.to_string().contains("version 2"), "{err}");
     let mut requires = bytes.clone();
-    requires[13] |= 1; // bit 8: after the sync_file (6) and the chroma stride (7), no one's yet
+    requires[13] |= 2; // bit 9: after the chroma stride (7) and the plane fds (8), no one's yet
     let err = blob::import(&requires, vec![t.clone_fd().unwrap()]).unwrap_err();
     assert!(err.to_string().contains("newer hwtensor"), "{err}");
 }

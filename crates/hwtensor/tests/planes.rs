@@ -6,9 +6,12 @@
 
 mod common;
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
 
-use hwtensor::blob::{export_inline, import_inline};
+use hwtensor::blob::{self, export_inline, import_inline, Transport, HEADER_LEN};
+use hwtensor::stream::{Consumer, FrameMeta, Producer, Wait, CONNECT_TIMEOUT};
 use hwtensor::{CpuAccess, Error, PixelFormat, PlaneFd, Tensor, TensorDyn, TensorMemory};
 
 const RW: CpuAccess = CpuAccess::ReadWrite;
@@ -48,9 +51,15 @@ fn chroma(i: usize) -> u8 {
 /// An NV12M frame `h` rows high as a V4L2 driver fills it: luma in one fd, chroma in another,
 /// both at 0, rows `stride` bytes apart.
 fn nv12m(h: usize, stride: usize) -> (OwnedFd, OwnedFd) {
-    let (y, uv) = (memfd(stride * h), memfd(stride * h / 2));
+    nv12m_at(h, stride, 0)
+}
+
+/// As [`nv12m`], the chroma rows `chroma_at` bytes into their fd (a driver's `data_offset`).
+fn nv12m_at(h: usize, stride: usize, chroma_at: usize) -> (OwnedFd, OwnedFd) {
+    let (y, uv) = (memfd(stride * h), memfd(chroma_at + stride * h / 2));
     write_at(&y, 0, &(0..stride * h).map(luma).collect::<Vec<_>>());
-    write_at(&uv, 0, &(0..stride * h / 2).map(chroma).collect::<Vec<_>>());
+    let rows: Vec<u8> = (0..stride * h / 2).map(chroma).collect();
+    write_at(&uv, chroma_at, &rows);
     (y, uv)
 }
 
@@ -86,7 +95,7 @@ fn an_nv12m_frame_in_two_buffers_is_one_image_without_a_copy() {
 }
 
 #[test]
-fn an_image_in_two_buffers_travels_inline_and_copies_like_any_image() {
+fn an_image_in_two_buffers_also_travels_inline_and_copies_like_any_image() {
     let (w, h) = (1280usize, 720usize);
     let (y, uv) = nv12m(h, w);
     let planes = vec![PlaneFd::new(y, 0, w), PlaneFd::new(uv, 0, w)];
@@ -100,9 +109,178 @@ fn an_image_in_two_buffers_travels_inline_and_copies_like_any_image() {
     assert_eq!(back.format(), Some(PixelFormat::Nv12));
     let copy = t.to_memory(TensorMemory::Mem).unwrap();
     assert_eq!(copy.to_vec().unwrap(), expected);
-    let dynamic = TensorDyn::from(t);
-    let sent = hwtensor::blob::export(&dynamic, hwtensor::blob::Transport::Reference);
-    assert!(sent.is_err(), "by reference needs one fd");
+}
+
+/// Where the chroma rows start in their fd in the by-reference tests: a page in, as drivers
+/// that put a header first have them (a plane in its own fd must start on a page).
+const CHROMA_AT: usize = 8192;
+
+/// A 640x480 NV12M image over duplicates of `y` and `uv` (chroma at [`CHROMA_AT`]).
+fn nv12m_image(y: &OwnedFd, uv: &OwnedFd) -> Tensor<u8> {
+    let planes = vec![
+        PlaneFd::new(dup(y), 0, 640),
+        PlaneFd::new(dup(uv), CHROMA_AT, 640),
+    ];
+    Tensor::<u8>::image_from_planes(planes, 640, 480, PixelFormat::Nv12, RW).unwrap()
+}
+
+fn owned(fds: &[BorrowedFd<'_>]) -> Vec<OwnedFd> {
+    fds.iter()
+        .map(|f| f.try_clone_to_owned().unwrap())
+        .collect()
+}
+
+#[test]
+fn an_image_in_two_buffers_travels_by_reference_with_an_fd_per_plane_as_the_same_memory() {
+    let (w, h) = (640usize, 480usize);
+    let (y, uv) = nv12m_at(h, w, CHROMA_AT);
+    let t = nv12m_image(&y, &uv);
+    let sent = TensorDyn::from(t.clone());
+    let (bytes, fds) = blob::export(&sent, Transport::Reference).unwrap();
+    assert_eq!(fds.len(), 2, "one fd per plane");
+    let back = blob::import(&bytes, owned(&fds))
+        .unwrap()
+        .into_tensor::<u8>()
+        .unwrap();
+    assert_eq!(back.format(), Some(PixelFormat::Nv12));
+    assert_eq!(
+        (back.shape(), back.strides(), back.row_stride()),
+        (t.shape(), t.strides(), t.row_stride())
+    );
+    assert_eq!(back.to_vec().unwrap(), t.to_vec().unwrap());
+    {
+        let mut m = back.map_write().unwrap();
+        m[5] = 3;
+        m[w * h + 6] = 4;
+    }
+    assert_eq!(
+        read_at(&y, 5, 1),
+        [3],
+        "the receiver wrote the sender's luma"
+    );
+    assert_eq!(read_at(&uv, CHROMA_AT + 6, 1), [4], "and its chroma");
+}
+
+#[test]
+fn a_channel_lends_an_image_in_two_buffers_to_its_consumer_without_a_copy() {
+    let (w, h) = (640usize, 480usize);
+    let (y, uv) = nv12m_at(h, w, CHROMA_AT);
+    let (a, b) = UnixStream::pair().unwrap();
+    let consumer = std::thread::spawn(move || Consumer::connect(b, CONNECT_TIMEOUT).unwrap());
+    let mut producer = Producer::new(vec![nv12m_image(&y, &uv).into()]).unwrap();
+    producer.attach(a).unwrap();
+    let mut consumer = consumer.join().unwrap();
+    let slot = producer.acquire(Duration::from_secs(5)).unwrap();
+    write_at(&uv, CHROMA_AT, &[77]); // the producer's camera writes the next frame
+    producer.send(slot, FrameMeta::new(1, 0)).unwrap();
+    let frame = consumer.recv(Wait::For(Duration::from_secs(5))).unwrap();
+    let m = frame
+        .tensor()
+        .as_tensor::<u8>()
+        .unwrap()
+        .map_read()
+        .unwrap();
+    assert_eq!((m[0], m[1]), (luma(0), luma(1)));
+    assert_eq!(
+        m[w * h],
+        77,
+        "the consumer reads the producer's chroma buffer"
+    );
+}
+
+#[test]
+fn only_the_whole_of_an_image_in_two_buffers_travels_by_reference() {
+    let (y, uv) = nv12m_at(480, 640, CHROMA_AT);
+    let t = nv12m_image(&y, &uv);
+    let crop = t.repoint(&[64, 640]).unwrap(); // the first 64 luma rows
+    let err = blob::export(&TensorDyn::from(crop.clone()), Transport::Reference).unwrap_err();
+    assert!(err.to_string().contains("whole image"), "{err}");
+    let inline = import_inline(&export_inline(&TensorDyn::from(crop.clone())).unwrap()).unwrap();
+    assert_eq!(
+        inline.into_tensor::<u8>().unwrap().to_vec().unwrap(),
+        crop.to_vec().unwrap()
+    );
+}
+
+/// Byte offset of plane `k`'s record in a blob of a rank-`rank` tensor.
+fn plane_record_at(rank: usize, k: usize) -> usize {
+    HEADER_LEN + 2 * 8 * rank + 32 * k
+}
+
+#[test]
+fn a_blob_with_an_fd_per_plane_that_lies_about_its_fds_is_refused() {
+    let (y, uv) = nv12m_at(480, 640, CHROMA_AT);
+    let t = TensorDyn::from(nv12m_image(&y, &uv));
+    let (bytes, fds) = blob::export(&t, Transport::Reference).unwrap();
+    let import = |b: &[u8], fds: Vec<OwnedFd>| blob::import(b, fds).map(|t| t.shape().to_vec());
+    assert!(import(&bytes, owned(&fds[..1])).is_err(), "one fd of two");
+    let mut three = owned(&fds);
+    three.push(dup(&y));
+    assert!(import(&bytes, three).is_err(), "three fds for two planes");
+    let swapped = vec![dup(&uv), dup(&y)];
+    assert!(
+        import(&bytes, swapped).is_err(),
+        "the chroma fd is too short for the luma"
+    );
+    let short = memfd(CHROMA_AT + 100);
+    let err = import(&bytes, vec![dup(&y), short]).unwrap_err();
+    assert!(matches!(err, Error::TooSmall { .. }), "{err}");
+    let (pipe, _w) = rustix::pipe::pipe().unwrap();
+    assert!(
+        import(&bytes, vec![dup(&y), pipe]).is_err(),
+        "a pipe for a plane"
+    );
+    let chroma = plane_record_at(t.shape().len(), 1);
+    let mut wrong_index = bytes.clone();
+    wrong_index[chroma..chroma + 4].copy_from_slice(&0u32.to_le_bytes());
+    let err = import(&wrong_index, owned(&fds)).unwrap_err();
+    assert!(err.to_string().contains("plane k is in fd k"), "{err}");
+    let mut off_page = bytes.clone();
+    off_page[chroma + 8..chroma + 16].copy_from_slice(&100u64.to_le_bytes());
+    let err = import(&off_page, owned(&fds)).unwrap_err();
+    assert!(err.to_string().contains("start on a page"), "{err}");
+    let mut dmabuf = bytes.clone();
+    dmabuf[17] = TensorMemory::DmaBuf.code();
+    assert!(
+        import(&dmabuf, owned(&fds)).is_err(),
+        "memfds claimed as DMA-BUFs"
+    );
+    let mut no_bit = bytes.clone();
+    no_bit[13] &= !1; // bit 8
+    let err = import(&no_bit, owned(&fds)).unwrap_err();
+    assert!(err.to_string().contains("plane fds bit"), "{err}");
+}
+
+#[test]
+fn every_hostile_word_of_a_blob_with_an_fd_per_plane_is_refused() {
+    let (y, uv) = nv12m_at(480, 640, CHROMA_AT);
+    let t = TensorDyn::from(nv12m_image(&y, &uv));
+    let (bytes, fds) = blob::export(&t, Transport::Reference).unwrap();
+    // A plane's offset in its fd may be any that fits: its words are the receiver's to map.
+    let offsets: Vec<usize> = (0..2)
+        .flat_map(|k| {
+            let at = plane_record_at(t.shape().len(), k) + 8;
+            [at, at + 4]
+        })
+        .collect();
+    let hostile = [0u32, 1, 2, 0x7fff_ffff, 0x8000_0000, 0xffff_fffe, u32::MAX];
+    let mut tried = 0;
+    for at in (0..bytes.len())
+        .step_by(4)
+        .filter(|at| !offsets.contains(at))
+    {
+        for v in hostile {
+            let mut b = bytes.clone();
+            b[at..at + 4].copy_from_slice(&v.to_le_bytes());
+            if b == bytes {
+                continue;
+            }
+            tried += 1;
+            let result = blob::import(&b, owned(&fds));
+            assert!(result.is_err(), "word at {at} set to {v:#x} was accepted");
+        }
+    }
+    assert!(tried > 150, "{tried} mutations");
 }
 
 #[test]

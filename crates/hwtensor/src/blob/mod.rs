@@ -25,7 +25,7 @@
 //! | 4 | 2 | version | 1; another value is refused |
 //! | 6 | 2 | header_len | bytes of the fixed header; 168 in v1, larger when a later writer appended fields (a v1 reader skips them) |
 //! | 8 | 4 | total_len | bytes of the whole blob, this header included |
-//! | 12 | 4 | required | features the reader must understand (bit 0 image, 1 quantization, 2 completion, 3 colorimetry, 4 per-channel quantization, 5 DRM format modifier, 6 sync_file, 7 chroma stride: the second plane record's row stride is the chroma planes' own); unknown bits make a reader refuse instead of misread |
+//! | 12 | 4 | required | features the reader must understand (bit 0 image, 1 quantization, 2 completion, 3 colorimetry, 4 per-channel quantization, 5 DRM format modifier, 6 sync_file, 7 chroma stride: the second plane record's row stride is the chroma planes' own, 8 plane fds: each plane in an fd of its own, see below); unknown bits make a reader refuse instead of misread |
 //! | 16 | 1 | dtype | [`DType`] code |
 //! | 17 | 1 | memory | [`TensorMemory`] code of the exporter's buffer |
 //! | 18 | 1 | mode | 0 reference, 1 inline |
@@ -33,7 +33,7 @@
 //! | 20 | 1 | format | [`PixelFormat`](crate::PixelFormat) code, 0 for a plain tensor |
 //! | 21 | 1 | access | [`CpuAccess`] the exporter declared |
 //! | 22 | 1 | plane_count | at most 4 |
-//! | 23 | 1 | fd_count | fds that travel with the blob: 1 in reference mode (2 for GPU or CUDA memory with its fence, or shm or a DMA-BUF with its sync_file), 0 inline |
+//! | 23 | 1 | fd_count | fds that travel with the blob: 1 in reference mode (2 for GPU or CUDA memory with its fence, or shm or a DMA-BUF with its sync_file; one per plane with bit 8), 0 inline |
 //! | 24 | 8 | byte_offset | of the first element in the buffer |
 //! | 32 | 8 | buffer_len | bytes of the buffer (at most the fd's size; the inline data length) |
 //! | 40 | 8 | width | image width in pixels (0 for a plain tensor) |
@@ -74,6 +74,14 @@
 //! `handoff::recv` accept it from a trusted or same-user peer). A
 //! completion is waited for on the CPU through the fence that came with it, at most
 //! ten seconds, before the tensor is returned.
+//!
+//! An image whose planes are in separate buffers (V4L2's `NM12`: luma and chroma each in a
+//! DMA-BUF of its own; see `Tensor::image_from_planes`) travels by reference with required
+//! bit 8: plane `k` is in fd `k` (`fd_count` = `plane_count`, at least 2), its record's offset
+//! is where the plane starts in that fd, and the other record fields are what the image
+//! implies. Such a blob describes the whole image, linear, with no fence; `byte_offset` is 0
+//! and `buffer_len` is the image's extent as if its planes were in one buffer. The receiver maps
+//! the fds side by side as `image_from_planes` does (each checked as any import is).
 //!
 //! GPU memory (and CUDA memory, whose fd is CUDA's POSIX export, imported into the receiver's
 //! CUDA context) by reference carries the memory fd at index 0 and, where the exporter's device
@@ -155,6 +163,10 @@ pub const REQUIRES_SYNC_FILE: u32 = 1 << 6;
 /// ([`ImageInfo::chroma_stride`](crate::ImageInfo::chroma_stride)), which the second plane
 /// record carries: a reader that derives chroma strides from the row stride would misread.
 pub const REQUIRES_CHROMA_STRIDE: u32 = 1 << 7;
+/// `required` bit: each plane of the image is in an fd of its own (plane `k` in fd `k`, at
+/// its record's offset there): a reader that takes every plane from fd 0 would read the luma
+/// buffer as chroma.
+pub const REQUIRES_PLANE_FDS: u32 = 1 << 8;
 /// Every `required` bit this reader understands.
 const KNOWN_REQUIREMENTS: u32 = REQUIRES_IMAGE
     | REQUIRES_QUANTIZATION
@@ -163,7 +175,8 @@ const KNOWN_REQUIREMENTS: u32 = REQUIRES_IMAGE
     | REQUIRES_PER_CHANNEL
     | REQUIRES_DRM_MODIFIER
     | REQUIRES_SYNC_FILE
-    | REQUIRES_CHROMA_STRIDE;
+    | REQUIRES_CHROMA_STRIDE
+    | REQUIRES_PLANE_FDS;
 /// Bytes of one per-channel pair: f32 scale, i32 zero point.
 const CHANNEL_LEN: usize = 8;
 
@@ -268,6 +281,8 @@ struct Outgoing {
     completion: Option<u64>,
     /// fd 1 is a sync_file the reader waits for.
     sync_file: bool,
+    /// An image with an fd per plane: where each plane starts in its fd (required bit 8).
+    plane_offsets: Option<Vec<usize>>,
 }
 
 impl Outgoing {
@@ -282,6 +297,7 @@ impl Outgoing {
             gpu: GpuFields::default(),
             completion: None,
             sync_file: false,
+            plane_offsets: None,
         }
     }
 
@@ -295,12 +311,19 @@ impl Outgoing {
             gpu: GpuFields::default(),
             completion: None,
             sync_file: false,
+            plane_offsets: None,
         }
     }
 
     /// The blob of `t` sent this way, followed by `data` inline.
     fn write<T: Element>(&self, t: &Tensor<T>, data: Option<&[u8]>) -> Result<Vec<u8>> {
-        let planes = plane_records(t, self.byte_offset)?;
+        let mut planes = plane_records(t, self.byte_offset)?;
+        if let Some(offsets) = &self.plane_offsets {
+            for (k, (p, &offset)) in planes.iter_mut().zip(offsets).enumerate() {
+                p.fd_index = k as u32;
+                p.offset = offset as u64;
+            }
+        }
         let info = t.image_info().copied();
         let quant = t.quantization();
         let tiled = info.is_some_and(|i| !i.modifier.is_linear());
@@ -328,6 +351,7 @@ impl Outgoing {
                 info.is_some_and(|i| i.chroma_stride.is_some()),
                 REQUIRES_CHROMA_STRIDE,
             ),
+            (self.plane_offsets.is_some(), REQUIRES_PLANE_FDS),
         ] {
             if present {
                 required |= bit;
@@ -510,6 +534,12 @@ struct Described<'a> {
     memory: TensorMemory,
     buffer_len: usize,
     parts: CheckedParts,
+    /// Where each plane starts in its fd, for a blob with an fd per plane (required bit 8).
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    plane_offsets: Vec<usize>,
+    /// The image, its chroma stride included.
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    image: Option<ImageInfo>,
     /// The data of an inline blob; `None` for a reference blob.
     inline: Option<&'a [u8]>,
 }
@@ -562,15 +592,15 @@ impl<'a> Described<'a> {
                 h.completion_fd
             )));
         }
-        check_planes(
-            &planes,
-            image.as_ref(),
-            dtype,
-            byte_offset,
-            buffer_len,
-            &shape,
-            &strides,
-        )?;
+        let plane_fds = h.required & REQUIRES_PLANE_FDS != 0;
+        let expected = expected_planes(image.as_ref(), dtype, byte_offset, &shape, &strides)?;
+        let plane_offsets = match plane_fds {
+            true => check_plane_fds(&planes, &expected, buffer_len)?,
+            false => {
+                check_planes(&planes, &expected, buffer_len)?;
+                Vec::new()
+            }
+        };
         let parts = Parts {
             offset: byte_offset,
             shape,
@@ -602,6 +632,8 @@ impl<'a> Described<'a> {
             memory,
             buffer_len,
             parts,
+            plane_offsets,
+            image,
             inline,
         })
     }
@@ -609,6 +641,15 @@ impl<'a> Described<'a> {
     /// The tensor the blob describes, over `buffer`.
     fn tensor(self, buffer: Buffer) -> Result<TensorDyn> {
         for_dtype!(self.dtype, from_parts(buffer, self.parts))
+    }
+
+    /// The tensor the blob describes, over `buffer` with its first byte at `offset` (an image
+    /// whose planes the receiver mapped side by side, starting where the first plane's fd
+    /// offset puts it in a page).
+    #[cfg(target_os = "linux")]
+    fn tensor_at(self, buffer: Buffer, offset: usize) -> Result<TensorDyn> {
+        let parts = self.parts.moved_to(offset, buffer.len())?;
+        for_dtype!(self.dtype, from_parts(buffer, parts))
     }
 }
 
@@ -656,35 +697,38 @@ fn access_from_code(code: u8) -> Result<CpuAccess> {
     .ok_or_else(|| bad(format!("unknown CPU access code {code}")))
 }
 
-/// The planes must be exactly what the tensor implies, all in the one buffer, inside it.
-fn check_planes(
-    planes: &[PlaneRecord],
+/// The plane records the tensor implies: the image's planes, or one plane spanning a plain
+/// tensor, all in fd 0 of one buffer with the first element at `byte_offset`.
+fn expected_planes(
     image: Option<&ImageInfo>,
     dtype: DType,
     byte_offset: usize,
-    buffer_len: usize,
     shape: &[usize],
     strides: &[usize],
-) -> Result<()> {
-    let expected = match image {
-        Some(info) => plane_records_of(info, dtype.size(), byte_offset)?,
+) -> Result<Vec<PlaneRecord>> {
+    match image {
+        Some(info) => plane_records_of(info, dtype.size(), byte_offset),
         None => {
             let extent = crate::geometry::extent(shape, strides, dtype.size())
                 .map_err(|_| bad("the tensor's extent overflows"))?;
-            vec![PlaneRecord {
+            Ok(vec![PlaneRecord {
                 fd_index: 0,
                 offset: byte_offset as u64,
                 row_stride: 0,
                 size: extent as u64,
-            }]
+            }])
         }
-    };
+    }
+}
+
+/// The planes must be exactly what the tensor implies, all in the one buffer, inside it.
+fn check_planes(planes: &[PlaneRecord], expected: &[PlaneRecord], buffer_len: usize) -> Result<()> {
     if planes.iter().any(|p| p.fd_index != 0) {
         return Err(bad(
-            "a plane names an fd other than the first; multi-buffer tensors are not supported",
+            "a plane names an fd other than the first without the plane fds bit",
         ));
     }
-    if planes != expected.as_slice() {
+    if planes != expected {
         return Err(bad(format!(
             "the plane table {planes:?} disagrees with the tensor, which implies {expected:?}"
         )));
@@ -701,6 +745,56 @@ fn check_planes(
         }
     }
     Ok(())
+}
+
+/// Bytes from an image's first byte to the end of its last plane, were its planes in one
+/// buffer: the `buffer_len` of a blob with an fd per plane.
+fn one_buffer_extent(records: &[PlaneRecord]) -> u64 {
+    records.iter().map(|p| p.offset + p.size).max().unwrap_or(0)
+}
+
+/// With an fd per plane (required bit 8): plane `k` in fd `k`, each with the row stride and
+/// size the image implies, at any offset of its fd (the fd's size is checked when it is
+/// mapped), and `buffer_len` the image's one-buffer extent. Where each plane starts in its fd.
+fn check_plane_fds(
+    planes: &[PlaneRecord],
+    expected: &[PlaneRecord],
+    buffer_len: usize,
+) -> Result<Vec<usize>> {
+    let extent = one_buffer_extent(expected);
+    if buffer_len as u64 != extent {
+        return Err(bad(format!(
+            "buffer_len {buffer_len} of an image with an fd per plane, which spans {extent} bytes"
+        )));
+    }
+    if planes.len() != expected.len() {
+        return Err(bad(format!(
+            "{} plane records for an image of {} planes",
+            planes.len(),
+            expected.len()
+        )));
+    }
+    planes
+        .iter()
+        .zip(expected)
+        .enumerate()
+        .map(|(k, (p, e))| {
+            if p.fd_index as usize != k {
+                return Err(bad(format!(
+                    "plane {k} names fd {}; with the plane fds bit plane k is in fd k",
+                    p.fd_index
+                )));
+            }
+            if (p.row_stride, p.size) != (e.row_stride, e.size) {
+                return Err(bad(format!(
+                    "plane {k}'s record {p:?} disagrees with the image, which implies a \
+                     {}-byte row stride and {} bytes",
+                    e.row_stride, e.size
+                )));
+            }
+            wire::to_usize(p.offset, "a plane's offset in its fd")
+        })
+        .collect()
 }
 
 fn inline_buffer(data: &[u8]) -> Result<Buffer> {

@@ -5,8 +5,10 @@
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use super::{
-    bad, inline_buffer, Described, Outgoing, Transport, REQUIRES_COMPLETION, REQUIRES_SYNC_FILE,
+    bad, inline_buffer, Described, Outgoing, Transport, REQUIRES_COMPLETION, REQUIRES_PLANE_FDS,
+    REQUIRES_SYNC_FILE,
 };
+use crate::backing::linux::{Plan, PlaneFds, PlaneSource};
 use crate::backing::Storage;
 use crate::buffer::Buffer;
 use crate::gpu::{GpuMemory, MemorySource, GPU_WAIT};
@@ -23,6 +25,9 @@ pub fn export(tensor: &TensorDyn, mode: Transport) -> Result<(Vec<u8>, Vec<Borro
 }
 
 fn export_reference<T: Element>(t: &Tensor<T>) -> Result<(Vec<u8>, Vec<BorrowedFd<'_>>)> {
+    if let Some(planes) = t.buffer.plane_fds() {
+        return export_planes(t, planes);
+    }
     let fd = t.as_fd().ok_or_else(|| Error::Unavailable {
         memory: t.memory(),
         reason: "this memory has no fd to send by reference; [[send_inline]] copies its bytes \
@@ -53,6 +58,36 @@ fn export_reference<T: Element>(t: &Tensor<T>) -> Result<(Vec<u8>, Vec<BorrowedF
     Ok((out.write(t, None)?, fds))
 }
 
+/// An image whose planes are in separate fds: plane `k`'s fd goes as fd `k` (required bit 8).
+/// Only the whole image: the receiver maps the planes as the image lays them out, so any other
+/// view of them would arrive as the whole.
+fn export_planes<'a, T: Element>(
+    t: &'a Tensor<T>,
+    planes: PlaneFds<'a>,
+) -> Result<(Vec<u8>, Vec<BorrowedFd<'a>>)> {
+    let model = t.image_info().map(|i| i.planes()).transpose()?;
+    if t.byte_offset() != planes.lead || model.as_deref() != Some(planes.model) {
+        return Err(Error::InvalidOperation(
+            "this is a view (a crop, a reshape) of an image whose planes are in separate \
+             buffers, which travels by reference only as the whole image: send the image \
+             itself, or [[send_inline]]"
+                .into(),
+        ));
+    }
+    if let Some(fence) = t.sync_file() {
+        // The blob carries an fd per plane and no fence: the sender waits for its own.
+        fence.wait(GPU_WAIT)?;
+    }
+    let out = Outgoing {
+        byte_offset: 0,
+        buffer_len: super::one_buffer_extent(&super::plane_records(t, 0)?) as usize,
+        fd_count: planes.fds.len(),
+        plane_offsets: Some(planes.offsets.to_vec()),
+        ..Outgoing::reference(t)
+    };
+    Ok((out.write(t, None)?, planes.fds))
+}
+
 /// Turns a blob and the fds that came with it into a tensor, under the strict
 /// [`ImportPolicy`]: GPU memory by reference is refused, since nothing here says where the fds
 /// came from (see [`import_with`] and the trust model in [`ImportPolicy`]'s module).
@@ -75,9 +110,42 @@ pub fn import_with(blob: &[u8], fds: Vec<OwnedFd>, policy: &ImportPolicy) -> Res
             }
             inline_buffer(data)?
         }
+        None if d.header.required & REQUIRES_PLANE_FDS != 0 => {
+            return planes_tensor(d, fds, policy);
+        }
         None => reference_buffer(&d, fds, policy)?,
     };
     d.tensor(buffer)
+}
+
+/// An image with an fd per plane (required bit 8): the fds mapped side by side as
+/// `Tensor::image_from_planes` maps them, each checked as any import is (its kind, shared
+/// memory sealed, the bytes its plane needs), and of the kind the blob says.
+fn planes_tensor(d: Described<'_>, fds: Vec<OwnedFd>, policy: &ImportPolicy) -> Result<TensorDyn> {
+    if fds.len() != d.header.fd_count {
+        return Err(bad(format!(
+            "a blob with an fd per plane names {} fds, {} arrived",
+            d.header.fd_count,
+            fds.len()
+        )));
+    }
+    let model = d.image.map(|i| i.planes()).transpose()?;
+    let model = model.ok_or_else(|| bad("the plane fds bit on a blob that is not an image"))?;
+    let sources: Vec<PlaneSource> = fds
+        .into_iter()
+        .zip(&d.plane_offsets)
+        .map(|(fd, &offset)| PlaneSource { fd, offset })
+        .collect();
+    let plan = Plan::of(&sources, &model)?;
+    let buffer = crate::planes::mapped_planes(sources, &plan, policy.unsealed_shm)?;
+    if buffer.memory() != d.memory {
+        return Err(bad(format!(
+            "the blob says {} but the planes' fds are {}",
+            d.memory,
+            buffer.memory()
+        )));
+    }
+    d.tensor_at(buffer, plan.lead)
 }
 
 fn reference_buffer(

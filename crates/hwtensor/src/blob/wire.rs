@@ -5,7 +5,7 @@
 use super::{
     bad, KNOWN_REQUIREMENTS, MAGIC, MAX_FDS, MAX_PLANES, MAX_RANK, REQUIRES_COLORIMETRY,
     REQUIRES_COMPLETION, REQUIRES_DRM_MODIFIER, REQUIRES_IMAGE, REQUIRES_PER_CHANNEL,
-    REQUIRES_QUANTIZATION, REQUIRES_SYNC_FILE, VERSION,
+    REQUIRES_PLANE_FDS, REQUIRES_QUANTIZATION, REQUIRES_SYNC_FILE, VERSION,
 };
 use crate::gpu::{GpuOrigin, GpuReference};
 use crate::image::ImageInfo;
@@ -382,7 +382,34 @@ impl Header {
                 self.fd_count
             )));
         }
+        if self.required & REQUIRES_PLANE_FDS != 0 {
+            self.check_plane_fds(fenced, tiled)?;
+        }
         Ok(())
+    }
+
+    /// An fd per plane (bit 8) is a whole linear image by reference, one fd for each of its
+    /// two or more planes, without a fence (the sender waited for its own).
+    fn check_plane_fds(&self, fenced: bool, tiled: bool) -> Result<()> {
+        let why = if self.required & REQUIRES_IMAGE == 0 {
+            "on a blob that is not an image"
+        } else if self.mode != 0 {
+            "on a blob that is not by reference"
+        } else if fenced {
+            "beside a completion fence"
+        } else if tiled {
+            "on a tiled image"
+        } else if self.plane_count < 2 || self.fd_count != self.plane_count {
+            "without one fd for each of two or more planes"
+        } else if self.byte_offset != 0 {
+            "with a byte_offset (such a blob describes the whole image)"
+        } else {
+            return Ok(());
+        };
+        Err(bad(format!(
+            "the plane fds bit {why} ({} planes, {} fds)",
+            self.plane_count, self.fd_count
+        )))
     }
 
     /// The image the header describes, if it is one.

@@ -59,6 +59,11 @@ impl Buffer {
         self.0.storage.fd()
     }
 
+    /// See `Storage::plane_fds`.
+    pub(crate) fn plane_fds(&self) -> Option<crate::backing::linux::PlaneFds<'_>> {
+        self.0.storage.plane_fds()
+    }
+
     pub(crate) fn dma_heap(&self) -> Option<&str> {
         self.0.storage.dma_heap()
     }

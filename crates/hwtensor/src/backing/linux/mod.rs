@@ -8,7 +8,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 pub(crate) use dmabuf::SyncBracket;
 pub(crate) use mapping::FdMapping;
-pub(crate) use planes::{Plan, PlaneMapping, PlaneSource};
+pub(crate) use planes::{Plan, PlaneFds, PlaneMapping, PlaneSource};
 
 use super::Storage;
 use crate::identity::BufferIdentity;
@@ -110,6 +110,14 @@ impl Storage {
             Storage::Fd(m) => Some(m.fd()),
             Storage::Gpu(g) => g.fd_to_share(),
             Storage::Cuda(c) => c.fd(),
+        }
+    }
+
+    /// How an image in several fds lies (`None` for every other storage).
+    pub(crate) fn plane_fds(&self) -> Option<PlaneFds<'_>> {
+        match self {
+            Storage::Planes(m) => Some(m.plane_fds()),
+            _ => None,
         }
     }
 }

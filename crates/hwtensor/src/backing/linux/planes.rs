@@ -95,12 +95,34 @@ pub(crate) fn layout(
     Ok((lead, groups))
 }
 
+/// How an image in several fds lies: what a blob with an fd per plane describes.
+#[derive(Debug)]
+pub(crate) struct PlaneFds<'a> {
+    /// Each plane's fd, in plane order.
+    pub fds: Vec<BorrowedFd<'a>>,
+    /// Where each plane's first row starts in its fd.
+    pub offsets: &'a [usize],
+    /// Where the image's first byte lies in the mapping: a tensor at another offset is a view
+    /// of part of the image.
+    pub lead: usize,
+    /// The planes as the mapping lays them out from `lead`.
+    pub model: &'a [Plane],
+}
+
 /// The planes' pages, mapped into one reserved range; unmapped whole on drop, then the fds close.
 #[derive(Debug)]
 pub(crate) struct PlaneMapping {
     base: NonNull<u8>,
     reserved: usize,
+    /// One fd per plane, in plane order (a plane that shares its fd with the one before has
+    /// its own duplicate): what a hand-off sends.
     fds: Vec<OwnedFd>,
+    /// Where each plane's first row starts in its fd: what a receiver maps them from.
+    offsets: Vec<usize>,
+    /// Where the image's first byte lies in the range.
+    lead: usize,
+    /// The image's planes, as the range lays them out from `lead`.
+    model: Vec<Plane>,
     /// The DMA-BUFs among the fds: their CPU accesses are bracketed by `DMA_BUF_IOCTL_SYNC`.
     dmabufs: Vec<usize>,
     memory: TensorMemory,
@@ -120,6 +142,7 @@ pub(crate) struct Plan {
     pub lead: usize,
     groups: Vec<Group>,
     kinds: Vec<TensorMemory>,
+    model: Vec<Plane>,
 }
 
 impl Plan {
@@ -142,6 +165,7 @@ impl Plan {
             lead,
             groups,
             kinds,
+            model: model.to_vec(),
         })
     }
 
@@ -181,6 +205,9 @@ impl PlaneMapping {
             base,
             reserved,
             fds: Vec::new(),
+            offsets: planes.iter().map(|p| p.offset).collect(),
+            lead: plan.lead,
+            model: plan.model.clone(),
             dmabufs: Vec::new(),
             memory: TensorMemory::Shm,
             writable: true,
@@ -246,6 +273,16 @@ impl PlaneMapping {
     /// The first plane's fd: what identifies the buffer.
     pub(crate) fn first_fd(&self) -> BorrowedFd<'_> {
         self.fds[0].as_fd()
+    }
+
+    /// How the planes lie, for a hand-off that sends an fd per plane.
+    pub(crate) fn plane_fds(&self) -> PlaneFds<'_> {
+        PlaneFds {
+            fds: self.fds.iter().map(AsFd::as_fd).collect(),
+            offsets: &self.offsets,
+            lead: self.lead,
+            model: &self.model,
+        }
     }
 
     /// Opens the sync bracket of every DMA-BUF among the planes.

@@ -69,9 +69,9 @@ pub(crate) fn room_for_consumer(_attached: usize) -> Result<()> {
 
 /// Refuses a pool buffer a consumer could not import by reference.
 pub(crate) fn lendable(t: &TensorDyn) -> Result<()> {
-    match t.as_fd() {
-        Some(_) => Ok(()),
-        None => Err(Error::Unavailable {
+    match t.has_fds() {
+        true => Ok(()),
+        false => Err(Error::Unavailable {
             memory: t.memory(),
             reason: "a channel lends its buffers by fd; allocate the pool on shm, DMA-BUF or GPU \
                      memory"
