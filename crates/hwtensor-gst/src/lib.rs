@@ -12,9 +12,9 @@
 //!   upstream that writes through `GstVideoMeta` may take the pool. A frame upstream brings in
 //!   its own fd memory (DMA-BUF from v4l2src or a decoder, another channel's memfds) is adopted:
 //!   imported once, added to the channel, then sent by id with no copy, upstream's buffer held
-//!   until consumers hand it back. A frame in neither, or in one fd memory per plane (NV12M from
-//!   a multi-planar camera: the channel carries one fd per buffer), is copied once, counted in
-//!   the `copies` property. End of stream and a
+//!   until consumers hand it back, also when it is one fd memory per plane (NV12M from a
+//!   multi-planar camera: the channel hands it off with an fd per plane). A frame in neither is
+//!   copied once, counted in the `copies` property. End of stream and a
 //!   change of caps reach consumers as frames of their own ([`wire`]). Properties: `socket`,
 //!   `pool-size`, `memory` (shm, or DMA-BUF for hardware upstream such as v4l2src
 //!   `io-mode=dmabuf-import`), `wait-for-consumer`, `when-full` (block or drop), `timeout`; counters

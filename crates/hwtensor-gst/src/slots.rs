@@ -337,9 +337,13 @@ impl SlotPool {
 #[allow(unsafe_code)] // fd memory over an fd the pool keeps open
 fn slot_buffer(t: &TensorDyn, read_only: bool) -> Result<gst::Buffer, String> {
     use std::os::fd::AsRawFd;
-    let fd = t
-        .as_fd()
-        .ok_or_else(|| format!("{} memory has no fd to lend", t.memory()))?;
+    let fd = t.as_fd().ok_or_else(|| {
+        format!(
+            "this {} memory has no one fd to lend (an image in a buffer per plane goes \
+                 downstream copied)",
+            t.memory()
+        )
+    })?;
     let start = t.byte_offset();
     let size = crate::caps::image_bytes(t)?;
     // KEEP_MAPPED: mapped once for the pool's life, not mmapped and unmapped per frame.

@@ -1,7 +1,7 @@
 //! Upstream's own fd buffers adopted into the channel: DMA-BUF from v4l2src or a decoder, the
-//! memfds of another channel's hwtensorsrc. Only a buffer in one fd memory: the channel's
-//! hand-off carries one fd per buffer, so a buffer per plane (NV12M) is copied instead. Each
-//! new buffer is imported once
+//! memfds of another channel's hwtensorsrc. A buffer is one fd memory, or one per plane (a
+//! multi-planar camera's NV12M, which the channel hands off with an fd per plane). Each new
+//! buffer is imported once
 //! (`TensorDyn::image_from_planes`, checked as any import is) and added to the channel's pool
 //! (`Producer::add`); every later frame upstream brings in it goes out as its id, no copy.
 //! The sink holds upstream's buffer until every consumer has handed its slot back, so
@@ -35,9 +35,9 @@ pub(super) struct Adopted {
 }
 
 impl Adopted {
-    /// The slot of `buffer` in the channel: one adopted before, or a new one where the buffer
-    /// is one fd memory that imports as the frame. `Err` says why it cannot be adopted (the
-    /// frame is then copied).
+    /// The slot of `buffer` in the channel: one adopted before, or a new one where the buffer's
+    /// fd memories import as the frame. `Err` says why it cannot be adopted (the frame is then
+    /// copied).
     pub(super) fn slot_for(
         &mut self,
         producer: &mut Producer,
@@ -45,12 +45,12 @@ impl Adopted {
         info: &VideoInfo,
         buffer: &gst::BufferRef,
     ) -> Result<Slot, String> {
-        let (fd, offset) = fd_of(buffer)?;
-        let key = key(fd, offset)?;
+        let planes = planes_of(buffer, info)?;
+        let key = key(&planes)?;
         if let Some(&slot) = self.slots.get(&key) {
             return Ok(slot);
         }
-        let tensor = import(fd, offset, g, info, buffer)?;
+        let tensor = import(&planes, g)?;
         let slot = producer.add(tensor).map_err(|e| e.to_string())?;
         self.slots.insert(key, slot);
         Ok(slot)
@@ -69,15 +69,24 @@ impl Adopted {
     }
 }
 
-/// The fd of a buffer that is one fd memory, and where the memory starts in it.
-fn fd_of(buffer: &gst::BufferRef) -> Result<(BorrowedFd<'_>, usize), String> {
-    if buffer.n_memory() != 1 {
-        return Err(format!("{} memories, not one", buffer.n_memory()));
-    }
-    let memory = buffer.peek_memory(0);
+/// One plane of an upstream frame: the fd it lies in, where it starts there, its row stride.
+struct PlaneAt<'a> {
+    fd: BorrowedFd<'a>,
+    offset: usize,
+    stride: usize,
+}
+
+/// An fd memory of `buffer`: its fd, where the memory starts in it, its size.
+fn fd_memory(memory: &gst::MemoryRef) -> Result<(BorrowedFd<'_>, usize, usize), String> {
     let fd_memory = memory
         .downcast_memory_ref::<gst_allocators::FdMemory>()
-        .ok_or("not fd memory")?;
+        .ok_or_else(|| {
+            let kind = memory.allocator().map(|a| a.memory_type().to_string());
+            format!(
+                "not fd memory ({} memory)",
+                kind.as_deref().unwrap_or("system")
+            )
+        })?;
     let raw = fd_memory.fd();
     if raw < 0 {
         return Err("fd memory without an fd".into());
@@ -86,37 +95,55 @@ fn fd_of(buffer: &gst::BufferRef) -> Result<(BorrowedFd<'_>, usize), String> {
     // memory.
     #[allow(unsafe_code)]
     let fd = unsafe { BorrowedFd::borrow_raw(raw) };
-    Ok((fd, memory.offset()))
+    Ok((fd, memory.offset(), memory.size()))
 }
 
-fn key(fd: BorrowedFd<'_>, offset: usize) -> Result<Key, String> {
-    let st = rustix::fs::fstat(fd).map_err(|e| format!("fstat of upstream's fd: {e}"))?;
-    Ok((st.st_dev, st.st_ino, offset))
-}
-
-/// The frame `buffer` holds as an image over a duplicate of its fd: each plane where
-/// `GstVideoMeta` (or, without one, the caps' default layout) puts it.
-fn import(
-    fd: BorrowedFd<'_>,
-    offset: usize,
-    g: &Geometry,
-    info: &VideoInfo,
-    buffer: &gst::BufferRef,
-) -> Result<TensorDyn, String> {
+/// Each plane of the frame in `buffer`, where `GstVideoMeta` (or, without one, the caps'
+/// default layout) puts it. A plane's offset counts across the buffer's memories one after
+/// another (v4l2src's NV12M: the chroma plane at the luma memory's size, in the second memory).
+fn planes_of<'a>(buffer: &'a gst::BufferRef, info: &VideoInfo) -> Result<Vec<PlaneAt<'a>>, String> {
+    let memories = (0..buffer.n_memory())
+        .map(|i| fd_memory(buffer.peek_memory(i)))
+        .collect::<Result<Vec<_>, String>>()?;
     let (offsets, strides): (Vec<usize>, Vec<i32>) = match buffer.meta::<gst_video::VideoMeta>() {
         Some(m) => (m.offset().to_vec(), m.stride().to_vec()),
         None => (info.offset().to_vec(), info.stride().to_vec()),
     };
-    let planes = offsets
+    offsets
         .iter()
         .zip(&strides)
         .map(|(&at, &stride)| {
-            let fd = fd
-                .as_fd()
-                .try_clone_to_owned()
-                .map_err(|e| format!("dup of upstream's fd: {e}"))?;
             let stride = usize::try_from(stride).map_err(|_| "a negative stride")?;
-            Ok(PlaneFd::new(fd, offset + at, stride))
+            let mut start = 0;
+            for &(fd, offset, size) in &memories {
+                if at < start + size {
+                    let offset = offset + (at - start);
+                    return Ok(PlaneAt { fd, offset, stride });
+                }
+                start += size;
+            }
+            Err(format!("a plane at byte {at} of a {start}-byte buffer"))
+        })
+        .collect()
+}
+
+/// The buffer's key: its first plane's file and where the plane starts there.
+fn key(planes: &[PlaneAt<'_>]) -> Result<Key, String> {
+    let first = planes.first().ok_or("a frame without planes")?;
+    let st = rustix::fs::fstat(first.fd).map_err(|e| format!("fstat of upstream's fd: {e}"))?;
+    Ok((st.st_dev, st.st_ino, first.offset))
+}
+
+/// The frame as an image over duplicates of its planes' fds.
+fn import(planes: &[PlaneAt<'_>], g: &Geometry) -> Result<TensorDyn, String> {
+    let planes = planes
+        .iter()
+        .map(|p| {
+            let fd =
+                p.fd.as_fd()
+                    .try_clone_to_owned()
+                    .map_err(|e| format!("dup of upstream's fd: {e}"))?;
+            Ok(PlaneFd::new(fd, p.offset, p.stride))
         })
         .collect::<Result<Vec<_>, String>>()?;
     TensorDyn::image_from_planes(
