@@ -127,8 +127,18 @@ pub fn layout(t: &TensorDyn) -> Result<(Vec<usize>, Vec<i32>), String> {
 /// Through the C function itself: gstreamer-rs's `VideoMeta::add_full` checks the buffer
 /// against GStreamer's default size for the format, which refuses a tight I420 whose default
 /// rows GStreamer pads (1364x767: GStreamer rounds the luma plane up to 768 rows).
-#[allow(unsafe_code)] // one FFI call on a buffer we hold mutably
 pub fn add_video_meta(buffer: &mut gst::BufferRef, t: &TensorDyn) -> Result<(), String> {
+    add_video_meta_at(buffer, t, &layout(t)?.0)
+}
+
+/// [`add_video_meta`] with each plane at `offsets` of the buffer (counted across its memories:
+/// a buffer with a memory per plane has each plane where the memories before it end).
+#[allow(unsafe_code)] // one FFI call on a buffer we hold mutably
+pub fn add_video_meta_at(
+    buffer: &mut gst::BufferRef,
+    t: &TensorDyn,
+    offsets: &[usize],
+) -> Result<(), String> {
     use gst::glib::translate::IntoGlib;
     let info = t.image_info().ok_or("not an image")?;
     let format = info
@@ -136,7 +146,14 @@ pub fn add_video_meta(buffer: &mut gst::BufferRef, t: &TensorDyn) -> Result<(), 
         .gst_name()
         .map(VideoFormat::from_string)
         .ok_or_else(|| format!("GStreamer has no name for {} images", info.format))?;
-    let (offsets, strides) = layout(t)?;
+    let strides = layout(t)?.1;
+    if offsets.len() != strides.len() {
+        return Err(format!(
+            "{} plane offsets for {} planes",
+            offsets.len(),
+            strides.len()
+        ));
+    }
     if offsets.len() > gst_video::ffi::GST_VIDEO_MAX_PLANES as usize {
         return Err(format!(
             "{} has more planes than GStreamer describes",

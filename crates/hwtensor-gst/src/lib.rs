@@ -21,7 +21,8 @@
 //!   `copies`, `dropped`, `frames`, `consumers`.
 //! - **`hwtensorsrc`** attaches to a channel and pushes each frame as a buffer whose fd memory
 //!   *is* the frame (fd memory over the shm or DMA-BUF fd, with `GstVideoMeta`); the buffer's
-//!   last unref hands the frame back. A channel that grows after attach (a sink adopting
+//!   last unref hands the frame back; a frame in a buffer per plane (an adopted NV12M camera
+//!   frame) is a memory per plane. A channel that grows after attach (a sink adopting
 //!   upstream's buffers) is followed: each added buffer of the same picture is lent as well.
 //!   A producer that leaves without end of stream ends the stream with an element error that
 //!   says so. GPU frames come as system-memory copies

@@ -1,5 +1,6 @@
 //! A buffer pool whose buffers are a channel's own buffers: one `GstBuffer` per pool slot,
-//! made once (its fd memory mapped once), lent out and taken back as the channel lends and
+//! made once (its fd memory, or a memory per plane for an image in a buffer per plane, mapped
+//! once), lent out and taken back as the channel lends and
 //! takes back the slot. `hwtensorsink` offers it upstream, so producers write straight into the
 //! memory consumers read; `hwtensorsrc` pushes its buffers, so a frame's last unref downstream
 //! is what hands it back to the producer.
@@ -67,21 +68,24 @@ mod imp {
         pub at_rest: Option<gst::Buffer>,
         /// The buffer's address: how a buffer that comes back finds its slot.
         pub address: usize,
-        /// The buffer's own memory. An element that cannot map it as it wants may put a copy
-        /// in its place (`gst_memory_make_mapped`): its writes then never reach the slot, so
-        /// such a buffer is known by its memory and the slot's memory is put back.
-        pub memory: gst::Memory,
+        /// The buffer's own memories (one, or one per plane of an image in a buffer per
+        /// plane). An element that cannot map them as it wants may put a copy in their place
+        /// (`gst_memory_make_mapped`, or a merge of several): its writes then never reach the
+        /// slot, so such a buffer is known by its memories and the slot's are put back.
+        pub memories: Vec<gst::Memory>,
     }
 
     impl Slot {
-        /// The slot whose buffer is `buffer` (one memory) over `tensor`.
+        /// The slot whose buffer is `buffer` over `tensor`.
         pub fn new(tensor: TensorDyn, buffer: gst::Buffer) -> Slot {
-            // `memory(0)` takes a reference; `to_owned` of a MemoryRef would copy the bytes.
-            let memory = buffer.memory(0).expect("a slot buffer has one memory");
+            // `memory(i)` takes a reference; `to_owned` of a MemoryRef would copy the bytes.
+            let memories = (0..buffer.n_memory())
+                .filter_map(|i| buffer.memory(i))
+                .collect();
             Slot {
                 tensor,
                 address: buffer.as_ptr() as usize,
-                memory,
+                memories,
                 at_rest: Some(buffer),
             }
         }
@@ -152,9 +156,12 @@ mod imp {
             if let Some(slot) = slot_at(&slots, address) {
                 let mut buffer = buffer;
                 let s = &mut slots[slot];
-                if !holds(&buffer, &s.memory) {
+                if !holds(&buffer, &s.memories) {
                     if let Some(b) = buffer.get_mut() {
-                        b.replace_all_memory(s.memory.clone());
+                        b.remove_all_memory();
+                        for memory in &s.memories {
+                            b.append_memory(memory.clone());
+                        }
                     }
                 }
                 s.at_rest = Some(buffer);
@@ -210,9 +217,13 @@ mod imp {
         }
     }
 
-    /// Whether `buffer` still holds `memory`, and nothing else.
-    pub(super) fn holds(buffer: &gst::BufferRef, memory: &gst::Memory) -> bool {
-        buffer.n_memory() == 1 && buffer.peek_memory(0).as_ptr() == memory.as_ptr()
+    /// Whether `buffer` still holds `memories`, in order, and nothing else.
+    pub(super) fn holds(buffer: &gst::BufferRef, memories: &[gst::Memory]) -> bool {
+        buffer.n_memory() == memories.len()
+            && memories
+                .iter()
+                .enumerate()
+                .all(|(i, m)| buffer.peek_memory(i).as_ptr() == m.as_ptr())
     }
 
     fn reset(buffer: &mut gst::BufferRef) {
@@ -290,7 +301,7 @@ impl SlotPool {
     pub fn slot_of(&self, buffer: &gst::BufferRef) -> Option<(usize, bool)> {
         let slots = self.imp().inner.get()?.slots.lock().unwrap();
         let slot = imp::slot_at(&slots, buffer.as_ptr() as usize)?;
-        Some((slot, imp::holds(buffer, &slots[slot].memory)))
+        Some((slot, imp::holds(buffer, &slots[slot].memories)))
     }
 
     /// The tensor behind `slot`.
@@ -333,26 +344,60 @@ impl SlotPool {
 }
 
 /// The buffer of one slot: fd memory over the tensor's fd (DMA-BUF memory for a DMA-BUF, so
-/// downstream importers see one), covering the image, with its `GstVideoMeta`.
-#[allow(unsafe_code)] // fd memory over an fd the pool keeps open
+/// downstream importers see one), covering the image, with its `GstVideoMeta`. An image in a
+/// buffer per plane gets a memory per plane, each over its own fd, the planes one after
+/// another in the buffer as `GstVideoMeta` says.
 fn slot_buffer(t: &TensorDyn, read_only: bool) -> Result<gst::Buffer, String> {
+    let pieces = match t.plane_fds() {
+        Some(planes) => {
+            let table = t.plane_table().map_err(|e| e.to_string())?;
+            planes
+                .into_iter()
+                .zip(table)
+                .map(|((fd, at), plane)| (fd, at, plane.size))
+                .collect()
+        }
+        None => {
+            let fd = t
+                .as_fd()
+                .ok_or_else(|| format!("{} memory has no fd to lend", t.memory()))?;
+            vec![(fd, t.byte_offset(), crate::caps::image_bytes(t)?)]
+        }
+    };
+    let mut buffer = gst::Buffer::new();
+    let b = buffer.get_mut().unwrap();
+    let mut offsets = Vec::with_capacity(pieces.len());
+    let mut at = 0;
+    for (fd, start, size) in pieces {
+        b.append_memory(fd_memory(t, fd, start, size, read_only)?);
+        offsets.push(at);
+        at += size;
+    }
+    match b.n_memory() {
+        1 => crate::caps::add_video_meta(b, t)?,
+        _ => crate::caps::add_video_meta_at(b, t, &offsets)?,
+    }
+    Ok(buffer)
+}
+
+/// Fd memory over `size` bytes at `start` of `fd`, one of `t`'s (DMA-BUF memory for a DMA-BUF),
+/// mapped once for the pool's life; marked read-only when `read_only`.
+#[allow(unsafe_code)] // fd memory over an fd the pool keeps open
+fn fd_memory(
+    t: &TensorDyn,
+    fd: std::os::fd::BorrowedFd<'_>,
+    start: usize,
+    size: usize,
+    read_only: bool,
+) -> Result<gst::Memory, String> {
     use std::os::fd::AsRawFd;
-    let fd = t.as_fd().ok_or_else(|| {
-        format!(
-            "this {} memory has no one fd to lend (an image in a buffer per plane goes \
-                 downstream copied)",
-            t.memory()
-        )
-    })?;
-    let start = t.byte_offset();
-    let size = crate::caps::image_bytes(t)?;
     // KEEP_MAPPED: mapped once for the pool's life, not mmapped and unmapped per frame.
     let flags =
         gst_allocators::FdMemoryFlags::DONT_CLOSE | gst_allocators::FdMemoryFlags::KEEP_MAPPED;
     // SAFETY: the fd stays open while the memory lives: the pool keeps the tensor that owns it
     // (`Inner::tensors`), and every buffer of the pool, out or at rest, keeps the pool alive.
     // DONT_CLOSE leaves closing it to the tensor.
-    let memory = unsafe {
+    let mut memory = unsafe {
         match t.memory() {
             TensorMemory::DmaBuf => gst_allocators::DmaBufAllocator::new().alloc_with_flags(
                 fd.as_raw_fd(),
@@ -363,23 +408,14 @@ fn slot_buffer(t: &TensorDyn, read_only: bool) -> Result<gst::Buffer, String> {
         }
     }
     .map_err(|e| format!("wrapping the slot's fd: {e}"))?;
-    let mut buffer = gst::Buffer::new();
-    {
-        let b = buffer.get_mut().unwrap();
-        let mut memory = memory;
-        {
-            let m = memory.get_mut().unwrap();
-            m.resize(start..start + size);
-            if read_only {
-                // SAFETY: sets a flag bit of a memory this function alone holds; GStreamer
-                // reads GST_MEMORY_FLAG_READONLY when a writer maps it, and then copies.
-                unsafe {
-                    (*m.as_mut_ptr()).mini_object.flags |= gst::ffi::GST_MEMORY_FLAG_READONLY;
-                }
-            }
+    let m = memory.get_mut().unwrap();
+    m.resize(start..start + size);
+    if read_only {
+        // SAFETY: sets a flag bit of a memory this function alone holds; GStreamer reads
+        // GST_MEMORY_FLAG_READONLY when a writer maps it, and then copies.
+        unsafe {
+            (*m.as_mut_ptr()).mini_object.flags |= gst::ffi::GST_MEMORY_FLAG_READONLY;
         }
-        b.append_memory(memory);
-        crate::caps::add_video_meta(b, t)?;
     }
-    Ok(buffer)
+    Ok(memory)
 }

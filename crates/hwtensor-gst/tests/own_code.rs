@@ -212,6 +212,91 @@ fn hwtensorsrc_fed_by_a_rust_producer_pushes_fd_memory_that_hands_each_frame_bac
     assert_eq!(seen, (0..count as u8).collect::<Vec<_>>());
 }
 
+/// A 640x480 NV12 image whose luma and chroma are each in a memfd of their own, as a
+/// multi-planar camera's NV12M frames are (in DMA-BUFs).
+fn nv12m_image() -> TensorDyn {
+    let (w, h) = (640, 480);
+    let plane = |len: usize| {
+        let flags = rustix::fs::MemfdFlags::CLOEXEC | rustix::fs::MemfdFlags::ALLOW_SEALING;
+        let fd = rustix::fs::memfd_create("plane", flags).unwrap();
+        rustix::fs::ftruncate(&fd, len as u64).unwrap();
+        hwtensor::PlaneFd::new(fd, 0, w)
+    };
+    let planes = vec![plane(w * h), plane(w * h / 2)];
+    TensorDyn::image_from_planes(
+        planes,
+        w,
+        h,
+        PixelFormat::Nv12,
+        DType::U8,
+        CpuAccess::ReadWrite,
+    )
+    .unwrap()
+}
+
+#[test]
+fn hwtensorsrc_lends_frames_in_a_buffer_per_plane_as_a_memory_per_plane_without_a_copy() {
+    init();
+    let (socket, listener) = listening();
+    let count = 12;
+    let producer = std::thread::spawn(move || {
+        let mut producer = Producer::new((0..4).map(|_| nv12m_image()).collect()).unwrap();
+        let (stream, _) = listener.accept().unwrap();
+        producer.attach(stream).unwrap();
+        for i in 0..count {
+            let slot = producer.acquire(Duration::from_secs(20)).unwrap();
+            let image = producer.tensor(slot).as_tensor::<u8>().unwrap();
+            let mut map = image.map_write().unwrap();
+            let (luma, chroma) = map.split_at_mut(640 * 480);
+            luma.fill(i as u8);
+            chroma.fill(200 - i as u8);
+            drop(map);
+            producer
+                .send(slot, Marker::of(Kind::Frame).meta(i as u64))
+                .unwrap();
+        }
+        end_of_stream(&mut producer);
+    });
+    let (pipeline, sink) = with_appsink(&format!(
+        "hwtensorsrc name=src socket={socket} is-live=false ! appsink name=out sync=false \
+         max-buffers=1"
+    ));
+    pipeline.set_state(gst::State::Playing).unwrap();
+    let (mut seen, mut lent) = (Vec::new(), 0);
+    while let Ok(sample) = sink.pull_sample() {
+        let info = gst_video::VideoInfo::from_caps(sample.caps().unwrap()).unwrap();
+        let buffer = sample.buffer().unwrap();
+        // A lent frame is its own two fd memories; a copy (counted below) is one.
+        if buffer.n_memory() == 2 {
+            let fd_memory = |i| {
+                let memory = buffer.peek_memory(i);
+                memory.is_memory_type::<gst_allocators::FdMemory>()
+            };
+            assert!(fd_memory(0) && fd_memory(1), "a frame's own fd memories");
+            lent += 1;
+        }
+        let frame = gst_video::VideoFrameRef::from_buffer_ref_readable(buffer, &info).unwrap();
+        let luma = frame.plane_data(0).unwrap();
+        let chroma = frame.plane_data(1).unwrap();
+        let first = luma[0];
+        assert!(luma.iter().all(|&b| b == first), "frame {first}'s luma");
+        assert!(
+            chroma.iter().all(|&b| b == 200 - first),
+            "frame {first}'s chroma"
+        );
+        seen.push(first);
+    }
+    let src = pipeline.by_name("src").unwrap();
+    let copies = src.property::<u64>("copies");
+    pipeline.set_state(gst::State::Null).unwrap();
+    producer.join().unwrap();
+    assert_eq!(seen, (0..count as u8).collect::<Vec<_>>());
+    // hwtensorsrc copies a frame rather than lend its producer's last free buffer: the rest
+    // go downstream in their own memory.
+    assert_eq!(lent + copies as usize, count, "every frame lent or copied");
+    assert!(lent >= count / 2, "{lent} of {count} frames lent");
+}
+
 /// The time a buffer's `GstReferenceTimestampMeta` of `caps` (a `wire` constant) holds, in ns.
 fn stamp(buffer: &gst::BufferRef, caps: &str) -> Option<u64> {
     let caps = gst::Caps::new_empty_simple(caps);
