@@ -46,6 +46,26 @@ def test_an_image_at_an_offset_and_an_image_over_two_planes_read_their_own_bytes
         assert flat[0] == 1 and flat[width * height] == 2
 
 
+def test_an_image_in_a_buffer_per_plane_is_sent_with_an_fd_per_plane_as_the_same_memory():
+    width, height = 4096, 2  # each plane a whole page, as a buffer per plane needs
+    luma, chroma = _memfd(width * height, fill=1), _memfd(width * height // 2, fill=2)
+    nv12 = hwtensor.Tensor.image_from_planes(
+        [(luma, 0, width), (chroma, 0, width)], width, height, "nv12"
+    )
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        hwtensor.send(ours, nv12)  # by reference: no copy
+        got = hwtensor.recv(theirs, timeout=5)
+    assert got.format == "nv12" and got.shape == nv12.shape
+    with got.map_write() as a:
+        flat = a.reshape(-1)
+        assert flat[0] == 1 and flat[width * height] == 2
+        flat[width * height + 3] = 9
+    assert os.pread(chroma, 1, 3) == bytes([9])  # the sender's chroma buffer
+    for f in (luma, chroma):
+        os.close(f)
+
+
 def test_a_tensors_fd_is_borrowed_and_its_clone_is_the_callers():
     t = hwtensor.Tensor((64,), memory="shm")
     borrowed = t.fd()
