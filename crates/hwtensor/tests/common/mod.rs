@@ -1,4 +1,4 @@
-//! Helpers shared by the GPU test binaries.
+//! Helpers shared by the test binaries: skips and REQUIRE flags, shared memory, hostile blobs.
 #![allow(dead_code)]
 
 /// The name of the test function it is written in, for `SKIPPED:` lines and REQUIRE failures:
@@ -114,4 +114,24 @@ pub fn dmabuf_part_or_skip(test: &str, why_not: Option<String>) -> bool {
 #[cfg(target_os = "linux")]
 pub fn dma_heap_or_skip(test: &str) -> bool {
     dmabuf_part_or_skip(test, hwtensor::TensorMemory::DmaBuf.unavailable_reason())
+}
+
+/// Values a hostile peer puts in a blob's words: small counts and indices, and the edges of
+/// the signed and unsigned ranges.
+pub const HOSTILE_WORDS: [u32; 7] = [0, 1, 2, 0x7fff_ffff, 0x8000_0000, 0xffff_fffe, u32::MAX];
+
+/// Every blob that differs from `bytes` in one of the 32-bit words at `words` (byte offsets)
+/// set to one of [`HOSTILE_WORDS`], with where and what: each must be refused.
+pub fn hostile_mutations(
+    bytes: &[u8],
+    words: impl Iterator<Item = usize>,
+) -> Vec<(usize, u32, Vec<u8>)> {
+    words
+        .flat_map(|at| HOSTILE_WORDS.map(|v| (at, v)))
+        .filter_map(|(at, v)| {
+            let mut b = bytes.to_vec();
+            b[at..at + 4].copy_from_slice(&v.to_le_bytes());
+            (b != bytes).then_some((at, v, b))
+        })
+        .collect()
 }
