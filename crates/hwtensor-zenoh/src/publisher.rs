@@ -243,16 +243,16 @@ impl Drop for Publisher {
     }
 }
 
-/// One frame to a subscriber on this host: the record, then the tensor by fd (inline where
-/// its memory has no fd: heap).
+/// One frame to a subscriber on this host: the record, then the tensor by fd (an fd per plane
+/// for an image in a buffer per plane; inline where its memory has no fd: heap).
 fn send_local(s: &mut UnixStream, info: &[u8], tensor: &TensorDyn) -> hwtensor::Result<()> {
     s.write_all(info).map_err(|e| hwtensor::Error::Os {
         op: "sending a frame record",
         source: e,
     })?;
-    match tensor.as_fd() {
-        Some(_) => handoff::send(s, tensor),
-        None => handoff::send_as(s, tensor, Transport::Inline),
+    match tensor.has_fds() {
+        true => handoff::send(s, tensor),
+        false => handoff::send_as(s, tensor, Transport::Inline),
     }
 }
 

@@ -127,6 +127,47 @@ fn frames_go_by_fd(memory: TensorMemory) {
     assert_eq!(subscriber.dropped(), 0);
 }
 
+/// A 640x480 NV12 frame of `seq`'s pattern with luma and chroma each in a memfd of its own, as
+/// a multi-planar camera gives (in DMA-BUFs).
+fn nv12m_frame(seq: u64) -> TensorDyn {
+    let (w, h) = (640, 480);
+    let plane = |len: usize| {
+        let buffer = Tensor::<u8>::new(&[len], Some(TensorMemory::Shm)).unwrap();
+        hwtensor::PlaneFd::new(buffer.clone_fd().unwrap(), 0, w)
+    };
+    let planes = vec![plane(w * h), plane(w * h / 2)];
+    let t = Tensor::<u8>::image_from_planes(planes, w, h, PixelFormat::Nv12, CpuAccess::ReadWrite)
+        .unwrap();
+    for (i, b) in t.map_write().unwrap().iter_mut().enumerate() {
+        *b = pixel(seq, i)[0];
+    }
+    t.into()
+}
+
+#[test]
+fn on_one_host_an_image_in_a_buffer_per_plane_goes_with_an_fd_per_plane() {
+    let port = free_port();
+    let (a, b) = (session(port, true), session(port, false));
+    let mut publisher = Publisher::new(&a, "test/planes", every_frame()).unwrap();
+    let mut subscriber = Subscriber::new(&b, "test/planes", SubscriberOptions::default()).unwrap();
+    wait_until("the local connection", || {
+        publisher.local_subscribers() == 1
+    });
+    for n in 0..3 {
+        let sent = nv12m_frame(n);
+        let seq = publisher.publish(&sent).unwrap();
+        let r = subscriber.recv(WAIT).unwrap();
+        assert_eq!((r.seq, r.gap), (seq, 0));
+        let planes = r
+            .tensor
+            .plane_fds()
+            .expect("by an fd per plane, not inline");
+        assert_eq!(planes.len(), 2);
+        let got = r.tensor.as_tensor::<u8>().unwrap().to_vec().unwrap();
+        assert_eq!(got, sent.as_tensor::<u8>().unwrap().to_vec().unwrap());
+    }
+}
+
 #[test]
 fn across_hosts_frames_travel_inline_into_the_memory_asked_for_with_every_pixel() {
     let port = free_port();

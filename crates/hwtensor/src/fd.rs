@@ -72,9 +72,10 @@ impl<T: Element> Tensor<T> {
         )
     }
 
-    /// Whether the tensor can go to another process by its fds (reference mode): a buffer with
-    /// an fd, or an image with an fd per plane, which has no one fd to give [`Tensor::as_fd`].
-    pub(crate) fn has_fds(&self) -> bool {
+    /// Whether the tensor can go to another process by its fds (reference mode, what
+    /// `handoff::send` takes): a buffer with an fd, or an image with an fd per plane, which has
+    /// no one fd to give [`Tensor::as_fd`].
+    pub fn has_fds(&self) -> bool {
         self.as_fd().is_some() || self.buffer.plane_fds().is_some()
     }
 
@@ -242,8 +243,8 @@ impl TensorDyn {
         each_tensor!(self, t => t.plane_fds())
     }
 
-    /// See `Tensor::has_fds`.
-    pub(crate) fn has_fds(&self) -> bool {
+    /// See [`Tensor::has_fds`].
+    pub fn has_fds(&self) -> bool {
         each_tensor!(self, t => t.has_fds())
     }
 
