@@ -206,7 +206,11 @@ impl Subscriber {
                 Err(RecvTimeoutError::Disconnected) => return Err(Error::Closed),
             };
             let (info, tensor, zero_copy, frame_id) = match incoming {
-                Incoming::Local(info, tensor) => (info, tensor, true, String::new()),
+                Incoming::Local(info, tensor) => {
+                    // Heap memory has no fd: it came over the socket as bytes.
+                    let by_fd = tensor.memory() != TensorMemory::Mem;
+                    (info, tensor, by_fd, String::new())
+                }
                 Incoming::Remote(sample) => match self.parse_remote(&sample) {
                     Ok(Some(frame)) => frame,
                     Ok(None) => continue, // ours by fd already

@@ -145,6 +145,23 @@ fn nv12m_frame(seq: u64) -> TensorDyn {
 }
 
 #[test]
+fn on_one_host_a_heap_frame_comes_as_bytes_and_says_it_was_not_zero_copy() {
+    let port = free_port();
+    let (a, b) = (session(port, true), session(port, false));
+    let mut publisher = Publisher::new(&a, "test/heap", every_frame()).unwrap();
+    let mut subscriber = Subscriber::new(&b, "test/heap", SubscriberOptions::default()).unwrap();
+    wait_until("the local connection", || {
+        publisher.local_subscribers() == 1
+    });
+    let sent = frame(3, TensorMemory::Mem);
+    let seq = publisher.publish(&sent).unwrap();
+    let r = subscriber.recv(WAIT).unwrap();
+    assert_eq!((r.seq, r.zero_copy), (seq, false));
+    let bytes = |t: &TensorDyn| t.as_tensor::<u8>().unwrap().to_vec().unwrap();
+    assert_eq!(bytes(&r.tensor), bytes(&sent));
+}
+
+#[test]
 fn on_one_host_an_image_in_a_buffer_per_plane_goes_with_an_fd_per_plane() {
     let port = free_port();
     let (a, b) = (session(port, true), session(port, false));
