@@ -280,15 +280,17 @@ def main(argv=None):
         if not torch.cuda.is_available():
             sys.exit("PyTorch sees no CUDA device: run with --self-test, or on a CUDA machine")
     rows = []
+    print(f"{'size':<6} {'contender':<16} {'n':>5} {'one-way median':>15} {'p99':>9} "
+          f"{'round trip median':>18} {'p99':>9}", flush=True)
+    # Each size's rows as soon as it is measured: a run cut short (a device call's time limit)
+    # still reports the sizes it finished.
     for size in args.sizes.split(","):
         results = alternate(contenders_for(size, args.self_test), args.blocks, args.frames // args.blocks)
         for name, (one_way, round_trip) in results.items():
-            rows.append((size, name, summary(one_way), summary(round_trip)))
-    print(f"{'size':<6} {'contender':<16} {'n':>5} {'one-way median':>15} {'p99':>9} "
-          f"{'round trip median':>18} {'p99':>9}")
-    for size, name, ow, rt in rows:
-        print(f"{size:<6} {name:<16} {ow['n']:>5} {ow['median_us']:>12.1f} us {ow['p99_us']:>6.1f} us "
-              f"{rt['median_us']:>15.1f} us {rt['p99_us']:>6.1f} us")
+            ow, rt = summary(one_way), summary(round_trip)
+            rows.append((size, name, ow, rt))
+            print(f"{size:<6} {name:<16} {ow['n']:>5} {ow['median_us']:>12.1f} us {ow['p99_us']:>6.1f} us "
+                  f"{rt['median_us']:>15.1f} us {rt['p99_us']:>6.1f} us", flush=True)
     for name, (pending, slept) in CPU_WAITS.items():
         print(f"{name}: CPU waits on a timeline, both processes: {pending} pending, {slept} slept")
     return rows
