@@ -105,16 +105,22 @@ fn on_one_host_dmabuf_frames_go_by_fd_and_arrive_as_dmabufs() {
     }
 }
 
-/// Frames of `memory` on one host: each goes by fd, arrives in the same memory, zero-copy.
-fn frames_go_by_fd(memory: TensorMemory) {
+/// A publisher and a subscriber of `key` in two sessions of this host, connected by their
+/// local socket; the sessions go with them, to outlive both.
+fn on_one_host(key: &str) -> (Publisher, Subscriber, [zenoh::Session; 2]) {
     let port = free_port();
     let (a, b) = (session(port, true), session(port, false));
-    let mut publisher = Publisher::new(&a, "test/one-host", every_frame()).unwrap();
-    let mut subscriber =
-        Subscriber::new(&b, "test/one-host", SubscriberOptions::default()).unwrap();
+    let publisher = Publisher::new(&a, key, every_frame()).unwrap();
+    let subscriber = Subscriber::new(&b, key, SubscriberOptions::default()).unwrap();
     wait_until("the local connection", || {
         publisher.local_subscribers() == 1
     });
+    (publisher, subscriber, [a, b])
+}
+
+/// Frames of `memory` on one host: each goes by fd, arrives in the same memory, zero-copy.
+fn frames_go_by_fd(memory: TensorMemory) {
+    let (mut publisher, mut subscriber, _sessions) = on_one_host("test/one-host");
     assert!(!publisher.publishes_inline(), "no subscriber elsewhere");
     for _ in 0..10 {
         let seq = publisher.publish(&frame(0, memory)).unwrap();
@@ -146,13 +152,7 @@ fn nv12m_frame(seq: u64) -> TensorDyn {
 
 #[test]
 fn on_one_host_a_heap_frame_comes_as_bytes_and_says_it_was_not_zero_copy() {
-    let port = free_port();
-    let (a, b) = (session(port, true), session(port, false));
-    let mut publisher = Publisher::new(&a, "test/heap", every_frame()).unwrap();
-    let mut subscriber = Subscriber::new(&b, "test/heap", SubscriberOptions::default()).unwrap();
-    wait_until("the local connection", || {
-        publisher.local_subscribers() == 1
-    });
+    let (mut publisher, mut subscriber, _sessions) = on_one_host("test/heap");
     let sent = frame(3, TensorMemory::Mem);
     let seq = publisher.publish(&sent).unwrap();
     let r = subscriber.recv(WAIT).unwrap();
@@ -163,13 +163,7 @@ fn on_one_host_a_heap_frame_comes_as_bytes_and_says_it_was_not_zero_copy() {
 
 #[test]
 fn on_one_host_an_image_in_a_buffer_per_plane_goes_with_an_fd_per_plane() {
-    let port = free_port();
-    let (a, b) = (session(port, true), session(port, false));
-    let mut publisher = Publisher::new(&a, "test/planes", every_frame()).unwrap();
-    let mut subscriber = Subscriber::new(&b, "test/planes", SubscriberOptions::default()).unwrap();
-    wait_until("the local connection", || {
-        publisher.local_subscribers() == 1
-    });
+    let (mut publisher, mut subscriber, _sessions) = on_one_host("test/planes");
     for n in 0..3 {
         let sent = nv12m_frame(n);
         let seq = publisher.publish(&sent).unwrap();
