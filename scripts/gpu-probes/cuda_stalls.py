@@ -19,6 +19,11 @@ Variants (P = producer, C = consumer):
 - `none`: nobody orders per frame (the bytes are still CUDA-imported Vulkan memory);
 - `c-idle`: P orders, C never touches the GPU (acknowledges only): is a second process's
   CUDA use part of it?
+- `c-event`: as `c-signal`, but C ends its read by recording a CUDA event (torch's) instead of
+  `cuda_done`: does any consumer GPU op after the read cost the producer, or only the
+  external-semaphore signal? (Stop 43 measured `c-signal`'s P write at 265 us, `both` at 21.)
+- `c-signal-sync`: as `c-signal`, C then waits for its stream (`torch.cuda.synchronize`) before
+  it hands the frame back: is it the signal still in flight, or the signal at all?
 - `p-sync`: P writes and waits on the CPU (`torch.cuda.synchronize`), C keeps views: the
   torch.multiprocessing pattern over hwtensor memory;
 - `both-cuda`: `both` over CUDA (VMM) memory instead of Vulkan memory;
@@ -38,15 +43,17 @@ FRAME_WAIT_S = 10.0
 
 VARIANTS = {
     # name: (memory, producer orders, consumer orders, consumer uses the GPU, producer syncs,
-    #        consumer signals after its read)
-    "both": ("gpu", True, True, True, False, False),
-    "p-order": ("gpu", True, False, True, False, False),
-    "c-order": ("gpu", False, True, True, False, False),
-    "c-signal": ("gpu", True, False, True, False, True),
-    "none": ("gpu", False, False, True, False, False),
-    "c-idle": ("gpu", True, False, False, False, False),
-    "p-sync": ("gpu", False, False, True, True, False),
-    "both-cuda": ("cuda", True, True, True, False, False),
+    #        how the consumer ends its read: None, "signal", "event" or "signal-sync")
+    "both": ("gpu", True, True, True, False, None),
+    "p-order": ("gpu", True, False, True, False, None),
+    "c-order": ("gpu", False, True, True, False, None),
+    "c-signal": ("gpu", True, False, True, False, "signal"),
+    "c-event": ("gpu", True, False, True, False, "event"),
+    "c-signal-sync": ("gpu", True, False, True, False, "signal-sync"),
+    "none": ("gpu", False, False, True, False, None),
+    "c-idle": ("gpu", True, False, False, False, None),
+    "p-sync": ("gpu", False, False, True, True, None),
+    "both-cuda": ("cuda", True, True, True, False, None),
 }
 
 
@@ -54,6 +61,16 @@ def _ns(f):
     t = time.perf_counter_ns()
     r = f()
     return r, time.perf_counter_ns() - t
+
+
+def _end_read(torch, frame, how):
+    """Ends the consumer's read of `frame` as the variant says (see the module docs)."""
+    if how == "event":
+        torch.cuda.Event().record()
+        return
+    frame.tensor.cuda_done()
+    if how == "signal-sync":
+        torch.cuda.synchronize()
 
 
 def _consumer(sock, acks, frames, order, use_gpu, signal, out):
@@ -74,7 +91,7 @@ def _consumer(sock, acks, frames, order, use_gpu, signal, out):
                 value, dt = _ns(lambda: x[0, 0, 0].item())
                 steps["C item"].append(dt)
                 if signal:
-                    _, dt = _ns(lambda: frame.tensor.cuda_done())
+                    _, dt = _ns(lambda: _end_read(torch, frame, signal))
                     steps["C cuda_done"].append(dt)
             else:
                 value = frame.seq
