@@ -73,7 +73,7 @@ def _end_read(torch, frame, how):
         torch.cuda.synchronize()
 
 
-def _consumer(sock, acks, frames, order, use_gpu, signal, out):
+def _consumer(sock, acks, frames, order, use_gpu, end_read, out):
     import torch
     import hwtensor
 
@@ -90,8 +90,8 @@ def _consumer(sock, acks, frames, order, use_gpu, signal, out):
                     x = views[frame.slot]
                 value, dt = _ns(lambda: x[0, 0, 0].item())
                 steps["C item"].append(dt)
-                if signal:
-                    _, dt = _ns(lambda: _end_read(torch, frame, signal))
+                if end_read:
+                    _, dt = _ns(lambda: _end_read(torch, frame, end_read))
                     steps["C cuda_done"].append(dt)
             else:
                 value = frame.seq
@@ -103,14 +103,14 @@ def run_variant(name, frames):
     import torch
     import hwtensor
 
-    memory, p_order, c_order, c_gpu, p_sync, c_signal = VARIANTS[name]
+    memory, p_order, c_order, c_gpu, p_sync, c_end_read = VARIANTS[name]
     pool = [hwtensor.Tensor(SHAPE, memory=memory) for _ in range(POOL)]
     producer = hwtensor.Producer(pool)
     ours, theirs = socket.socketpair()
     acks, their_acks = socket.socketpair()
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()
-    args = (theirs, their_acks, frames, c_order, c_gpu, c_signal, out)
+    args = (theirs, their_acks, frames, c_order, c_gpu, c_end_read, out)
     child = ctx.Process(target=_consumer, args=args)
     child.start()
     producer.attach(ours)

@@ -348,35 +348,34 @@ impl SlotPool {
 /// buffer per plane gets a memory per plane, each over its own fd, the planes one after
 /// another in the buffer as `GstVideoMeta` says.
 fn slot_buffer(t: &TensorDyn, read_only: bool) -> Result<gst::Buffer, String> {
-    let pieces = match t.plane_fds() {
+    // The memories (fd, start there, bytes) and each plane's offset in the buffer.
+    let (pieces, offsets): (Vec<_>, Vec<usize>) = match t.plane_fds() {
         Some(planes) => {
             let table = t.plane_table().map_err(|e| e.to_string())?;
+            let mut at = 0;
             planes
                 .into_iter()
                 .zip(table)
-                .map(|((fd, at), plane)| (fd, at, plane.size))
-                .collect()
+                .map(|((fd, start), plane)| {
+                    at += plane.size;
+                    ((fd, start, plane.size), at - plane.size)
+                })
+                .unzip()
         }
         None => {
             let fd = t
                 .as_fd()
                 .ok_or_else(|| format!("{} memory has no fd to lend", t.memory()))?;
-            vec![(fd, t.byte_offset(), crate::caps::image_bytes(t)?)]
+            let whole = (fd, t.byte_offset(), crate::caps::image_bytes(t)?);
+            (vec![whole], crate::caps::layout(t)?.0)
         }
     };
     let mut buffer = gst::Buffer::new();
     let b = buffer.get_mut().unwrap();
-    let mut offsets = Vec::with_capacity(pieces.len());
-    let mut at = 0;
     for (fd, start, size) in pieces {
         b.append_memory(fd_memory(t, fd, start, size, read_only)?);
-        offsets.push(at);
-        at += size;
     }
-    match b.n_memory() {
-        1 => crate::caps::add_video_meta(b, t)?,
-        _ => crate::caps::add_video_meta_at(b, t, &offsets)?,
-    }
+    crate::caps::add_video_meta_at(b, t, &offsets)?;
     Ok(buffer)
 }
 

@@ -2,7 +2,7 @@
 //! buffer's fd to another process or API. Windows shares GPU memory by NT handle instead
 //! (`gpu::GpuShare`), and has no fd-backed memory.
 
-use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use crate::buffer::Buffer;
 use crate::geometry::{byte_strides, extent};
@@ -63,13 +63,8 @@ impl<T: Element> Tensor<T> {
     /// a tensor in one buffer, whose fd [`Tensor::as_fd`] gives.
     pub fn plane_fds(&self) -> Option<Vec<(BorrowedFd<'_>, usize)>> {
         let planes = self.buffer.plane_fds()?;
-        Some(
-            planes
-                .fds
-                .into_iter()
-                .zip(planes.offsets.iter().copied())
-                .collect(),
-        )
+        let fds = planes.fds.iter().map(AsFd::as_fd);
+        Some(fds.zip(planes.offsets.iter().copied()).collect())
     }
 
     /// Whether the tensor can go to another process by its fds (reference mode, what

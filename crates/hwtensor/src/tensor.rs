@@ -235,6 +235,12 @@ pub(crate) struct CheckedParts {
 }
 
 impl CheckedParts {
+    /// The image the parts describe, its chroma stride included.
+    #[cfg(target_os = "linux")]
+    pub(crate) fn image(&self) -> Option<&ImageInfo> {
+        self.parts.image.as_ref()
+    }
+
     /// The same parts with the first element at `offset` of a `buffer_len`-byte buffer,
     /// checked again there.
     #[cfg(target_os = "linux")]

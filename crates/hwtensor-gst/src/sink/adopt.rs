@@ -77,7 +77,7 @@ struct PlaneAt<'a> {
 }
 
 /// An fd memory of `buffer`: its fd, where the memory starts in it, its size.
-fn fd_memory(memory: &gst::MemoryRef) -> Result<(BorrowedFd<'_>, usize, usize), String> {
+fn memory_fd(memory: &gst::MemoryRef) -> Result<(BorrowedFd<'_>, usize, usize), String> {
     let fd_memory = memory
         .downcast_memory_ref::<gst_allocators::FdMemory>()
         .ok_or_else(|| {
@@ -103,7 +103,7 @@ fn fd_memory(memory: &gst::MemoryRef) -> Result<(BorrowedFd<'_>, usize, usize), 
 /// another (v4l2src's NV12M: the chroma plane at the luma memory's size, in the second memory).
 fn planes_of<'a>(buffer: &'a gst::BufferRef, info: &VideoInfo) -> Result<Vec<PlaneAt<'a>>, String> {
     let memories = (0..buffer.n_memory())
-        .map(|i| fd_memory(buffer.peek_memory(i)))
+        .map(|i| memory_fd(buffer.peek_memory(i)))
         .collect::<Result<Vec<_>, String>>()?;
     let (offsets, strides): (Vec<usize>, Vec<i32>) = match buffer.meta::<gst_video::VideoMeta>() {
         Some(m) => (m.offset().to_vec(), m.stride().to_vec()),

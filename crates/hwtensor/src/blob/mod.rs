@@ -537,9 +537,6 @@ struct Described<'a> {
     /// Where each plane starts in its fd, for a blob with an fd per plane (required bit 8).
     #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     plane_offsets: Vec<usize>,
-    /// The image, its chroma stride included.
-    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
-    image: Option<ImageInfo>,
     /// The data of an inline blob; `None` for a reference blob.
     inline: Option<&'a [u8]>,
 }
@@ -633,7 +630,6 @@ impl<'a> Described<'a> {
             buffer_len,
             parts,
             plane_offsets,
-            image,
             inline,
         })
     }

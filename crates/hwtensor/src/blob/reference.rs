@@ -85,7 +85,10 @@ fn export_planes<'a, T: Element>(
         plane_offsets: Some(planes.offsets.to_vec()),
         ..Outgoing::reference(t)
     };
-    Ok((out.write(t, None)?, planes.fds))
+    Ok((
+        out.write(t, None)?,
+        planes.fds.iter().map(AsFd::as_fd).collect(),
+    ))
 }
 
 /// Turns a blob and the fds that came with it into a tensor, under the strict
@@ -129,7 +132,7 @@ fn planes_tensor(d: Described<'_>, fds: Vec<OwnedFd>, policy: &ImportPolicy) -> 
             fds.len()
         )));
     }
-    let model = d.image.map(|i| i.planes()).transpose()?;
+    let model = d.parts.image().map(|i| i.planes()).transpose()?;
     let model = model.ok_or_else(|| bad("the plane fds bit on a blob that is not an image"))?;
     let sources: Vec<PlaneSource> = fds
         .into_iter()

@@ -76,9 +76,9 @@ pub unsafe fn borrow_socket(fd: RawFd) -> Result<ManuallyDrop<UnixStream>> {
 }
 
 /// Sends `tensor` zero-copy: its fd by SCM_RIGHTS (an image in several buffers, an fd per
-/// plane). Memory without an fd (heap, CUDA memory)
-/// is an error that says so: copying its bytes through the socket is a different cost, which
-/// a caller asks for with [`send_as`] and [`Transport::Inline`], not one to fall into.
+/// plane). Memory without an fd (heap, CUDA memory) is an error that says so: copying its
+/// bytes through the socket is a different cost, which a caller asks for with [`send_as`] and
+/// [`Transport::Inline`], not one to fall into.
 pub fn send(stream: &UnixStream, tensor: &TensorDyn) -> Result<()> {
     if !tensor.has_fds() {
         return Err(Error::Unavailable {

@@ -99,7 +99,7 @@ pub(crate) fn layout(
 #[derive(Debug)]
 pub(crate) struct PlaneFds<'a> {
     /// Each plane's fd, in plane order.
-    pub fds: Vec<BorrowedFd<'a>>,
+    pub fds: &'a [OwnedFd],
     /// Where each plane's first row starts in its fd.
     pub offsets: &'a [usize],
     /// Where the image's first byte lies in the mapping: a tensor at another offset is a view
@@ -278,7 +278,7 @@ impl PlaneMapping {
     /// How the planes lie, for a hand-off that sends an fd per plane.
     pub(crate) fn plane_fds(&self) -> PlaneFds<'_> {
         PlaneFds {
-            fds: self.fds.iter().map(AsFd::as_fd).collect(),
+            fds: &self.fds,
             offsets: &self.offsets,
             lead: self.lead,
             model: &self.model,
