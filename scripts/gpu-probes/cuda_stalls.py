@@ -24,6 +24,8 @@ Variants (P = producer, C = consumer):
   external-semaphore signal? (Stop 43 measured `c-signal`'s P write at 265 us, `both` at 21.)
 - `c-signal-sync`: as `c-signal`, C then waits for its stream (`torch.cuda.synchronize`) before
   it hands the frame back: is it the signal still in flight, or the signal at all?
+- `c-read-done`: as `c-signal`, C ends its read with `cuda_read_done()` (hwtensor records a
+  CUDA event; the hand-back waits for it): the fix for `c-signal`, to be as cheap as `c-event`;
 - `p-sync`: P writes and waits on the CPU (`torch.cuda.synchronize`), C keeps views: the
   torch.multiprocessing pattern over hwtensor memory;
 - `both-cuda`: `both` over CUDA (VMM) memory instead of Vulkan memory;
@@ -43,13 +45,15 @@ FRAME_WAIT_S = 10.0
 
 VARIANTS = {
     # name: (memory, producer orders, consumer orders, consumer uses the GPU, producer syncs,
-    #        how the consumer ends its read: None, "signal", "event" or "signal-sync")
+    #        how the consumer ends its read: None, "signal", "event", "signal-sync" or
+    #        "read-done")
     "both": ("gpu", True, True, True, False, None),
     "p-order": ("gpu", True, False, True, False, None),
     "c-order": ("gpu", False, True, True, False, None),
     "c-signal": ("gpu", True, False, True, False, "signal"),
     "c-event": ("gpu", True, False, True, False, "event"),
     "c-signal-sync": ("gpu", True, False, True, False, "signal-sync"),
+    "c-read-done": ("gpu", True, False, True, False, "read-done"),
     "none": ("gpu", False, False, True, False, None),
     "c-idle": ("gpu", True, False, False, False, None),
     "p-sync": ("gpu", False, False, True, True, None),
@@ -67,6 +71,9 @@ def _end_read(torch, frame, how):
     """Ends the consumer's read of `frame` as the variant says (see the module docs)."""
     if how == "event":
         torch.cuda.Event().record()
+        return
+    if how == "read-done":
+        frame.tensor.cuda_read_done()
         return
     frame.tensor.cuda_done()
     if how == "signal-sync":

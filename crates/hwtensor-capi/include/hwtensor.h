@@ -1201,7 +1201,7 @@ uint8_t hwt_version_compatible(uint32_t header_version);
  * `mode` (an `HwtAccess`): `*out_device_ptr` is the `CUdeviceptr` of its first element (use
  * the byte strides), valid in the primary context of the CUDA device matched to the process
  * GPU device (the context PyTorch and CuPy use). The stream waits GPU-side for the tensor's
- * earlier work; `hwt_cuda_map_end` queues the signal that later work orders behind. GPU,
+ * earlier work; `hwt_cuda_map_end` marks the end that later work orders behind. GPU,
  * CUDA, and heap or shm tensors of whole pages can be mapped; `HWT_STATUS_UNAVAILABLE` without
  * CUDA, with the reason in `hwt_last_error`.
  *
@@ -1218,9 +1218,12 @@ enum HwtStatus hwt_tensor_cuda_map(const struct HwtTensor *t,
 
 #if defined(HWT_LINUX)
 /**
- * Ends a CUDA map: queues on its stream the signal of a new timeline value, which the tensor
- * records as its last access, and writes it to `out_value` (may be NULL). Null maps are
- * ignored; ending a map twice is undefined behaviour.
+ * Ends a CUDA map. With `out_value`: queues on its stream the signal of a new timeline value,
+ * which the tensor records as its last access, and writes it there. With `out_value` NULL, a
+ * read map records a CUDA event instead (later writes of the tensor, and a channel frame's
+ * hand-back, follow it): on NVIDIA a signal per frame stalls the CUDA work of other processes
+ * on the GPU, an event does not; a write map signals either way. Null maps are ignored; ending
+ * a map twice is undefined behaviour.
  *
  * # Safety
  * `map` must be null or a map from `hwt_tensor_cuda_map` not yet ended; `out_value` null or

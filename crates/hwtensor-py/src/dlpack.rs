@@ -346,6 +346,17 @@ pub(crate) fn cuda_done(
     Ok(ordered_on(t, py, stream)?.1)
 }
 
+/// [`TensorDyn::cuda_read_done`] on the stream a Python argument names (see [`stream_of`]),
+/// the GIL released.
+pub(crate) fn cuda_read_done(
+    t: &TensorDyn,
+    py: Python<'_>,
+    stream: Option<&Bound<'_, PyAny>>,
+) -> PyResult<()> {
+    let stream = stream.map(stream_of).transpose()?.unwrap_or(0);
+    py.detach(|| t.cuda_read_done(stream as *mut _)).or_py()
+}
+
 /// The CUDA address of `t`'s first element, `stream` ordered as `__dlpack__` orders it.
 pub(crate) fn cuda_pointer(
     t: &TensorDyn,

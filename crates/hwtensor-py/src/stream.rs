@@ -80,9 +80,11 @@ impl Consumer {
 /// A received frame; leaving `with consumer.recv() as frame:` (or `release()`) hands the
 /// buffer back to the producer, after the GPU work hwtensor knows of on it. CUDA work you
 /// queued on the frame's tensor (through DLPack or `__cuda_array_interface__`) is known once
-/// you call `frame.tensor.cuda_done(stream)`: do so before handing back a frame your stream
-/// may still be reading, or the producer may rewrite the buffer under it. A torch view kept
-/// after the hand-back sees whatever the producer writes next: that is the contract.
+/// you call `frame.tensor.cuda_read_done(stream)` (reads) or `cuda_done(stream)` (writes): do
+/// so before handing back a frame your stream may still be reading, or the producer may
+/// rewrite the buffer under it; the hand-back then waits for that work, off your thread. A
+/// torch view kept after the hand-back sees whatever the producer writes next: that is the
+/// contract.
 #[pyclass(name = "Frame", module = "hwtensor")]
 pub struct Frame {
     inner: Option<RustFrame>,

@@ -556,6 +556,16 @@ impl PyTensor {
         dlpack::cuda_done(&self.inner, py, stream)
     }
 
+    /// Says that the CUDA work queued so far on `stream` (as for `cuda_done`) only reads the
+    /// tensor: records a CUDA event there, which hwtensor's later writes of it, and a channel
+    /// frame's hand-back, wait for. No timeline value: call it, not `cuda_done`, to end a read
+    /// of a frame you keep a view of (on NVIDIA the signal `cuda_done` queues stalls the
+    /// producer process's CUDA work by ~250 us a frame; the event costs it nothing).
+    #[pyo3(signature = (stream = None))]
+    fn cuda_read_done(&self, py: Python<'_>, stream: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        dlpack::cuda_read_done(&self.inner, py, stream)
+    }
+
     /// A PyTorch tensor over this tensor's memory, in one call: what `torch.from_dlpack(t)`
     /// gives, for a fraction of its cost (it skips PyTorch's Python stream object). On the
     /// CPU for heap and shm memory; on the CUDA device for GPU and CUDA memory, with PyTorch's

@@ -84,6 +84,8 @@ def test_a_stream_argument_that_names_no_stream_is_refused_by_name():
         t.cuda_done(object())
     with pytest.raises(BufferError, match="-5"):
         t.cuda_done(-5)
+    with pytest.raises(BufferError, match="cuda_stream"):
+        t.cuda_read_done(object())
 
 
 def test_from_dlpack_wraps_a_numpy_array_without_a_copy():

@@ -189,6 +189,7 @@ impl<T: Element> Tensor<T> {
         let run = || {
             let _read = src.buffer.hold_for_cuda(Direction::Read)?;
             let _write = self.buffer.hold_for_cuda(Direction::Write)?;
+            self.buffer.settle_cuda_reads()?; // the copy stream follows the timeline only
             let after = src
                 .buffer
                 .device_after(false)

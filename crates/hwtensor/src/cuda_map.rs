@@ -4,18 +4,22 @@
 //! A map queues on the stream a wait for the GPU work it must follow (the tensor's last write;
 //! for a write map its last read too) and, when it ends, the signal of a new timeline value,
 //! which the buffer records: Vulkan work, CPU maps and other processes then order behind what
-//! CUDA queued meanwhile. Nothing waits on the CPU.
+//! CUDA queued meanwhile. A read map that is dropped (or ended by [`CudaMap::end`])
+//! records a CUDA event instead: later writes follow that event, and no signal is queued (on
+//! NVIDIA a consumer's signal per frame stalled its producer's CUDA work by 150-265 us; see
+//! `cuda/event.rs`). Nothing waits on the CPU.
 
 use std::marker::PhantomData;
 
 use crate::access::{MapDirection, ReadOnly, ReadWrite, WriteOnly};
 use crate::buffer::AccessGuard;
-use crate::cuda::{device, BufferImport, CudaDevice, CudaStream};
+use crate::cuda::{device, BufferImport, CudaDevice, CudaStream, ReadMark};
 use crate::{Direction, Element, Error, Result, Tensor};
 
 /// A tensor mapped for CUDA on one stream: the device address of its first element, its shape
-/// and byte strides. Ends (and signals) when dropped, or with [`CudaMap::finish`], which
-/// returns the timeline value.
+/// and byte strides. Ends with [`CudaMap::finish`], which signals and returns a timeline value,
+/// or with [`CudaMap::end`] or when dropped: a write map then signals, a read map records a
+/// CUDA event, which costs other processes' CUDA work nothing.
 pub struct CudaMap<'a, T: Element, D: MapDirection> {
     tensor: &'a Tensor<T>,
     import: &'a BufferImport,
@@ -59,10 +63,29 @@ impl<T: Element, D: MapDirection> CudaMap<'_, T, D> {
     /// Ends the map: queues on the stream the signal of a new timeline value, which the tensor
     /// records as its last write (or read), and returns that value.
     pub fn finish(mut self) -> Result<u64> {
-        self.end()
+        self.signal()
     }
 
-    fn end(&mut self) -> Result<u64> {
+    /// Ends the map as dropping it does, with its error: a write map signals (as
+    /// [`Self::finish`]); a read map records a CUDA event on the stream instead, which later
+    /// writes of the tensor (Vulkan, CPU, CUDA, a channel's hand-back of the frame) follow and
+    /// which costs other processes' CUDA work nothing. Use `finish` where a read's timeline
+    /// value is wanted (to wait for it, or to hand it to Vulkan work).
+    pub fn end(mut self) -> Result<()> {
+        self.end_as_dropped()
+    }
+
+    fn end_as_dropped(&mut self) -> Result<()> {
+        match D::DIRECTION {
+            Direction::Read => {
+                self.finished = true;
+                mark_read(self.import, self.stream)
+            }
+            _ => self.signal().map(|_| ()),
+        }
+    }
+
+    fn signal(&mut self) -> Result<u64> {
         self.finished = true;
         let device = device()?;
         let _current = device.enter()?;
@@ -77,12 +100,21 @@ impl<T: Element, D: MapDirection> CudaMap<'_, T, D> {
 
 impl<T: Element, D: MapDirection> Drop for CudaMap<'_, T, D> {
     fn drop(&mut self) {
-        if !self.finished {
-            if let Err(e) = self.end() {
-                log::error!("hwtensor: ending a CUDA map failed: {e}");
-            }
+        if self.finished {
+            return;
+        }
+        if let Err(e) = self.end_as_dropped() {
+            log::error!("hwtensor: ending a CUDA map failed: {e}");
         }
     }
+}
+
+/// Records on `stream` the end of a CUDA read of `import`'s buffer (a [`ReadMark`]).
+fn mark_read(import: &BufferImport, stream: CudaStream) -> Result<()> {
+    let device = device()?;
+    let _current = device.enter()?;
+    import.read_until(ReadMark::record(stream.cast())?);
+    Ok(())
 }
 
 impl<T: Element> Tensor<T> {
@@ -120,7 +152,7 @@ impl<T: Element> Tensor<T> {
         let _hold = self.buffer.hold_for_cuda(direction)?;
         let import = self.buffer.cuda_import()?;
         let after = self.cuda_follows(import, write)?;
-        follow(device, stream, after)?;
+        follow(device, import, stream, after, write)?;
         Ok(import.device_ptr() + self.offset as u64)
     }
 
@@ -131,7 +163,7 @@ impl<T: Element> Tensor<T> {
         let hold = self.buffer.hold_for_cuda(D::DIRECTION)?;
         let import = self.buffer.cuda_import()?;
         let after = self.cuda_follows(import, write)?;
-        follow(device, stream, after)?;
+        follow(device, import, stream, after, write)?;
         Ok(CudaMap {
             tensor: self,
             import,
@@ -165,12 +197,22 @@ impl crate::TensorDyn {
     }
 }
 
-/// Makes `stream` wait GPU-side for timeline value `after`, unless it has completed: a frame
-/// loop's maps then queue no external-semaphore wait in the steady state. A consumer process
-/// whose CUDA map of each frame queued a semaphore wait and, at its end, a signal stalled CUDA
-/// work in both processes of a channel by ~145 us a frame on the H100 (hwtensor bench's CUDA
-/// row: 315 us one way, against 10 us for a consumer that queued neither).
-fn follow(device: &CudaDevice, stream: CudaStream, after: u64) -> Result<()> {
+/// Makes `stream` wait GPU-side for timeline value `after`, unless it has completed, and for
+/// a `write` for the CUDA reads of the buffer still pending (their events): a frame loop's
+/// maps then queue no external-semaphore wait in the steady state. A consumer process whose
+/// CUDA map of each frame queued a semaphore wait and, at its end, a signal stalled CUDA work
+/// in both processes of a channel by ~145 us a frame on the H100 (hwtensor bench's CUDA row:
+/// 315 us one way, against 10 us for a consumer that queued neither).
+fn follow(
+    device: &CudaDevice,
+    import: &BufferImport,
+    stream: CudaStream,
+    after: u64,
+    write: bool,
+) -> Result<()> {
+    if write {
+        import.order_reads_before(stream.cast())?;
+    }
     if after > device.gpu().completed_value()? {
         device.wait_on_stream(stream.cast(), after)?;
     }
@@ -193,6 +235,28 @@ impl crate::TensorDyn {
     pub fn cuda_ready(&self, direction: Direction, stream: CudaStream) -> Result<u64> {
         use crate::TensorDyn;
         each_tensor!(self, t => t.cuda_ready(direction, stream))
+    }
+}
+
+impl<T: Element> Tensor<T> {
+    /// See [`TensorDyn::cuda_read_done`].
+    fn cuda_read_done(&self, stream: CudaStream) -> Result<()> {
+        let device = device()?;
+        let _current = device.enter()?;
+        let _hold = self.buffer.hold_for_cuda(Direction::Read)?;
+        mark_read(self.buffer.cuda_import()?, stream)
+    }
+}
+
+impl crate::TensorDyn {
+    /// Says that the work queued on `stream` so far reads the tensor (through an address from
+    /// [`Self::cuda_ready`], DLPack or the CUDA Array Interface): records a CUDA event on the
+    /// stream, which later writes (Vulkan, CPU, CUDA, a channel frame's hand-back) follow.
+    /// Unlike [`Self::cuda_order`] it signals no timeline value: on NVIDIA a signal per frame
+    /// stalls CUDA work in the other processes on the GPU (150-265 us a frame), an event does not.
+    pub fn cuda_read_done(&self, stream: CudaStream) -> Result<()> {
+        use crate::TensorDyn;
+        each_tensor!(self, t => t.cuda_read_done(stream))
     }
 }
 

@@ -19,9 +19,16 @@ impl<T: Element> Tensor<T> {
     }
 
     /// The timeline value device work that accesses the tensor in `direction` must wait for
-    /// (0: nothing): its last device write, and for a write its last device read too.
+    /// (0: nothing): its last device write, and for a write its last device read too (CUDA
+    /// reads marked by events are made a timeline value for it here).
     pub fn gpu_after(&self, direction: Direction) -> u64 {
-        self.buffer.device_after(direction != Direction::Read)
+        let write = direction != Direction::Read;
+        if write {
+            if let Err(e) = self.buffer.settle_cuda_reads() {
+                log::error!("hwtensor: CUDA reads of a tensor cannot be ordered: {e}");
+            }
+        }
+        self.buffer.device_after(write)
     }
 
     /// Records that device work completing at timeline `value` accessed the tensor in

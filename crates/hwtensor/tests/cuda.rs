@@ -74,13 +74,46 @@ const ADD_ONE_PTX: &str = r#"
 DONE:
     ret;
 }
+
+.visible .entry spin_until_open(
+    .param .u64 gate_ptr,
+    .param .u64 limit
+)
+{
+    .reg .pred %p<3>;
+    .reg .b32 %r<2>;
+    .reg .b64 %rd<5>;
+
+    ld.param.u64 %rd1, [gate_ptr];
+    ld.param.u64 %rd2, [limit];
+    cvta.to.global.u64 %rd3, %rd1;
+    mov.u64 %rd4, 0;
+SPIN:
+    ld.volatile.global.u32 %r1, [%rd3];
+    setp.ne.u32 %p1, %r1, 0;
+    @%p1 bra OPEN;
+    add.u64 %rd4, %rd4, 1;
+    setp.lt.u64 %p2, %rd4, %rd2;
+    @%p2 bra SPIN;
+OPEN:
+    ret;
+}
 "#;
 
-/// A stream and the loaded kernel, in the primary context.
+/// Looks at most this many times at a gate before `spin_until_open` gives up: each look reads
+/// host memory over PCIe (about a microsecond), so a test that never opens its gate holds the
+/// stream for seconds, not for ever.
+const SPIN_LIMIT: u64 = 10_000_000;
+/// How long a test holds a gate shut: work that does not wait for the gated stream has run by
+/// then.
+const HELD: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// A stream and the loaded kernels, in the primary context.
 struct Kernel {
     context: sys::CUcontext,
     module: sys::CUmodule,
     function: sys::CUfunction,
+    spin: sys::CUfunction,
     stream: sys::CUstream,
 }
 
@@ -93,6 +126,7 @@ impl Kernel {
         let ptx = CString::new(ADD_ONE_PTX).unwrap();
         let mut module = std::ptr::null_mut();
         let mut function = std::ptr::null_mut();
+        let mut spin = std::ptr::null_mut();
         let mut stream = std::ptr::null_mut();
         // SAFETY: the primary context hwtensor retained; out-pointers to locals; a
         // NUL-terminated PTX image.
@@ -106,14 +140,47 @@ impl Kernel {
                 sys::cuModuleGetFunction(&mut function, module, c"add_one".as_ptr()),
                 "get add_one",
             );
+            ok(
+                sys::cuModuleGetFunction(&mut spin, module, c"spin_until_open".as_ptr()),
+                "get spin_until_open",
+            );
             ok(sys::cuStreamCreate(&mut stream, 1), "stream");
         }
         Kernel {
             context,
             module,
             function,
+            spin,
             stream,
         }
+    }
+
+    /// Holds the stream until `gate` opens (or [`SPIN_LIMIT`] looks): work queued after this
+    /// is pending for as long as the test likes.
+    fn hold_until(&self, gate: &Gate) {
+        let (mut g, mut limit) = (gate.device, SPIN_LIMIT);
+        let mut params = [
+            (&mut g as *mut u64).cast::<c_void>(),
+            (&mut limit as *mut u64).cast::<c_void>(),
+        ];
+        // SAFETY: the kernel's two u64 parameters; the gate lives until the stream is idle
+        // (its drop synchronises the context first).
+        let r = unsafe {
+            sys::cuLaunchKernel(
+                self.spin,
+                1,
+                1,
+                1,
+                1,
+                1,
+                1,
+                0,
+                self.stream,
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        };
+        ok(r, "launch spin_until_open");
     }
 
     fn stream(&self) -> cuda::CudaStream {
@@ -160,6 +227,61 @@ impl Drop for Kernel {
             let mut popped = std::ptr::null_mut();
             sys::cuCtxPopCurrent_v2(&mut popped);
             assert_eq!(popped, self.context);
+        }
+    }
+}
+
+/// A word of pinned host memory a kernel spins on until the test opens it. Made and dropped
+/// while a [`Kernel`] holds the primary context current.
+struct Gate {
+    host: *mut u32,
+    device: u64,
+}
+
+impl Gate {
+    fn new() -> Gate {
+        let mut host = std::ptr::null_mut();
+        let mut device = 0;
+        // SAFETY: out-pointers to locals; four bytes of pinned memory, written before use.
+        unsafe {
+            ok(sys::cuMemAllocHost_v2(&mut host, 4), "pinned gate");
+            std::ptr::write_volatile(host.cast::<u32>(), 0);
+            ok(
+                sys::cuMemHostGetDevicePointer_v2(&mut device, host, 0),
+                "gate's device address",
+            );
+        }
+        Gate {
+            host: host.cast(),
+            device,
+        }
+    }
+
+    /// Opens the gate: a spinning kernel sees it at its next look.
+    fn open(&self) {
+        // SAFETY: the pinned word this gate owns.
+        unsafe { std::ptr::write_volatile(self.host, 1) };
+    }
+
+    /// Opens the gate after `after`, from another thread.
+    fn open_after(&self, after: std::time::Duration) -> std::thread::JoinHandle<()> {
+        let word = self.host as usize;
+        std::thread::spawn(move || {
+            std::thread::sleep(after);
+            // SAFETY: the gate outlives the thread (its test joins it before the drop).
+            unsafe { std::ptr::write_volatile(word as *mut u32, 1) };
+        })
+    }
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        self.open();
+        // SAFETY: every stream of the context is idle after the synchronise; then nothing
+        // reads the word any more.
+        unsafe {
+            sys::cuCtxSynchronize();
+            sys::cuMemFreeHost(self.host.cast());
         }
     }
 }
@@ -917,4 +1039,129 @@ fn a_channel_of_cuda_frames_carries_their_completion_to_the_consumer() {
         got.tensor().as_tensor::<u8>().unwrap().to_vec().unwrap(),
         data
     );
+}
+
+/// `data`'s bytes plus one, as `add_one` writes them.
+fn plus_one(data: &[u8]) -> Vec<u8> {
+    data.iter().map(|b| b.wrapping_add(1)).collect()
+}
+
+#[test]
+fn a_vulkan_write_after_a_cuda_read_waits_for_the_read_though_the_read_signals_nothing() {
+    let _serial = serial();
+    let Some(cuda) = cuda_or_skip(test_name!()) else {
+        return;
+    };
+    let gpu = hwtensor::gpu::device().unwrap();
+    let n = 1 << 20;
+    let data = numbered(n);
+    let src = vulkan_written(&data);
+    let zeros = vulkan_written(&vec![0; n]);
+    let answer = TensorDyn::from(Tensor::<u8>::new(&[n], Some(TensorMemory::Cuda)).unwrap());
+    let kernel = Kernel::load(cuda);
+    let gate = Gate::new();
+    kernel.hold_until(&gate);
+    let out = answer
+        .cuda_ready(Direction::Write, kernel.stream())
+        .unwrap();
+    let before = gpu.last_signalled();
+    let read = src.cuda_map_read(kernel.stream()).unwrap();
+    kernel.add_one(read.device_ptr(), out, n);
+    read.end().unwrap();
+    assert_eq!(
+        gpu.last_signalled(),
+        before,
+        "ending a read map signalled the timeline"
+    );
+    // A Vulkan copy returns at once; had it not waited for the read, it would run while the
+    // gate holds the read back.
+    src.copy_from(&zeros).unwrap();
+    std::thread::sleep(HELD);
+    gate.open();
+    answer
+        .cuda_order(Direction::Write, kernel.stream())
+        .unwrap();
+    let got = answer.as_tensor::<u8>().unwrap().to_vec().unwrap();
+    assert!(
+        got == plus_one(&data),
+        "the Vulkan write overtook the CUDA read"
+    );
+    assert!(src.to_vec().unwrap().iter().all(|&b| b == 0));
+}
+
+#[test]
+fn a_cpu_write_after_a_cuda_read_of_host_memory_waits_for_the_read() {
+    let _serial = serial();
+    let Some(cuda) = cuda_or_skip(test_name!()) else {
+        return;
+    };
+    let n = 1 << 20;
+    let data = numbered(n);
+    let src = Tensor::<u8>::new(&[n], Some(TensorMemory::Mem)).unwrap();
+    src.map_write().unwrap().copy_from_slice(&data);
+    let answer = TensorDyn::from(Tensor::<u8>::new(&[n], Some(TensorMemory::Cuda)).unwrap());
+    let kernel = Kernel::load(cuda);
+    let gate = Gate::new();
+    kernel.hold_until(&gate);
+    let out = answer
+        .cuda_ready(Direction::Write, kernel.stream())
+        .unwrap();
+    let read = src.cuda_map_read(kernel.stream()).unwrap();
+    kernel.add_one(read.device_ptr(), out, n);
+    drop(read); // a dropped read map marks its end as `end` does
+    let opener = gate.open_after(HELD);
+    src.map_write().unwrap().fill(0); // must wait for the kernel's read
+    opener.join().unwrap();
+    answer
+        .cuda_order(Direction::Write, kernel.stream())
+        .unwrap();
+    let got = answer.as_tensor::<u8>().unwrap().to_vec().unwrap();
+    assert!(
+        got == plus_one(&data),
+        "the CPU write overtook the CUDA read"
+    );
+}
+
+#[test]
+fn a_frame_read_by_cuda_goes_back_to_its_producer_only_once_the_read_is_done() {
+    use hwtensor::stream::{Consumer, FrameMeta, Producer, Wait, CONNECT_TIMEOUT};
+    let _serial = serial();
+    let Some(cuda) = cuda_or_skip(test_name!()) else {
+        return;
+    };
+    let wait = std::time::Duration::from_secs(5);
+    let n = 1 << 16;
+    let data = numbered(n);
+    let pool = vec![TensorDyn::from(vulkan_written(&data))];
+    let (a, b) = UnixStream::pair().unwrap();
+    let consumer = std::thread::spawn(move || Consumer::connect(b, CONNECT_TIMEOUT).unwrap());
+    let mut producer = Producer::new(pool).unwrap();
+    producer.attach(a).unwrap();
+    let mut consumer = consumer.join().unwrap();
+    let slot = producer.acquire(wait).unwrap();
+    producer.send(slot, FrameMeta::new(0, 0)).unwrap();
+    let frame = consumer.recv(Wait::For(wait)).unwrap();
+    let answer = TensorDyn::from(Tensor::<u8>::new(&[n], Some(TensorMemory::Cuda)).unwrap());
+    let kernel = Kernel::load(cuda);
+    let gate = Gate::new();
+    kernel.hold_until(&gate);
+    let out = answer
+        .cuda_ready(Direction::Write, kernel.stream())
+        .unwrap();
+    let input = frame.tensor().as_tensor::<u8>().unwrap();
+    let read = input.cuda_map_read(kernel.stream()).unwrap();
+    kernel.add_one(read.device_ptr(), out, n);
+    read.end().unwrap();
+    drop(frame);
+    assert!(
+        matches!(producer.acquire(HELD), Err(hwtensor::Error::Timeout(_))),
+        "the producer got the frame back while the consumer's CUDA read of it was pending"
+    );
+    gate.open();
+    assert_eq!(producer.acquire(wait).unwrap(), slot);
+    answer
+        .cuda_order(Direction::Write, kernel.stream())
+        .unwrap();
+    let got = answer.as_tensor::<u8>().unwrap().to_vec().unwrap();
+    assert!(got == plus_one(&data));
 }

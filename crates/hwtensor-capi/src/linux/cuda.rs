@@ -15,11 +15,16 @@ use crate::tensor::{share, HwtTensor};
 trait AnyCudaMap {
     /// Ends the map: the timeline value its work completes at.
     fn finish(self: Box<Self>) -> hwtensor::Result<u64>;
+    /// Ends the map as dropping it does (a read map records a CUDA event, no value).
+    fn end(self: Box<Self>) -> hwtensor::Result<()>;
 }
 
 impl<T: Element, D: MapDirection> AnyCudaMap for CudaMap<'static, T, D> {
     fn finish(self: Box<Self>) -> hwtensor::Result<u64> {
         (*self).finish()
+    }
+    fn end(self: Box<Self>) -> hwtensor::Result<()> {
+        (*self).end()
     }
 }
 
@@ -33,7 +38,7 @@ pub struct HwtCudaMap {
 impl Drop for HwtCudaMap {
     fn drop(&mut self) {
         if let Some(map) = self.map.take() {
-            if let Err(e) = map.finish() {
+            if let Err(e) = map.end() {
                 log::error!("hwtensor: ending a CUDA map failed: {e}");
             }
         }
@@ -93,7 +98,7 @@ fn begin_any(t: &'static TensorDyn, d: Direction, stream: *mut c_void) -> hwtens
 /// `mode` (an `HwtAccess`): `*out_device_ptr` is the `CUdeviceptr` of its first element (use
 /// the byte strides), valid in the primary context of the CUDA device matched to the process
 /// GPU device (the context PyTorch and CuPy use). The stream waits GPU-side for the tensor's
-/// earlier work; `hwt_cuda_map_end` queues the signal that later work orders behind. GPU,
+/// earlier work; `hwt_cuda_map_end` marks the end that later work orders behind. GPU,
 /// CUDA, and heap or shm tensors of whole pages can be mapped; `HWT_STATUS_UNAVAILABLE` without
 /// CUDA, with the reason in `hwt_last_error`.
 ///
@@ -127,9 +132,12 @@ pub unsafe extern "C" fn hwt_tensor_cuda_map(
     })
 }
 
-/// Ends a CUDA map: queues on its stream the signal of a new timeline value, which the tensor
-/// records as its last access, and writes it to `out_value` (may be NULL). Null maps are
-/// ignored; ending a map twice is undefined behaviour.
+/// Ends a CUDA map. With `out_value`: queues on its stream the signal of a new timeline value,
+/// which the tensor records as its last access, and writes it there. With `out_value` NULL, a
+/// read map records a CUDA event instead (later writes of the tensor, and a channel frame's
+/// hand-back, follow it): on NVIDIA a signal per frame stalls the CUDA work of other processes
+/// on the GPU, an event does not; a write map signals either way. Null maps are ignored; ending
+/// a map twice is undefined behaviour.
 ///
 /// # Safety
 /// `map` must be null or a map from `hwt_tensor_cuda_map` not yet ended; `out_value` null or
@@ -142,11 +150,14 @@ pub unsafe extern "C" fn hwt_cuda_map_end(map: *mut HwtCudaMap, out_value: *mut 
         }
         // SAFETY: made by Box::into_raw in hwt_tensor_cuda_map, ended once (the contract).
         let mut owned = unsafe { Box::from_raw(map) };
-        let value = owned.map.take().map_or(Ok(0), |m| m.finish()).or_status()?;
-        if !out_value.is_null() {
-            put(out_value, "out_value", value)?;
+        let Some(map) = owned.map.take() else {
+            return Ok(());
+        };
+        if out_value.is_null() {
+            return map.end().or_status();
         }
-        Ok(())
+        let value = map.finish().or_status()?;
+        put(out_value, "out_value", value)
     })
 }
 

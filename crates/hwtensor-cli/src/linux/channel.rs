@@ -48,7 +48,8 @@ struct Mode {
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum CudaRead {
     /// A CUDA map: its stream waits for the frame's write if that is pending, and its end
-    /// signals the timeline (what a later use of the buffer, and the hand-back, wait for).
+    /// records a CUDA event (what a later write of the buffer, and the hand-back, wait for).
+    /// Until 2026-12 the end signalled the timeline, which stalled the producer's CUDA work.
     Map,
     /// The address `cuda_ready` gives: nothing queued for a finished write, nothing signalled
     /// (what DLPack consumers do; safe here because the read is synchronous). Beside `Map` it
@@ -389,7 +390,7 @@ fn read_first_byte(
     let got = cuda.byte(ptr)?;
     step.done();
     if let Some(m) = map {
-        m.finish()?;
+        m.end()?; // a CUDA event, which the frame's hand-back waits for: no timeline signal
     }
     step.done();
     Ok(got)

@@ -190,6 +190,9 @@ class Tensor:
     def __array__(self, dtype: Any = None, copy: Optional[bool] = None) -> Any:
         """Raises TypeError: read a tensor with ``map_read()`` or ``np.from_dlpack(t)``."""
     def cuda_done(self, stream: Optional[Any] = None) -> int: ...
+    def cuda_read_done(self, stream: Optional[Any] = None) -> None:
+        """Marks the end of CUDA reads queued on ``stream`` with a CUDA event (no timeline
+        signal): later writes, and a channel frame's hand-back, wait for it."""
     def cuda_ptr(self, stream: Optional[Any] = None) -> int: ...
     def torch(self) -> Any:
         """A PyTorch tensor over this memory in one call (``torch.from_dlpack(t)``, cheaper);

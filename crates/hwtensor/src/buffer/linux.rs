@@ -129,9 +129,32 @@ impl Buffer {
         Ok(self.0.cuda.get_or_init(|| made))
     }
 
+    /// Turns the CUDA reads of this buffer marked by events (see `cuda/event.rs`) into a
+    /// timeline value recorded as a device read: before device work that writes the buffer
+    /// and orders by the timeline. Nothing where CUDA has not read it.
+    pub(crate) fn settle_cuda_reads(&self) -> Result<()> {
+        let Some(import) = self.0.cuda.get() else {
+            return Ok(());
+        };
+        if let Some(value) = import.settle_reads()? {
+            self.record_device_use(value, false);
+        }
+        Ok(())
+    }
+
+    /// The marks of CUDA reads of this buffer that may still run (a channel frame's hand-back
+    /// waits for them).
+    pub(crate) fn cuda_reads(&self) -> Vec<Arc<crate::cuda::ReadMark>> {
+        self.0
+            .cuda
+            .get()
+            .map_or_else(Vec::new, |import| import.pending_reads())
+    }
+
     /// What device work on this buffer must wait for (`write`: work that writes it): the
     /// last GPU or CUDA use its memory recorded, 0 for host memory (which the CUDA import
-    /// tracks itself).
+    /// tracks itself). CUDA reads marked by events are not in it: see
+    /// [`Self::settle_cuda_reads`].
     pub(crate) fn device_after(&self, write: bool) -> u64 {
         match &self.0.storage {
             Storage::Gpu(g) => g.after(write),

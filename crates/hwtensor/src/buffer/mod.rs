@@ -150,6 +150,11 @@ impl Buffer {
         if self.gpu().is_none() {
             return self.begin_access(direction);
         }
+        // Device work waits on the timeline: CUDA reads marked by events need a value first.
+        #[cfg(target_os = "linux")]
+        if direction != Direction::Read {
+            self.settle_cuda_reads()?;
+        }
         Ok(AccessGuard {
             _storage: None,
             _claim: self.claim(direction)?,
@@ -199,10 +204,11 @@ impl Buffer {
     #[inline(always)]
     fn begin_access_of(&self, direction: Direction, span: Span) -> Result<AccessGuard<'_>> {
         let claim = self.0.maps.claim(span, direction != Direction::Read)?;
-        // Host memory CUDA may still be using: its GPU memory counterpart waits in `begin_cpu`.
+        // Host memory CUDA may still be using: its GPU memory counterpart waits in `begin_cpu`
+        // (CUDA reads marked by events, which the timeline does not know, wait here for both).
         #[cfg(target_os = "linux")]
         if let Some(cuda) = self.0.cuda.get() {
-            cuda.wait_idle()?;
+            cuda.wait_idle(direction != Direction::Read)?;
         }
         // Decided here rather than in `begin_cpu`'s result: a `Result<Option<_>>` built on the
         // fast path went through the stack and stalled every map on a store-forwarding miss.

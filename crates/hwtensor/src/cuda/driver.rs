@@ -56,6 +56,11 @@ const SYMBOLS: &[&str] = &[
     "cuStreamCreate",
     "cuStreamSynchronize",
     "cuMemcpyAsync",
+    "cuEventCreate",
+    "cuEventRecord",
+    "cuEventQuery",
+    "cuEventDestroy_v2",
+    "cuStreamWaitEvent",
 ];
 
 /// The library names the loader tries, in order (`cudarc` tries the same).
@@ -172,7 +177,8 @@ mod tests {
             + include_str!("device.rs")
             + include_str!("import.rs")
             + include_str!("memory.rs")
-            + include_str!("copy.rs");
+            + include_str!("copy.rs")
+            + include_str!("event.rs");
         let called: std::collections::BTreeSet<&str> = source
             .split("sys::cu")
             .skip(1)

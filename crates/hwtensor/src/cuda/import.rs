@@ -3,10 +3,12 @@
 //! (pinned and device-mapped, so kernels and copies reach it at PCIe speed without staging).
 
 use std::os::fd::{BorrowedFd, FromRawFd, IntoRawFd, OwnedFd};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::device::{device, CudaDevice};
 use super::driver::{check, sys};
+use super::event::{self, ReadMark};
 use crate::gpu::GPU_WAIT;
 use crate::Result;
 
@@ -26,7 +28,8 @@ enum Reach {
     Native,
 }
 
-/// One buffer's CUDA import, and the newest timeline value CUDA work on it signals.
+/// One buffer's CUDA import, the newest timeline value CUDA work on it signals, and the marks
+/// of CUDA reads that signal none (see `event`).
 pub(crate) struct BufferImport {
     device: &'static CudaDevice,
     reach: Reach,
@@ -35,6 +38,33 @@ pub(crate) struct BufferImport {
     /// Whether CUDA may write it (a read-only registration may not).
     writable: bool,
     last_use: AtomicU64,
+    reads: Reads,
+}
+
+/// The marks of CUDA reads that may still run, and whether there are any: the flag keeps the
+/// lock off a CPU write map of a buffer CUDA never read.
+#[derive(Default)]
+struct Reads {
+    any: AtomicBool,
+    marks: Mutex<Vec<Arc<ReadMark>>>,
+}
+
+impl Reads {
+    /// The marks, locked; a panic elsewhere while they were held leaves them usable.
+    fn lock(&self) -> MutexGuard<'_, Vec<Arc<ReadMark>>> {
+        self.marks.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The marks still pending, those done forgotten.
+    fn pending(&self) -> Vec<Arc<ReadMark>> {
+        if !self.any.load(Ordering::Acquire) {
+            return Vec::new();
+        }
+        let mut marks = self.lock();
+        *marks = event::pending(std::mem::take(&mut *marks));
+        self.any.store(!marks.is_empty(), Ordering::Release);
+        marks.clone()
+    }
 }
 
 // SAFETY: CUDA handles and device addresses are usable from any thread; the host address is
@@ -100,6 +130,7 @@ impl BufferImport {
             ptr,
             writable: true,
             last_use: AtomicU64::new(0),
+            reads: Reads::default(),
         })
     }
 
@@ -129,6 +160,7 @@ impl BufferImport {
             ptr,
             writable,
             last_use: AtomicU64::new(0),
+            reads: Reads::default(),
         })
     }
 
@@ -140,6 +172,7 @@ impl BufferImport {
             ptr,
             writable: true,
             last_use: AtomicU64::new(0),
+            reads: Reads::default(),
         })
     }
 
@@ -163,9 +196,58 @@ impl BufferImport {
         self.last_use.fetch_max(value, Ordering::AcqRel);
     }
 
-    /// Waits (CPU) until CUDA work on this buffer has finished: before the CPU touches host
-    /// memory CUDA may still be using.
-    pub(crate) fn wait_idle(&self) -> Result<()> {
+    /// Records a CUDA read of the buffer that ends at `mark`: later writes follow it.
+    pub(crate) fn read_until(&self, mark: Arc<ReadMark>) {
+        let mut marks = self.reads.lock();
+        let mut kept = event::pending(std::mem::take(&mut *marks));
+        kept.push(mark);
+        *marks = kept;
+        self.reads.any.store(true, Ordering::Release);
+    }
+
+    /// The marks of CUDA reads of the buffer that may still run.
+    pub(crate) fn pending_reads(&self) -> Vec<Arc<ReadMark>> {
+        self.reads.pending()
+    }
+
+    /// Makes `stream` wait GPU-side for the CUDA reads still pending: a CUDA write follows
+    /// them without a timeline value.
+    pub(crate) fn order_reads_before(&self, stream: sys::CUstream) -> Result<()> {
+        for mark in self.reads.pending() {
+            mark.order_before(stream)?;
+        }
+        Ok(())
+    }
+
+    /// Turns the pending CUDA reads into one timeline value (see `event::settle`), recorded as
+    /// this import's last use, for work that orders by the timeline (Vulkan's); `None` when
+    /// no read is pending.
+    pub(crate) fn settle_reads(&self) -> Result<Option<u64>> {
+        let mut marks = self.reads.lock();
+        let pending = event::pending(std::mem::take(&mut *marks));
+        if pending.is_empty() {
+            self.reads.any.store(false, Ordering::Release);
+            return Ok(None);
+        }
+        match event::settle(&pending) {
+            Ok(value) => {
+                self.used_until(value);
+                self.reads.any.store(false, Ordering::Release);
+                Ok(Some(value))
+            }
+            Err(e) => {
+                *marks = pending; // still pending: a later settle or wait tries again
+                Err(e)
+            }
+        }
+    }
+
+    /// Waits (CPU) until CUDA work on this buffer has finished (with `write`, its reads too):
+    /// before the CPU touches host memory CUDA may still be using.
+    pub(crate) fn wait_idle(&self, write: bool) -> Result<()> {
+        if write {
+            event::wait(&self.reads.pending(), GPU_WAIT)?;
+        }
         match self.last_use() {
             0 => Ok(()),
             v => self.device.gpu().wait(v, GPU_WAIT),
@@ -176,11 +258,18 @@ impl BufferImport {
 impl Drop for BufferImport {
     fn drop(&mut self) {
         if matches!(self.reach, Reach::Native) {
-            return; // the memory waits for its own last use when it goes
+            // The memory waits for its own last timeline use when it goes; not for reads
+            // marked by events, which only this import knows of.
+            if let Err(e) = event::wait(&self.reads.pending(), GPU_WAIT) {
+                log::error!(
+                    "hwtensor: a CUDA read of a buffer did not finish before it was freed: {e}"
+                );
+            }
+            return;
         }
         // CUDA may still be using the buffer: wait for its last use, bounded, before undoing
         // the import under it.
-        if let Err(e) = self.wait_idle() {
+        if let Err(e) = self.wait_idle(true) {
             log::error!("hwtensor: CUDA work on a buffer did not finish before it was freed: {e}");
         }
         let Ok(_current) = self.device.enter() else {

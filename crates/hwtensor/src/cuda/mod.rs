@@ -9,8 +9,10 @@
 //! [`Tensor::cuda_map_read`](crate::Tensor::cuda_map_read) and its write and read-write
 //! siblings map GPU tensors (their Vulkan memory imported once per buffer) and heap or shm
 //! tensors (registered once per buffer, pinned and device-mapped) for kernels on a caller's
-//! stream; the map waits on the stream for the tensor's last GPU write and signals the process
-//! timeline when it ends. No CPU wait anywhere on that path.
+//! stream; the map waits on the stream for the tensor's last GPU write and, when it ends,
+//! signals the process timeline (a write map, or any map's `finish`) or records a CUDA event
+//! (a read map dropped or ended by `end`: a signal per frame stalls CUDA work in other
+//! processes, see `event.rs`). No CPU wait anywhere on that path.
 //!
 //! `TensorMemory::Cuda` is CUDA device memory (`cuMemCreate`, exportable as a POSIX fd): CPU maps
 //! go through a pinned staging buffer, CUDA maps are native, and `copy_from` between it and any
@@ -37,11 +39,13 @@
 mod copy;
 mod device;
 mod driver;
+mod event;
 mod import;
 mod memory;
 
 pub(crate) use copy::run_copy;
 pub use device::{device, unavailable_reason, CudaDevice, CUDA_ENV};
+pub(crate) use event::{when_read, ReadMark};
 pub(crate) use import::BufferImport;
 pub(crate) use memory::{CudaCpuAccess, CudaMemory};
 

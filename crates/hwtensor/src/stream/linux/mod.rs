@@ -209,8 +209,16 @@ pub(crate) fn completion(t: &TensorDyn) -> Result<u64> {
 /// Runs `then` once this process's GPU work on `t` is complete: at once where there is none,
 /// else from the completion waiter's thread (never waiting here). Work that cannot be followed
 /// never runs `then` (logged): the buffer is kept rather than handed back under a GPU read.
+///
+/// CUDA reads marked by events (`cuda/event.rs`) are waited for as events, after the timeline
+/// value: making them a value would queue the very signal they avoid.
 pub(crate) fn after_gpu_use(t: &TensorDyn, then: impl FnOnce() + Send + 'static) {
-    let ours = t.gpu_after(Direction::Write);
+    let (ours, reads) = each_tensor!(t, t => (t.buffer.device_after(true), t.buffer.cuda_reads()));
+    let then = move || {
+        if let Err(e) = crate::cuda::when_read(reads, then) {
+            log::error!("hwtensor: a frame's CUDA reads cannot be followed ({e}); buffer kept");
+        }
+    };
     if ours == 0 {
         return then();
     }
