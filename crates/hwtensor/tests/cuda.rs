@@ -1046,44 +1046,81 @@ fn plus_one(data: &[u8]) -> Vec<u8> {
     data.iter().map(|b| b.wrapping_add(1)).collect()
 }
 
+/// How a held read's map ends: both mark it with a CUDA event, neither signals.
+#[derive(Clone, Copy)]
+enum Ending {
+    End,
+    Drop,
+}
+
+/// A CUDA read of a tensor held back on its stream by a shut gate: `add_one` of it into a CUDA
+/// tensor, queued behind `spin_until_open`, its map already ended. Fields drop in order: the
+/// gate opens and the context drains before the kernel's stream goes.
+struct HeldRead {
+    answer: TensorDyn,
+    gate: Gate,
+    kernel: Kernel,
+}
+
+impl HeldRead {
+    /// Queues the read of `input`'s `n` bytes and ends its map as `ending` says, checking that
+    /// the end signalled nothing.
+    fn start(cuda: &CudaDevice, input: &Tensor<u8>, n: usize, ending: Ending) -> HeldRead {
+        let gpu = hwtensor::gpu::device().unwrap();
+        let answer = TensorDyn::from(Tensor::<u8>::new(&[n], Some(TensorMemory::Cuda)).unwrap());
+        let kernel = Kernel::load(cuda);
+        let gate = Gate::new();
+        kernel.hold_until(&gate);
+        let out = answer
+            .cuda_ready(Direction::Write, kernel.stream())
+            .unwrap();
+        let before = gpu.last_signalled();
+        let read = input.cuda_map_read(kernel.stream()).unwrap();
+        kernel.add_one(read.device_ptr(), out, n);
+        match ending {
+            Ending::End => read.end().unwrap(),
+            Ending::Drop => drop(read),
+        }
+        assert_eq!(
+            gpu.last_signalled(),
+            before,
+            "ending a read map signalled the timeline"
+        );
+        HeldRead {
+            answer,
+            gate,
+            kernel,
+        }
+    }
+
+    /// What the read gave, once the gate is open: the input's bytes plus one, if nothing
+    /// overwrote the input before the read.
+    fn answer(&self) -> Vec<u8> {
+        self.gate.open();
+        self.answer
+            .cuda_order(Direction::Write, self.kernel.stream())
+            .unwrap();
+        self.answer.as_tensor::<u8>().unwrap().to_vec().unwrap()
+    }
+}
+
 #[test]
 fn a_vulkan_write_after_a_cuda_read_waits_for_the_read_though_the_read_signals_nothing() {
     let _serial = serial();
     let Some(cuda) = cuda_or_skip(test_name!()) else {
         return;
     };
-    let gpu = hwtensor::gpu::device().unwrap();
     let n = 1 << 20;
     let data = numbered(n);
     let src = vulkan_written(&data);
     let zeros = vulkan_written(&vec![0; n]);
-    let answer = TensorDyn::from(Tensor::<u8>::new(&[n], Some(TensorMemory::Cuda)).unwrap());
-    let kernel = Kernel::load(cuda);
-    let gate = Gate::new();
-    kernel.hold_until(&gate);
-    let out = answer
-        .cuda_ready(Direction::Write, kernel.stream())
-        .unwrap();
-    let before = gpu.last_signalled();
-    let read = src.cuda_map_read(kernel.stream()).unwrap();
-    kernel.add_one(read.device_ptr(), out, n);
-    read.end().unwrap();
-    assert_eq!(
-        gpu.last_signalled(),
-        before,
-        "ending a read map signalled the timeline"
-    );
+    let read = HeldRead::start(cuda, &src, n, Ending::End);
     // A Vulkan copy returns at once; had it not waited for the read, it would run while the
     // gate holds the read back.
     src.copy_from(&zeros).unwrap();
     std::thread::sleep(HELD);
-    gate.open();
-    answer
-        .cuda_order(Direction::Write, kernel.stream())
-        .unwrap();
-    let got = answer.as_tensor::<u8>().unwrap().to_vec().unwrap();
     assert!(
-        got == plus_one(&data),
+        read.answer() == plus_one(&data),
         "the Vulkan write overtook the CUDA read"
     );
     assert!(src.to_vec().unwrap().iter().all(|&b| b == 0));
@@ -1099,25 +1136,12 @@ fn a_cpu_write_after_a_cuda_read_of_host_memory_waits_for_the_read() {
     let data = numbered(n);
     let src = Tensor::<u8>::new(&[n], Some(TensorMemory::Mem)).unwrap();
     src.map_write().unwrap().copy_from_slice(&data);
-    let answer = TensorDyn::from(Tensor::<u8>::new(&[n], Some(TensorMemory::Cuda)).unwrap());
-    let kernel = Kernel::load(cuda);
-    let gate = Gate::new();
-    kernel.hold_until(&gate);
-    let out = answer
-        .cuda_ready(Direction::Write, kernel.stream())
-        .unwrap();
-    let read = src.cuda_map_read(kernel.stream()).unwrap();
-    kernel.add_one(read.device_ptr(), out, n);
-    drop(read); // a dropped read map marks its end as `end` does
-    let opener = gate.open_after(HELD);
+    let read = HeldRead::start(cuda, &src, n, Ending::Drop);
+    let opener = read.gate.open_after(HELD);
     src.map_write().unwrap().fill(0); // must wait for the kernel's read
     opener.join().unwrap();
-    answer
-        .cuda_order(Direction::Write, kernel.stream())
-        .unwrap();
-    let got = answer.as_tensor::<u8>().unwrap().to_vec().unwrap();
     assert!(
-        got == plus_one(&data),
+        read.answer() == plus_one(&data),
         "the CPU write overtook the CUDA read"
     );
 }
@@ -1141,27 +1165,14 @@ fn a_frame_read_by_cuda_goes_back_to_its_producer_only_once_the_read_is_done() {
     let slot = producer.acquire(wait).unwrap();
     producer.send(slot, FrameMeta::new(0, 0)).unwrap();
     let frame = consumer.recv(Wait::For(wait)).unwrap();
-    let answer = TensorDyn::from(Tensor::<u8>::new(&[n], Some(TensorMemory::Cuda)).unwrap());
-    let kernel = Kernel::load(cuda);
-    let gate = Gate::new();
-    kernel.hold_until(&gate);
-    let out = answer
-        .cuda_ready(Direction::Write, kernel.stream())
-        .unwrap();
     let input = frame.tensor().as_tensor::<u8>().unwrap();
-    let read = input.cuda_map_read(kernel.stream()).unwrap();
-    kernel.add_one(read.device_ptr(), out, n);
-    read.end().unwrap();
+    let read = HeldRead::start(cuda, input, n, Ending::End);
     drop(frame);
     assert!(
         matches!(producer.acquire(HELD), Err(hwtensor::Error::Timeout(_))),
         "the producer got the frame back while the consumer's CUDA read of it was pending"
     );
-    gate.open();
+    read.gate.open();
     assert_eq!(producer.acquire(wait).unwrap(), slot);
-    answer
-        .cuda_order(Direction::Write, kernel.stream())
-        .unwrap();
-    let got = answer.as_tensor::<u8>().unwrap().to_vec().unwrap();
-    assert!(got == plus_one(&data));
+    assert!(read.answer() == plus_one(&data));
 }

@@ -30,6 +30,20 @@ const EVENT_DISABLE_TIMING: u32 = 0x2;
 const POLL_FIRST: Duration = Duration::from_micros(50);
 const POLL_LONGEST: Duration = Duration::from_millis(2);
 
+/// Events kept for reuse at most: a frame loop reads a few buffers at a time, and an event
+/// made and destroyed per read cost two driver calls a frame.
+const SPARE_EVENTS: usize = 64;
+
+/// A CUDA event no mark uses (its last record done, or never made).
+struct Spare(sys::CUevent);
+
+// SAFETY: a CUDA event handle is usable from any thread.
+unsafe impl Send for Spare {}
+
+/// Events of marks that are gone, for the next marks: re-recording an event leaves the waits
+/// queued on its earlier record as they were (CUDA captures the record at the wait's call).
+static SPARES: Mutex<Vec<Spare>> = Mutex::new(Vec::new());
+
 /// A point on a CUDA stream after a read of a buffer: done once the stream's work before it is.
 pub(crate) struct ReadMark {
     event: sys::CUevent,
@@ -55,10 +69,17 @@ impl ReadMark {
     /// primary context current.
     pub(crate) fn record(stream: sys::CUstream) -> Result<Arc<ReadMark>> {
         let device = device()?;
-        let mut event = std::ptr::null_mut();
-        // SAFETY: an out-pointer to a local; the context is current (the caller's guard).
-        let r = unsafe { sys::cuEventCreate(&mut event, EVENT_DISABLE_TIMING) };
-        check(r, "cuEventCreate")?;
+        let spare = SPARES.lock().ok().and_then(|mut s| s.pop());
+        let event = match spare {
+            Some(Spare(event)) => event,
+            None => {
+                let mut event = std::ptr::null_mut();
+                // SAFETY: an out-pointer to a local; the context is current (the caller's guard).
+                let r = unsafe { sys::cuEventCreate(&mut event, EVENT_DISABLE_TIMING) };
+                check(r, "cuEventCreate")?;
+                event
+            }
+        };
         let mark = ReadMark { event, device };
         // SAFETY: a live event of this context, and the caller's stream.
         let r = unsafe { sys::cuEventRecord(mark.event, stream) };
@@ -90,6 +111,12 @@ impl Drop for ReadMark {
     fn drop(&mut self) {
         if READER_STOP.load(Ordering::SeqCst) {
             return; // the process is exiting: the driver may be gone
+        }
+        if let Ok(mut spares) = SPARES.lock() {
+            if spares.len() < SPARE_EVENTS {
+                spares.push(Spare(self.event));
+                return;
+            }
         }
         let Ok(_current) = self.device.enter() else {
             return;
