@@ -171,9 +171,42 @@ pub(crate) fn settle(marks: &[Arc<ReadMark>]) -> Result<u64> {
 
 /// Set at process exit: the read waiter and mark drops leave the driver alone from then on.
 static READER_STOP: AtomicBool = AtomicBool::new(false);
+/// Whether the read waiter is inside the driver (querying marks).
+static READER_IN_CUDA: AtomicBool = AtomicBool::new(false);
+/// How long exit waits for the read waiter to step out of the driver: a few queries' time.
+const READER_EXIT_BUDGET: Duration = Duration::from_millis(50);
 
+/// Runs at normal exit, before the driver's own teardown: a waiter still querying events
+/// through it would crash the exiting process (as the timeline's completion waiter would).
 extern "C" fn stop_reader_at_exit() {
     READER_STOP.store(true, Ordering::SeqCst);
+    let started = Instant::now();
+    while READER_IN_CUDA.load(Ordering::SeqCst) && started.elapsed() < READER_EXIT_BUDGET {
+        std::thread::yield_now();
+    }
+}
+
+/// The calls of `waiting` whose marks are done, run; the rest kept. `None` once the process
+/// is exiting.
+fn run_finished(waiting: Vec<Waiting>) -> Option<Vec<Waiting>> {
+    // Announce first, then check: exit either sees us inside, or we see its stop.
+    READER_IN_CUDA.store(true, Ordering::SeqCst);
+    if READER_STOP.load(Ordering::SeqCst) {
+        READER_IN_CUDA.store(false, Ordering::SeqCst);
+        return None;
+    }
+    let mut still = Vec::with_capacity(waiting.len());
+    let mut finished = Vec::new();
+    for (marks, then) in waiting {
+        let marks = pending(marks);
+        match marks.is_empty() {
+            true => finished.push(then),
+            false => still.push((marks, then)),
+        }
+    }
+    READER_IN_CUDA.store(false, Ordering::SeqCst);
+    finished.into_iter().for_each(|then| then());
+    Some(still)
 }
 
 /// A call waiting for its marks.
@@ -212,17 +245,9 @@ fn spawn_reader() -> mpsc::Sender<Waiting> {
         let mut waiting: Vec<Waiting> = Vec::new();
         let mut pause = POLL_FIRST;
         loop {
-            if READER_STOP.load(Ordering::SeqCst) {
+            let Some(still) = run_finished(std::mem::take(&mut waiting)) else {
                 return;
-            }
-            let mut still = Vec::with_capacity(waiting.len());
-            for (marks, then) in waiting.drain(..) {
-                let marks = pending(marks);
-                match marks.is_empty() {
-                    true => then(),
-                    false => still.push((marks, then)),
-                }
-            }
+            };
             waiting = still;
             let next = match waiting.is_empty() {
                 true => rx.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected),
