@@ -1176,3 +1176,29 @@ fn a_frame_read_by_cuda_goes_back_to_its_producer_only_once_the_read_is_done() {
     assert_eq!(producer.acquire(wait).unwrap(), slot);
     assert!(read.answer() == plus_one(&data));
 }
+
+#[test]
+fn a_cuda_write_on_another_stream_waits_for_a_cuda_read_by_its_event() {
+    let _serial = serial();
+    let Some(cuda) = cuda_or_skip(test_name!()) else {
+        return;
+    };
+    let n = 1 << 20;
+    let data = numbered(n);
+    let src = vulkan_written(&data);
+    let read = HeldRead::start(cuda, &src, n, Ending::End);
+    let writer = Kernel::load(cuda);
+    {
+        let w = src.cuda_map_write(writer.stream()).unwrap();
+        // SAFETY: the map's address and length, on the writer's stream.
+        let r = unsafe { sys::cuMemsetD8Async(w.device_ptr(), 0, n, writer.stream.cast()) };
+        ok(r, "memset");
+    }
+    std::thread::sleep(HELD);
+    assert!(
+        read.answer() == plus_one(&data),
+        "the CUDA write on another stream overtook the CUDA read"
+    );
+    assert!(src.to_vec().unwrap().iter().all(|&b| b == 0));
+    drop(writer);
+}
