@@ -76,15 +76,22 @@ def summary(samples_ns):
     }
 
 
-def alternate(contenders, blocks, per_block):
-    """Runs each contender's `run(frames)` in turn, `blocks` times; returns, per name, the
-    one-way and round-trip samples of all its blocks."""
+#: Frames each block runs first and leaves out of its samples: a block's first frame waits for
+#: its consumer process to start and make its CUDA context (seconds). One such frame per block
+#: was the whole p99 of a run of 4 blocks of 75 frames (3.7 s, H100, 2026-12-06).
+WARM_UP = 3
+
+
+def alternate(contenders, blocks, per_block, warm_up=WARM_UP):
+    """Runs each contender's `run(frames)` in turn, `blocks` times, each block `warm_up` frames
+    longer than `per_block`; returns, per name, the one-way and round-trip samples of all its
+    blocks, each block's first `warm_up` frames left out."""
     results = {name: ([], []) for name in contenders}
     for _ in range(blocks):
         for name, run in contenders.items():
-            one_way, round_trip = run(per_block)
-            results[name][0].extend(one_way)
-            results[name][1].extend(round_trip)
+            one_way, round_trip = run(per_block + warm_up)
+            results[name][0].extend(one_way[warm_up:])
+            results[name][1].extend(round_trip[warm_up:])
     return results
 
 

@@ -35,9 +35,19 @@ def test_contenders_run_in_alternating_blocks():
 
         return run
 
-    results = bench_ipc.alternate({"a": contender("a"), "b": contender("b")}, 3, 2)
+    results = bench_ipc.alternate({"a": contender("a"), "b": contender("b")}, 3, 2, warm_up=0)
     assert order == ["a", "b", "a", "b", "a", "b"]
     assert results["a"] == ([2] * 6, [4] * 6)
+
+
+def test_each_blocks_warm_up_frames_run_but_are_left_out_of_the_samples():
+    def run(frames):
+        # The first frame of a block pays its consumer's start-up.
+        one_way = [1_000_000] + [frames] * (frames - 1)
+        return one_way, [2 * f for f in one_way]
+
+    results = bench_ipc.alternate({"a": run}, 2, 4, warm_up=1)
+    assert results["a"] == ([5] * 8, [10] * 8)
 
 
 def test_the_harness_measures_the_channel_across_processes_end_to_end():

@@ -106,9 +106,9 @@ def test_a_read_ended_by_cuda_read_done_holds_off_a_cpu_write_until_it_is_done(c
     x = t.torch()
     torch.cuda._sleep(100_000_000)  # ~50 ms of GPU clock: the read below is still queued
     total = x.sum()
-    before = hwtensor.gpu.device().last_signalled()
+    before = hwtensor.gpu.device().last_signalled
     t.cuda_read_done(torch.cuda.current_stream())  # an event, no timeline value
-    assert hwtensor.gpu.device().last_signalled() == before
+    assert hwtensor.gpu.device().last_signalled == before
     with t.map_write() as a:  # waits for the event: the sum reads the 3s, not these 0s
         a[:] = 0
     assert int(total) == 3 * 1080 * 1920 * 4
