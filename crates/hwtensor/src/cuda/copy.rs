@@ -4,41 +4,12 @@
 //! `cuMemcpyAsync` per contiguous run on hwtensor's own stream, ordered by the process timeline.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
 
-use super::device::{device, CudaDevice};
+use super::device::device;
 use super::driver::{check, sys};
 use super::import::BufferImport;
 use crate::gpu::{expected_copy_time, CopyPlan, GPU_WAIT};
-use crate::{Error, Result};
-
-/// `CU_STREAM_NON_BLOCKING`: the copy stream does not serialise with the legacy default
-/// stream of the application's kernels.
-const STREAM_NON_BLOCKING: u32 = 0x1;
-
-/// hwtensor's own stream for copies, made once.
-struct CopyStream(sys::CUstream);
-
-// SAFETY: a CUDA stream is usable from any thread.
-unsafe impl Send for CopyStream {}
-// SAFETY: as above.
-unsafe impl Sync for CopyStream {}
-
-/// hwtensor's own non-blocking stream for copies and fills, made on first use.
-pub(super) fn copy_stream(device: &CudaDevice) -> Result<sys::CUstream> {
-    static STREAM: OnceLock<std::result::Result<CopyStream, String>> = OnceLock::new();
-    let made = STREAM.get_or_init(|| {
-        let _current = device.enter().map_err(|e| e.to_string())?;
-        let mut stream = std::ptr::null_mut();
-        // SAFETY: an out-pointer to a local; the stream lives as long as the process.
-        let r = unsafe { sys::cuStreamCreate(&mut stream, STREAM_NON_BLOCKING) };
-        check(r, "cuStreamCreate").map_err(|e| e.to_string())?;
-        Ok(CopyStream(stream))
-    });
-    made.as_ref()
-        .map(|s| s.0)
-        .map_err(|e| Error::InvalidOperation(format!("no CUDA copy stream: {e}")))
-}
+use crate::Result;
 
 /// How many copies CUDA has run in this process (`testing::copies_run`).
 static COPIES_RUN: AtomicU64 = AtomicU64::new(0);
@@ -61,7 +32,7 @@ pub(crate) fn run_copy(
 ) -> Result<u64> {
     let device = device()?;
     let _current = device.enter()?;
-    let stream = copy_stream(device)?;
+    let stream = device.own_stream()?;
     device.wait_on_stream(stream, after)?;
     let (src, dst) = (from.device_ptr(), to.device_ptr());
     let mut failed = None;

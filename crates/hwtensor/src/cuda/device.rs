@@ -26,6 +26,18 @@ pub(crate) fn turned_off(value: Option<&str>) -> bool {
     })
 }
 
+/// `CU_STREAM_NON_BLOCKING`: hwtensor's own stream does not serialise with the legacy default
+/// stream of the application's kernels.
+const STREAM_NON_BLOCKING: u32 = 0x1;
+
+/// hwtensor's own stream, made once.
+struct OwnStream(sys::CUstream);
+
+// SAFETY: a CUDA stream is usable from any thread.
+unsafe impl Send for OwnStream {}
+// SAFETY: as above.
+unsafe impl Sync for OwnStream {}
+
 /// The CUDA side of the process GPU device.
 pub struct CudaDevice {
     ordinal: i32,
@@ -181,6 +193,23 @@ impl CudaDevice {
     /// The process GPU device this CUDA device is.
     pub(crate) fn gpu(&self) -> &'static GpuDevice {
         self.gpu
+    }
+
+    /// hwtensor's own non-blocking stream, made on first use: for its copies and fills, and
+    /// for turning CUDA reads marked by events into a timeline value.
+    pub(crate) fn own_stream(&self) -> Result<sys::CUstream> {
+        static STREAM: OnceLock<std::result::Result<OwnStream, String>> = OnceLock::new();
+        let made = STREAM.get_or_init(|| {
+            let _current = self.enter().map_err(|e| e.to_string())?;
+            let mut stream = std::ptr::null_mut();
+            // SAFETY: an out-pointer to a local; the stream lives as long as the process.
+            let r = unsafe { sys::cuStreamCreate(&mut stream, STREAM_NON_BLOCKING) };
+            check(r, "cuStreamCreate").map_err(|e| e.to_string())?;
+            Ok(OwnStream(stream))
+        });
+        made.as_ref()
+            .map(|s| s.0)
+            .map_err(|e| Error::InvalidOperation(format!("no CUDA stream of hwtensor's own: {e}")))
     }
 
     /// Makes the primary context current on this thread while the guard lives.

@@ -162,7 +162,7 @@ pub(crate) fn wait(marks: &[Arc<ReadMark>], timeout: Duration) -> Result<()> {
 pub(crate) fn settle(marks: &[Arc<ReadMark>]) -> Result<u64> {
     let device = device()?;
     let _current = device.enter()?;
-    let stream = super::copy::copy_stream(device)?;
+    let stream = device.own_stream()?;
     for mark in marks {
         mark.order_before(stream)?;
     }

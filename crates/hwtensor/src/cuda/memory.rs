@@ -355,7 +355,7 @@ impl CudaMemory {
     /// here, bounded: it costs a few microseconds against the allocation's hundred.
     /// `size`: the bytes mapped, the allocation's whole granules.
     fn zero(&self, size: usize) -> Result<()> {
-        let stream = super::copy::copy_stream(self.device)?;
+        let stream = self.device.own_stream()?;
         // SAFETY: the mapping is `size` bytes and accessible; hwtensor's own stream.
         let r = unsafe { sys::cuMemsetD8Async(self.va, 0, size, stream) };
         check(r, "cuMemsetD8Async")?;

@@ -66,7 +66,7 @@ impl CudaDevice {
     /// producer asked to sync with it makes hwtensor's first use of the memory follow its
     /// pending writes ([`Tensor::from_foreign_cuda`](crate::Tensor::from_foreign_cuda)).
     pub fn import_stream(&self) -> crate::Result<CudaStream> {
-        copy::copy_stream(self).map(|s| s.cast())
+        self.own_stream().map(|s| s.cast())
     }
 
     /// Waits (CPU) until the process timeline reaches `value`, such as a value
