@@ -1138,8 +1138,13 @@ fn a_cpu_write_after_a_cuda_read_of_host_memory_waits_for_the_read() {
     src.map_write().unwrap().copy_from_slice(&data);
     let read = HeldRead::start(cuda, &src, n, Ending::Drop);
     let opener = read.gate.open_after(HELD);
+    let (_, slept) = hwtensor::gpu::cpu_waits();
     src.map_write().unwrap().fill(0); // must wait for the kernel's read
     opener.join().unwrap();
+    assert!(
+        hwtensor::gpu::cpu_waits().1 > slept,
+        "the map's wait for the read is not counted among the CPU waits"
+    );
     assert!(
         read.answer() == plus_one(&data),
         "the CPU write overtook the CUDA read"

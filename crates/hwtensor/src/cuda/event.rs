@@ -138,12 +138,17 @@ pub(crate) fn pending(marks: Vec<Arc<ReadMark>>) -> Vec<Arc<ReadMark>> {
 }
 
 /// Waits (CPU, polling) until every mark is done, at most `timeout`: before the CPU writes
-/// or frees memory a CUDA read may still be reading.
+/// or frees memory a CUDA read may still be reading. A wait that found a read pending counts
+/// in `gpu::cpu_waits`, as one that slept (it polls by sleeping).
 pub(crate) fn wait(marks: &[Arc<ReadMark>], timeout: Duration) -> Result<()> {
     let started = Instant::now();
     let mut pause = POLL_FIRST;
+    let mut counted = false;
     for mark in marks {
         while !mark.done()? {
+            if !std::mem::replace(&mut counted, true) {
+                crate::gpu::count_cpu_wait(true);
+            }
             if started.elapsed() >= timeout {
                 return Err(Error::Timeout(format!(
                     "a CUDA read of the buffer did not finish within {timeout:?}"

@@ -56,6 +56,16 @@ pub fn cpu_waits() -> (u64, u64) {
     )
 }
 
+/// Counts a CPU wait for GPU work that is not a timeline value (a CUDA read's event) that found
+/// the work pending, and whether it slept, in [`cpu_waits`]: the steady-state figure counts
+/// every CPU wait for GPU work, whatever marks it.
+pub(crate) fn count_cpu_wait(slept: bool) {
+    WAITS_PENDING.fetch_add(1, Ordering::Relaxed);
+    if slept {
+        WAITS_SLEPT.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 /// The words of the rendezvous record, shared by every copy.
 pub(crate) fn words_in_record(r: &'static super::record::Record) -> TimelineWords {
     TimelineWords::at(&r.counter, &r.pending, &r.submitted, &r.queue_lock)
