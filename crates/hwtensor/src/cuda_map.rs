@@ -113,7 +113,7 @@ impl<T: Element, D: MapDirection> Drop for CudaMap<'_, T, D> {
 fn mark_read(import: &BufferImport, stream: CudaStream) -> Result<()> {
     let device = device()?;
     let _current = device.enter()?;
-    import.read_until(ReadMark::record(stream.cast())?);
+    import.read_until(ReadMark::record(device, stream.cast())?);
     Ok(())
 }
 
@@ -241,8 +241,6 @@ impl crate::TensorDyn {
 impl<T: Element> Tensor<T> {
     /// See [`TensorDyn::cuda_read_done`].
     fn cuda_read_done(&self, stream: CudaStream) -> Result<()> {
-        let device = device()?;
-        let _current = device.enter()?;
         let _hold = self.buffer.hold_for_cuda(Direction::Read)?;
         mark_read(self.buffer.cuda_import()?, stream)
     }

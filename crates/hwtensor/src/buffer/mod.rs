@@ -150,14 +150,16 @@ impl Buffer {
         if self.gpu().is_none() {
             return self.begin_access(direction);
         }
-        // Device work waits on the timeline: CUDA reads marked by events need a value first.
+        let claim = self.claim(direction)?;
+        // Device work waits on the timeline: CUDA reads marked by events need a value first,
+        // made under the claim, so no read map can end between the value and the work.
         #[cfg(target_os = "linux")]
         if direction != Direction::Read {
             self.settle_cuda_reads()?;
         }
         Ok(AccessGuard {
             _storage: None,
-            _claim: self.claim(direction)?,
+            _claim: claim,
         })
     }
 

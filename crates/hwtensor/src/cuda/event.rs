@@ -16,19 +16,14 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use super::device::{device, CudaDevice};
+use super::device::CudaDevice;
 use super::driver::{check, sys};
+use crate::gpu::{Backoff, Requests};
 use crate::{Error, Result};
 
 /// `CU_EVENT_DISABLE_TIMING`: the event only marks a point in the stream; without timing it
 /// is the cheapest kind to record and query.
 const EVENT_DISABLE_TIMING: u32 = 0x2;
-
-/// The first pause between two looks at pending marks, and the longest: as the timeline's
-/// completion waiter polls (a short read is seen within ~0.1 ms, a long one costs a wake-up
-/// every 2 ms and is seen at most that late).
-const POLL_FIRST: Duration = Duration::from_micros(50);
-const POLL_LONGEST: Duration = Duration::from_millis(2);
 
 /// Events kept for reuse at most: a frame loop reads a few buffers at a time, and an event
 /// made and destroyed per read cost two driver calls a frame.
@@ -65,10 +60,12 @@ impl std::fmt::Debug for ReadMark {
 }
 
 impl ReadMark {
-    /// Records a mark on `stream`, after the work queued on it so far. The caller made the
-    /// primary context current.
-    pub(crate) fn record(stream: sys::CUstream) -> Result<Arc<ReadMark>> {
-        let device = device()?;
+    /// Records a mark on `stream`, after the work queued on it so far. The caller made
+    /// `device`'s primary context current.
+    pub(crate) fn record(
+        device: &'static CudaDevice,
+        stream: sys::CUstream,
+    ) -> Result<Arc<ReadMark>> {
         let spare = SPARES.lock().ok().and_then(|mut s| s.pop());
         let event = match spare {
             Some(Spare(event)) => event,
@@ -137,12 +134,13 @@ pub(crate) fn pending(marks: Vec<Arc<ReadMark>>) -> Vec<Arc<ReadMark>> {
         .collect()
 }
 
-/// Waits (CPU, polling) until every mark is done, at most `timeout`: before the CPU writes
-/// or frees memory a CUDA read may still be reading. A wait that found a read pending counts
-/// in `gpu::cpu_waits`, as one that slept (it polls by sleeping).
+/// Waits (CPU, polling on the completion waiter's schedule) until every mark is done, at most
+/// `timeout`: before the CPU writes or frees memory a CUDA read may still be reading. A wait
+/// that found a read pending counts in `gpu::cpu_waits`, as one that slept (it polls by
+/// sleeping).
 pub(crate) fn wait(marks: &[Arc<ReadMark>], timeout: Duration) -> Result<()> {
     let started = Instant::now();
-    let mut pause = POLL_FIRST;
+    let mut pause = Backoff::new();
     let mut counted = false;
     for mark in marks {
         while !mark.done()? {
@@ -154,8 +152,8 @@ pub(crate) fn wait(marks: &[Arc<ReadMark>], timeout: Duration) -> Result<()> {
                     "a CUDA read of the buffer did not finish within {timeout:?}"
                 )));
             }
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(POLL_LONGEST);
+            std::thread::sleep(pause.pause());
+            pause.grow();
         }
     }
     Ok(())
@@ -164,8 +162,7 @@ pub(crate) fn wait(marks: &[Arc<ReadMark>], timeout: Duration) -> Result<()> {
 /// Turns `marks` into a timeline value: hwtensor's own stream waits for each mark and then
 /// signals the next value, which Vulkan work and other timeline users can wait on. One signal
 /// for however many reads, and only when a write needs it.
-pub(crate) fn settle(marks: &[Arc<ReadMark>]) -> Result<u64> {
-    let device = device()?;
+pub(crate) fn settle(device: &CudaDevice, marks: &[Arc<ReadMark>]) -> Result<u64> {
     let _current = device.enter()?;
     let stream = device.own_stream()?;
     for mark in marks {
@@ -242,30 +239,21 @@ pub(crate) fn when_read(
 
 fn spawn_reader() -> mpsc::Sender<Waiting> {
     let (tx, rx) = mpsc::channel::<Waiting>();
-    // SAFETY: registers a plain function of this copy.
     if !crate::os::at_exit(stop_reader_at_exit) {
         log::warn!("hwtensor: cannot register the CUDA read waiter's exit hook");
     }
     let body = move || {
         let mut waiting: Vec<Waiting> = Vec::new();
-        let mut pause = POLL_FIRST;
+        let mut requests = Requests::new(rx);
         loop {
             let Some(still) = run_finished(std::mem::take(&mut waiting)) else {
                 return;
             };
             waiting = still;
-            let next = match waiting.is_empty() {
-                true => rx.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected),
-                false => rx.recv_timeout(pause),
-            };
-            match next {
-                Ok(w) => {
-                    waiting.push(w);
-                    pause = POLL_FIRST;
-                }
-                Err(mpsc::RecvTimeoutError::Timeout) => pause = (pause * 2).min(POLL_LONGEST),
-                Err(mpsc::RecvTimeoutError::Disconnected) if waiting.is_empty() => return,
-                Err(mpsc::RecvTimeoutError::Disconnected) => std::thread::sleep(pause),
+            match requests.next(!waiting.is_empty()) {
+                None => return,
+                Some(Some(w)) => waiting.push(w),
+                Some(None) => {}
             }
         }
     };

@@ -65,6 +65,13 @@ impl Reads {
         self.any.store(!marks.is_empty(), Ordering::Release);
         marks.clone()
     }
+
+    /// Forgets `settled`, which a timeline value now covers; marks recorded since stay.
+    fn forget(&self, settled: &[Arc<ReadMark>]) {
+        let mut marks = self.lock();
+        marks.retain(|m| !settled.iter().any(|s| Arc::ptr_eq(m, s)));
+        self.any.store(!marks.is_empty(), Ordering::Release);
+    }
 }
 
 // SAFETY: CUDA handles and device addresses are usable from any thread; the host address is
@@ -223,23 +230,15 @@ impl BufferImport {
     /// this import's last use, for work that orders by the timeline (Vulkan's); `None` when
     /// no read is pending.
     pub(crate) fn settle_reads(&self) -> Result<Option<u64>> {
-        let mut marks = self.reads.lock();
-        let pending = event::pending(std::mem::take(&mut *marks));
-        if pending.is_empty() {
-            self.reads.any.store(false, Ordering::Release);
+        let settled = self.reads.pending();
+        if settled.is_empty() {
             return Ok(None);
         }
-        match event::settle(&pending) {
-            Ok(value) => {
-                self.used_until(value);
-                self.reads.any.store(false, Ordering::Release);
-                Ok(Some(value))
-            }
-            Err(e) => {
-                *marks = pending; // still pending: a later settle or wait tries again
-                Err(e)
-            }
-        }
+        // On an error the marks stay: a later settle or wait tries again.
+        let value = event::settle(self.device, &settled)?;
+        self.used_until(value);
+        self.reads.forget(&settled);
+        Ok(Some(value))
     }
 
     /// Waits (CPU) until CUDA work on this buffer has finished (with `write`, its reads too):

@@ -40,6 +40,71 @@ const OBSERVE_WAIT: Duration = Duration::from_millis(100);
 /// ~0.1 ms, a long one costs a wake-up every 2 ms.
 const WAITER_SLICE: Duration = Duration::from_millis(2);
 
+/// The pause of a thread that polls for completions: [`POLL_INTERVAL`] after news, doubling up
+/// to [`WAITER_SLICE`] while nothing changes. The timeline's completion waiter and the CUDA
+/// read waiter (`cuda/event.rs`) keep the same schedule.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Backoff(Duration);
+
+impl Backoff {
+    pub(crate) fn new() -> Backoff {
+        Backoff(POLL_INTERVAL)
+    }
+
+    /// The pause now.
+    pub(crate) fn pause(self) -> Duration {
+        self.0
+    }
+
+    /// Nothing changed: the next pause is longer.
+    pub(crate) fn grow(&mut self) {
+        self.0 = (self.0 * 2).min(WAITER_SLICE);
+    }
+}
+
+/// The requests of a polling waiter thread, and its pause between two looks at what it waits for.
+pub(crate) struct Requests<M> {
+    rx: mpsc::Receiver<M>,
+    pause: Backoff,
+}
+
+impl<M> Requests<M> {
+    pub(crate) fn new(rx: mpsc::Receiver<M>) -> Requests<M> {
+        Requests {
+            rx,
+            pause: Backoff::new(),
+        }
+    }
+
+    /// The next request, `Some(None)` when it is time to look again, or `None` when every
+    /// sender is gone and nothing is `waiting` (the thread ends). With nothing waiting it
+    /// sleeps until a request comes; else at most the pause, which grows while no request does.
+    pub(crate) fn next(&mut self, waiting: bool) -> Option<Option<M>> {
+        let next = match waiting {
+            false => self
+                .rx
+                .recv()
+                .map_err(|_| mpsc::RecvTimeoutError::Disconnected),
+            true => self.rx.recv_timeout(self.pause.pause()),
+        };
+        match next {
+            Ok(m) => {
+                self.pause = Backoff::new();
+                Some(Some(m))
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                self.pause.grow();
+                Some(None)
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) if !waiting => None,
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                std::thread::sleep(self.pause.pause());
+                Some(None)
+            }
+        }
+    }
+}
+
 /// CPU waits on a timeline (this copy's, or a peer's) that found their value not yet reached,
 /// and those of them that went on past their spin to sleep: a frame loop in its steady state
 /// should add to neither (`hwtensor bench` and bench_ipc.py count them, issue #27).
@@ -535,7 +600,7 @@ fn spawn_waiter(
     }
     let body = move || {
         let mut waiting: BTreeMap<u64, Vec<OnDone>> = BTreeMap::new();
-        let mut pause = POLL_INTERVAL;
+        let mut requests = Requests::new(rx);
         loop {
             if !waiting.is_empty() {
                 let Some(reached) = counter_unless_exiting(device, semaphore) else {
@@ -550,19 +615,10 @@ fn spawn_waiter(
                 }
                 drop_abandoned(&mut waiting);
             }
-            let next = if waiting.is_empty() {
-                rx.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected)
-            } else {
-                rx.recv_timeout(pause)
-            };
-            match next {
-                Ok((value, done)) => {
-                    waiting.entry(value).or_default().push(done);
-                    pause = POLL_INTERVAL;
-                }
-                Err(mpsc::RecvTimeoutError::Timeout) => pause = (pause * 2).min(WAITER_SLICE),
-                Err(mpsc::RecvTimeoutError::Disconnected) if waiting.is_empty() => return,
-                Err(mpsc::RecvTimeoutError::Disconnected) => std::thread::sleep(pause),
+            match requests.next(!waiting.is_empty()) {
+                None => return,
+                Some(Some((value, done))) => waiting.entry(value).or_default().push(done),
+                Some(None) => {}
             }
         }
     };
