@@ -33,6 +33,12 @@ use hwtensor::{CpuAccess, DType, PixelFormat, TensorDyn, TensorMemory};
 const CAPS: &str = "video/x-raw,format=I420,width=1920,height=1080";
 /// Frames are paced as a 200 fps camera would send them, so each one finds its consumer idle.
 const PACE: Duration = Duration::from_millis(5);
+/// Alternating rounds, and frames per contender in each: many short rounds, because this
+/// machine's load changes over seconds. With 4 rounds of 200 the elements / bare ratio of
+/// medians swung from 1.11x to 1.85x between runs; with 12 of 150, two runs gave 1.66x and
+/// 1.69x (2026-12-06, 2 cores).
+const ROUNDS: usize = 12;
+const FRAMES: usize = 150;
 
 fn cpu_ns() -> u64 {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
@@ -267,8 +273,8 @@ fn main() {
         Some("--gst-consumer") => return gst_consumer(&args[2]),
         _ => {}
     }
-    let rounds: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(4);
-    let frames: usize = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(200);
+    let rounds: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(ROUNDS);
+    let frames: usize = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(FRAMES);
     gst::init().unwrap();
     gsthwtensor::plugin_register_static().unwrap();
     let (mut bare, mut through, mut sink_only) = (Vec::new(), Vec::new(), Vec::new());
