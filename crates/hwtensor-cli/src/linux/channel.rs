@@ -175,9 +175,12 @@ fn run_on(
         Some(CudaRead::Address) => args.extend(["--cuda".into(), "--cuda-address".into()]),
         None => {}
     }
+    // The peer's stderr (its step times, or why it failed) is passed on once it is done: both
+    // processes print their steps as they finish, and their lines ran into each other.
     let child = std::process::Command::new(std::env::current_exe()?)
         .args(&args)
         .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
         .spawn()?;
     drop((theirs, inherited));
     match bytes {
@@ -185,6 +188,7 @@ fn run_on(
         None => produce_messages(ours, mode)?,
     }
     let out = child.wait_with_output()?;
+    eprint!("{}", String::from_utf8_lossy(&out.stderr));
     if !out.status.success() {
         return Err(format!("the bench peer failed ({})", out.status).into());
     }
