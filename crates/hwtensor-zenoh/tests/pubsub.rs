@@ -631,6 +631,13 @@ fn edgefirst_frames_across(test: &str, memory: TensorMemory) {
             .wait()
             .is_ok_and(|r| r.recv().is_ok())
     });
+    // The token says the child declared its subscriber, not that this session routes to it
+    // yet: under QEMU's emulator (`scripts/dma-vm`) frame 1 was once published before it did
+    // and never reached the child. A publisher of the key matches once the route exists.
+    let route = a.declare_publisher("test/edgefirst").wait().unwrap();
+    wait_until("the EdgeFirst subscriber's route", || {
+        route.matching_status().wait().is_ok_and(|m| m.matching())
+    });
     for f in &frames {
         publisher.publish(f).unwrap();
         std::thread::sleep(Duration::from_millis(20));
