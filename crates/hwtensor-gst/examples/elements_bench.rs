@@ -35,8 +35,8 @@ const CAPS: &str = "video/x-raw,format=I420,width=1920,height=1080";
 const PACE: Duration = Duration::from_millis(5);
 /// Alternating rounds, and frames per contender in each: many short rounds, because this
 /// machine's load changes over seconds. With 4 rounds of 200 the elements / bare ratio of
-/// medians swung from 1.11x to 1.85x between runs; with 12 of 150, two runs gave 1.66x and
-/// 1.69x (2026-12-06, 2 cores).
+/// medians swung from 1.11x to 1.85x between runs; with 12 of 150, runs of one hour agreed
+/// (2026-12-06, 2 cores: 1.66x and 1.69x while busy, 1.25x and 1.26x while quiet).
 const ROUNDS: usize = 12;
 const FRAMES: usize = 150;
 

@@ -132,12 +132,10 @@ mod imp {
                     break Err(gst::FlowError::Error); // a lender's slot this pool never had
                 };
                 // At rest a slot's buffer has us as its one owner, so it is writable; one that
-                // is not (or is out) is held elsewhere.
+                // is not (or is out) is held elsewhere. It was reset on its way back
+                // (`reset_buffer`, which GStreamer runs before `release_buffer`), or is new.
                 match entry.as_mut().and_then(|b| b.get_mut()) {
-                    Some(at_rest) => {
-                        reset(at_rest);
-                        break Ok(entry.take().expect("just looked at"));
-                    }
+                    Some(_) => break Ok(entry.take().expect("just looked at")),
                     None => held_elsewhere.push(slot),
                 }
             };
@@ -417,4 +415,67 @@ fn fd_memory(
         }
     }
     Ok(memory)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hwtensor::{CpuAccess, DType, PixelFormat};
+
+    /// Lends slot 0 every time, as a channel whose other slots are out would.
+    struct FirstSlot;
+
+    impl Lender for FirstSlot {
+        fn next_slot(&self, _flushing: &AtomicBool) -> Result<Lent, gst::FlowError> {
+            Ok(Lent::Slot(0))
+        }
+        fn returned(&self, _slot: usize) {}
+        fn unusable(&self, _slot: usize) {}
+    }
+
+    #[test]
+    fn a_slot_buffer_lent_again_has_none_of_its_last_frames_stamps_and_keeps_its_layout() {
+        gst::init().unwrap();
+        let shm = Some(TensorMemory::Shm);
+        let t = TensorDyn::image(
+            64,
+            32,
+            PixelFormat::Rgba,
+            DType::U8,
+            shm,
+            CpuAccess::ReadWrite,
+        )
+        .unwrap();
+        let pool = SlotPool::new(vec![t.clone()], Box::new(FirstSlot), false).unwrap();
+        pool.activate(&crate::caps::caps_of(&t).unwrap()).unwrap();
+        let mut first = pool.acquire_buffer(None).unwrap();
+        let stamp = gst::Caps::new_empty_simple("timestamp/x-hwtensor-test");
+        let at = gst::ClockTime::from_nseconds(7);
+        let b = first.get_mut().unwrap();
+        b.set_pts(at);
+        gst::ReferenceTimestampMeta::add(b, &stamp, at, gst::ClockTime::NONE);
+        drop(first); // back to the pool
+        let again = pool.acquire_buffer(None).unwrap();
+        assert_eq!(
+            pool.slot_of(&again),
+            Some((0, true)),
+            "the same slot, its memory"
+        );
+        let stamps = again.iter_meta::<gst::ReferenceTimestampMeta>().count();
+        assert_eq!(
+            stamps, 0,
+            "the last frame's stamp came back with the buffer"
+        );
+        assert_eq!(
+            again.pts(),
+            None,
+            "the last frame's time came back with the buffer"
+        );
+        assert!(
+            again.meta::<gst_video::VideoMeta>().is_some(),
+            "the layout went"
+        );
+        drop(again);
+        pool.set_active(false).unwrap();
+    }
 }
