@@ -94,11 +94,15 @@ static int open_cuda(void) {
     if (!init || !device_get || !retain || !set_current || !mem_alloc || !host_alloc || !cuda.htod ||
         !cuda.dtoh)
         return fprintf(stderr, "libcuda lacks a symbol\n"), 1;
-    int device;
+    int device, r;
     void *ctx;
-    if (init(0) || device_get(&device, 0) || retain(&ctx, device) || set_current(ctx) ||
-        mem_alloc(&cuda.dev, LARGEST) || host_alloc(&cuda.pinned, LARGEST, 0))
-        return fprintf(stderr, "CUDA set-up failed\n"), 1;
+    if ((r = init(0))) return fprintf(stderr, "cuInit: CUresult %d\n", r), 1;
+    if ((r = device_get(&device, 0))) return fprintf(stderr, "cuDeviceGet: CUresult %d\n", r), 1;
+    if ((r = retain(&ctx, device))) return fprintf(stderr, "cuDevicePrimaryCtxRetain: CUresult %d\n", r), 1;
+    if ((r = set_current(ctx))) return fprintf(stderr, "cuCtxSetCurrent: CUresult %d\n", r), 1;
+    if ((r = mem_alloc(&cuda.dev, LARGEST))) return fprintf(stderr, "cuMemAlloc: CUresult %d\n", r), 1;
+    if ((r = host_alloc(&cuda.pinned, LARGEST, 0)))
+        return fprintf(stderr, "cuMemHostAlloc: CUresult %d\n", r), 1;
     memset(cuda.pinned, 1, LARGEST);
     return 0;
 }
@@ -154,7 +158,9 @@ static int families(VkPhysicalDevice pd, uint32_t *main, uint32_t *transfer, uin
     return 0;
 }
 
-static int buffer(VkPhysicalDevice pd, VkBuffer *b, void *host) {
+/* A buffer of LARGEST bytes both queue families use (concurrent sharing, no ownership
+ * transfers): over `host` imported, or device-local memory when `host` is NULL. */
+static int buffer(VkPhysicalDevice pd, const uint32_t families2[2], VkBuffer *b, void *host) {
     VkExternalMemoryBufferCreateInfo external = {
         .sType = VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_BUFFER_CREATE_INFO,
         .handleTypes = VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT};
@@ -163,12 +169,8 @@ static int buffer(VkPhysicalDevice pd, VkBuffer *b, void *host) {
                              .size = LARGEST,
                              .usage = VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT,
                              .sharingMode = VK_SHARING_MODE_CONCURRENT};
-    /* Every queue family touches both buffers: concurrent sharing, no ownership transfers. */
-    uint32_t main, transfer, transfers;
-    families(pd, &main, &transfer, &transfers);
-    uint32_t both[2] = {main, transfer};
     bi.queueFamilyIndexCount = 2;
-    bi.pQueueFamilyIndices = both;
+    bi.pQueueFamilyIndices = families2;
     CHECK(vkCreateBuffer(dev, &bi, NULL, b));
     VkMemoryRequirements req;
     vkGetBufferMemoryRequirements(dev, *b, &req);
@@ -214,7 +216,7 @@ static int open_vulkan(void **host, int *have_second_transfer) {
     if (hostp.minImportedHostPointerAlignment > PAGE)
         return fprintf(stderr, "host imports need %llu-byte alignment\n",
                        (unsigned long long)hostp.minImportedHostPointerAlignment), 1;
-    uint32_t main, transfer, transfers;
+    uint32_t main, transfer, transfers = 0;
     if (families(pd, &main, &transfer, &transfers)) return 1;
     float priority[2] = {1.0f, 1.0f};
     VkDeviceQueueCreateInfo qi[2] = {
@@ -247,13 +249,18 @@ static int open_vulkan(void **host, int *have_second_transfer) {
     }
     if (posix_memalign(host, PAGE, LARGEST)) return fprintf(stderr, "no host memory\n"), 1;
     memset(*host, 1, LARGEST);
-    if (buffer(pd, &host_buf, *host) || buffer(pd, &gpu_buf, NULL)) return 1;
+    uint32_t both[2] = {main, transfer};
+    if (buffer(pd, both, &host_buf, *host) || buffer(pd, both, &gpu_buf, NULL)) return 1;
     printf("device: %s; transfer-only family %u with %u queue(s) used, main family %u\n",
            props.properties.deviceName, transfer, transfers, main);
     return 0;
 }
 
-/* One copy of `bytes` split over contender `w`'s queues; seconds from submit to done. */
+/* The longest one copy may take before the probe gives up: 256 MiB moves in ~5 ms. */
+#define COPY_BOUND_S 10.0
+
+/* One copy of `bytes` split over contender `w`'s queues; seconds from submit to done, or -1
+ * (said on stderr) when a call fails or the copy outlasts COPY_BOUND_S. */
 static double vk_copy(int w, size_t bytes, int upload) {
     int k = ways[w].count;
     /* Parts start on a page so no two queues write one page. */
@@ -262,24 +269,30 @@ static double vk_copy(int w, size_t bytes, int upload) {
     for (int i = 0; i < k; i++) {
         VkCommandBuffer c = cmds[ways[w].queue[i]];
         size_t at = i * part, len = i == k - 1 ? bytes - at : part;
-        vkResetCommandBuffer(c, 0);
         VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
                                        .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
-        vkBeginCommandBuffer(c, &bi);
         VkBufferCopy region = {.srcOffset = at, .dstOffset = at, .size = len};
+        if (vkResetCommandBuffer(c, 0) != VK_SUCCESS || vkBeginCommandBuffer(c, &bi) != VK_SUCCESS)
+            return fprintf(stderr, "recording a copy failed\n"), -1;
         vkCmdCopyBuffer(c, src, dst, 1, &region);
-        vkEndCommandBuffer(c);
+        if (vkEndCommandBuffer(c) != VK_SUCCESS) return fprintf(stderr, "vkEndCommandBuffer failed\n"), -1;
     }
     double t0 = now();
     for (int i = 0; i < k; i++) {
         int q = ways[w].queue[i];
         VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1,
                            .pCommandBuffers = &cmds[q]};
-        if (vkQueueSubmit(queues[q], 1, &si, fences[q]) != VK_SUCCESS) return -1;
+        if (vkQueueSubmit(queues[q], 1, &si, fences[q]) != VK_SUCCESS)
+            return fprintf(stderr, "vkQueueSubmit failed\n"), -1;
     }
-    for (int i = 0; i < k; i++)
-        while (vkGetFenceStatus(dev, fences[ways[w].queue[i]]) == VK_NOT_READY) {
-        }
+    for (int i = 0; i < k; i++) {
+        VkResult r;
+        while ((r = vkGetFenceStatus(dev, fences[ways[w].queue[i]])) == VK_NOT_READY)
+            if (now() - t0 > COPY_BOUND_S)
+                return fprintf(stderr, "a %zu-byte copy (%s) ran past %.0f s\n", bytes, ways[w].name,
+                               COPY_BOUND_S), -1;
+        if (r != VK_SUCCESS) return fprintf(stderr, "vkGetFenceStatus: %d\n", r), -1;
+    }
     double t = now() - t0;
     for (int i = 0; i < k; i++) vkResetFences(dev, 1, &fences[ways[w].queue[i]]);
     return t;
@@ -303,10 +316,11 @@ int main(void) {
             double ref[ROUNDS], t[WAYS][ROUNDS];
             size_t bytes = sizes[s].bytes;
             for (int r = 0; r < ROUNDS; r++) {
-                if ((ref[r] = cuda_copy(bytes, upload)) < 0) return fprintf(stderr, "cuMemcpy failed\n"), 1;
+                if ((ref[r] = cuda_copy(bytes, upload)) < 0)
+                    return fprintf(stderr, "cuMemcpy%s of %zu bytes failed\n", upload ? "HtoD" : "DtoH", bytes), 1;
                 for (size_t w = 0; w < WAYS; w++) {
                     if (!second && ways[w].queue[1] == 1) continue;
-                    if ((t[w][r] = vk_copy(w, bytes, upload)) < 0) return fprintf(stderr, "submit failed\n"), 1;
+                    if ((t[w][r] = vk_copy(w, bytes, upload)) < 0) return 1; /* said by vk_copy */
                 }
             }
             double cu = bytes / median(ref, ROUNDS) / 1e9;

@@ -1104,26 +1104,35 @@ impl HeldRead {
     }
 }
 
-#[test]
-fn a_vulkan_write_after_a_cuda_read_waits_for_the_read_though_the_read_signals_nothing() {
+/// Holds a CUDA read of a Vulkan-written tensor back, lets `zero` queue a GPU write of zeros
+/// over it (returning at once; what it returns lives to the end), and checks that the read saw
+/// the bytes from before and the zeros landed after it: had the write not waited for the read,
+/// it would run while the gate holds the read back.
+fn a_gpu_write_waits_for_a_held_read<K>(
+    test: &str,
+    overtook: &str,
+    zero: impl FnOnce(&CudaDevice, &Tensor<u8>, usize) -> K,
+) {
     let _serial = serial();
-    let Some(cuda) = cuda_or_skip(test_name!()) else {
+    let Some(cuda) = cuda_or_skip(test) else {
         return;
     };
     let n = 1 << 20;
     let data = numbered(n);
     let src = vulkan_written(&data);
-    let zeros = vulkan_written(&vec![0; n]);
     let read = HeldRead::start(cuda, &src, n, Ending::End);
-    // A Vulkan copy returns at once; had it not waited for the read, it would run while the
-    // gate holds the read back.
-    src.copy_from(&zeros).unwrap();
+    let _kept = zero(cuda, &src, n);
     std::thread::sleep(HELD);
-    assert!(
-        read.answer() == plus_one(&data),
-        "the Vulkan write overtook the CUDA read"
-    );
+    assert!(read.answer() == plus_one(&data), "{overtook}");
     assert!(src.to_vec().unwrap().iter().all(|&b| b == 0));
+}
+
+#[test]
+fn a_vulkan_write_after_a_cuda_read_waits_for_the_read_though_the_read_signals_nothing() {
+    let overtook = "the Vulkan write overtook the CUDA read";
+    a_gpu_write_waits_for_a_held_read(test_name!(), overtook, |_, src, n| {
+        src.copy_from(&vulkan_written(&vec![0; n])).unwrap(); // a Vulkan copy
+    });
 }
 
 #[test]
@@ -1184,26 +1193,14 @@ fn a_frame_read_by_cuda_goes_back_to_its_producer_only_once_the_read_is_done() {
 
 #[test]
 fn a_cuda_write_on_another_stream_waits_for_a_cuda_read_by_its_event() {
-    let _serial = serial();
-    let Some(cuda) = cuda_or_skip(test_name!()) else {
-        return;
-    };
-    let n = 1 << 20;
-    let data = numbered(n);
-    let src = vulkan_written(&data);
-    let read = HeldRead::start(cuda, &src, n, Ending::End);
-    let writer = Kernel::load(cuda);
-    {
+    let overtook = "the CUDA write on another stream overtook the CUDA read";
+    a_gpu_write_waits_for_a_held_read(test_name!(), overtook, |cuda, src, n| {
+        let writer = Kernel::load(cuda);
         let w = src.cuda_map_write(writer.stream()).unwrap();
         // SAFETY: the map's address and length, on the writer's stream.
         let r = unsafe { sys::cuMemsetD8Async(w.device_ptr(), 0, n, writer.stream.cast()) };
         ok(r, "memset");
-    }
-    std::thread::sleep(HELD);
-    assert!(
-        read.answer() == plus_one(&data),
-        "the CUDA write on another stream overtook the CUDA read"
-    );
-    assert!(src.to_vec().unwrap().iter().all(|&b| b == 0));
-    drop(writer);
+        drop(w);
+        writer // its stream lives until the checks are done
+    });
 }
