@@ -14,11 +14,12 @@
  * loaded at run time, the first CUDA device: the machine has one GPU). Prints GB/s medians and
  * each against cuMemcpy. Built by `scripts/gpu-suite build`, run by its `bench` leg.
  *
- * Answer on an H100 (driver 580, 2026-12-06; the transfer-only family has 2 queues): no. At
- * 256 MiB one queue gave 0.90x / 0.92x (h2d / d2h), two or three queues at once 0.91-0.93x; at
- * 4K 0.85-0.89x whichever way; at 1080p 0.75-0.80x (there the submit's own cost shows). The
- * driver moves imported host memory at 48-51 GB/s however the copy is spread, where cuMemcpy
- * reaches 53-55: splitting hwtensor's copies over queues would not reach 0.95x. */
+ * Answer on H100s (driver 580, 2026-12-06, four runs on two machines; the transfer-only family
+ * has 2 queues): hardly. One queue gave 0.90-0.91x / 0.92-0.93x (h2d / d2h) at 256 MiB, two or
+ * three queues at once 0.92-0.94x / 0.94-0.95x: at most 0.03x more, and uploads stay below
+ * 0.95x. The driver moves imported host memory at 49-52 GB/s however the copy is spread, where
+ * cuMemcpy reaches 54-55 (one run's slower cuMemcpy, 48.8-54.6 GB/s, put the split copies at
+ * 0.95-0.98x for 1080p and 4K, and still 0.94x for 256 MiB uploads). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdint.h>

@@ -167,8 +167,9 @@ impl<T: Element> Tensor<T> {
     ///
     /// Why GPU memory CUDA maps goes to CUDA: on NVIDIA (580, H100) Vulkan's copy engine moves
     /// host <-> GPU bytes at 0.81-0.93x of pinned `cuMemcpy` whatever the queue, region size or
-    /// host memory type (measured side by side), also with one copy split over two or three
-    /// queues at once (`scripts/gpu-probes/vk_copy_queues.c`), where CUDA's reaches 0.95-1.0x.
+    /// host memory type (measured side by side); one copy split over two or three queues at
+    /// once gains at most 0.03x (`scripts/gpu-probes/vk_copy_queues.c`). CUDA's reaches
+    /// 0.95-1.0x.
     /// Only a buffer already imported (a process that maps it in CUDA, as PyTorch consumers
     /// do) is taken there: an import costs ~0.13 ms, more than the gain on one copy of a fresh
     /// tensor. Nor is every host copy sent to CUDA once CUDA is open: an upload through CUDA
