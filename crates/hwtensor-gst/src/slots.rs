@@ -27,6 +27,19 @@ pub enum Lent {
     Spare,
 }
 
+/// Which element a pool lends for: what its slot buffers carry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    /// `hwtensorsink`'s: upstream writes frames into the buffers, and each comes back bare
+    /// (but for its layout) whatever upstream put on it.
+    Sink,
+    /// `hwtensorsrc`'s: received frames, which other consumers of the channel read too, so
+    /// the memories are read-only (an element that writes gets a copy); and each buffer
+    /// keeps its two stamps ([`crate::wire::stamp`]) from frame to frame, to be set in place
+    /// rather than added anew on the latency path.
+    Source,
+}
+
 /// The element behind a pool: which slot goes out next and what happens when one comes back.
 pub trait Lender: Send + Sync + 'static {
     /// The slot whose buffer the next acquire lends, waiting at most as long as the element
@@ -51,8 +64,8 @@ mod imp {
 
     pub(super) struct Inner {
         pub lender: Box<dyn Lender>,
-        /// Whether the slot buffers' memories are marked read-only (see `SlotPool::new`).
-        pub read_only: bool,
+        /// Whose pool it is: read-only memories and kept stamps for the source.
+        pub side: Side,
         pub slots: Mutex<Vec<Slot>>,
         pub flushing: AtomicBool,
         /// The slots are not laid out as GStreamer lays out these caps by default: only a
@@ -197,7 +210,8 @@ mod imp {
         // The default would check each buffer against the configured size, which for a layout
         // tighter than GStreamer's default is larger than the slot, and drop the buffer.
         fn reset_buffer(&self, buffer: &mut gst::BufferRef) {
-            reset(buffer);
+            let side = self.inner.get().map_or(Side::Sink, |i| i.side);
+            reset(buffer, side);
         }
 
         // An element that did not ask for GstVideoMeta writes GStreamer's default layout:
@@ -224,20 +238,23 @@ mod imp {
                 .all(|(i, m)| buffer.peek_memory(i).as_ptr() == m.as_ptr())
     }
 
-    fn reset(buffer: &mut gst::BufferRef) {
+    fn reset(buffer: &mut gst::BufferRef, side: Side) {
         buffer.set_pts(gst::ClockTime::NONE);
         buffer.set_dts(gst::ClockTime::NONE);
         buffer.set_duration(gst::ClockTime::NONE);
         buffer.set_offset(BUFFER_OFFSET_NONE);
         buffer.set_offset_end(BUFFER_OFFSET_NONE);
         buffer.unset_flags(gst::BufferFlags::all());
-        // Metas of the last frame go (its send time); the layout stays.
+        // Metas of the last frame go; the layout stays, and the source's stamps, which its
+        // next frame sets anew.
         buffer.foreach_meta_mut(|mut meta| {
-            use std::ops::ControlFlow::Continue;
-            match meta.downcast_ref::<gst_video::VideoMeta>() {
-                Some(_) => Continue(gst::buffer::BufferMetaForeachAction::Keep),
-                None => Continue(gst::buffer::BufferMetaForeachAction::Remove),
-            }
+            use gst::buffer::BufferMetaForeachAction::{Keep, Remove};
+            let layout = meta.downcast_ref::<gst_video::VideoMeta>().is_some();
+            let stamp = side == Side::Source
+                && meta
+                    .downcast_ref::<gst::ReferenceTimestampMeta>()
+                    .is_some_and(|m| crate::wire::is_stamp(m));
+            std::ops::ControlFlow::Continue(if layout || stamp { Keep } else { Remove })
         });
     }
 
@@ -258,24 +275,23 @@ glib::wrapper! {
 
 impl SlotPool {
     /// A pool lending `tensors` (the channel's pool, shm or DMA-BUF, in slot order) as
-    /// `lender` decides; `read_only` marks the memories so (a received frame other consumers
-    /// also read: an element that writes gets a copy).
+    /// `lender` decides, for the element on `side`.
     pub fn new(
         tensors: Vec<TensorDyn>,
         lender: Box<dyn Lender>,
-        read_only: bool,
+        side: Side,
     ) -> Result<SlotPool, String> {
         let slots = tensors
             .into_iter()
             .map(|t| {
-                let buffer = slot_buffer(&t, read_only)?;
+                let buffer = slot_buffer(&t, side == Side::Source)?;
                 Ok(imp::Slot::new(t, buffer))
             })
             .collect::<Result<Vec<_>, String>>()?;
         let pool: SlotPool = glib::Object::new();
         let inner = imp::Inner {
             lender,
-            read_only,
+            side,
             slots: Mutex::new(slots),
             flushing: AtomicBool::new(false),
             meta_required: AtomicBool::new(false),
@@ -317,7 +333,7 @@ impl SlotPool {
     /// Adds a slot over `tensor` (the channel's pool grew: `Producer::add`); returns its index.
     pub fn add_slot(&self, tensor: TensorDyn) -> Result<usize, String> {
         let inner = self.imp().inner.get().ok_or("the pool has no slots")?;
-        let buffer = slot_buffer(&tensor, inner.read_only)?;
+        let buffer = slot_buffer(&tensor, inner.side == Side::Source)?;
         let mut slots = inner.slots.lock().unwrap();
         slots.push(imp::Slot::new(tensor, buffer));
         Ok(slots.len() - 1)
@@ -433,22 +449,30 @@ mod tests {
         fn unusable(&self, _slot: usize) {}
     }
 
-    #[test]
-    fn a_slot_buffer_lent_again_has_none_of_its_last_frames_stamps_and_keeps_its_layout() {
+    /// An active pool of one small RGBA shm slot for `side`.
+    fn one_slot_pool(side: Side) -> SlotPool {
         gst::init().unwrap();
         let shm = Some(TensorMemory::Shm);
-        let t = TensorDyn::image(
-            64,
-            32,
-            PixelFormat::Rgba,
-            DType::U8,
-            shm,
-            CpuAccess::ReadWrite,
-        )
-        .unwrap();
-        let pool = SlotPool::new(vec![t.clone()], Box::new(FirstSlot), false).unwrap();
+        let rw = CpuAccess::ReadWrite;
+        let t = TensorDyn::image(64, 32, PixelFormat::Rgba, DType::U8, shm, rw).unwrap();
+        let pool = SlotPool::new(vec![t.clone()], Box::new(FirstSlot), side).unwrap();
         pool.activate(&crate::caps::caps_of(&t).unwrap()).unwrap();
+        pool
+    }
+
+    /// The buffer's `GstReferenceTimestampMeta`s: (reference caps, ns).
+    fn stamps_of(buffer: &gst::BufferRef) -> Vec<(String, u64)> {
+        buffer
+            .iter_meta::<gst::ReferenceTimestampMeta>()
+            .map(|m| (m.reference().to_string(), m.timestamp().nseconds()))
+            .collect()
+    }
+
+    #[test]
+    fn a_slot_buffer_lent_again_has_none_of_its_last_frames_stamps_and_keeps_its_layout() {
+        let pool = one_slot_pool(Side::Sink);
         let mut first = pool.acquire_buffer(None).unwrap();
+        crate::wire::stamp(first.get_mut().unwrap(), 1, 2);
         let stamp = gst::Caps::new_empty_simple("timestamp/x-hwtensor-test");
         let at = gst::ClockTime::from_nseconds(7);
         let b = first.get_mut().unwrap();
@@ -475,6 +499,34 @@ mod tests {
             again.meta::<gst_video::VideoMeta>().is_some(),
             "the layout went"
         );
+        drop(again);
+        pool.set_active(false).unwrap();
+    }
+
+    #[test]
+    fn the_sources_slot_buffer_keeps_only_its_own_stamps_and_the_next_frame_sets_them_in_place() {
+        let pool = one_slot_pool(Side::Source);
+        let mut first = pool.acquire_buffer(None).unwrap();
+        let b = first.get_mut().unwrap();
+        crate::wire::stamp(b, 1, 2);
+        let other = gst::Caps::new_empty_simple("timestamp/x-hwtensor-test");
+        gst::ReferenceTimestampMeta::add(b, &other, gst::ClockTime::ZERO, gst::ClockTime::NONE);
+        let stamp = |caps: &str, at: u64| (caps.to_string(), at);
+        let (sent, received) = (crate::wire::SENT_TIME_CAPS, crate::wire::RECEIVED_TIME_CAPS);
+        drop(first);
+        let mut again = pool.acquire_buffer(None).unwrap();
+        assert_eq!(
+            stamps_of(&again),
+            [stamp(sent, 1), stamp(received, 2)],
+            "the source's own two stamps stay, another's goes"
+        );
+        crate::wire::stamp(again.get_mut().unwrap(), 3, 4);
+        assert_eq!(
+            stamps_of(&again),
+            [stamp(sent, 3), stamp(received, 4)],
+            "the next frame's times replace the last's, in the same two metas"
+        );
+        assert!(again.meta::<gst_video::VideoMeta>().is_some());
         drop(again);
         pool.set_active(false).unwrap();
     }

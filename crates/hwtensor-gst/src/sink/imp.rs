@@ -19,7 +19,7 @@ use super::channel::{
 use super::{PoolMemory, WhenFull, CAT};
 use crate::caps;
 use crate::props;
-use crate::slots::SlotPool;
+use crate::slots::{Side, SlotPool};
 use crate::socket::Address;
 use crate::wire::{Kind, Marker};
 
@@ -105,7 +105,7 @@ impl HwtensorSink {
             when_full: settings.flow.when_full,
             timeout: settings.flow.timeout,
         };
-        let pool = SlotPool::new(tensors, Box::new(lender), false)?;
+        let pool = SlotPool::new(tensors, Box::new(lender), Side::Sink)?;
         if geometry.gst_stride.is_none() {
             pool.require_video_meta();
         }

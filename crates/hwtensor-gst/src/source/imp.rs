@@ -15,7 +15,7 @@ use hwtensor::stream::{Consumer, Frame, Wait};
 use hwtensor::{TensorDyn, TensorMemory};
 
 use crate::props;
-use crate::slots::{Lender, Lent, SlotPool};
+use crate::slots::{Lender, Lent, Side, SlotPool};
 use crate::socket::Address;
 use crate::wire::{Kind, Marker};
 
@@ -26,11 +26,6 @@ static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
         Some("hwtensor channel source"),
     )
 });
-
-static SENT_TIME: LazyLock<gst::Caps> =
-    LazyLock::new(|| gst::Caps::new_empty_simple(crate::wire::SENT_TIME_CAPS));
-static RECEIVED_TIME: LazyLock<gst::Caps> =
-    LazyLock::new(|| gst::Caps::new_empty_simple(crate::wire::RECEIVED_TIME_CAPS));
 
 /// How long the source keeps trying to reach a producer (one not started yet, or one
 /// replacing its channel) before it fails.
@@ -318,7 +313,7 @@ fn picture(t: &TensorDyn) -> impl PartialEq {
 fn lend(pool: &[TensorDyn], caps: &gst::Caps) -> Result<(SlotPool, Arc<Downstream>), String> {
     let downstream = Arc::new(Downstream::new(pool.len()));
     let lender = Box::new(SrcLender(downstream.clone()));
-    let slots = SlotPool::new(pool.to_vec(), lender, true)?;
+    let slots = SlotPool::new(pool.to_vec(), lender, Side::Source)?;
     slots.activate(caps)?;
     Ok((slots, downstream))
 }
@@ -503,10 +498,7 @@ impl PushSrcImpl for HwtensorSrc {
         let sent = frame.meta().timestamp_ns;
         let mut buffer = self.buffer_of(r, frame)?;
         let b = buffer.get_mut().ok_or(gst::FlowError::Error)?;
-        for (caps, at) in [(&*SENT_TIME, sent), (&*RECEIVED_TIME, received)] {
-            let at = gst::ClockTime::from_nseconds(at);
-            gst::ReferenceTimestampMeta::add(b, caps, at, gst::ClockTime::NONE);
-        }
+        crate::wire::stamp(b, sent, received);
         if !self.live.load(Ordering::Relaxed) {
             b.set_pts(marker.pts.map(gst::ClockTime::from_nseconds));
             b.set_duration(marker.duration.map(gst::ClockTime::from_nseconds));
