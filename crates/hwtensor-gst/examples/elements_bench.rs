@@ -2,7 +2,8 @@
 //!
 //! - one-way latency of 1080p I420 frames from a producer to a consumer process: the bare
 //!   `hwtensor::stream` channel (a Rust producer and consumer) against hwtensorsink ->
-//!   hwtensorsrc (send time stamped by the sink, arrival at the consumer's appsink), frames
+//!   hwtensorsrc (send time stamped by the sink, arrival by a probe on the consumer's fakesink
+//!   pad, the first point downstream sees the buffer), frames
 //!   paced at 5 ms, alternating blocks. Both producers write each whole frame right after
 //!   sending the one before, as a live source does: on two cores that work competes with the
 //!   consumer's wake-up (here a bare producer that writes nothing measured 18 us, one that
@@ -15,7 +16,8 @@
 //! - the same frames' latency split at hwtensorsrc's receive (its received-time meta): the
 //!   channel's part and the elements' own, and their ratio frame by frame, which the machine's
 //!   noise skews far less than the comparison of separate blocks above (a busy machine still
-//!   slows the elements' own part: 1.3-1.5 us quiet, 3.1-3.3 us busy, 2026-12-05).
+//!   slows the elements' own part: 1.3-1.5 us quiet, 3.1-3.3 us busy, 2026-12-05; 1.2-1.3 us
+//!   quiet once hwtensorsrc kept its stamps on its slot buffers, 2026-12-06).
 //!
 //! `cargo run --release -p hwtensor-gst --example elements_bench [-- ROUNDS FRAMES]`
 
