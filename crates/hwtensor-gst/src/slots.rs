@@ -284,7 +284,7 @@ impl SlotPool {
         let slots = tensors
             .into_iter()
             .map(|t| {
-                let buffer = slot_buffer(&t, side == Side::Source)?;
+                let buffer = slot_buffer(&t, side)?;
                 Ok(imp::Slot::new(t, buffer))
             })
             .collect::<Result<Vec<_>, String>>()?;
@@ -333,7 +333,7 @@ impl SlotPool {
     /// Adds a slot over `tensor` (the channel's pool grew: `Producer::add`); returns its index.
     pub fn add_slot(&self, tensor: TensorDyn) -> Result<usize, String> {
         let inner = self.imp().inner.get().ok_or("the pool has no slots")?;
-        let buffer = slot_buffer(&tensor, inner.side == Side::Source)?;
+        let buffer = slot_buffer(&tensor, inner.side)?;
         let mut slots = inner.slots.lock().unwrap();
         slots.push(imp::Slot::new(tensor, buffer));
         Ok(slots.len() - 1)
@@ -360,8 +360,9 @@ impl SlotPool {
 /// The buffer of one slot: fd memory over the tensor's fd (DMA-BUF memory for a DMA-BUF, so
 /// downstream importers see one), covering the image, with its `GstVideoMeta`. An image in a
 /// buffer per plane gets a memory per plane, each over its own fd, the planes one after
-/// another in the buffer as `GstVideoMeta` says.
-fn slot_buffer(t: &TensorDyn, read_only: bool) -> Result<gst::Buffer, String> {
+/// another in the buffer as `GstVideoMeta` says. The source's memories are read-only.
+fn slot_buffer(t: &TensorDyn, side: Side) -> Result<gst::Buffer, String> {
+    let read_only = side == Side::Source;
     // The memories (fd, start there, bytes) and each plane's offset in the buffer.
     let (pieces, offsets): (Vec<_>, Vec<usize>) = match t.plane_fds() {
         Some(planes) => {
