@@ -11,6 +11,9 @@
 //!
 //! End of stream and new caps travel as frames of their own (the buffer's bytes mean nothing):
 //! the channel has no other message, and a frame is ordered after every frame before it.
+//!
+//! On the way out of the channel, `hwtensorsrc` stamps each buffer with when the frame was sent
+//! and when it was received ([`SENT_TIME_CAPS`], [`RECEIVED_TIME_CAPS`], [`stamp`]).
 
 use std::sync::LazyLock;
 
