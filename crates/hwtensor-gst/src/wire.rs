@@ -125,7 +125,8 @@ static RECEIVED_TIME: LazyLock<gst::Caps> =
 /// a fifth of the source's part of a frame's latency (`elements_bench`, 2026-12-06).
 #[allow(unsafe_code)] // writes the timestamp of a meta of a buffer we hold mutably
 pub fn stamp(buffer: &mut gst::BufferRef, sent: u64, received: u64) {
-    let mut times = [(&*SENT_TIME, Some(sent)), (&*RECEIVED_TIME, Some(received))];
+    let [sent_caps, received_caps] = stamp_caps();
+    let mut times = [(sent_caps, Some(sent)), (received_caps, Some(received))];
     for mut meta in buffer.iter_meta_mut::<gst::ReferenceTimestampMeta>() {
         let reference = meta.reference().as_ptr();
         let Some((_, at)) = times.iter_mut().find(|(c, _)| c.as_ptr() == reference) else {
@@ -148,9 +149,12 @@ pub fn stamp(buffer: &mut gst::BufferRef, sent: u64, received: u64) {
 /// Whether `meta` is one of the stamps [`stamp`] put on a buffer in this process.
 pub fn is_stamp(meta: &gst::ReferenceTimestampMeta) -> bool {
     let reference = meta.reference().as_ptr();
-    [&*SENT_TIME, &*RECEIVED_TIME]
-        .iter()
-        .any(|c| c.as_ptr() == reference)
+    stamp_caps().iter().any(|c| c.as_ptr() == reference)
+}
+
+/// The send and receive stamps' caps objects.
+fn stamp_caps() -> [&'static gst::Caps; 2] {
+    [&SENT_TIME, &RECEIVED_TIME]
 }
 
 /// `CLOCK_MONOTONIC` in ns: one clock for every process of the machine, as the channel's

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use super::device::CudaDevice;
 use super::driver::{check, sys};
-use crate::gpu::{Backoff, Requests};
+use crate::gpu::{Backoff, Next, Requests};
 use crate::{Error, Result};
 
 /// `CU_EVENT_DISABLE_TIMING`: the event only marks a point in the stream; without timing it
@@ -251,9 +251,9 @@ fn spawn_reader() -> mpsc::Sender<Waiting> {
             };
             waiting = still;
             match requests.next(!waiting.is_empty()) {
-                None => return,
-                Some(Some(w)) => waiting.push(w),
-                Some(None) => {}
+                Next::End => return,
+                Next::Request(w) => waiting.push(w),
+                Next::LookAgain => {}
             }
         }
     };

@@ -68,6 +68,16 @@ pub(crate) struct Requests<M> {
     pause: Backoff,
 }
 
+/// What a polling waiter thread does next ([`Requests::next`]).
+pub(crate) enum Next<M> {
+    /// Takes on this request.
+    Request(M),
+    /// Looks again at what it waits for.
+    LookAgain,
+    /// Ends: every sender is gone and nothing waits.
+    End,
+}
+
 impl<M> Requests<M> {
     pub(crate) fn new(rx: mpsc::Receiver<M>) -> Requests<M> {
         Requests {
@@ -76,10 +86,9 @@ impl<M> Requests<M> {
         }
     }
 
-    /// The next request, `Some(None)` when it is time to look again, or `None` when every
-    /// sender is gone and nothing is `waiting` (the thread ends). With nothing waiting it
-    /// sleeps until a request comes; else at most the pause, which grows while no request does.
-    pub(crate) fn next(&mut self, waiting: bool) -> Option<Option<M>> {
+    /// What to do next. With nothing `waiting` it sleeps until a request comes; else at most
+    /// the pause, which grows while no request does.
+    pub(crate) fn next(&mut self, waiting: bool) -> Next<M> {
         let next = match waiting {
             false => self
                 .rx
@@ -90,16 +99,16 @@ impl<M> Requests<M> {
         match next {
             Ok(m) => {
                 self.pause = Backoff::new();
-                Some(Some(m))
+                Next::Request(m)
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {
                 self.pause.grow();
-                Some(None)
+                Next::LookAgain
             }
-            Err(mpsc::RecvTimeoutError::Disconnected) if !waiting => None,
+            Err(mpsc::RecvTimeoutError::Disconnected) if !waiting => Next::End,
             Err(mpsc::RecvTimeoutError::Disconnected) => {
                 std::thread::sleep(self.pause.pause());
-                Some(None)
+                Next::LookAgain
             }
         }
     }
@@ -616,9 +625,9 @@ fn spawn_waiter(
                 drop_abandoned(&mut waiting);
             }
             match requests.next(!waiting.is_empty()) {
-                None => return,
-                Some(Some((value, done))) => waiting.entry(value).or_default().push(done),
-                Some(None) => {}
+                Next::End => return,
+                Next::Request((value, done)) => waiting.entry(value).or_default().push(done),
+                Next::LookAgain => {}
             }
         }
     };

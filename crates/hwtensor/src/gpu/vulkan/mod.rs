@@ -31,7 +31,7 @@ use ash::vk::Handle;
 
 pub use adapter::{format_uuid, AdapterChoice, AdapterInfo, AdapterKind, PciAddress, ADAPTER_ENV};
 pub use create::{validation_errors, DEBUG_ENV};
-pub(crate) use fence::{count_cpu_wait, Backoff, Requests};
+pub(crate) use fence::{count_cpu_wait, Backoff, Next, Requests};
 pub use fence::{cpu_waits, WAIT_SPIN};
 pub(crate) use peer::PeerTimeline;
 
