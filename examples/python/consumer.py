@@ -65,7 +65,7 @@ def main():
 
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect("\0" + args.socket)
-    consumer = hwtensor.Consumer(sock)
+    consumer = hwtensor.Consumer(sock, write=True)  # it writes its acknowledgement
     torch = None
     if args.torch:
         import torch

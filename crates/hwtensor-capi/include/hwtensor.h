@@ -106,6 +106,48 @@
 #define HWT_WAIT_FOREVER UINT64_MAX
 #endif
 
+#if defined(HWT_LINUX)
+/**
+ * `who` of `hwt_producer_admit`: this process's user.
+ */
+#define HWT_PEER_OWN_USER 1
+#endif
+
+#if defined(HWT_LINUX)
+/**
+ * `who` of `hwt_producer_admit`: the user `id`.
+ */
+#define HWT_PEER_UID 2
+#endif
+
+#if defined(HWT_LINUX)
+/**
+ * `who` of `hwt_producer_admit`: processes whose primary group is `id`.
+ */
+#define HWT_PEER_GID 3
+#endif
+
+#if defined(HWT_LINUX)
+/**
+ * `who` of `hwt_producer_admit`: every process that reaches the socket.
+ */
+#define HWT_PEER_ANY 4
+#endif
+
+#if defined(HWT_LINUX)
+/**
+ * A right of `hwt_producer_admit`: attach and read.
+ */
+#define HWT_RIGHT_ATTACH 1
+#endif
+
+#if defined(HWT_LINUX)
+/**
+ * A right of `hwt_producer_admit`: also write the pool (with `hwt_consumer_connect_writable`).
+ */
+#define HWT_RIGHT_WRITE 2
+#endif
+
 /**
  * The outcome of a call. New statuses are only ever added at the end.
  */
@@ -165,6 +207,11 @@ typedef enum HwtStatus {
    * The hand-off peer is gone or broke the protocol (closed socket, short message).
    */
   HWT_STATUS_PEER_GONE = 12,
+  /**
+   * A peer the other side's policy does not admit, or a use it does not grant: a channel's
+   * producer refused this consumer (its user, or its asking to write).
+   */
+  HWT_STATUS_NOT_PERMITTED = 13,
 } HwtStatus;
 
 /**
@@ -1601,6 +1648,48 @@ enum HwtStatus hwt_consumer_connect(int32_t socket_fd, struct HwtConsumer **out)
 enum HwtStatus hwt_consumer_connect_timeout(int32_t socket_fd,
                                             uint64_t timeout_ns,
                                             struct HwtConsumer **out);
+#endif
+
+#if defined(HWT_LINUX)
+/**
+ * As `hwt_consumer_connect_timeout`, asking to write the pool's buffers (a consumer that
+ * answers in the frame itself): `HWT_STATUS_NOT_PERMITTED` where the producer lends the pool
+ * read-only, which it does unless `hwt_producer_admit` gave this consumer's user
+ * `HWT_RIGHT_WRITE`. Without it, a consumer's maps of the pool refuse writing.
+ *
+ * # Safety
+ * `out` must be valid for one write.
+ */
+enum HwtStatus hwt_consumer_connect_writable(int32_t socket_fd,
+                                             uint64_t timeout_ns,
+                                             struct HwtConsumer **out);
+#endif
+
+#if defined(HWT_LINUX)
+/**
+ * Widens who may attach to `p` (by default only this process's user; consumers read only):
+ * `who` is one of `HWT_PEER_*` (`id` the uid or gid where it names one, else ignored), and
+ * `rights` `HWT_RIGHT_ATTACH`, with `HWT_RIGHT_WRITE` to let them write. Applies to consumers
+ * attached from now on. A consumer the policy refuses is told so, and `hwt_producer_attach`
+ * returns `HWT_STATUS_NOT_PERMITTED` (counted: `hwt_producer_refused`).
+ *
+ * # Safety
+ * `p` must be a live producer.
+ */
+enum HwtStatus hwt_producer_admit(struct HwtProducer *p,
+                                  uint32_t who,
+                                  uint32_t id,
+                                  uint32_t rights);
+#endif
+
+#if defined(HWT_LINUX)
+/**
+ * How many consumers `p`'s attach policy refused so far, through `out`.
+ *
+ * # Safety
+ * `p` must be a live producer; `out` valid for one write.
+ */
+enum HwtStatus hwt_producer_refused(struct HwtProducer *p, uint64_t *out);
 #endif
 
 #if defined(HWT_WINDOWS)

@@ -40,10 +40,13 @@ pub enum HwtStatus {
     BadBlob = 11,
     /// The hand-off peer is gone or broke the protocol (closed socket, short message).
     PeerGone = 12,
+    /// A peer the other side's policy does not admit, or a use it does not grant: a channel's
+    /// producer refused this consumer (its user, or its asking to write).
+    NotPermitted = 13,
 }
 
 /// Every status, for the string table and its test.
-const STATUSES: [(HwtStatus, &CStr); 13] = [
+const STATUSES: [(HwtStatus, &CStr); 14] = [
     (HwtStatus::Ok, c"ok"),
     (HwtStatus::Unavailable, c"unavailable"),
     (HwtStatus::Timeout, c"timeout"),
@@ -57,6 +60,7 @@ const STATUSES: [(HwtStatus, &CStr); 13] = [
     (HwtStatus::BadFd, c"bad fd"),
     (HwtStatus::BadBlob, c"bad blob"),
     (HwtStatus::PeerGone, c"peer gone"),
+    (HwtStatus::NotPermitted, c"not permitted"),
 ];
 
 thread_local! {
@@ -105,6 +109,7 @@ pub(crate) fn from_error(e: Error) -> HwtStatus {
         Error::Fd(_) => HwtStatus::BadFd,
         Error::Blob(_) => HwtStatus::BadBlob,
         Error::Handoff(_) | Error::PeerLeft(_) => HwtStatus::PeerGone,
+        Error::NotPermitted(_) => HwtStatus::NotPermitted,
         _ => HwtStatus::Failed,
     };
     fail(status, e.message_for(hwtensor::Lang::C))

@@ -5,7 +5,7 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use hwtensor::stream::{Consumer, Frame, FrameMeta, Producer, Slot, Wait, PAYLOAD_BYTES};
+use hwtensor::stream::{Consumer, Frame, FrameMeta, Lending, Producer, Slot, Wait, PAYLOAD_BYTES};
 
 use crate::status::{free_handle, guard, invalid, put, slice_in, HwtStatus, OrStatus};
 use crate::tensor::{hand_out, tensor, HwtTensor};
@@ -70,10 +70,21 @@ pub(crate) fn connect_into(
     timeout_ns: u64,
     link: impl FnOnce() -> Result<hwtensor::stream::Link, HwtStatus>,
 ) -> crate::status::Outcome {
+    connect_into_with(out, timeout_ns, Lending::Read, link)
+}
+
+/// As [`connect_into`], asking the producer for `lending`.
+pub(crate) fn connect_into_with(
+    out: *mut *mut HwtConsumer,
+    timeout_ns: u64,
+    lending: Lending,
+    link: impl FnOnce() -> Result<hwtensor::stream::Link, HwtStatus>,
+) -> crate::status::Outcome {
     if out.is_null() {
         return Err(invalid("out is null"));
     }
-    let consumer = Consumer::connect(link()?, Duration::from_nanos(timeout_ns)).or_status()?;
+    let timeout = Duration::from_nanos(timeout_ns);
+    let consumer = Consumer::connect_with(link()?, timeout, lending).or_status()?;
     put(
         out,
         "out",
@@ -148,6 +159,10 @@ pub unsafe extern "C" fn hwt_producer_add(
     out_slot: *mut u32,
 ) -> HwtStatus {
     guard(|| {
+        // Checked before the add: the buffer must not reach consumers on a call that fails.
+        if out_slot.is_null() {
+            return Err(invalid("out_slot is null"));
+        }
         let t = tensor(t, "the added tensor")?.clone();
         // SAFETY: the caller's contract.
         let slot = unsafe { producer(p) }?.add(t).or_status()?;

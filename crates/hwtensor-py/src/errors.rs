@@ -51,6 +51,14 @@ create_exception!(
      stays valid."
 );
 
+create_exception!(
+    hwtensor,
+    NotPermittedError,
+    Error,
+    "A channel's producer refused this consumer (its user, or its asking to write), or a \
+     producer refused a consumer it was asked to attach."
+);
+
 /// `hwtensor.TimeoutError`: a subclass of both `hwtensor.Error` and the builtin
 /// `TimeoutError`, so `except TimeoutError:` written for any library catches ours too. Python's
 /// `type()` makes it, since an exception of two bases is beyond `create_exception!`; it is made
@@ -114,6 +122,7 @@ pub fn to_py(e: hwtensor::Error) -> PyErr {
         E::AccessDenied { .. } | E::InvalidOperation(_) => AccessError::new_err(message),
         E::Fd(_) | E::Blob(_) | E::Handoff(_) => HandoffError::new_err(message),
         E::PeerLeft(_) => PeerGone::new_err(message),
+        E::NotPermitted(_) => NotPermittedError::new_err(message),
         E::Timeout(_) => timeout_error(message),
         E::Gpu { kind, .. } => gpu_error(message, kind),
         E::Cuda { .. } => CudaError::new_err(message),
@@ -169,6 +178,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("AccessError", py.get_type::<AccessError>())?;
     m.add("HandoffError", py.get_type::<HandoffError>())?;
     m.add("PeerGone", py.get_type::<PeerGone>())?;
+    m.add("NotPermittedError", py.get_type::<NotPermittedError>())?;
     m.add("TimeoutError", timeout_type(py)?)?;
     m.add("GpuError", py.get_type::<GpuError>())?;
     m.add("CudaError", py.get_type::<CudaError>())?;

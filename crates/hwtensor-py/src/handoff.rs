@@ -28,8 +28,7 @@ pub(crate) fn borrowed_stream(sock: &Bound<'_, PyAny>) -> PyResult<ManuallyDrop<
 /// The socket's Python timeout (`sock.settimeout`), if it has one.
 fn timeout_of(sock: &Bound<'_, PyAny>) -> Option<Duration> {
     let t: Option<f64> = sock.call_method0("gettimeout").ok()?.extract().ok()?;
-    t.filter(|s| s.is_finite() && *s >= 0.0)
-        .map(Duration::from_secs_f64)
+    t.and_then(|s| crate::seconds(s).ok())
 }
 
 /// Waits until `stream` is readable, at most `timeout` (no timeout: until it is).
@@ -75,7 +74,7 @@ pub fn send(
 pub fn recv(py: Python<'_>, sock: &Bound<'_, PyAny>, timeout: Option<f64>) -> PyResult<PyTensor> {
     let stream = borrowed_stream(sock)?;
     let limit = match timeout {
-        Some(s) if s.is_finite() && s >= 0.0 => Some(Duration::from_secs_f64(s)),
+        Some(s) if s >= 0.0 => Some(crate::seconds(s)?),
         Some(s) => {
             return Err(crate::errors::InvalidArgument::new_err(format!(
                 "bad timeout {s}"

@@ -28,6 +28,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<stream::Consumer>()?;
     m.add_class::<stream::Frame>()?;
     m.add_class::<stream::Producer>()?;
+    m.add_class::<stream::Listener>()?;
     m.add_function(wrap_pyfunction!(handoff::send, m)?)?;
     m.add_function(wrap_pyfunction!(handoff::recv, m)?)?;
     m.add_function(wrap_pyfunction!(handoff::export_blob, m)?)?;
@@ -39,10 +40,15 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     Ok(())
 }
 
-/// A timeout in seconds as a `Duration`; a negative, NaN or infinite one is refused.
+/// A timeout in seconds as a `Duration`; a negative or NaN one is refused. One past what a
+/// `Duration` holds (`float("inf")`, `1e300`) waits for ever, still woken by a peer that leaves.
 pub(crate) fn seconds(s: f64) -> PyResult<std::time::Duration> {
-    std::time::Duration::try_from_secs_f64(s)
-        .map_err(|_| errors::InvalidArgument::new_err(format!("bad timeout {s} (seconds, >= 0)")))
+    match s >= 0.0 {
+        true => Ok(std::time::Duration::try_from_secs_f64(s).unwrap_or(std::time::Duration::MAX)),
+        false => Err(errors::InvalidArgument::new_err(format!(
+            "bad timeout {s} (seconds, >= 0)"
+        ))),
+    }
 }
 
 /// A hwtensor tensor over the memory of a DLPack producer on the host (a NumPy array, a

@@ -6,7 +6,8 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 
 use hwtensor::stream::{
-    Consumer as RustConsumer, Frame as RustFrame, FrameMeta, Producer as RustProducer, Wait,
+    Consumer as RustConsumer, Frame as RustFrame, FrameMeta, Lending, Listener as RustListener,
+    Peers, Producer as RustProducer, Wait,
 };
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
@@ -44,15 +45,42 @@ impl Consumer {
     /// Attaches within `timeout` seconds (default 10): a producer that sends nothing by then
     /// raises `TimeoutError`, one that stalls mid-message `HandoffError`, whatever the socket's
     /// own timeout.
+    ///
+    /// The pool is read-only (its maps refuse writing) unless `write=True`, which the producer
+    /// must grant (`producer.admit(write=True)`); a refusal raises `NotPermittedError`, as does
+    /// a producer whose policy does not admit this process's user.
     #[new]
-    #[pyo3(signature = (sock, timeout = CONNECT_SECONDS))]
-    fn new(py: Python<'_>, sock: &Bound<'_, PyAny>, timeout: f64) -> PyResult<Self> {
+    #[pyo3(signature = (sock, timeout = CONNECT_SECONDS, write = false))]
+    fn new(py: Python<'_>, sock: &Bound<'_, PyAny>, timeout: f64, write: bool) -> PyResult<Self> {
         let timeout = crate::seconds(timeout)?;
         let stream = own_stream(sock)?;
+        let lending = if write { Lending::Write } else { Lending::Read };
         let inner = py
-            .detach(|| RustConsumer::connect(stream, timeout))
+            .detach(|| RustConsumer::connect_with(stream, timeout, lending))
             .or_py()?;
         Ok(Consumer { inner })
+    }
+
+    /// Connects to the producer listening on `address` (a path, or "@name" for an abstract
+    /// socket) and attaches, as `Consumer(sock, ...)` does.
+    #[staticmethod]
+    #[pyo3(signature = (address, timeout = CONNECT_SECONDS, write = false))]
+    fn connect(py: Python<'_>, address: &str, timeout: f64, write: bool) -> PyResult<Self> {
+        let timeout = crate::seconds(timeout)?;
+        let lending = if write { Lending::Write } else { Lending::Read };
+        let inner = py
+            .detach(|| {
+                let stream = hwtensor::stream::connect(address)?;
+                RustConsumer::connect_with(stream, timeout, lending)
+            })
+            .or_py()?;
+        Ok(Consumer { inner })
+    }
+
+    /// Whether the pool is writable here (`write=True`, granted).
+    #[getter]
+    fn writable(&self) -> bool {
+        self.inner.lending() == Lending::Write
     }
 
     /// The next frame, waiting at most `timeout` seconds (None: until one comes). A producer
@@ -187,11 +215,53 @@ impl Producer {
         py.detach(|| inner.acquire_slot(s, limit)).or_py()
     }
 
-    /// Lends the pool to the consumer on the connected Unix socket `sock`.
+    /// Lends the pool to the consumer on the connected Unix socket `sock`, read-only unless
+    /// the policy lets it write. A consumer the policy does not admit is told so and raises
+    /// `NotPermittedError` here (counted in `refused`).
     fn attach(&mut self, py: Python<'_>, sock: &Bound<'_, PyAny>) -> PyResult<()> {
         let stream = own_stream(sock)?;
         let inner = &mut self.inner;
         py.detach(|| inner.attach(stream)).or_py()
+    }
+
+    /// Widens who may attach: by default only this process's user. `uid` / `gid` admit that
+    /// user or primary group, `anyone` every process that reaches the socket; with none of
+    /// them, this process's user. `write=True` also lets them write the pool when they connect
+    /// with `write=True` (consumers read only by default).
+    #[pyo3(signature = (uid = None, gid = None, anyone = false, write = false))]
+    fn admit(&mut self, uid: Option<u32>, gid: Option<u32>, anyone: bool, write: bool) {
+        let mut who = if anyone { Peers::any() } else { Peers::none() };
+        if let Some(u) = uid {
+            who = who.with_uid(u);
+        }
+        if let Some(g) = gid {
+            who = who.with_gid(g);
+        }
+        if uid.is_none() && gid.is_none() && !anyone {
+            who = Peers::own_user();
+        }
+        let access = self.inner.access().clone().admitting(who, write);
+        self.inner.set_access(access);
+    }
+
+    /// Consumers the attach policy refused so far.
+    #[getter]
+    fn refused(&self) -> u64 {
+        self.inner.refused()
+    }
+
+    /// Waits at most `timeout` seconds for a consumer on `listener` (a `Listener`) and
+    /// attaches it (the policy applies). Returns False when nobody came in time.
+    #[pyo3(signature = (listener, timeout = 5.0))]
+    fn accept(&mut self, py: Python<'_>, listener: &Listener, timeout: f64) -> PyResult<bool> {
+        let limit = crate::seconds(timeout)?;
+        let inner = &mut self.inner;
+        let socket = &listener.inner;
+        match py.detach(|| socket.accept(limit)) {
+            Ok(stream) => py.detach(|| inner.attach(stream)).or_py().map(|()| true),
+            Err(hwtensor::Error::Timeout(_)) => Ok(false),
+            Err(e) => Err(crate::errors::to_py(e)),
+        }
     }
 
     /// A free buffer's slot index, waiting at most `timeout` seconds for one to come back.
@@ -237,6 +307,29 @@ impl Producer {
     #[getter]
     fn consumers(&self) -> usize {
         self.inner.consumers()
+    }
+}
+
+/// Where a producer listens: `Listener("@name")` (abstract) or `Listener("/run/user/1000/cam")`;
+/// `producer.accept(listener, timeout)` attaches whoever connects, as the policy allows.
+#[pyclass(name = "Listener", module = "hwtensor")]
+pub struct Listener {
+    inner: RustListener,
+}
+
+#[pymethods]
+impl Listener {
+    #[new]
+    fn new(address: &str) -> PyResult<Self> {
+        Ok(Listener {
+            inner: RustListener::bind(address).or_py()?,
+        })
+    }
+
+    /// The address it listens on.
+    #[getter]
+    fn address(&self) -> &str {
+        self.inner.address()
     }
 }
 

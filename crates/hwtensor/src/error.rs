@@ -194,6 +194,12 @@ pub enum Error {
     /// ends its loop on it without reading the message.
     #[error("the peer left: {0}")]
     PeerLeft(String),
+
+    /// A peer the other side's policy does not admit, or a use it does not grant: a channel's
+    /// producer refused this consumer (its user, or its asking to write), or refused a
+    /// consumer it was asked to attach. The message says which and who can change it.
+    #[error("not permitted: {}", advice(.0))]
+    NotPermitted(String),
 }
 
 /// The kinds of GPU failure, which callers handle differently: a lost device is rebuilt, an
@@ -302,6 +308,26 @@ const ADVICE: &[(&str, [&str; 3])] = &[
             "allocate it with Tensor::image",
             "allocate it with hwt_tensor_new_image",
             "allocate it with hwtensor.Tensor.image",
+        ],
+    ),
+    (
+        "admit_peer",
+        [
+            "the producer's owner admits it with Producer::set_access \
+             (Access::default().with_attach(Peers::own_user().with_uid(uid)))",
+            "the producer's owner admits it with hwt_producer_admit(p, HWT_PEER_UID, uid, \
+             HWT_RIGHT_ATTACH)",
+            "the producer's owner admits it with producer.admit(uid=uid)",
+        ],
+    ),
+    (
+        "grant_write",
+        [
+            "the producer's owner lets it write with Producer::set_access \
+             (Access::default().with_writers(..))",
+            "the producer's owner lets it write with hwt_producer_admit(p, .., \
+             HWT_RIGHT_ATTACH | HWT_RIGHT_WRITE)",
+            "the producer's owner lets it write with producer.admit(.., write=True)",
         ],
     ),
 ];

@@ -68,6 +68,7 @@ pub mod stream;
 mod sync_file;
 mod tensor;
 mod tensor_dyn;
+pub mod time;
 
 pub use access::{CpuAccess, Direction, MapDirection, ReadOnly, ReadWrite, Writable, WriteOnly};
 pub use buffer::BufferLiveness;

@@ -151,6 +151,16 @@ impl TensorDyn {
         each_tensor!(self, t => t.access())
     }
 
+    /// The same tensor declared for reading only: its maps refuse writing. How a channel's
+    /// reading consumer holds a buffer the producer lent it writable.
+    pub(crate) fn read_only(self) -> Self {
+        each_tensor!(self, t => {
+            let mut t = t;
+            t.access = t.access.narrowed_to(CpuAccess::Read);
+            Element::into_dyn(t)
+        })
+    }
+
     /// See [`Tensor::identity`].
     pub fn identity(&self) -> BufferIdentity {
         each_tensor!(self, t => t.identity())

@@ -11,7 +11,9 @@ use std::os::unix::net::UnixStream;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use hwtensor::stream::{Consumer, FrameMeta, Producer, Wait, CONNECT_TIMEOUT};
+use hwtensor::stream::{
+    Access, Consumer, FrameMeta, Lending, Peers, Producer, Wait, CONNECT_TIMEOUT,
+};
 use hwtensor::{Error, Tensor, TensorDyn, TensorMemory};
 
 const POOL: usize = 3;
@@ -314,7 +316,7 @@ fn ack_consumer_process(fd: &str, memory: TensorMemory) {
     let raw: i32 = fd.parse().unwrap();
     // SAFETY: the socket the parent left open for us, ours alone.
     let stream = unsafe { UnixStream::from_raw_fd(raw) };
-    let mut consumer = Consumer::connect(stream, CONNECT_TIMEOUT).unwrap();
+    let mut consumer = Consumer::connect_with(stream, CONNECT_TIMEOUT, Lending::Write).unwrap();
     for seq in 0..ACK_FRAMES {
         let frame = consumer.recv(Wait::For(WAIT)).unwrap();
         assert_eq!(frame.tensor().memory(), memory, "frame {seq}");
@@ -337,6 +339,7 @@ fn write_with(t: &TensorDyn, f: impl Fn(usize) -> u8) {
 fn acknowledged_across_processes(test: &str, peer_env: &str, memory: TensorMemory) {
     let (a, mut child) = spawn_peer(test, peer_env);
     let mut producer = Producer::new(pool(memory, ACK_FRAME_BYTES)).unwrap();
+    producer.set_access(Access::default().with_writers(Peers::own_user()));
     producer.attach(a).unwrap();
     let mut carried = [None; POOL];
     for seq in 0..ACK_FRAMES {

@@ -12,7 +12,7 @@ use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use hwtensor::stream::{Consumer, FrameMeta, Producer, Wait};
+use hwtensor::stream::{Access, Consumer, FrameMeta, Lending, Peers, Producer, Wait};
 use hwtensor::{Tensor, TensorDyn, TensorMemory};
 
 use super::monotonic_ns;
@@ -90,6 +90,8 @@ pub fn producer(frames: u32, gpu: bool, cuda: bool, consumer: Option<&str>) -> c
         pool.len()
     );
     let mut producer = Producer::new(pool)?;
+    // The consumer answers in the frame itself: this user may write the pool.
+    producer.set_access(Access::default().with_writers(Peers::own_user()));
     producer.attach(stream)?;
     // Which frame each buffer carried last: its acknowledgement is checked when it comes back.
     let mut carried: Vec<Option<u32>> = vec![None; POOL];
@@ -152,7 +154,8 @@ fn accept(listener: &UnixListener, child: &mut Child) -> crate::Result<UnixStrea
 pub fn consumer(socket: &str, gpu: bool, cuda: bool) -> crate::Result {
     let stream = UnixStream::connect_addr(&SocketAddr::from_abstract_name(socket)?)?;
     stream.set_read_timeout(Some(PEER_TIMEOUT))?;
-    let mut consumer = Consumer::connect(stream, hwtensor::stream::CONNECT_TIMEOUT)?;
+    let timeout = hwtensor::stream::CONNECT_TIMEOUT;
+    let mut consumer = Consumer::connect_with(stream, timeout, Lending::Write)?;
     let mut latencies = Vec::new();
     // On the GPU: a second tensor the consumer's own device work writes into (GPU memory, or
     // CUDA memory for a CUDA consumer), and host memory to compose the acknowledgement in.

@@ -10,7 +10,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use hwtensor::handoff::{Pipe, PipeListener};
-use hwtensor::stream::{Consumer, FrameMeta, Producer, Wait, CONNECT_TIMEOUT};
+use hwtensor::stream::{
+    Access, Consumer, FrameMeta, Lending, Peers, Producer, Wait, CONNECT_TIMEOUT,
+};
 use hwtensor::{TensorDyn, TensorMemory};
 
 use super::monotonic_ns;
@@ -52,6 +54,8 @@ pub fn producer(frames: u32, gpu: bool, cuda: bool, consumer: Option<&str>) -> c
          sections, lent once over a named pipe"
     );
     let mut producer = Producer::new(pool)?;
+    // The consumer answers in the frame itself: this user may write the pool.
+    producer.set_access(Access::default().with_writers(Peers::own_user()));
     producer.attach(pipe)?;
     // Which frame each buffer carried last: its acknowledgement is checked when it comes back.
     let mut carried: Vec<Option<u32>> = vec![None; slots];
@@ -85,7 +89,7 @@ pub fn consumer(socket: &str, gpu: bool, cuda: bool) -> crate::Result {
         return Err("the Windows demo carries shared-memory frames only".into());
     }
     let pipe = Pipe::connect(socket, PEER_TIMEOUT)?;
-    let mut consumer = Consumer::connect(pipe, CONNECT_TIMEOUT)?;
+    let mut consumer = Consumer::connect_with(pipe, CONNECT_TIMEOUT, Lending::Write)?;
     let mut latencies = Vec::new();
     loop {
         let received = match consumer.recv(Wait::For(PEER_TIMEOUT)) {

@@ -342,12 +342,12 @@ impl Receiver<'_> {
 
 /// Waits until `stream` is readable (or hung up), at most until `deadline`: `false` when it
 /// passed first.
-pub(crate) fn readable_by(stream: &UnixStream, deadline: Instant) -> Result<bool> {
+pub(crate) fn readable_by(stream: impl std::os::fd::AsFd, deadline: Instant) -> Result<bool> {
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         let timeout = rustix::event::Timespec::try_from(left)
             .map_err(|_| handoff(format!("a wait of {left:?} is out of range")))?;
-        let mut pfd = [PollFd::new(stream, PollFlags::IN)];
+        let mut pfd = [PollFd::new(&stream, PollFlags::IN)];
         match poll(&mut pfd, Some(&timeout)) {
             Ok(0) => return Ok(false),
             Ok(_) => return Ok(true),

@@ -4,6 +4,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::access::{Lending, Refusal};
 use super::os::{self, Conn, Link, PeerFence};
 use super::ring::{Entry, Ring};
 use super::{FrameMeta, Woken, PAYLOAD_BYTES, SPIN};
@@ -84,6 +85,7 @@ pub struct Consumer {
     pool: Vec<TensorDyn>,
     fence: Option<PeerFence>,
     back: Arc<Back>,
+    lending: Lending,
 }
 
 /// A received frame: the pool's buffer and its metadata. Dropping it hands the buffer back.
@@ -147,12 +149,26 @@ impl Consumer {
     /// `Error::Timeout` or `Error::Handoff` by then, whatever the socket's own timeouts and
     /// blocking mode; [`CONNECT_TIMEOUT`] is a sensible bound). GPU buffers are accepted from a
     /// producer of this user (as `handoff::recv` does).
+    ///
+    /// The pool is read-only here (its maps refuse writing; shared memory is lent read-only by
+    /// the producer itself): [`Consumer::connect_with`] asks to write. A producer whose attach
+    /// policy does not admit this process is `Error::NotPermitted`.
     pub fn connect(stream: Link, timeout: Duration) -> Result<Consumer> {
-        let deadline = Instant::now() + timeout;
+        Consumer::connect_with(stream, timeout, Lending::Read)
+    }
+
+    /// As [`Consumer::connect`], asking for `lending`: [`Lending::Write`] is refused
+    /// (`Error::NotPermitted`) where the producer lends the pool read-only.
+    pub fn connect_with(stream: Link, timeout: Duration, lending: Lending) -> Result<Consumer> {
+        let deadline = crate::time::deadline_after(timeout);
         let (s, fence, conn) = os::recv_setup(stream, deadline)?;
+        if lending == Lending::Write && s.read_only {
+            os::leave(&conn);
+            return Err(Refusal::WriteNotGranted.to_error());
+        }
         let ring = Arc::new(Ring::open(s.block, s.capacity)?);
         let pool = (0..s.slots)
-            .map(|_| handoff::recv_by(os::link(&conn), deadline))
+            .map(|_| handoff::recv_by(os::link(&conn), deadline).map(|t| as_lent(t, lending)))
             .collect::<Result<Vec<_>>>()?;
         let socket = os::duplicate(&conn)?;
         let back = Arc::new(Back {
@@ -166,7 +182,13 @@ impl Consumer {
             pool,
             fence,
             back,
+            lending,
         })
+    }
+
+    /// How this consumer holds the pool: read-only, or writable.
+    pub fn lending(&self) -> Lending {
+        self.lending
     }
 
     /// The pool's buffers, as this process imported them.
@@ -179,7 +201,7 @@ impl Consumer {
     pub fn recv(&mut self, wait: Wait) -> Result<Frame> {
         let started = Instant::now();
         let deadline = match wait {
-            Wait::For(d) | Wait::Sleep(d) => Some(started + d),
+            Wait::For(d) | Wait::Sleep(d) => Some(crate::time::deadline_from(started, d)),
             _ => None,
         };
         let spins = match wait {
@@ -189,10 +211,15 @@ impl Consumer {
         };
         let mut checked = started;
         loop {
-            if let Some(e) = self.ring.pop_frame()? {
-                if e.slot as usize == self.pool.len() {
-                    self.take_addition()?; // sent before the first frame that names it
+            if let Some(e) = self.ring.peek_frame()? {
+                // Buffers added since the last frame were sent before the first frame that
+                // names one, in order: take each up to the one this frame names (one past the
+                // ring can never come: `frame` refuses it at once).
+                let room = self.ring.capacity() as usize;
+                while (self.pool.len()..room).contains(&(e.slot as usize)) {
+                    self.take_addition(deadline)?;
                 }
+                self.ring.skip_frame();
                 return self.frame(e, deadline);
             }
             let now = Instant::now();
@@ -272,7 +299,7 @@ impl Consumer {
         self.ring.awake(true);
         match woken {
             Woken::Event => Ok(()),
-            Woken::Message(_) => self.take_addition(),
+            Woken::Message(_) => self.take_addition(deadline),
             Woken::Left(_) => self.producer_left(),
             Woken::Timeout => Err(no_frame()),
         }
@@ -280,19 +307,24 @@ impl Consumer {
 
     /// Receives a buffer the producer added to the pool ([`super::Producer::add`]): it was sent
     /// whole before any frame names it, so it is waited for only as long as a message broken
-    /// off mid-way. Anything but a buffer there (a hostile or broken producer) is an error, not
-    /// a wait; so is a pool past the ring the producer made.
-    fn take_addition(&mut self) -> Result<()> {
+    /// off mid-way, and never past the receive's `deadline` (then `Error::Timeout`, the frame
+    /// that named it left in the ring). Anything but a buffer there (a hostile or broken
+    /// producer) is an error, not a wait; so is a pool past the ring the producer made.
+    fn take_addition(&mut self, deadline: Option<Instant>) -> Result<()> {
         let room = self.ring.capacity() as usize;
         if self.pool.len() >= room {
             return Err(Error::Handoff(format!(
                 "the producer added a buffer past the {room} its ring holds"
             )));
         }
-        let t = os::recv_addition(&self.conn, Instant::now() + MID_MESSAGE_TIMEOUT)
-            .map_err(|e| Error::Handoff(format!("a buffer the producer added: {e}")))?;
+        let broken_off = crate::time::deadline_after(MID_MESSAGE_TIMEOUT);
+        let by = deadline.map_or(broken_off, |d| d.min(broken_off));
+        let t = os::recv_addition(&self.conn, by).map_err(|e| match e {
+            Error::Timeout(_) if deadline.is_some_and(|d| d <= broken_off) => no_frame(),
+            e => Error::Handoff(format!("a buffer the producer added: {e}")),
+        })?;
         self.back.holds()?.push(false);
-        self.pool.push(t);
+        self.pool.push(as_lent(t, self.lending));
         Ok(())
     }
 
@@ -311,6 +343,15 @@ impl Consumer {
         Err(Error::PeerLeft(
             "the producer left (its socket hung up); frames received earlier stay valid".into(),
         ))
+    }
+}
+
+/// `t` as a consumer that asked for `lending` holds it: one that asked to read only gets maps
+/// that refuse writing, even where the producer lent the buffer writable.
+fn as_lent(t: TensorDyn, lending: Lending) -> TensorDyn {
+    match lending {
+        Lending::Read => t.read_only(),
+        Lending::Write => t,
     }
 }
 
@@ -334,6 +375,7 @@ impl Consumer {
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::super::test_support::{buffer, connected, connected_with_room, while_flooded};
+    use super::super::Producer;
     use super::*;
 
     #[test]
@@ -375,6 +417,78 @@ mod tests {
         producer
             .acquire_slot(added, Duration::from_secs(1))
             .unwrap();
+    }
+
+    #[test]
+    fn several_additions_then_a_frame_in_the_last_reach_the_consumer_in_every_wait_mode() {
+        let waits = [
+            Wait::Spin,
+            Wait::Block,
+            Wait::For(Duration::from_secs(5)),
+            Wait::Sleep(Duration::from_secs(5)),
+        ];
+        for added in [2usize, 3] {
+            for wait in waits {
+                let (mut producer, mut consumer) = connected_with_room(3 + added);
+                let slots: Vec<_> = (0..added)
+                    .map(|_| producer.add(buffer()).unwrap())
+                    .collect();
+                let last = *slots.last().unwrap();
+                producer.acquire_slot(last, Duration::from_secs(1)).unwrap();
+                producer.send(last, FrameMeta::new(9, 0)).unwrap();
+                let frame = consumer.recv(wait).unwrap();
+                assert_eq!(
+                    (frame.slot(), frame.meta().seq),
+                    (last.index(), 9),
+                    "{wait:?}"
+                );
+                assert_eq!(consumer.pool().len(), 3 + added, "{wait:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_receive_waiting_for_an_addition_that_never_comes_ends_by_its_deadline() {
+        for wait in [
+            Wait::For(Duration::from_millis(300)),
+            Wait::Sleep(Duration::from_millis(300)),
+        ] {
+            let (producer, mut consumer) = connected_with_room(4);
+            let unsent = Entry {
+                slot: 3,
+                ..Entry::default()
+            };
+            producer.ring_of(0).push_frame(unsent).unwrap();
+            let started = Instant::now();
+            let got = consumer.recv(wait);
+            let took = started.elapsed();
+            assert!(matches!(got, Err(Error::Timeout(_))), "{wait:?}: {got:?}");
+            assert!(took < Duration::from_millis(350), "{wait:?} took {took:?}");
+        }
+    }
+
+    #[test]
+    fn a_timeout_past_the_clocks_range_waits_and_still_sees_the_producer_leave() {
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let connecting = std::thread::spawn(move || Consumer::connect(b, Duration::MAX));
+        let mut producer = Producer::new(vec![buffer(), buffer()]).unwrap();
+        producer.attach(a).unwrap();
+        let mut consumer = connecting.join().unwrap().unwrap();
+        let slot = producer.acquire(Duration::MAX).unwrap();
+        producer.send(slot, FrameMeta::new(1, 0)).unwrap();
+        for wait in [Wait::For(Duration::MAX), Wait::Sleep(Duration::MAX)] {
+            drop(consumer.recv(wait).unwrap());
+            let slot = producer.acquire(Duration::MAX).unwrap();
+            producer.send(slot, FrameMeta::new(2, 0)).unwrap();
+        }
+        let leaving = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            drop(producer);
+        });
+        let _held = consumer.recv(Wait::For(Duration::MAX)).unwrap();
+        let got = consumer.recv(Wait::For(Duration::MAX));
+        assert!(matches!(got, Err(Error::PeerLeft(_))), "{got:?}");
+        leaving.join().unwrap();
     }
 
     #[test]
@@ -433,19 +547,27 @@ mod tests {
         frame.unwrap();
         // The consumer takes the fourth buffer: its pool is now its whole ring.
         drop(consumer.recv(Wait::Block).unwrap());
-        // A hostile producer names a fifth buffer of a four-entry ring, and sends it.
-        let beyond = Entry {
-            slot: 4,
-            ..Entry::default()
-        };
+        // A hostile producer sends a fifth buffer for a four-entry ring: a sleeping consumer
+        // refuses it as it comes.
         let socket = producer.socket_of(0);
         handoff::send_as(&socket, &buffer(), crate::blob::Transport::Reference).unwrap();
-        producer.ring_of(0).push_frame(beyond).unwrap();
-        let err = consumer.recv(Wait::Block).unwrap_err();
+        let err = consumer
+            .recv(Wait::Sleep(Duration::from_secs(5)))
+            .unwrap_err();
         assert!(
             err.to_string().contains("past the 4 its ring holds"),
             "{err}"
         );
+        // And a frame naming that fifth buffer is refused at once, never waited for.
+        let beyond = Entry {
+            slot: 4,
+            ..Entry::default()
+        };
+        producer.ring_of(0).push_frame(beyond).unwrap();
+        let started = Instant::now();
+        let err = consumer.recv(Wait::Block).unwrap_err();
+        assert!(err.to_string().contains("buffer 4 of a pool of 4"), "{err}");
+        assert!(started.elapsed() < Duration::from_secs(1));
     }
 
     #[test]
@@ -516,7 +638,7 @@ mod tests {
     fn a_producer_silent_after_its_set_up_is_a_connect_timeout() {
         let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
         let ring = Ring::create(3).unwrap();
-        let msg = super::super::setup::encode(3, ring.capacity(), false);
+        let msg = super::super::setup::encode(3, ring.capacity(), false, false);
         let fd = ring.block().share().unwrap();
         super::super::os::send_set_up_message(&a, &msg, &[std::os::fd::AsFd::as_fd(&fd)]).unwrap();
         let started = Instant::now();

@@ -55,6 +55,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod access;
 mod consumer;
 #[cfg(target_os = "linux")]
 #[path = "linux/mod.rs"]
@@ -66,8 +67,9 @@ mod producer;
 mod ring;
 mod setup;
 
+pub use access::{Access, Lending, Peers};
 pub use consumer::{Consumer, Frame, Wait, CONNECT_TIMEOUT};
-pub use os::Link;
+pub use os::{connect, Link, Listener};
 pub use producer::{Producer, Slot};
 pub use ring::PAYLOAD_BYTES;
 

@@ -3,11 +3,11 @@
 
 use std::time::{Duration, Instant};
 
+use super::access::{self, Access, Lending, Refusal};
 use super::os::{self, Conn, Link};
 use super::ring::{self, Entry, Ring};
 use super::{FrameMeta, Woken, SPIN};
-use crate::blob::Transport;
-use crate::{handoff, Error, Result, TensorDyn};
+use crate::{Error, Result, TensorDyn};
 
 /// A buffer of the producer's pool, acquired for writing and not yet sent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,6 +29,10 @@ struct Attached {
     ring: Ring,
     /// Which buffers this consumer holds.
     holds: Vec<bool>,
+    /// How the pool is lent to it.
+    lending: Lending,
+    /// It runs as the producer's user.
+    own_user: bool,
 }
 
 /// The sending side of a channel: a pool of buffers, lent to every attached consumer.
@@ -47,6 +51,10 @@ pub struct Producer {
     /// and are acquired only by name ([`Producer::acquire_slot`]).
     made_with: usize,
     scratch: Vec<u64>,
+    /// Who may attach, and who may write.
+    access: Access,
+    /// Consumers refused by the attach policy so far.
+    refused: u64,
 }
 
 impl Producer {
@@ -68,8 +76,9 @@ impl Producer {
                  {n} with room for {room}"
             )));
         }
-        for t in &pool {
+        for (i, t) in pool.iter().enumerate() {
             os::lendable(t)?;
+            refuse_if_pooled(&pool[..i], t)?;
         }
         Ok(Producer {
             pool,
@@ -79,6 +88,8 @@ impl Producer {
             acquired: vec![false; n],
             made_with: n,
             scratch: Vec::new(),
+            access: Access::default(),
+            refused: 0,
         })
     }
 
@@ -98,21 +109,68 @@ impl Producer {
         self.consumers.len()
     }
 
-    /// Attaches a consumer on a connected socket (a named pipe on Windows): sends the set-up
-    /// and the pool.
+    /// Sets who may attach and who may write the pool (default: [`Access::default`], this
+    /// process's user attaches, and every consumer reads only). Applies to consumers that
+    /// attach from now on.
+    pub fn set_access(&mut self, access: Access) {
+        self.access = access;
+    }
+
+    /// The attach policy in force.
+    pub fn access(&self) -> &Access {
+        &self.access
+    }
+
+    /// How many consumers the attach policy refused so far.
+    pub fn refused(&self) -> u64 {
+        self.refused
+    }
+
+    /// Attaches a consumer on a connected socket (a named pipe on Windows): asks the kernel
+    /// who the peer is, and sends the set-up and the pool as the attach policy says (read-only
+    /// unless the peer may write), or a refusal the consumer reads as `Error::NotPermitted`
+    /// (so is the error here; [`Producer::refused`] counts them). Never waits for the consumer:
+    /// what it sends waits in the socket.
     pub fn attach(&mut self, stream: Link) -> Result<()> {
         os::room_for_consumer(self.consumers.len())?;
+        let peer = os::peer(&stream)?;
+        let read_only_lendable = os::read_only_lendable(&self.pool);
+        let lending = match access::verdict(&self.access, &peer, read_only_lendable) {
+            Ok(lending) => lending,
+            Err(refusal) => return Err(self.refuse(stream, refusal)),
+        };
+        if lending == Lending::Read && !peer.own_user {
+            if let Err(e) = os::guard_from_other_users(&self.pool) {
+                self.refused += 1;
+                let _ = os::refuse(stream, Refusal::CannotLendReadOnly);
+                return Err(e);
+            }
+        }
         let ring = Ring::create(self.room as u32)?;
-        let conn = os::send_setup(stream, ring.capacity(), ring.block(), &self.pool)?;
+        let conn = os::send_setup(stream, ring.capacity(), ring.block(), &self.pool, lending)?;
         for t in &self.pool {
-            handoff::send_as(os::link(&conn), t, Transport::Reference)?;
+            os::lend(&conn, t, lending)?;
         }
         self.consumers.push(Attached {
             conn,
             ring,
             holds: vec![false; self.pool.len()],
+            lending,
+            own_user: peer.own_user,
         });
         Ok(())
+    }
+
+    /// Refuses the consumer on `stream`: tells it why, counts it, and returns the error.
+    fn refuse(&mut self, stream: Link, refusal: Refusal) -> Error {
+        self.refused += 1;
+        log::warn!("hwtensor: refused a consumer: {}", refusal.to_error());
+        if let Err(e) = os::refuse(stream, refusal) {
+            log::warn!("hwtensor: telling a refused consumer so failed: {e}");
+        }
+        Error::NotPermitted(format!(
+            "the attach policy refused a consumer ({refusal:?}); Producer::set_access widens it"
+        ))
     }
 
     /// Adds `tensor` to the pool, past what consumers received at attach: each attached
@@ -131,6 +189,7 @@ impl Producer {
             )));
         }
         os::lendable(&tensor)?;
+        refuse_if_pooled(&self.pool, &tensor)?;
         if os::needs_fence(std::slice::from_ref(&tensor)) && !os::needs_fence(&self.pool) {
             return Err(Error::InvalidArgument(format!(
                 "{} memory cannot join a pool without GPU or CUDA buffers: its completions \
@@ -138,9 +197,10 @@ impl Producer {
                 tensor.memory()
             )));
         }
+        self.refuse_if_unlendable(&tensor)?;
         let mut broken = Vec::new();
         for (c, consumer) in self.consumers.iter().enumerate() {
-            let sent = handoff::send_as(os::link(&consumer.conn), &tensor, Transport::Reference);
+            let sent = os::lend(&consumer.conn, &tensor, consumer.lending);
             if let Err(e) = sent {
                 log::warn!("hwtensor: detaching a consumer: sending it an added buffer: {e}");
                 broken.push(c);
@@ -156,6 +216,28 @@ impl Producer {
             self.detach(c);
         }
         Ok(Slot((self.pool.len() - 1) as u32))
+    }
+
+    /// Refuses an added `tensor` that an attached consumer may not get: memory that cannot be
+    /// lent read-only, with a reading consumer of another user attached (or shared memory
+    /// whose mode cannot be guarded from it).
+    fn refuse_if_unlendable(&self, tensor: &TensorDyn) -> Result<()> {
+        let one = std::slice::from_ref(tensor);
+        let strangers = self
+            .consumers
+            .iter()
+            .any(|c| c.lending == Lending::Read && !c.own_user);
+        if !strangers {
+            return Ok(());
+        }
+        if !os::read_only_lendable(one) {
+            return Err(Error::NotPermitted(format!(
+                "{} memory cannot be lent read-only, and a reading consumer of another user is \
+                 attached",
+                tensor.memory()
+            )));
+        }
+        os::guard_from_other_users(one)
     }
 
     /// A free buffer to write the next frame into: one no consumer holds (of the pool it was
@@ -190,8 +272,8 @@ impl Producer {
         timeout: Duration,
         eligible: impl Fn(&Producer, usize) -> bool,
     ) -> Result<Slot> {
-        let deadline = Instant::now() + timeout;
-        let spin_until = Instant::now() + SPIN.min(timeout);
+        let deadline = crate::time::deadline_after(timeout);
+        let spin_until = crate::time::deadline_after(SPIN.min(timeout));
         loop {
             self.reclaim();
             let free = |i: &usize| self.out[*i] == 0 && !self.acquired[*i] && eligible(self, *i);
@@ -347,6 +429,19 @@ impl Producer {
     }
 }
 
+/// Refuses `t` when its buffer is in `pool` already: two slots over one buffer would let the
+/// producer rewrite a frame a consumer still reads through the other slot.
+fn refuse_if_pooled(pool: &[TensorDyn], t: &TensorDyn) -> Result<()> {
+    let identity = t.identity();
+    match pool.iter().position(|p| p.identity() == identity) {
+        Some(i) => Err(Error::InvalidArgument(format!(
+            "this buffer is in the pool already (slot {i}): a pool's buffers must be distinct, \
+             or two slots would share one buffer"
+        ))),
+        None => Ok(()),
+    }
+}
+
 impl Producer {
     fn pool_held(&self) -> Error {
         Error::Timeout(format!(
@@ -392,6 +487,27 @@ mod tests {
         let err = producer.add(buffer()).unwrap_err();
         assert!(err.to_string().contains("Producer::with_room"), "{err}");
         assert!(Producer::with_room(vec![buffer(), buffer()], 1).is_err());
+    }
+
+    #[test]
+    fn a_buffer_already_in_the_pool_is_refused_at_creation_and_when_added() {
+        let one = buffer();
+        let err = Producer::new(vec![one.clone(), buffer(), one.clone()]).unwrap_err();
+        assert!(
+            err.to_string().contains("in the pool already (slot 0)"),
+            "{err}"
+        );
+        let (mut producer, _consumer) = connected_with_room(5);
+        let added = buffer();
+        producer.add(added.clone()).unwrap();
+        let again = producer.add(added).unwrap_err();
+        assert!(
+            again.to_string().contains("in the pool already (slot 3)"),
+            "{again}"
+        );
+        let pooled = producer.tensor(Slot(1)).clone();
+        assert!(producer.add(pooled).is_err());
+        assert_eq!(producer.out.len(), 4);
     }
 
     #[test]

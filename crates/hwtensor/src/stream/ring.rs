@@ -178,6 +178,16 @@ impl Ring {
     /// The next frame (consumer), if one was published. A head the producer moved further than
     /// the ring holds is an error (a hostile or broken peer).
     pub(crate) fn pop_frame(&self) -> Result<Option<Entry>> {
+        let next = self.peek_frame()?;
+        if next.is_some() {
+            self.skip_frame();
+        }
+        Ok(next)
+    }
+
+    /// The next frame (consumer), left in the ring: a receive that must first take a buffer
+    /// the frame names, and runs out of time doing so, finds the frame there next time.
+    pub(crate) fn peek_frame(&self) -> Result<Option<Entry>> {
         let tail = self.word64(at::FWD_TAIL).load(Ordering::Relaxed);
         let head = self.word64(at::FWD_HEAD).load(Ordering::Acquire);
         let ready = head.wrapping_sub(tail);
@@ -192,9 +202,14 @@ impl Ring {
         }
         let words: [u64; ENTRY_WORDS] =
             std::array::from_fn(|w| self.entry_word(tail, w).load(Ordering::Relaxed));
+        Ok(Some(Entry::from_words(words)))
+    }
+
+    /// Moves past the frame [`Ring::peek_frame`] returned (consumer; only after it returned one).
+    pub(crate) fn skip_frame(&self) {
+        let tail = self.word64(at::FWD_TAIL).load(Ordering::Relaxed);
         self.word64(at::FWD_TAIL)
             .store(tail.wrapping_add(1), Ordering::Release);
-        Ok(Some(Entry::from_words(words)))
     }
 
     /// Whether a frame waits (consumer).

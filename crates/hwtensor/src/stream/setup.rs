@@ -3,6 +3,7 @@
 //! handles (fds in the same message on Linux, handle values to duplicate on Windows: see the
 //! platform folders); the pool's buffers follow as ordinary hand-offs. Parsed as hostile input.
 
+use super::access::{Refusal, REFUSAL_MAGIC};
 use super::ring::{MAX_CAPACITY, VERSION};
 use crate::{Error, Result};
 
@@ -12,6 +13,9 @@ const MAGIC: [u8; 8] = *b"HWTCHAN1";
 pub(crate) const LEN: usize = 24;
 /// Flag: a fence comes after the control block.
 pub(crate) const HAS_FENCE: u32 = 1;
+/// Flag: the pool is lent read-only (the producer's attach policy does not let this consumer
+/// write).
+pub(crate) const READ_ONLY: u32 = 2;
 
 /// What a set-up message says, with the handles (of type `H`: fds, section handles) that came
 /// with it.
@@ -22,27 +26,34 @@ pub(crate) struct Setup<H> {
     pub block: H,
     #[cfg_attr(windows, allow(dead_code))] // Windows pools carry no fence: always `None` there
     pub fence: Option<H>,
+    /// The pool is lent read-only.
+    pub read_only: bool,
 }
 
 pub(crate) fn bad(what: impl Into<String>) -> Error {
     Error::Handoff(format!("channel set-up: {}", what.into()))
 }
 
-/// The message for a pool of `slots` buffers and rings of `capacity` entries.
-pub(crate) fn encode(slots: u32, capacity: u32, has_fence: bool) -> [u8; LEN] {
+/// The message for a pool of `slots` buffers and rings of `capacity` entries, lent read-only
+/// or not.
+pub(crate) fn encode(slots: u32, capacity: u32, has_fence: bool, read_only: bool) -> [u8; LEN] {
     let mut msg = [0u8; LEN];
     msg[..8].copy_from_slice(&MAGIC);
     msg[8..12].copy_from_slice(&VERSION.to_le_bytes());
     msg[12..16].copy_from_slice(&slots.to_le_bytes());
     msg[16..20].copy_from_slice(&capacity.to_le_bytes());
-    let flags = if has_fence { HAS_FENCE } else { 0 };
+    let flags = if has_fence { HAS_FENCE } else { 0 } | if read_only { READ_ONLY } else { 0 };
     msg[20..24].copy_from_slice(&flags.to_le_bytes());
     msg
 }
 
-/// Checks a received message and the handles that came with it.
+/// Checks a received message and the handles that came with it. A producer's refusal in the
+/// set-up's place is the `Error::NotPermitted` it says.
 pub(crate) fn parse<H>(msg: &[u8; LEN], handles: Vec<H>) -> Result<Setup<H>> {
     let word = |at: usize| u32::from_le_bytes([msg[at], msg[at + 1], msg[at + 2], msg[at + 3]]);
+    if msg[..8] == REFUSAL_MAGIC {
+        return Err(Refusal::parse(msg));
+    }
     if msg[..8] != MAGIC {
         return Err(bad("not a channel set-up message"));
     }
@@ -59,7 +70,7 @@ pub(crate) fn parse<H>(msg: &[u8; LEN], handles: Vec<H>) -> Result<Setup<H>> {
     if !capacity.is_power_of_two() || capacity < slots || capacity > MAX_CAPACITY {
         return Err(bad(format!("a {capacity}-entry ring for {slots} buffers")));
     }
-    if flags & !HAS_FENCE != 0 {
+    if flags & !(HAS_FENCE | READ_ONLY) != 0 {
         return Err(bad(format!("unknown flags {flags:#x}")));
     }
     let want = 1 + (flags & HAS_FENCE != 0) as usize;
@@ -76,6 +87,7 @@ pub(crate) fn parse<H>(msg: &[u8; LEN], handles: Vec<H>) -> Result<Setup<H>> {
         capacity,
         block: next()?,
         fence: if want == 2 { Some(next()?) } else { None },
+        read_only: flags & READ_ONLY != 0,
     })
 }
 
@@ -89,7 +101,7 @@ mod tests {
     }
 
     fn message(slots: u32, capacity: u32, flags: u32) -> [u8; LEN] {
-        let mut m = encode(slots, capacity, false);
+        let mut m = encode(slots, capacity, false, false);
         m[20..24].copy_from_slice(&flags.to_le_bytes());
         m
     }
@@ -98,8 +110,11 @@ mod tests {
     fn a_well_formed_set_up_parses_with_its_handles() {
         let s = parse(&message(3, 4, 0), handles(1)).unwrap();
         assert_eq!((s.slots, s.capacity, s.fence.is_some()), (3, 4, false));
-        let fenced = encode(3, 4, true);
+        let fenced = encode(3, 4, true, false);
         assert!(parse(&fenced, handles(2)).unwrap().fence.is_some());
+        let read_only = encode(3, 4, false, true);
+        assert!(parse(&read_only, handles(1)).unwrap().read_only);
+        assert!(!s.read_only);
     }
 
     #[test]
@@ -110,6 +125,7 @@ mod tests {
             (message(8, 4, 0), 1, "4-entry ring"),
             (message(3, 1 << 20, 0), 1, "entry ring"),
             (message(3, 4, 0x10), 1, "unknown flags"),
+            (Refusal::NotAdmitted.encode(), 0, "does not admit"),
             (message(3, 4, 0), 3, "3 handles"),
             (message(3, 4, HAS_FENCE), 1, "1 handles"),
         ];

@@ -135,9 +135,10 @@ impl FdKind {
 
     /// Says what this kind is, for errors.
     pub(crate) fn describe(&self) -> String {
-        let what = match classify(self.magic, FileType::from_raw_mode(self.mode)) {
+        let kind = FileType::from_raw_mode(self.mode);
+        let what = match classify(self.magic, kind) {
             Ok(m) => format!("{m} memory"),
-            Err(e) => e,
+            Err(_) => refused_name(self.magic, kind),
         };
         match &self.name {
             Some(n) => format!("{what} named {n:?}"),
@@ -164,22 +165,26 @@ fn classify(magic: u32, kind: FileType) -> std::result::Result<TensorMemory, Str
             "a {} on tmpfs, not a memfd or shared-memory file",
             file_type_name(kind)
         )),
-        _ => {
-            let what = KNOWN_REFUSED
-                .iter()
-                .find(|(m, _)| *m == magic)
-                .map(|(_, name)| name.to_string())
-                .unwrap_or_else(|| {
-                    format!(
-                        "a {} on a filesystem with magic {magic:#x}",
-                        file_type_name(kind)
-                    )
-                });
-            Err(format!(
-                "expected a DMA-BUF or a memfd/shared-memory file, got {what}"
-            ))
-        }
+        _ => Err(format!(
+            "expected a DMA-BUF or a memfd/shared-memory file, got {}",
+            refused_name(magic, kind)
+        )),
     }
+}
+
+/// What a file that is no memory is, in words ("a pipe"): for refusals that expected
+/// something else, whatever that was (memory, a sync_file).
+fn refused_name(magic: u32, kind: FileType) -> String {
+    KNOWN_REFUSED
+        .iter()
+        .find(|(m, _)| *m == magic)
+        .map(|(_, name)| name.to_string())
+        .unwrap_or_else(|| {
+            format!(
+                "a {} on a filesystem with magic {magic:#x}",
+                file_type_name(kind)
+            )
+        })
 }
 
 fn file_type_name(kind: FileType) -> &'static str {
@@ -261,6 +266,20 @@ mod tests {
             .unwrap()
             .describe()
             .contains("eventfd"));
+    }
+
+    #[test]
+    fn a_pipe_is_described_as_a_pipe_whatever_the_caller_expected() {
+        use std::os::fd::AsFd;
+        let (r, _w) = std::io::pipe().unwrap();
+        let said = FdKind::of(r.as_fd()).unwrap().describe();
+        assert_eq!(said, "a pipe");
+        let err = crate::SyncFile::from_fd(r.into()).unwrap_err().to_string();
+        assert!(
+            err.contains("expected a DMA-fence sync_file, got a pipe"),
+            "{err}"
+        );
+        assert!(!err.contains("expected a DMA-BUF"), "{err}");
     }
 
     #[test]

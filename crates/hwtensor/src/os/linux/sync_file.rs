@@ -90,7 +90,7 @@ pub(crate) type AcquireFence = std::sync::Arc<SyncFile>;
 /// Whether `fd` polls readable within `timeout` (a sync_file does once signalled), retrying
 /// interrupted polls with what is left of the bound.
 fn readable(fd: BorrowedFd<'_>, timeout: Duration) -> Result<bool> {
-    let deadline = Instant::now() + timeout;
+    let deadline = crate::time::deadline_after(timeout);
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         let spec = rustix::event::Timespec {

@@ -128,7 +128,7 @@ impl Listener {
 impl Pipe {
     /// Connects to the server of pipe `name`, waiting at most `timeout` for it to listen.
     pub fn connect(name: &str, timeout: Duration) -> Result<Pipe> {
-        let deadline = Instant::now() + timeout;
+        let deadline = crate::time::deadline_after(timeout);
         loop {
             // SAFETY: a valid name; the handle is owned at once.
             let opened = unsafe {
@@ -192,19 +192,23 @@ impl Pipe {
     /// Waits for a client to connect to this server end.
     fn connect_client(&self, timeout: Duration) -> Result<()> {
         let mut connected_before = false;
-        let waited = self.overlapped(Instant::now() + timeout, "waiting for a client", |o| {
-            // SAFETY: a live pipe handle and an OVERLAPPED that outlives the operation.
-            let r = unsafe { ConnectNamedPipe(raw(&self.handle), Some(o)) };
-            match r {
-                // The client came between the pipe's creation and this call: nothing to wait
-                // for, and no completion will ever be posted.
-                Err(e) if e.code() == ERROR_PIPE_CONNECTED.to_hresult() => {
-                    connected_before = true;
-                    Err(e)
+        let waited = self.overlapped(
+            crate::time::deadline_after(timeout),
+            "waiting for a client",
+            |o| {
+                // SAFETY: a live pipe handle and an OVERLAPPED that outlives the operation.
+                let r = unsafe { ConnectNamedPipe(raw(&self.handle), Some(o)) };
+                match r {
+                    // The client came between the pipe's creation and this call: nothing to wait
+                    // for, and no completion will ever be posted.
+                    Err(e) if e.code() == ERROR_PIPE_CONNECTED.to_hresult() => {
+                        connected_before = true;
+                        Err(e)
+                    }
+                    r => r,
                 }
-                r => r,
-            }
-        });
+            },
+        );
         match (waited, connected_before) {
             (_, true) => Ok(()),
             (r, false) => r.map(|_| ()),

@@ -2,22 +2,27 @@
 //! the wake-ups; the control block is a sealed memfd; a GPU pool's completions are values of
 //! the producer's exported timeline.
 
+mod address;
 mod setup;
 mod wake;
+
+pub use address::{connect, Listener};
 
 #[cfg(test)]
 pub(crate) use setup::send as send_set_up_message;
 #[cfg(test)]
 pub(crate) use wake::WAKE_BYTE;
 
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::backing::linux::mapping::FdMapping;
+use crate::blob::Transport;
 use crate::gpu::PeerTimeline;
 use crate::os::{classify, memfd};
+use crate::stream::access::{Lending, Peer, Refusal};
 use crate::stream::setup::{self as message, Setup};
 use crate::stream::Woken;
 use crate::{Direction, Error, Result, TensorDyn, TensorMemory};
@@ -145,21 +150,109 @@ pub(crate) fn needs_fence(pool: &[TensorDyn]) -> bool {
 }
 
 /// Sends the set-up on `link`, with the device's fence where the pool has GPU or CUDA
-/// buffers.
+/// buffers, saying whether the pool is lent read-only.
 pub(crate) fn send_setup(
     link: Link,
     capacity: u32,
     block: &Block,
     pool: &[TensorDyn],
+    lending: Lending,
 ) -> Result<Conn> {
     let fence = match needs_fence(pool) {
         true => crate::gpu::device()?.fence_fd(),
         false => None,
     };
-    let msg = message::encode(pool.len() as u32, capacity, fence.is_some());
+    let read_only = lending == Lending::Read;
+    let msg = message::encode(pool.len() as u32, capacity, fence.is_some(), read_only);
     let fds: Vec<BorrowedFd<'_>> = std::iter::once(block.0.fd()).chain(fence).collect();
     setup::send(&link, &msg, &fds)?;
     Ok(link)
+}
+
+/// Sends `refusal` in the set-up's place, and hangs up.
+pub(crate) fn refuse(link: Link, refusal: Refusal) -> Result<()> {
+    let sent = setup::send(&link, &refusal.encode(), &[]);
+    leave(&link);
+    sent
+}
+
+/// Who the process on the other end of `link` is, as the kernel recorded it when it connected
+/// (`SO_PEERCRED`: it cannot be forged by the peer, nor changed by what it does later).
+pub(crate) fn peer(link: &Link) -> Result<Peer> {
+    let cred = rustix::net::sockopt::socket_peercred(link).map_err(|e| {
+        Error::Handoff(format!("cannot ask who the consumer is (SO_PEERCRED): {e}"))
+    })?;
+    let (uid, gid) = (cred.uid.as_raw(), cred.gid.as_raw());
+    Ok(Peer {
+        own_user: uid == rustix::process::geteuid().as_raw(),
+        uid: Some(uid),
+        gid: Some(gid),
+    })
+}
+
+/// Whether every buffer of `pool` can be lent read-only: shared memory can (an fd reopened
+/// read-only); a DMA-BUF's access is its exporter's, and GPU and CUDA memory handles carry
+/// none.
+pub(crate) fn read_only_lendable(pool: &[TensorDyn]) -> bool {
+    pool.iter().all(|t| t.memory() == TensorMemory::Shm)
+}
+
+/// Makes `pool`'s shared memory unwritable by group and others, so a consumer of another user
+/// cannot reopen its read-only fd writable through `/proc/self/fd`. An fd whose mode this
+/// process cannot change (another user's memory) is refused: it cannot be lent read-only.
+pub(crate) fn guard_from_other_users(pool: &[TensorDyn]) -> Result<()> {
+    for t in pool.iter().filter(|t| t.memory() == TensorMemory::Shm) {
+        let (_, fds) = crate::blob::export(t, Transport::Reference)?;
+        for fd in fds {
+            let mode = classify::stat(fd)?.st_mode & MODE_BITS;
+            if mode & OTHERS_WRITE == 0 {
+                continue;
+            }
+            let unwritable = rustix::fs::Mode::from_raw_mode(mode & !OTHERS_WRITE);
+            rustix::fs::fchmod(fd, unwritable).map_err(|e| {
+                Error::NotPermitted(format!(
+                    "the pool's shared memory cannot be made unwritable by other users \
+                     (fchmod: {e}), so it cannot be lent read-only to another user"
+                ))
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// The permission bits of a file mode.
+const MODE_BITS: u32 = 0o7777;
+/// Write permission for the file's group and for others.
+const OTHERS_WRITE: u32 = 0o022;
+
+/// Hands `t` to the consumer on `conn` by reference, as `lending` says: shared memory lent
+/// read-only goes as an fd reopened read-only (neither a writable map, `mprotect` nor `write`
+/// works through it); everything else as it is.
+pub(crate) fn lend(conn: &Conn, t: &TensorDyn, lending: Lending) -> Result<()> {
+    let (bytes, fds) = crate::blob::export(t, Transport::Reference)?;
+    if lending == Lending::Write || t.memory() != TensorMemory::Shm {
+        return crate::handoff::send_blob(conn, &bytes, &fds);
+    }
+    let read_only = fds
+        .iter()
+        .map(|fd| reopen_read_only(*fd))
+        .collect::<Result<Vec<OwnedFd>>>()?;
+    let borrowed: Vec<BorrowedFd<'_>> = read_only.iter().map(|fd| fd.as_fd()).collect();
+    crate::handoff::send_blob(conn, &bytes, &borrowed)
+}
+
+/// A new read-only open of the shared memory behind `fd`, sealed against shrinking first
+/// where it can be (a consumer cannot seal through a read-only fd, and refuses memory that
+/// could shrink under its mapping).
+fn reopen_read_only(fd: BorrowedFd<'_>) -> Result<OwnedFd> {
+    if !memfd::is_sealed(fd) {
+        // Memory that cannot be sealed (a /dev/shm file) is refused by the consumer, as before.
+        let _ = rustix::fs::fcntl_add_seals(fd, rustix::fs::SealFlags::SHRINK);
+    }
+    let path = format!("/proc/self/fd/{}", fd.as_raw_fd());
+    let flags = rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC;
+    rustix::fs::open(path.as_str(), flags, rustix::fs::Mode::empty())
+        .map_err(|e| Error::os("reopening the pool's shared memory read-only", e))
 }
 
 /// Receives the set-up and the fence on `link` by `deadline`.

@@ -23,7 +23,7 @@ const MAX_HANDLES: usize = 2;
 pub(crate) fn send(stream: &UnixStream, msg: &[u8; LEN], fds: &[BorrowedFd<'_>]) -> Result<()> {
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_HANDLES))];
     let mut control = SendAncillaryBuffer::new(&mut space);
-    if !control.push(SendAncillaryMessage::ScmRights(fds)) {
+    if !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(fds)) {
         return Err(bad("the fds do not fit one message"));
     }
     let mut sent = 0;
@@ -101,7 +101,7 @@ mod tests {
     #[test]
     fn a_truncated_set_up_is_an_error_not_a_hang() {
         let (a, b) = UnixStream::pair().unwrap();
-        rustix::io::write(&a, &setup::encode(3, 4, false)[..10]).unwrap();
+        rustix::io::write(&a, &setup::encode(3, 4, false, false)[..10]).unwrap();
         drop(a);
         let err = recv(&b, far()).unwrap_err();
         assert!(err.to_string().contains("after 10 of 24"), "{err}");
@@ -117,7 +117,7 @@ mod tests {
     #[test]
     fn a_producer_that_stalls_mid_set_up_is_an_error_by_the_deadline() {
         let (a, b) = UnixStream::pair().unwrap();
-        rustix::io::write(&a, &setup::encode(3, 4, false)[..10]).unwrap();
+        rustix::io::write(&a, &setup::encode(3, 4, false, false)[..10]).unwrap();
         let soon = Instant::now() + Duration::from_millis(100);
         let err = recv(&b, soon).unwrap_err();
         assert!(err.to_string().contains("stalled after 10 of 24"), "{err}");
@@ -130,7 +130,7 @@ mod tests {
         let sender = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(30));
             let block = rustix::pipe::pipe().unwrap().0;
-            send(&a, &setup::encode(3, 4, false), &[block.as_fd()]).unwrap();
+            send(&a, &setup::encode(3, 4, false, false), &[block.as_fd()]).unwrap();
             a
         });
         assert_eq!(recv(&b, far()).unwrap().slots, 3);
@@ -141,7 +141,7 @@ mod tests {
     fn a_set_up_with_fewer_fds_than_it_names_is_refused() {
         let (a, b) = UnixStream::pair().unwrap();
         let block = rustix::pipe::pipe().unwrap().0;
-        send(&a, &setup::encode(3, 4, true), &[block.as_fd()]).unwrap();
+        send(&a, &setup::encode(3, 4, true, false), &[block.as_fd()]).unwrap();
         let err = recv(&b, far()).unwrap_err();
         assert!(err.to_string().contains("1 handles where 2"), "{err}");
     }

@@ -19,12 +19,22 @@ use crate::handoff::MID_MESSAGE_TIMEOUT;
 use crate::identity::BufferIdentity;
 use crate::os::pipe;
 use crate::os::sync::{self, MAX_WAIT_OBJECTS};
+use crate::stream::access::{Lending, Peer, Refusal};
 use crate::stream::setup::{self, bad, Setup, LEN};
 use crate::stream::Woken;
 use crate::{Error, Result, TensorDyn, TensorMemory};
 
 /// The connection a channel runs over: a connected named pipe ([`crate::handoff::Pipe`]).
 pub type Link = pipe::Pipe;
+
+/// A producer's listening pipe: `bind(name)`, then `accept(timeout)` per consumer.
+pub use crate::os::pipe::Listener;
+
+/// Connects to the producer serving pipe `address`, waiting at most
+/// [`CONNECT_TIMEOUT`](super::CONNECT_TIMEOUT) for it to listen.
+pub fn connect(address: &str) -> Result<Link> {
+    pipe::Pipe::connect(address, super::CONNECT_TIMEOUT)
+}
 
 /// Windows pools carry no GPU completion: a fence that never exists (always `None`).
 pub(crate) type PeerFence = std::convert::Infallible;
@@ -189,11 +199,15 @@ pub(crate) fn send_setup(
     capacity: u32,
     block: &Block,
     pool: &[TensorDyn],
+    _lending: Lending,
 ) -> Result<Conn> {
     let (to_consumer, to_producer, closed) =
         (sync::event(false)?, sync::event(false)?, sync::event(true)?);
     let mut msg = [0u8; SETUP_BYTES];
-    msg[..LEN].copy_from_slice(&setup::encode(pool.len() as u32, capacity, false));
+    // Never "read-only": a consumer here duplicates the sections out of the producer with the
+    // access it asks for, so read-only lending is its own choice (`Lending::Read` narrows its
+    // maps), not the producer's.
+    msg[..LEN].copy_from_slice(&setup::encode(pool.len() as u32, capacity, false, false));
     let values = [
         block.0.handle().as_raw_handle(),
         to_consumer.as_raw_handle(),
@@ -211,6 +225,41 @@ pub(crate) fn send_setup(
         woken: to_producer,
         closed,
     })
+}
+
+/// Sends `refusal` in the set-up's place (padded to a set-up's length, so the consumer reads
+/// it whole), and leaves the pipe.
+pub(crate) fn refuse(link: Link, refusal: Refusal) -> Result<()> {
+    let mut msg = [0u8; SETUP_BYTES];
+    msg[..LEN].copy_from_slice(&refusal.encode());
+    link.write_all(&msg, Instant::now() + MID_MESSAGE_TIMEOUT)
+}
+
+/// Who the consumer on `link` is: on Windows always a process of this user, by construction (a
+/// consumer duplicates the pool's handles out of the producer's process, which the system
+/// grants only to the producer's own user and administrators).
+pub(crate) fn peer(_link: &Link) -> Result<Peer> {
+    Ok(Peer {
+        own_user: true,
+        uid: None,
+        gid: None,
+    })
+}
+
+/// Whether `pool` can be lent read-only by the producer: not on Windows (see `send_setup`).
+pub(crate) fn read_only_lendable(_pool: &[TensorDyn]) -> bool {
+    false
+}
+
+/// Nothing to guard on Windows: consumers are of this user (see [`peer`]).
+pub(crate) fn guard_from_other_users(_pool: &[TensorDyn]) -> Result<()> {
+    Ok(())
+}
+
+/// Hands `t` to the consumer on `conn` by reference (sections: see `send_setup` for why
+/// `lending` changes nothing here).
+pub(crate) fn lend(conn: &Conn, t: &TensorDyn, _lending: Lending) -> Result<()> {
+    crate::handoff::send_as(&conn.pipe, t, crate::blob::Transport::Reference)
 }
 
 /// Receives the set-up on `link` by `deadline`: the message's first byte by then, the rest
@@ -252,6 +301,7 @@ pub(crate) fn recv_setup(
         capacity: s.capacity,
         block,
         fence: None,
+        read_only: s.read_only,
     };
     Ok((s, None, conn))
 }
