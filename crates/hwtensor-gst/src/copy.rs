@@ -2,7 +2,6 @@
 //! channel's, copied into a slot; a GPU frame copied into system memory for downstream.
 
 use gst_video::prelude::*;
-use gst_video::VideoFrameRef;
 use hwtensor::{Direction, TensorDyn};
 
 /// Bytes of data in each row of each plane of `t` (rows may be padded beyond it).
@@ -40,25 +39,94 @@ fn with_bytes<R>(t: &TensorDyn, f: impl FnOnce(&[u8]) -> Result<R, String>) -> R
     f(bytes)
 }
 
+/// Where each plane of `buffer` starts and how far apart its rows are: its `GstVideoMeta`'s
+/// geometry where it carries one, else the caps' default layout. Upstream controls both, so
+/// nothing here is trusted until [`plane_in`] checks it against the bytes the buffer holds.
+fn source_layout(
+    buffer: &gst::BufferRef,
+    info: &gst_video::VideoInfo,
+) -> Result<Vec<(usize, i32)>, String> {
+    let planes = info.n_planes() as usize;
+    match buffer.meta::<gst_video::VideoMeta>() {
+        Some(meta) if meta.n_planes() as usize != planes => Err(format!(
+            "the buffer's video meta has {} planes, its caps {planes}",
+            meta.n_planes()
+        )),
+        Some(meta) => Ok((0..planes)
+            .map(|i| (meta.offset()[i], meta.stride()[i]))
+            .collect()),
+        None => Ok((0..planes)
+            .map(|i| (info.offset()[i], info.stride()[i]))
+            .collect()),
+    }
+}
+
+/// Plane `i` of `src`: `rows` rows of `row` bytes, `stride` apart from `offset`, refused
+/// unless every row lies inside `src` (a meta that reaches past its memory, a negative or
+/// short stride).
+fn plane_in(
+    src: &[u8],
+    i: usize,
+    (offset, stride): (usize, i32),
+    rows: usize,
+    row: usize,
+) -> Result<impl Iterator<Item = &[u8]>, String> {
+    let stride = usize::try_from(stride)
+        .ok()
+        .filter(|&s| s >= row || rows <= 1)
+        .ok_or_else(|| {
+            format!("plane {i}'s stride {stride} is shorter than its {row}-byte rows")
+        })?;
+    let end = rows
+        .checked_sub(1)
+        .and_then(|last| last.checked_mul(stride))
+        .and_then(|b| b.checked_add(offset)?.checked_add(row));
+    match end {
+        Some(end) if end <= src.len() => Ok((0..rows).map(move |r| {
+            let at = offset + r * stride;
+            &src[at..at + row]
+        })),
+        _ => Err(format!(
+            "plane {i} of the buffer (offset {offset}, stride {stride}, {rows} rows of {row} \
+             bytes) reaches past the {} bytes the buffer holds",
+            src.len()
+        )),
+    }
+}
+
 /// Copies a video frame of `buffer` (laid out as `info` and its `GstVideoMeta` say) into the
-/// image `t`, plane by plane and row by row.
+/// image `t`, plane by plane and row by row. Every plane's extent is checked against the
+/// bytes the buffer holds before one is read: a meta upstream got wrong is an error, never a
+/// read past the memory.
 pub fn into_slot(
     buffer: &gst::BufferRef,
     info: &gst_video::VideoInfo,
     t: &TensorDyn,
 ) -> Result<(), String> {
-    let frame = VideoFrameRef::from_buffer_ref_readable(buffer, info)
-        .map_err(|_| "the buffer does not hold a frame of the negotiated caps".to_string())?;
+    let layout = source_layout(buffer, info)?;
     let planes = t.plane_table().map_err(|e| e.to_string())?;
+    if planes.len() != layout.len() {
+        return Err(format!(
+            "the slot's image has {} planes, the frame {}",
+            planes.len(),
+            layout.len()
+        ));
+    }
     let rows = row_bytes(t)?;
+    let map = buffer
+        .map_readable()
+        .map_err(|_| "the buffer cannot be mapped for reading".to_string())?;
+    let src = map.as_slice();
+    // Checked whole before the slot is written: a bad plane leaves the slot as it was.
+    let sources = planes
+        .iter()
+        .zip(&rows)
+        .enumerate()
+        .map(|(i, (p, &row))| plane_in(src, i, layout[i], p.rows, row))
+        .collect::<Result<Vec<_>, _>>()?;
     with_bytes_mut(t, |dst| {
-        for (i, (p, &row)) in planes.iter().zip(&rows).enumerate() {
-            let src = frame.plane_data(i as u32).map_err(|e| e.to_string())?;
-            let src_stride = frame.plane_stride()[i] as usize;
-            for r in 0..p.rows {
-                let s = src
-                    .get(r * src_stride..r * src_stride + row)
-                    .ok_or("the frame's plane is shorter than its caps say")?;
+        for ((p, &row), source) in planes.iter().zip(&rows).zip(sources) {
+            for (r, s) in source.enumerate() {
                 let at = p.offset + r * p.row_stride;
                 dst.get_mut(at..at + row)
                     .ok_or("the slot is shorter than its image")?
@@ -90,4 +158,26 @@ pub fn out_of(t: &TensorDyn) -> Result<gst::Buffer, String> {
         crate::caps::add_video_meta(b, t)?;
     }
     Ok(buffer)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::plane_in;
+
+    #[test]
+    fn a_plane_that_reaches_past_the_buffer_is_refused_before_any_row_is_read() {
+        let src = [0u8; 100];
+        let ok: Vec<&[u8]> = plane_in(&src, 0, (10, 20), 4, 16).unwrap().collect();
+        assert_eq!(ok.len(), 4);
+        for (layout, rows, row, why) in [
+            ((10, 30), 4, 16, "reaches past the 100 bytes"),
+            ((usize::MAX - 4, 8), 2, 8, "reaches past"),
+            ((0, -16), 2, 16, "stride -16"),
+            ((0, 8), 2, 16, "stride 8 is shorter"),
+            ((0, i32::MAX), 3, 16, "reaches past"),
+        ] {
+            let err = plane_in(&src, 1, layout, rows, row).err().unwrap();
+            assert!(err.contains(why), "{layout:?}: {err}");
+        }
+    }
 }

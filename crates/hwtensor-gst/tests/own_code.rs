@@ -886,3 +886,63 @@ fn hwtensorsink_adopts_a_multi_planar_cameras_buffer_per_plane_and_its_consumer_
         camera_frames_arrive_in_the_cameras_own_memory(&camera, caps, 2);
     }
 }
+
+/// A buffer of `size` bytes of memfd memory (GStreamer fd memory) whose `GstVideoMeta` says
+/// BGRx 64x48 at `stride`: upstream's word for a geometry the memory may not hold.
+fn fd_buffer_with_meta(size: usize, stride: i32) -> gst::Buffer {
+    use std::os::fd::IntoRawFd;
+    let fd = rustix::fs::memfd_create("meta-test", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+    rustix::fs::ftruncate(&fd, size as u64).unwrap();
+    let allocator = gst_allocators::FdAllocator::new();
+    // SAFETY: a fresh memfd of `size` bytes, given to the memory, which closes it.
+    #[allow(unsafe_code)]
+    let memory =
+        unsafe { allocator.alloc(fd.into_raw_fd(), size, gst_allocators::FdMemoryFlags::NONE) }
+            .unwrap();
+    let mut buffer = gst::Buffer::new();
+    let b = buffer.get_mut().unwrap();
+    b.append_memory(memory);
+    b.set_pts(gst::ClockTime::ZERO);
+    gst_video::VideoMeta::add_full(
+        b,
+        gst_video::VideoFrameFlags::empty(),
+        gst_video::VideoFormat::Bgrx,
+        64,
+        48,
+        &[0],
+        &[stride],
+    )
+    .unwrap();
+    buffer
+}
+
+#[test]
+fn hwtensorsink_refuses_a_frame_whose_video_meta_reaches_past_its_fd_memory() {
+    init();
+    let socket = socket_name();
+    let pipeline = gst::parse::launch(&format!(
+        "appsrc name=src format=time caps=video/x-raw,format=BGRx,width=64,height=48,\
+         framerate=30/1 ! hwtensorsink socket={socket} wait-for-consumer=true"
+    ))
+    .unwrap()
+    .downcast::<gst::Bin>()
+    .unwrap();
+    let src = pipeline
+        .by_name("src")
+        .unwrap()
+        .downcast::<gst_app::AppSrc>()
+        .unwrap();
+    pipeline.set_state(gst::State::Playing).unwrap();
+    let reader = frames_until_eos(&socket, |_, _| ());
+    // 12288 bytes hold the frame at rows of 256; rows of 1 MiB reach 47 MiB past them.
+    src.push_buffer(fd_buffer_with_meta(64 * 48 * 4, 1 << 20))
+        .unwrap();
+    let msg = ending(pipeline.upcast_ref(), Duration::from_secs(20));
+    let gst::MessageView::Error(e) = msg.view() else {
+        panic!("a frame past its memory must end the stream with an error: {msg:?}");
+    };
+    let text = e.error().to_string();
+    assert!(text.contains("reaches past the 12288 bytes"), "{text}");
+    pipeline.set_state(gst::State::Null).unwrap();
+    drop(reader); // its consumer sees the producer leave; not joined (it unwraps the error)
+}
