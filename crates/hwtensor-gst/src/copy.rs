@@ -1,7 +1,6 @@
 //! The copy paths, counted by the elements: a frame upstream made in memory that is not the
 //! channel's, copied into a slot; a GPU frame copied into system memory for downstream.
 
-use gst_video::prelude::*;
 use hwtensor::{Direction, TensorDyn};
 
 /// Bytes of data in each row of each plane of `t` (rows may be padded beyond it).

@@ -946,3 +946,39 @@ fn hwtensorsink_refuses_a_frame_whose_video_meta_reaches_past_its_fd_memory() {
     pipeline.set_state(gst::State::Null).unwrap();
     drop(reader); // its consumer sees the producer leave; not joined (it unwraps the error)
 }
+
+/// How many times the storm's producer attaches and leaves: enough to overflow the streaming
+/// thread's stack when each reconnect nested a call (8581 nested frames crashed it).
+const RECONNECT_STORM: usize = 10_000;
+
+#[test]
+fn hwtensorsrc_follows_a_storm_of_reconnects_without_growing_its_stack() {
+    init();
+    let (socket, listener) = listening();
+    let storm = std::thread::spawn(move || {
+        // Each round: a new channel whose only frame says "reconnect", left at once.
+        for i in 0..RECONNECT_STORM {
+            let mut producer = Producer::new(vec![bgrx(None)]).unwrap();
+            producer.attach(listener.accept().unwrap().0).unwrap();
+            let slot = producer.acquire(Duration::from_secs(20)).unwrap();
+            producer
+                .send(slot, Marker::of(Kind::Reconnect).meta(i as u64))
+                .unwrap();
+        }
+        rust_producer(listener, PixelFormat::Bgrx, 1);
+    });
+    let (pipeline, sink) = with_appsink(&format!(
+        "hwtensorsrc socket={socket} is-live=false ! appsink name=out sync=false max-buffers=1"
+    ));
+    pipeline.set_state(gst::State::Playing).unwrap();
+    let sample = sink.try_pull_sample(gst::ClockTime::from_seconds(120));
+    let frame = sample.expect("the frame after the storm reaches downstream");
+    let bytes = frame.buffer().unwrap().map_readable().unwrap().to_vec();
+    assert!(
+        bytes.iter().all(|&b| b == 0),
+        "the storm's last channel's frame 0"
+    );
+    run_to_eos(pipeline.upcast_ref(), Duration::from_secs(60));
+    pipeline.set_state(gst::State::Null).unwrap();
+    storm.join().unwrap();
+}

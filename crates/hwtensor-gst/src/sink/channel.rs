@@ -67,7 +67,7 @@ impl Hub {
         flushing: &AtomicBool,
         generation: Option<u64>,
     ) -> Result<Option<usize>, NoBuffer> {
-        let deadline = Instant::now() + timeout;
+        let deadline = hwtensor::time::deadline_after(timeout);
         loop {
             if self.unlocked.load(Ordering::SeqCst) || flushing.load(Ordering::SeqCst) {
                 return Err(NoBuffer::Flushing);

@@ -166,7 +166,7 @@ impl HwtensorSrc {
     fn connect(&self) -> Result<Receiving, gst::ErrorMessage> {
         let address = self.address()?;
         let timeout = self.settings.lock().unwrap().timeout;
-        let deadline = Instant::now() + timeout;
+        let deadline = hwtensor::time::deadline_after(timeout);
         let stream = loop {
             match address.connect() {
                 Ok(s) => break s,
@@ -465,45 +465,48 @@ impl PushSrcImpl for HwtensorSrc {
         &self,
         _buffer: Option<&mut gst::BufferRef>,
     ) -> Result<CreateSuccess, gst::FlowError> {
-        let mut guard = self.receiving.lock().unwrap();
-        let r = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
-        let frame = self.next_frame(r)?;
-        let received = crate::wire::monotonic_ns();
-        let Some(marker) = Marker::decode(frame.meta().payload()) else {
-            gst::element_imp_error!(
-                self,
-                gst::StreamError::Decode,
-                ("a frame of a kind this source does not know; is the producer newer?")
-            );
-            return Err(gst::FlowError::Error);
-        };
-        match marker.kind {
-            Kind::Eos => return Err(gst::FlowError::Eos),
-            Kind::Reconnect => {
-                drop(frame);
-                *r = self.connect().map_err(|e| {
-                    self.post_error_message(e);
-                    gst::FlowError::Error
-                })?;
-                let caps = r.caps.clone();
-                drop(guard);
-                self.obj()
-                    .set_caps(&caps)
-                    .map_err(|_| gst::FlowError::NotNegotiated)?;
-                // The frame after the new caps, from the new channel.
-                return PushSrcImpl::create(self, None);
+        // A loop, not a call of itself per reconnect: a producer that attaches and leaves
+        // thousands of times a second nested `create` until the stack overflowed (SIGSEGV).
+        loop {
+            let mut guard = self.receiving.lock().unwrap();
+            let r = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
+            let frame = self.next_frame(r)?;
+            let received = crate::wire::monotonic_ns();
+            let Some(marker) = Marker::decode(frame.meta().payload()) else {
+                gst::element_imp_error!(
+                    self,
+                    gst::StreamError::Decode,
+                    ("a frame of a kind this source does not know; is the producer newer?")
+                );
+                return Err(gst::FlowError::Error);
+            };
+            match marker.kind {
+                Kind::Eos => return Err(gst::FlowError::Eos),
+                Kind::Reconnect => {
+                    drop(frame);
+                    *r = self.connect().map_err(|e| {
+                        self.post_error_message(e);
+                        gst::FlowError::Error
+                    })?;
+                    let caps = r.caps.clone();
+                    drop(guard);
+                    self.obj()
+                        .set_caps(&caps)
+                        .map_err(|_| gst::FlowError::NotNegotiated)?;
+                    continue; // the frame after the new caps, from the new channel
+                }
+                Kind::Frame => {}
             }
-            Kind::Frame => {}
+            let sent = frame.meta().timestamp_ns;
+            let mut buffer = self.buffer_of(r, frame)?;
+            let b = buffer.get_mut().ok_or(gst::FlowError::Error)?;
+            crate::wire::stamp(b, sent, received);
+            if !self.live.load(Ordering::Relaxed) {
+                b.set_pts(marker.pts.map(gst::ClockTime::from_nseconds));
+                b.set_duration(marker.duration.map(gst::ClockTime::from_nseconds));
+            }
+            self.frames.fetch_add(1, Ordering::Relaxed);
+            return Ok(CreateSuccess::NewBuffer(buffer));
         }
-        let sent = frame.meta().timestamp_ns;
-        let mut buffer = self.buffer_of(r, frame)?;
-        let b = buffer.get_mut().ok_or(gst::FlowError::Error)?;
-        crate::wire::stamp(b, sent, received);
-        if !self.live.load(Ordering::Relaxed) {
-            b.set_pts(marker.pts.map(gst::ClockTime::from_nseconds));
-            b.set_duration(marker.duration.map(gst::ClockTime::from_nseconds));
-        }
-        self.frames.fetch_add(1, Ordering::Relaxed);
-        Ok(CreateSuccess::NewBuffer(buffer))
     }
 }
