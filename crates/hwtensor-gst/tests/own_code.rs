@@ -12,7 +12,7 @@ use common::*;
 use gst::prelude::*;
 use gst_video::prelude::*;
 use gsthwtensor::wire::{monotonic_ns, Kind, Marker, RECEIVED_TIME_CAPS, SENT_TIME_CAPS};
-use hwtensor::stream::{Consumer, Producer, Wait, CONNECT_TIMEOUT};
+use hwtensor::stream::{Consumer, Lending, Producer, Wait, CONNECT_TIMEOUT};
 use hwtensor::{CpuAccess, DType, PixelFormat, TensorDyn, TensorMemory};
 
 const FRAMES: usize = 8;
@@ -981,4 +981,48 @@ fn hwtensorsrc_follows_a_storm_of_reconnects_without_growing_its_stack() {
     run_to_eos(pipeline.upcast_ref(), Duration::from_secs(60));
     pipeline.set_state(gst::State::Null).unwrap();
     storm.join().unwrap();
+}
+
+#[test]
+fn hwtensorsinks_consumers_read_only_unless_consumers_write_is_set() {
+    init();
+    for consumers_write in [false, true] {
+        let socket = socket_name();
+        let pipeline = gst::parse::launch(&format!(
+            "videotestsrc num-buffers=1000 is-live=true ! \
+             video/x-raw,format=GRAY8,width=64,height=48 ! \
+             hwtensorsink name=sink socket={socket} consumers-write={consumers_write} \
+             allow-uids=65534,65533"
+        ))
+        .unwrap()
+        .downcast::<gst::Bin>()
+        .unwrap();
+        pipeline.set_state(gst::State::Playing).unwrap();
+        let sink = pipeline.by_name("sink").unwrap();
+        assert_eq!(sink.property::<String>("allow-uids"), "65534,65533");
+        let addr = abstract_addr(&socket);
+        let stream = loop {
+            match UnixStream::connect_addr(&addr) {
+                Ok(s) => break s,
+                Err(_) => std::thread::sleep(Duration::from_millis(10)),
+            }
+        };
+        let asked = Consumer::connect_with(stream, CONNECT_TIMEOUT, Lending::Write);
+        match consumers_write {
+            true => assert_eq!(asked.unwrap().lending(), Lending::Write),
+            false => {
+                let err = asked.unwrap_err();
+                assert!(matches!(err, hwtensor::Error::NotPermitted(_)), "{err:?}");
+            }
+        }
+        let mut reader = consumer_of(&addr);
+        let frame = reader.recv(Wait::For(Duration::from_secs(20))).unwrap();
+        let t = frame.tensor().as_tensor::<u8>().unwrap();
+        assert!(matches!(
+            t.map_write(),
+            Err(hwtensor::Error::AccessDenied { .. })
+        ));
+        drop(frame);
+        pipeline.set_state(gst::State::Null).unwrap();
+    }
 }

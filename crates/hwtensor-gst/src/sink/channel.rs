@@ -2,7 +2,7 @@
 //! socket they connect to, and the pool's view of it all.
 
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -54,9 +54,18 @@ pub(super) struct Hub {
     pub(super) shared: Mutex<Shared>,
     /// Set by `unlock` (a flush or a state change): every wait gives up.
     pub(super) unlocked: AtomicBool,
+    /// Consumers the attach policy refused, over every channel this sink made.
+    pub(super) refused: AtomicU64,
 }
 
 impl Hub {
+    /// Counts `e` when it is the attach policy's refusal.
+    pub(super) fn count_refusal(&self, e: &hwtensor::Error) {
+        if matches!(e, hwtensor::Error::NotPermitted(_)) {
+            self.refused.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     /// Takes a free slot, waiting as `when_full` says.
     /// `None` when `when_full` is `Drop` and none is free, or when `generation` names a
     /// channel that has been replaced (its pool's late users get plain memory instead).
@@ -205,6 +214,7 @@ pub(super) fn accept_loop(listener: UnixListener, hub: Weak<Hub>, stop: Arc<Atom
                 match s.channel.as_mut() {
                     Some(ch) => {
                         if let Err(e) = ch.producer.attach(stream) {
+                            hub.count_refusal(&e);
                             gst::warning!(CAT, "a consumer could not attach: {e}");
                         }
                     }

@@ -9,7 +9,7 @@ use gst::prelude::*;
 use gst::subclass::prelude::*;
 use gst_base::prelude::*;
 use gst_base::subclass::prelude::*;
-use hwtensor::stream::Producer;
+use hwtensor::stream::{Access, Peers, Producer};
 
 use super::adopt::{Adopted, ADOPT_ROOM};
 use super::channel::{
@@ -36,6 +36,52 @@ struct Settings {
     pool_size: u32,
     memory: PoolMemory,
     flow: Flow,
+    /// Consumers admitted besides this process's user (`allow-uids`, `allow-gids`,
+    /// `allow-anyone`), and whether they may write the pool (`consumers-write`).
+    allow_uids: Vec<u32>,
+    allow_gids: Vec<u32>,
+    allow_anyone: bool,
+    consumers_write: bool,
+}
+
+impl Settings {
+    /// The channel's attach policy these properties say.
+    fn access(&self) -> Access {
+        let mut who = if self.allow_anyone {
+            Peers::any()
+        } else {
+            Peers::own_user()
+        };
+        for &u in &self.allow_uids {
+            who = who.with_uid(u);
+        }
+        for &g in &self.allow_gids {
+            who = who.with_gid(g);
+        }
+        let access = Access::default().with_attach(who.clone());
+        match self.consumers_write {
+            true => access.with_writers(who),
+            false => access,
+        }
+    }
+}
+
+/// A list of ids as the property reads back ("1001,1002").
+fn ids_value(ids: &[u32]) -> glib::Value {
+    let text: Vec<String> = ids.iter().map(u32::to_string).collect();
+    text.join(",").to_value()
+}
+
+/// The ids of a comma-separated list ("1001,1002"; empty: none), or what is wrong with it.
+fn id_list(text: &str) -> Result<Vec<u32>, String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(|t| {
+            t.parse::<u32>()
+                .map_err(|_| format!("{t:?} is not a numeric id"))
+        })
+        .collect()
 }
 
 /// The settings each frame reads: copied out of the lock, nothing allocated per frame.
@@ -57,6 +103,10 @@ impl Default for Settings {
                 when_full: WhenFull::Block,
                 timeout: Duration::from_millis(u64::from(DEFAULT_TIMEOUT_MS)),
             },
+            allow_uids: Vec::new(),
+            allow_gids: Vec::new(),
+            allow_anyone: false,
+            consumers_write: false,
         }
     }
 }
@@ -91,8 +141,10 @@ impl HwtensorSink {
             .map_err(|e| format!("allocating the channel's pool: {e}"))?;
         let room = tensors.len() + ADOPT_ROOM;
         let mut producer = Producer::with_room(tensors.clone(), room).map_err(|e| e.to_string())?;
+        producer.set_access(settings.access());
         for stream in s.waiting.drain(..) {
             if let Err(e) = producer.attach(stream) {
+                self.hub.count_refusal(&e);
                 gst::warning!(CAT, imp = self, "a consumer could not attach: {e}");
             }
         }
@@ -295,6 +347,33 @@ impl ObjectImpl for HwtensorSink {
                     "Frames dropped because consumers held every buffer",
                 ),
                 props::counter("frames", "Frames", "Frames published"),
+                glib::ParamSpecString::builder("allow-uids")
+                    .nick("Allow uids")
+                    .blurb("Comma-separated users whose consumers may attach, besides this process's own")
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecString::builder("allow-gids")
+                    .nick("Allow gids")
+                    .blurb("Comma-separated primary groups whose consumers may attach")
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecBoolean::builder("allow-anyone")
+                    .nick("Allow anyone")
+                    .blurb("Let a consumer of any user attach (an abstract socket has no permissions)")
+                    .default_value(false)
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecBoolean::builder("consumers-write")
+                    .nick("Consumers write")
+                    .blurb("Let admitted consumers that ask to write the pool do so (default: read-only)")
+                    .default_value(false)
+                    .mutable_ready()
+                    .build(),
+                props::counter(
+                    "refused",
+                    "Refused",
+                    "Consumers the attach policy refused",
+                ),
                 glib::ParamSpecUInt::builder("consumers")
                     .nick("Consumers")
                     .blurb("Consumers attached now")
@@ -314,6 +393,16 @@ impl ObjectImpl for HwtensorSink {
             "wait-for-consumer" => s.flow.wait_for_consumer = value.get().unwrap(),
             "when-full" => s.flow.when_full = value.get().unwrap(),
             "timeout" => s.flow.timeout = props::millis_of(value),
+            "allow-uids" | "allow-gids" => {
+                let text = value.get::<Option<String>>().unwrap().unwrap_or_default();
+                match id_list(&text) {
+                    Ok(ids) if pspec.name() == "allow-uids" => s.allow_uids = ids,
+                    Ok(ids) => s.allow_gids = ids,
+                    Err(why) => gst::error!(CAT, imp = self, "{}: {why}; kept", pspec.name()),
+                }
+            }
+            "allow-anyone" => s.allow_anyone = value.get().unwrap(),
+            "consumers-write" => s.consumers_write = value.get().unwrap(),
             other => unreachable!("no writable property {other}"),
         }
     }
@@ -327,6 +416,11 @@ impl ObjectImpl for HwtensorSink {
             "wait-for-consumer" => s.flow.wait_for_consumer.to_value(),
             "when-full" => s.flow.when_full.to_value(),
             "timeout" => props::millis_value(s.flow.timeout),
+            "allow-uids" => ids_value(&s.allow_uids),
+            "allow-gids" => ids_value(&s.allow_gids),
+            "allow-anyone" => s.allow_anyone.to_value(),
+            "consumers-write" => s.consumers_write.to_value(),
+            "refused" => self.hub.refused.load(Ordering::Relaxed).to_value(),
             "copies" => self.copies.load(Ordering::Relaxed).to_value(),
             "dropped" => self.dropped.load(Ordering::Relaxed).to_value(),
             "frames" => self.frames.load(Ordering::Relaxed).to_value(),
