@@ -173,8 +173,11 @@ impl<T: Element> Tensor<T> {
                 std::mem::align_of::<T>()
             )));
         }
-        let tail = image.map_or(0, |i| crate::image::chroma_tail(&i, Self::elem()));
-        let bytes = extent(&shape, &strides, Self::elem())? + tail;
+        let grid = extent(&shape, &strides, Self::elem())?;
+        let bytes = match &image {
+            Some(info) => crate::image::image_span(grid, info, Self::elem())?,
+            None => grid,
+        };
         let needed = offset.checked_add(bytes).ok_or_else(|| {
             Error::InvalidArgument(format!("offset {offset} + {bytes} bytes overflows"))
         })?;

@@ -147,9 +147,14 @@ pub(crate) fn chroma_tail(info: &ImageInfo, elem: usize) -> usize {
     let row = f.plane_row_bytes(w, elem, 1).unwrap_or(0);
     // The luma plane's h rows, then each chroma plane's rows one after another.
     let end = h
-        .saturating_mul(stride)
-        .saturating_add((planes * rows - 1).saturating_mul(chroma))
-        .saturating_add(row);
+        .checked_mul(stride)
+        .zip((planes * rows - 1).checked_mul(chroma))
+        .and_then(|(luma, chroma)| luma.checked_add(chroma)?.checked_add(row));
+    // Past `usize`: a tail no buffer holds, which `image_span`'s checked sum refuses (a
+    // saturated end less a saturated grid would read as no tail at all).
+    let Some(end) = end else {
+        return usize::MAX;
+    };
     let grid_end = (f.buffer_rows(h).max(1) - 1)
         .saturating_mul(stride)
         .saturating_add(f.min_row_bytes(w, elem).unwrap_or(0));
@@ -165,6 +170,23 @@ fn last_row_padding(info: &ImageInfo, elem: usize) -> usize {
         .plane_row_bytes(info.width, elem, planes.len() - 1)
         .unwrap_or(last.row_stride);
     last.row_stride.saturating_sub(row)
+}
+
+/// Bytes an image spans: `extent` (its grid's, from the first byte) and the chroma planes past
+/// the grid. Checked: a height and stride whose product passes `usize` (`2^32` rows of `2^32`
+/// bytes) is refused here, never wrapped into a small buffer that a map then overruns.
+pub(crate) fn image_span(extent: usize, info: &ImageInfo, elem: usize) -> Result<usize> {
+    extent
+        .checked_add(chroma_tail(info, elem))
+        .ok_or_else(|| too_large(info))
+}
+
+/// The error of an image whose byte count passes what `usize` holds.
+fn too_large(info: &ImageInfo) -> Error {
+    Error::Shape(format!(
+        "a {} x {} {} image at {}-byte rows needs more bytes than this platform can address",
+        info.width, info.height, info.format, info.row_stride
+    ))
 }
 
 /// Shape and strides of `batch` (or one, when `None`) images.
@@ -304,7 +326,8 @@ impl<T: Element> Tensor<T> {
             geometry(m).and_then(|((shape, strides), stride)| {
                 let info = info_at(stride);
                 let padding = last_row_padding(&info, elem);
-                Ok(extent(&shape, &strides, elem)? + chroma_tail(&info, elem) + padding)
+                let planes = image_span(extent(&shape, &strides, elem)?, &info, elem)?;
+                planes.checked_add(padding).ok_or_else(|| too_large(&info))
             })
         };
         let cpu_reads = access.allows(crate::Direction::Read);
@@ -408,8 +431,12 @@ impl<T: Element> Tensor<T> {
         if let Some(c) = info.chroma_stride {
             check_chroma_stride(info.format, info.width, elem, row_stride, c)?;
         }
-        let tail = chroma_tail(&ImageInfo { row_stride, ..info }, elem);
-        let end = (extent(&self.shape, &strides, elem)? + tail)
+        let span = image_span(
+            extent(&self.shape, &strides, elem)?,
+            &ImageInfo { row_stride, ..info },
+            elem,
+        )?;
+        let end = span
             .checked_add(self.offset)
             .ok_or_else(|| Error::RowStride(format!("{row_stride} bytes overflows")))?;
         if end > self.buffer.len() {

@@ -3,7 +3,7 @@
 #[cfg(target_os = "linux")]
 use std::os::fd::OwnedFd;
 
-use hwtensor::{CpuAccess, Error, PixelFormat, Region, Tensor, TensorDyn, TensorMemory};
+use hwtensor::{CpuAccess, DType, Error, PixelFormat, Region, Tensor, TensorDyn, TensorMemory};
 #[cfg(target_os = "linux")]
 use proptest::prelude::*;
 
@@ -545,4 +545,33 @@ fn a_blob_whose_chroma_stride_bit_names_the_derived_stride_is_refused() {
     bytes[12] |= 1 << 7;
     let err = hwtensor::blob::import_inline(&bytes).unwrap_err();
     assert!(err.to_string().contains("chroma stride"), "{err}");
+}
+
+#[test]
+fn an_image_whose_rows_and_strides_pass_the_address_space_is_refused_before_any_allocation() {
+    let huge = 1usize << 32;
+    for memory in [TensorMemory::Mem, TensorMemory::Shm] {
+        let err = Tensor::<u8>::image_with_strides(
+            16,
+            huge,
+            PixelFormat::Yv12,
+            16,
+            huge,
+            Some(memory),
+            RW,
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("more bytes than this platform can address"),
+            "{memory}: {err}"
+        );
+    }
+    let err =
+        TensorDyn::image_with_strides(16, huge, PixelFormat::I420, DType::U8, huge, huge, None, RW)
+            .unwrap_err();
+    assert!(
+        matches!(err, Error::Shape(_) | Error::RowStride(_)),
+        "{err}"
+    );
 }
