@@ -48,6 +48,49 @@ pub(crate) fn dtype_of(name: &str) -> PyResult<DType> {
     DType::from_str(name).or_py()
 }
 
+/// A dtype as a Python caller writes it: a name ("float32"), a NumPy scalar type
+/// (`np.float32`), a NumPy dtype (`np.dtype("float32")`, `array.dtype`) or a PyTorch dtype
+/// (`torch.float32`); None is uint8. Anything else is refused by the library's error, naming
+/// what was given.
+pub(crate) fn dtype_arg(dtype: Option<&Bound<'_, PyAny>>) -> PyResult<DType> {
+    let Some(d) = dtype else {
+        return Ok(DType::U8);
+    };
+    if let Ok(name) = d.extract::<String>() {
+        return dtype_of(&name);
+    }
+    // `np.dtype(x)` is how NumPy itself reads a dtype-like; its `.name` is the canonical name.
+    let numpy = d
+        .py()
+        .import("numpy")
+        .and_then(|np| np.getattr("dtype")?.call1((d,))?.getattr("name"));
+    let name = match numpy.and_then(|n| n.extract::<String>()) {
+        Ok(n) => n,
+        // A torch dtype prints as "torch.float32".
+        Err(_) => d
+            .str()?
+            .to_string()
+            .trim_start_matches("torch.")
+            .to_string(),
+    };
+    dtype_of(&name)
+}
+
+/// A shape as Python gives it, each size checked: a negative size is the library's
+/// `InvalidArgument`, not a bare `OverflowError`.
+pub(crate) fn shape_arg(shape: Vec<i64>) -> PyResult<Vec<usize>> {
+    shape
+        .into_iter()
+        .map(|d| {
+            usize::try_from(d).map_err(|_| {
+                crate::errors::InvalidArgument::new_err(format!(
+                    "a shape holds sizes of 0 or more, not {d}"
+                ))
+            })
+        })
+        .collect()
+}
+
 /// NumPy's name of a dtype (its first alias: "uint8", "float16", ...).
 pub(crate) fn numpy_name(d: DType) -> &'static str {
     d.aliases().first().copied().unwrap_or(d.name())
@@ -78,9 +121,15 @@ impl PyTensor {
 #[pymethods]
 impl PyTensor {
     #[new]
-    #[pyo3(signature = (shape, dtype = "uint8", memory = None))]
-    fn new(py: Python<'_>, shape: Vec<usize>, dtype: &str, memory: Option<&str>) -> PyResult<Self> {
-        let (dtype, memory) = (dtype_of(dtype)?, memory_of(memory)?);
+    #[pyo3(signature = (shape, dtype = None, memory = None))]
+    fn new(
+        py: Python<'_>,
+        shape: Vec<i64>,
+        dtype: Option<&Bound<'_, PyAny>>,
+        memory: Option<&str>,
+    ) -> PyResult<Self> {
+        let shape = shape_arg(shape)?;
+        let (dtype, memory) = (dtype_arg(dtype)?, memory_of(memory)?);
         py.detach(|| TensorDyn::new(&shape, dtype, memory))
             .or_py()
             .map(Self::wrap)
@@ -90,21 +139,21 @@ impl PyTensor {
     /// FourCC alias), optionally with a chosen `row_stride` in bytes, and a `chroma_stride` of
     /// the chroma planes' own (GStreamer's I420 pads them apart from the luma's).
     #[staticmethod]
-    #[pyo3(signature = (width, height, format, dtype = "uint8", memory = None, access = "read_write", row_stride = None, chroma_stride = None))]
+    #[pyo3(signature = (width, height, format, dtype = None, memory = None, access = "read_write", row_stride = None, chroma_stride = None))]
     #[allow(clippy::too_many_arguments)]
     fn image(
         py: Python<'_>,
         width: usize,
         height: usize,
         format: &str,
-        dtype: &str,
+        dtype: Option<&Bound<'_, PyAny>>,
         memory: Option<&str>,
         access: &str,
         row_stride: Option<usize>,
         chroma_stride: Option<usize>,
     ) -> PyResult<Self> {
         let format = PixelFormat::from_str(format).or_py()?;
-        let (dtype, memory, access) = (dtype_of(dtype)?, memory_of(memory)?, access_of(access)?);
+        let (dtype, memory, access) = (dtype_arg(dtype)?, memory_of(memory)?, access_of(access)?);
         py.detach(|| match (row_stride, chroma_stride) {
             (Some(pitch), Some(chroma)) => TensorDyn::image_with_strides(
                 width, height, format, dtype, pitch, chroma, memory, access,
@@ -135,21 +184,22 @@ impl PyTensor {
     /// `offset` on. The fd is duplicated: close your own when you like. A file of another kind,
     /// a closed fd, or one too small for the shape raises `HandoffError`.
     #[staticmethod]
-    #[pyo3(signature = (fd, shape, dtype = "uint8", offset = 0))]
+    #[pyo3(signature = (fd, shape, dtype = None, offset = 0))]
     fn from_fd(
         py: Python<'_>,
         fd: i32,
-        shape: Vec<usize>,
-        dtype: &str,
+        shape: Vec<i64>,
+        dtype: Option<&Bound<'_, PyAny>>,
         offset: usize,
     ) -> PyResult<Self> {
-        crate::fd::tensor_from_fd(py, fd, &shape, dtype_of(dtype)?, offset).map(Self::wrap)
+        let shape = shape_arg(shape)?;
+        crate::fd::tensor_from_fd(py, fd, &shape, dtype_arg(dtype)?, offset).map(Self::wrap)
     }
 
     /// An image of `width` x `height` in `format` over `fd` from byte `offset` on (V4L2's
     /// `data_offset`), rows `row_stride` bytes apart (None: tight). The fd is duplicated.
     #[staticmethod]
-    #[pyo3(signature = (fd, width, height, format, dtype = "uint8", offset = 0, row_stride = None, access = "read_write"))]
+    #[pyo3(signature = (fd, width, height, format, dtype = None, offset = 0, row_stride = None, access = "read_write"))]
     #[allow(clippy::too_many_arguments)]
     fn image_from_fd(
         py: Python<'_>,
@@ -157,31 +207,31 @@ impl PyTensor {
         width: usize,
         height: usize,
         format: &str,
-        dtype: &str,
+        dtype: Option<&Bound<'_, PyAny>>,
         offset: usize,
         row_stride: Option<usize>,
         access: &str,
     ) -> PyResult<Self> {
-        let image =
-            crate::fd::ImageArgs::new(width, height, format, dtype_of(dtype)?, access_of(access)?)?;
+        let dtype = dtype_arg(dtype)?;
+        let image = crate::fd::ImageArgs::new(width, height, format, dtype, access_of(access)?)?;
         crate::fd::image_from_fd(py, fd, offset, image, row_stride).map(Self::wrap)
     }
 
     /// An image over one `(fd, offset, row_stride)` per plane of `format` (a decoder's NV12 in
     /// two DMA-BUFs, say). Each fd is duplicated.
     #[staticmethod]
-    #[pyo3(signature = (planes, width, height, format, dtype = "uint8", access = "read_write"))]
+    #[pyo3(signature = (planes, width, height, format, dtype = None, access = "read_write"))]
     fn image_from_planes(
         py: Python<'_>,
         planes: Vec<(i32, usize, usize)>,
         width: usize,
         height: usize,
         format: &str,
-        dtype: &str,
+        dtype: Option<&Bound<'_, PyAny>>,
         access: &str,
     ) -> PyResult<Self> {
-        let image =
-            crate::fd::ImageArgs::new(width, height, format, dtype_of(dtype)?, access_of(access)?)?;
+        let dtype = dtype_arg(dtype)?;
+        let image = crate::fd::ImageArgs::new(width, height, format, dtype, access_of(access)?)?;
         crate::fd::image_from_planes(py, planes, image).map(Self::wrap)
     }
 

@@ -3,6 +3,7 @@ import pathlib
 import socket
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -139,3 +140,48 @@ def test_a_buffer_added_after_attach_reaches_the_consumer_by_its_own_slot():
             assert int(b.min()) == 42 == int(b.max())
     with pytest.raises(hwtensor.Error, match="room"):
         producer.add(hwtensor.Tensor((64, 64, 4), memory="shm"))
+
+
+def test_a_reading_consumer_cannot_write_and_a_writer_must_be_granted():
+    pool = [hwtensor.Tensor((4096,), memory="shm") for _ in range(2)]
+    producer = hwtensor.Producer(pool)
+    ours, theirs = socket.socketpair()
+    producer.attach(ours)
+    with pytest.raises(hwtensor.NotPermittedError, match="write=True"):
+        hwtensor.Consumer(theirs, write=True)
+    ours, theirs = socket.socketpair()
+    producer.attach(ours)
+    reader = hwtensor.Consumer(theirs)
+    assert not reader.writable
+    slot = producer.acquire(timeout=5)
+    with producer.tensor(slot).map_write() as a:
+        a[:] = 7
+    producer.send(slot, 0)
+    with reader.recv(timeout=5) as frame:
+        with pytest.raises(hwtensor.AccessError):
+            with frame.tensor.map_write():
+                pass
+        with frame.tensor.map_read() as a:
+            assert int(a[0]) == 7
+    producer.admit(write=True)
+    ours, theirs = socket.socketpair()
+    producer.attach(ours)
+    assert hwtensor.Consumer(theirs, write=True).writable
+    assert producer.refused == 0
+
+
+def test_a_listener_and_an_address_connect_two_ends_and_a_huge_timeout_waits():
+    name = f"@hwtensor-py-listener-{os.getpid()}"
+    listener = hwtensor.Listener(name)
+    assert listener.address == name
+    producer = hwtensor.Producer([hwtensor.Tensor((64,), memory="shm")])
+    assert producer.accept(listener, timeout=0.05) is False
+    box = {}
+    t = threading.Thread(target=lambda: box.setdefault("c", hwtensor.Consumer.connect(name, timeout=1e300)))
+    t.start()
+    assert producer.accept(listener, timeout=5)
+    t.join()
+    slot = producer.acquire(timeout=float("inf"))
+    producer.send(slot, 3)
+    with box["c"].recv(timeout=float("inf")) as frame:
+        assert frame.seq == 3

@@ -187,3 +187,13 @@ def test_an_i420_frame_copies_between_memories_plane_for_plane():
     dst.copy_from(src)
     with src.map_read() as a, dst.map_read() as b:
         assert (a == b).all()
+
+
+def test_a_dtype_may_be_a_numpy_type_or_dtype_and_a_negative_shape_is_the_librarys_error():
+    for dtype in (np.float32, np.dtype("float32"), "float32", np.zeros(1, np.float32).dtype):
+        assert hwtensor.Tensor((2, 3), dtype=dtype).dtype == "float32"
+    assert hwtensor.Tensor((4,)).dtype == "uint8"
+    with pytest.raises(hwtensor.InvalidArgument, match="not -3"):
+        hwtensor.Tensor((2, -3))
+    with pytest.raises(hwtensor.Error):
+        hwtensor.Tensor((2,), dtype=object())

@@ -67,14 +67,14 @@ class Tensor:
     """A tensor in heap ("mem"), shared ("shm"), "dmabuf", "gpu" or "cuda" memory."""
 
     def __init__(
-        self, shape: Tuple[int, ...] | list, dtype: str = "uint8", memory: Optional[str] = None
+        self, shape: Tuple[int, ...] | list, dtype: Any = "uint8", memory: Optional[str] = None
     ) -> None: ...
     @staticmethod
     def image(
         width: int,
         height: int,
         format: str,
-        dtype: str = "uint8",
+        dtype: Any = "uint8",
         memory: Optional[str] = None,
         access: str = "read_write",
         row_stride: Optional[int] = None,
@@ -132,7 +132,7 @@ class Tensor:
     ) -> "Tensor": ...
     def copy_from(self, src: "Tensor") -> None: ...
     @staticmethod
-    def from_fd(fd: int, shape: Tuple[int, ...] | list, dtype: str = "uint8", offset: int = 0) -> "Tensor":
+    def from_fd(fd: int, shape: Tuple[int, ...] | list, dtype: Any = "uint8", offset: int = 0) -> "Tensor":
         """A tensor over ``fd`` (duplicated: close your own) from byte ``offset`` on."""
     @staticmethod
     def image_from_fd(
@@ -140,7 +140,7 @@ class Tensor:
         width: int,
         height: int,
         format: str,
-        dtype: str = "uint8",
+        dtype: Any = "uint8",
         offset: int = 0,
         row_stride: Optional[int] = None,
         access: str = "read_write",
@@ -151,7 +151,7 @@ class Tensor:
         width: int,
         height: int,
         format: str,
-        dtype: str = "uint8",
+        dtype: Any = "uint8",
         access: str = "read_write",
     ) -> "Tensor":
         """An image over one ``(fd, offset, row_stride)`` per plane (each fd duplicated)."""
