@@ -1026,3 +1026,94 @@ fn hwtensorsinks_consumers_read_only_unless_consumers_write_is_set() {
         pipeline.set_state(gst::State::Null).unwrap();
     }
 }
+
+/// Bytes between rows that are no pixel: what a reader with the wrong layout would see.
+const ROW_PADDING: u8 = 0xee;
+
+/// A buffer over a duplicate of memfd `fd` (every pixel byte `fill`, the padding after each
+/// row [`ROW_PADDING`]), BGRx 64x48 at rows `stride` apart, as its `GstVideoMeta` says.
+fn fd_frame(fd: &std::os::fd::OwnedFd, size: usize, stride: i32, fill: u8) -> gst::Buffer {
+    use std::os::fd::IntoRawFd;
+    let mut bytes = vec![ROW_PADDING; size];
+    for row in bytes.chunks_mut(stride as usize).take(48) {
+        row[..256].fill(fill);
+    }
+    rustix::io::pwrite(fd, &bytes, 0).unwrap();
+    let dup = fd.try_clone().unwrap();
+    let allocator = gst_allocators::FdAllocator::new();
+    // SAFETY: a duplicate of a memfd of `size` bytes, given to the memory, which closes it.
+    #[allow(unsafe_code)]
+    let memory =
+        unsafe { allocator.alloc(dup.into_raw_fd(), size, gst_allocators::FdMemoryFlags::NONE) }
+            .unwrap();
+    let mut buffer = gst::Buffer::new();
+    let b = buffer.get_mut().unwrap();
+    b.append_memory(memory);
+    gst_video::VideoMeta::add_full(
+        b,
+        gst_video::VideoFrameFlags::empty(),
+        gst_video::VideoFormat::Bgrx,
+        64,
+        48,
+        &[0],
+        &[stride],
+    )
+    .unwrap();
+    buffer
+}
+
+/// Whether every pixel byte of the 64x48 BGRx image `t` (at its own row stride) is `value`.
+fn image_is(t: &TensorDyn, value: u8) -> bool {
+    let stride = t.image_info().unwrap().row_stride;
+    let bytes = t.as_tensor::<u8>().unwrap().to_vec().unwrap();
+    let rows = bytes.len().div_ceil(stride);
+    rows >= 48
+        && (0..48).all(|r| {
+            let row = &bytes[r * stride..(r * stride + 256).min(bytes.len())];
+            row.len() == 256 && row.iter().all(|&b| b == value)
+        })
+}
+
+#[test]
+fn the_same_fd_brought_again_with_another_row_stride_is_read_with_its_new_layout() {
+    init();
+    let socket = socket_name();
+    let pipeline = gst::parse::launch(&format!(
+        "appsrc name=src format=time caps=video/x-raw,format=BGRx,width=64,height=48,\
+         framerate=30/1 ! hwtensorsink name=sink socket={socket} wait-for-consumer=true"
+    ))
+    .unwrap()
+    .downcast::<gst::Bin>()
+    .unwrap();
+    let src = pipeline
+        .by_name("src")
+        .unwrap()
+        .downcast::<gst_app::AppSrc>()
+        .unwrap();
+    pipeline.set_state(gst::State::Playing).unwrap();
+    let (seen_tx, seen_rx) = std::sync::mpsc::channel();
+    let reader = frames_until_eos(&socket, move |frame, _| {
+        let t = frame.tensor();
+        let seen = (image_is(t, 1), image_is(t, 2));
+        seen_tx.send(()).unwrap();
+        seen
+    });
+    let size = 320 * 48;
+    let flags = rustix::fs::MemfdFlags::CLOEXEC | rustix::fs::MemfdFlags::ALLOW_SEALING;
+    let fd = rustix::fs::memfd_create("layout-test", flags).unwrap();
+    rustix::fs::ftruncate(&fd, size as u64).unwrap();
+    src.push_buffer(fd_frame(&fd, size, 256, 1)).unwrap();
+    seen_rx.recv_timeout(Duration::from_secs(20)).unwrap();
+    // Upstream rewrites its buffer (the consumer is done with it) at rows of 320 bytes.
+    std::thread::sleep(Duration::from_millis(100));
+    src.push_buffer(fd_frame(&fd, size, 320, 2)).unwrap();
+    src.end_of_stream().unwrap();
+    run_to_eos(pipeline.upcast_ref(), Duration::from_secs(20));
+    let copies = pipeline.by_name("sink").unwrap().property::<u64>("copies");
+    pipeline.set_state(gst::State::Null).unwrap();
+    let seen = reader.join().unwrap();
+    assert_eq!(seen, [(true, false), (false, true)]);
+    // The first frame went out in upstream's own buffer; the second, whose layout that
+    // buffer's slot does not describe, as a copy.
+    assert_eq!(copies, 1);
+}

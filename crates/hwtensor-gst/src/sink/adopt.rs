@@ -7,9 +7,10 @@
 //! The sink holds upstream's buffer until every consumer has handed its slot back, so
 //! upstream cannot write the next frame into it under a reader.
 //!
-//! A buffer is known by the file its fd is (device and inode, which our import keeps alive,
-//! so no other buffer can take them over) and its offset in it: the fd number is upstream's
-//! to reuse.
+//! A buffer is known by the file each plane's fd is (device and inode, which our import keeps
+//! alive, so no other buffer can take them over), and where each plane starts and how far
+//! apart its rows are: the fd number is upstream's to reuse, and the same fd coming back with
+//! another layout is another frame (read with the old layout, its consumers saw garbage).
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -23,8 +24,9 @@ use crate::caps::Geometry;
 /// Buffers a channel adopts at most beyond its own pool: v4l2src and decoders keep 2 to 32.
 pub(super) const ADOPT_ROOM: usize = 32;
 
-/// What identifies an upstream buffer: the device and inode of its fd, its offset there.
-type Key = (u64, u64, usize);
+/// What identifies an upstream buffer: per plane, the device and inode of its fd, its offset
+/// there and its row stride.
+type Key = Vec<(u64, u64, usize, usize)>;
 
 /// The upstream buffers a channel adopted.
 #[derive(Default)]
@@ -127,11 +129,18 @@ fn planes_of<'a>(buffer: &'a gst::BufferRef, info: &VideoInfo) -> Result<Vec<Pla
         .collect()
 }
 
-/// The buffer's key: its first plane's file and where the plane starts there.
+/// The buffer's key: each plane's file, where the plane starts there, and its row stride.
 fn key(planes: &[PlaneAt<'_>]) -> Result<Key, String> {
-    let first = planes.first().ok_or("a frame without planes")?;
-    let st = rustix::fs::fstat(first.fd).map_err(|e| format!("fstat of upstream's fd: {e}"))?;
-    Ok((st.st_dev, st.st_ino, first.offset))
+    if planes.is_empty() {
+        return Err("a frame without planes".into());
+    }
+    planes
+        .iter()
+        .map(|p| {
+            let st = rustix::fs::fstat(p.fd).map_err(|e| format!("fstat of upstream's fd: {e}"))?;
+            Ok((st.st_dev, st.st_ino, p.offset, p.stride))
+        })
+        .collect()
 }
 
 /// The frame as an image over duplicates of its planes' fds.

@@ -429,11 +429,15 @@ impl Producer {
     }
 }
 
-/// Refuses `t` when its buffer is in `pool` already: two slots over one buffer would let the
-/// producer rewrite a frame a consumer still reads through the other slot.
+/// Refuses `t` when its buffer is in `pool` already (the same buffer from the same byte):
+/// two slots over one frame would let the producer rewrite a frame a consumer still reads
+/// through the other slot. Frames at different offsets of one buffer stay distinct.
 fn refuse_if_pooled(pool: &[TensorDyn], t: &TensorDyn) -> Result<()> {
-    let identity = t.identity();
-    match pool.iter().position(|p| p.identity() == identity) {
+    let at = (t.identity(), t.byte_offset());
+    match pool
+        .iter()
+        .position(|p| (p.identity(), p.byte_offset()) == at)
+    {
         Some(i) => Err(Error::InvalidArgument(format!(
             "this buffer is in the pool already (slot {i}): a pool's buffers must be distinct, \
              or two slots would share one buffer"
