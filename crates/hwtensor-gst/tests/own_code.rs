@@ -1117,3 +1117,68 @@ fn the_same_fd_brought_again_with_another_row_stride_is_read_with_its_new_layout
     // buffer's slot does not describe, as a copy.
     assert_eq!(copies, 1);
 }
+
+/// `appsrc ! hwtensorsink` with `sink_props`, playing, and a memfd upstream brings again and
+/// again as its own fd buffer, with a consumer attached that keeps every frame.
+fn sink_fed_one_fd_buffer(sink_props: &str) -> (gst::Bin, gst_app::AppSrc, std::os::fd::OwnedFd) {
+    init();
+    let socket = socket_name();
+    let pipeline = gst::parse::launch(&format!(
+        "appsrc name=src format=time caps=video/x-raw,format=BGRx,width=64,height=48,\
+         framerate=30/1 ! hwtensorsink name=sink socket={socket} wait-for-consumer=true \
+         {sink_props}"
+    ))
+    .unwrap()
+    .downcast::<gst::Bin>()
+    .unwrap();
+    let src = pipeline
+        .by_name("src")
+        .unwrap()
+        .downcast::<gst_app::AppSrc>()
+        .unwrap();
+    pipeline.set_state(gst::State::Playing).unwrap();
+    drop(hoarding_consumer(&socket)); // it ends on its own, 2 s after the last frame
+    let flags = rustix::fs::MemfdFlags::CLOEXEC | rustix::fs::MemfdFlags::ALLOW_SEALING;
+    let fd = rustix::fs::memfd_create("held-test", flags).unwrap();
+    rustix::fs::ftruncate(&fd, 64 * 48 * 4).unwrap();
+    (pipeline, src, fd)
+}
+
+#[test]
+fn a_sink_that_drops_when_full_drops_a_frame_in_an_adopted_buffer_a_consumer_still_holds() {
+    let (pipeline, src, fd) = sink_fed_one_fd_buffer("when-full=drop");
+    let sink = pipeline.by_name("sink").unwrap();
+    src.push_buffer(fd_frame(&fd, 64 * 48 * 4, 256, 1)).unwrap();
+    // The consumer keeps the first; the second, in the same buffer, must be dropped.
+    src.push_buffer(fd_frame(&fd, 64 * 48 * 4, 256, 2)).unwrap();
+    src.end_of_stream().unwrap();
+    run_to_eos(pipeline.upcast_ref(), Duration::from_secs(20));
+    assert_eq!(sink.property::<u64>("dropped"), 1);
+    assert_eq!(sink.property::<u64>("copies"), 0);
+    pipeline.set_state(gst::State::Null).unwrap();
+}
+
+#[test]
+fn stopping_a_sink_that_waits_for_an_adopted_buffer_takes_milliseconds() {
+    let (pipeline, src, fd) = sink_fed_one_fd_buffer("timeout=30000");
+    let sink = pipeline.by_name("sink").unwrap();
+    src.push_buffer(fd_frame(&fd, 64 * 48 * 4, 256, 1)).unwrap();
+    src.push_buffer(fd_frame(&fd, 64 * 48 * 4, 256, 2)).unwrap();
+    // The second frame waits (30 s at most) for the consumer that keeps the first.
+    std::thread::sleep(Duration::from_millis(300));
+    let started = std::time::Instant::now();
+    let _ = sink.property::<u32>("consumers");
+    let read = started.elapsed();
+    let started = std::time::Instant::now();
+    pipeline.set_state(gst::State::Null).unwrap();
+    let stopped = started.elapsed();
+    println!("property read while waiting: {read:?}; set_state(NULL): {stopped:?}");
+    assert!(
+        read < Duration::from_millis(100),
+        "a property read took {read:?}"
+    );
+    assert!(
+        stopped < Duration::from_secs(1),
+        "stopping took {stopped:?}"
+    );
+}

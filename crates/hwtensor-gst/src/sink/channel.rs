@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use hwtensor::stream::Producer;
+use hwtensor::stream::{Producer, Slot};
 use hwtensor::{CpuAccess, TensorDyn, TensorMemory};
 
 use super::adopt::Adopted;
@@ -102,6 +102,53 @@ impl Hub {
                      that keeps its frames needs a larger pool-size, or when-full=drop"
                 )));
             }
+        }
+    }
+}
+
+impl Hub {
+    /// Acquires the adopted buffer's `slot` of channel `generation` once consumers handed it
+    /// back, waiting as `when_full` says, in steps that let go of the lock (a property read, a
+    /// consumer attaching and a state change go on meanwhile) and give up when the element
+    /// stops. `None`: dropped (`when_full` is `Drop` and a consumer still holds it), or the
+    /// channel was replaced meanwhile.
+    pub(super) fn acquire_adopted(
+        &self,
+        slot: Slot,
+        generation: u64,
+        when_full: WhenFull,
+        timeout: Duration,
+    ) -> Result<Option<()>, NoBuffer> {
+        let deadline = hwtensor::time::deadline_after(timeout);
+        loop {
+            if self.unlocked.load(Ordering::SeqCst) {
+                return Err(NoBuffer::Flushing);
+            }
+            {
+                let mut s = self.shared.lock().unwrap();
+                let ch = s.channel.as_mut().ok_or(NoBuffer::Flushing)?;
+                if ch.generation != generation {
+                    return Ok(None);
+                }
+                ch.adopted.release_returned(&mut ch.producer);
+                match ch.producer.acquire_slot(slot, Duration::ZERO) {
+                    Ok(()) => return Ok(Some(())),
+                    Err(hwtensor::Error::Timeout(_)) => {}
+                    Err(e) => {
+                        return Err(NoBuffer::Failed(format!("an adopted buffer's slot: {e}")))
+                    }
+                }
+            }
+            if when_full == WhenFull::Drop {
+                return Ok(None);
+            }
+            if Instant::now() >= deadline {
+                return Err(NoBuffer::Failed(format!(
+                    "consumers held an adopted buffer of upstream's for {timeout:?}; a consumer \
+                     that keeps its frames needs when-full=drop, or upstream more buffers"
+                )));
+            }
+            std::thread::sleep(ACQUIRE_STEP);
         }
     }
 }

@@ -223,32 +223,42 @@ impl HwtensorSink {
         published
     }
 
-    /// Publishes a frame upstream wrote into its own fd buffer, adopted as `slot`: no copy;
-    /// upstream's buffer is held until consumers hand the slot back.
+    /// Publishes a frame upstream wrote into its own fd buffer, adopted as `slot` of channel
+    /// `generation`: no copy; upstream's buffer is held until consumers hand the slot back.
+    /// Upstream had this buffer back, so its consumers had handed the slot back, unless one
+    /// keeps frames: then the frame waits as `when-full` says (dropped, or at most the
+    /// timeout), never holding the sink's lock (a state change ends the wait at once).
     fn render_adopted(
         &self,
-        s: &mut Shared,
         slot: hwtensor::stream::Slot,
+        generation: u64,
         buffer: &gst::Buffer,
         marker: Marker,
         flow: Flow,
     ) -> Result<(), gst::FlowError> {
-        let ch = s.channel.as_mut().ok_or(gst::FlowError::NotNegotiated)?;
-        // Upstream had this buffer back, so its consumers had handed the slot back: at most
-        // the bound of a blocking sink.
-        ch.producer.acquire_slot(slot, flow.timeout).map_err(|e| {
-            gst::element_imp_error!(
-                self,
-                gst::ResourceError::Write,
-                ("an adopted buffer's slot: {e}")
-            );
-            gst::FlowError::Error
-        })?;
-        self.publish(s, slot.index(), None, marker)?;
-        if let Some(ch) = s.channel.as_mut() {
-            ch.adopted.hold(slot, buffer.clone());
+        let acquired = self
+            .hub
+            .acquire_adopted(slot, generation, flow.when_full, flow.timeout);
+        match acquired {
+            Ok(Some(())) => {}
+            Ok(None) => {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+                return Ok(());
+            }
+            Err(NoBuffer::Flushing) => return Err(gst::FlowError::Flushing),
+            Err(NoBuffer::Failed(why)) => {
+                gst::element_imp_error!(self, gst::ResourceError::Write, ("{why}"));
+                return Err(gst::FlowError::Error);
+            }
         }
-        Ok(())
+        let mut s = self.hub.shared.lock().unwrap();
+        let published = self.publish(&mut s, slot.index(), None, marker);
+        match (s.channel.as_mut(), &published) {
+            (Some(ch), Ok(())) => ch.adopted.hold(slot, buffer.clone()),
+            (Some(ch), Err(_)) => ch.producer.release(slot),
+            (None, _) => {}
+        }
+        published
     }
 
     /// Sends slot `index` of the current channel to its consumers, first copying the frame of
@@ -572,7 +582,11 @@ impl BaseSinkImpl for HwtensorSink {
                     .adopted
                     .slot_for(&mut ch.producer, &ch.geometry, &ch.info, buffer);
                 match adopted {
-                    Ok(slot) => self.render_adopted(&mut s, slot, buffer, marker, flow)?,
+                    Ok(slot) => {
+                        let generation = ch.generation;
+                        drop(s);
+                        self.render_adopted(slot, generation, buffer, marker, flow)?;
+                    }
                     Err(why) => {
                         gst::debug!(CAT, imp = self, "upstream's buffer not adopted: {why}");
                         drop(s);
