@@ -1182,3 +1182,35 @@ fn stopping_a_sink_that_waits_for_an_adopted_buffer_takes_milliseconds() {
         "stopping took {stopped:?}"
     );
 }
+
+#[test]
+fn stopping_a_source_that_reconnects_to_a_silent_producer_takes_milliseconds() {
+    init();
+    let (socket, listener) = listening();
+    let (held_tx, held_rx) = std::sync::mpsc::channel();
+    let producer = std::thread::spawn(move || {
+        let mut producer = Producer::new(vec![bgrx(None)]).unwrap();
+        producer.attach(listener.accept().unwrap().0).unwrap();
+        let slot = producer.acquire(Duration::from_secs(20)).unwrap();
+        producer
+            .send(slot, Marker::of(Kind::Reconnect).meta(0))
+            .unwrap();
+        // The source connects again; nothing answers (a sink without caps yet).
+        held_tx.send(listener.accept().unwrap().0).unwrap();
+    });
+    let (pipeline, _sink) = with_appsink(&format!(
+        "hwtensorsrc socket={socket} timeout=30000 is-live=false ! appsink name=out sync=false"
+    ));
+    pipeline.set_state(gst::State::Playing).unwrap();
+    let _silent = held_rx.recv_timeout(Duration::from_secs(20)).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let started = std::time::Instant::now();
+    pipeline.set_state(gst::State::Null).unwrap();
+    let stopped = started.elapsed();
+    println!("set_state(NULL) while reconnecting: {stopped:?}");
+    assert!(
+        stopped < Duration::from_secs(1),
+        "stopping took {stopped:?}"
+    );
+    producer.join().unwrap();
+}

@@ -185,6 +185,7 @@ impl HwtensorSrc {
                 Err(_) => std::thread::sleep(CONNECT_RETRY),
             }
         };
+        self.await_set_up(&stream, &address, deadline)?;
         let left = deadline.saturating_duration_since(Instant::now());
         let consumer = Consumer::connect(stream, left.max(hwtensor::stream::CONNECT_TIMEOUT))
             .map_err(|e| {
@@ -208,6 +209,48 @@ impl HwtensorSrc {
             caps,
             pool,
         })
+    }
+
+    /// Waits for the producer's first bytes on `stream` in steps of [`RECV_STEP`], giving up
+    /// when the element stops (a sink that has no caps yet keeps a consumer waiting; stopping
+    /// the pipeline meanwhile took up to the whole timeout) or at `deadline`.
+    fn await_set_up(
+        &self,
+        stream: &std::os::unix::net::UnixStream,
+        address: &Address,
+        deadline: Instant,
+    ) -> Result<(), gst::ErrorMessage> {
+        use rustix::event::{poll, PollFd, PollFlags, Timespec};
+        // RECV_STEP is under a second: its nanoseconds are the whole of it.
+        let step = Timespec {
+            tv_sec: 0,
+            tv_nsec: RECV_STEP.subsec_nanos().into(),
+        };
+        loop {
+            if self.unlocked.load(Ordering::SeqCst) {
+                return Err(gst::error_msg!(
+                    gst::ResourceError::OpenRead,
+                    ("interrupted")
+                ));
+            }
+            let mut fds = [PollFd::new(stream, PollFlags::IN)];
+            match poll(&mut fds, Some(&step)) {
+                Ok(n) if n > 0 => return Ok(()),
+                Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                Err(e) => {
+                    return Err(gst::error_msg!(
+                        gst::ResourceError::OpenRead,
+                        ("waiting for {address}: {e}")
+                    ))
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(gst::error_msg!(
+                    gst::ResourceError::OpenRead,
+                    ("{address} accepted but sent no set-up in time")
+                ));
+            }
+        }
     }
 
     /// The next frame of the channel, or why the stream ends.
