@@ -136,6 +136,52 @@ pub fn into_slot(
     })
 }
 
+/// A system-memory buffer holding a copy of `t`'s image laid out as `info` says (the caps'
+/// default layout: for a downstream that reads buffers without `GstVideoMeta`, which a buffer
+/// at another layout would send past its end).
+pub fn out_of_in_layout(t: &TensorDyn, info: &gst_video::VideoInfo) -> Result<gst::Buffer, String> {
+    let planes = t.plane_table().map_err(|e| e.to_string())?;
+    if planes.len() != info.n_planes() as usize {
+        return Err(format!(
+            "the frame has {} planes, its caps {}",
+            planes.len(),
+            info.n_planes()
+        ));
+    }
+    let rows = row_bytes(t)?;
+    let mut buffer = gst::Buffer::with_size(info.size()).map_err(|e| e.to_string())?;
+    {
+        let b = buffer.get_mut().ok_or("a new buffer is not writable")?;
+        let mut out = b.map_writable().map_err(|e| e.to_string())?;
+        with_bytes(t, |src| {
+            for (i, (p, &row)) in planes.iter().zip(&rows).enumerate() {
+                let stride = usize::try_from(info.stride()[i]).map_err(|_| "a negative stride")?;
+                for r in 0..p.rows {
+                    let from = p.offset + r * p.row_stride;
+                    let to = info.offset()[i] + r * stride;
+                    let s = src
+                        .get(from..from + row)
+                        .ok_or("the frame is shorter than its image")?;
+                    out.get_mut(to..to + row)
+                        .ok_or("the caps' layout is shorter than the frame")?
+                        .copy_from_slice(s);
+                }
+            }
+            Ok(())
+        })?;
+    }
+    Ok(buffer)
+}
+
+/// Whether `t`'s image lies as `info` (the caps' default layout) says: every plane at the same
+/// offset and stride, so a downstream without `GstVideoMeta` reads it right.
+pub fn in_default_layout(t: &TensorDyn, info: &gst_video::VideoInfo) -> bool {
+    let Ok((offsets, strides)) = crate::caps::layout(t) else {
+        return false;
+    };
+    offsets.as_slice() == info.offset() && strides.as_slice() == info.stride()
+}
+
 /// A system-memory buffer holding a copy of `t`'s image, with its `GstVideoMeta` (for frames
 /// the CPU cannot reach through an fd mapping: GPU memory, mapped through a staging copy).
 pub fn out_of(t: &TensorDyn) -> Result<gst::Buffer, String> {

@@ -657,8 +657,10 @@ fn hwtensorsink_adopts_upstreams_own_fd_buffers_and_relays_them_without_a_copy()
     }
 }
 
-#[test]
-fn a_pool_whose_images_differ_only_in_row_stride_streams_each_at_its_own() {
+/// The row strides downstream of `hwtensorsrc` saw, and that every frame's pixels were right,
+/// fed by a pool of two BGRx images that differ only in row stride (256 and 320 bytes), the
+/// appsink reading `GstVideoMeta` or not.
+fn strides_seen_by_downstream(reads_meta: bool) -> Vec<usize> {
     init();
     let (socket, listener) = listening();
     let frames = 4u8;
@@ -676,18 +678,33 @@ fn a_pool_whose_images_differ_only_in_row_stride_streams_each_at_its_own() {
         }
         end_of_stream(&mut p);
     });
-    let got = samples(&format!(
-        "hwtensorsrc socket={socket} is-live=false ! appsink name=out sync=false"
-    ));
+    let got = samples_reading_meta(
+        &format!("hwtensorsrc socket={socket} is-live=false ! appsink name=out sync=false"),
+        reads_meta,
+    );
     producer.join().unwrap();
     let mut strides = std::collections::BTreeSet::new();
     for (i, sample) in got.iter().enumerate() {
         let info = gst_video::VideoInfo::from_caps(sample.caps().unwrap()).unwrap();
-        let frame =
-            gst_video::VideoFrameRef::from_buffer_ref_readable(sample.buffer().unwrap(), &info)
-                .unwrap();
+        let buffer = sample.buffer().unwrap();
+        let has_meta = buffer.meta::<gst_video::VideoMeta>().is_some();
+        let frame = gst_video::VideoFrameRef::from_buffer_ref_readable(buffer, &info).unwrap();
         let stride = frame.plane_stride()[0] as usize;
         strides.insert(stride);
+        // A downstream without GstVideoMeta reads a buffer by the caps alone: it must hold
+        // the caps' whole frame.
+        if !reads_meta {
+            assert!(
+                buffer.size() >= info.size(),
+                "frame {i}: {} bytes",
+                buffer.size()
+            );
+            assert_eq!(
+                stride,
+                info.stride()[0] as usize,
+                "frame {i} (meta: {has_meta})"
+            );
+        }
         let data = frame.plane_data(0).unwrap();
         for row in 0..48 {
             let pixels = &data[row * stride..row * stride + 64 * 4];
@@ -699,11 +716,21 @@ fn a_pool_whose_images_differ_only_in_row_stride_streams_each_at_its_own() {
         }
     }
     assert_eq!(got.len(), usize::from(frames));
+    strides.into_iter().collect()
+}
+
+#[test]
+fn a_pool_whose_images_differ_only_in_row_stride_streams_each_at_its_own() {
     assert_eq!(
-        strides.into_iter().collect::<Vec<_>>(),
+        strides_seen_by_downstream(true),
         [256, 320],
-        "frames came at both buffers' strides (the padded one's copied out at its own)"
+        "frames came at both buffers' strides to a downstream reading GstVideoMeta"
     );
+}
+
+#[test]
+fn a_downstream_without_video_meta_gets_every_frame_in_the_caps_layout() {
+    assert_eq!(strides_seen_by_downstream(false), [256]);
 }
 
 #[test]
@@ -1212,5 +1239,47 @@ fn stopping_a_source_that_reconnects_to_a_silent_producer_takes_milliseconds() {
         stopped < Duration::from_secs(1),
         "stopping took {stopped:?}"
     );
+    producer.join().unwrap();
+}
+
+#[test]
+fn a_frame_in_an_added_buffer_of_another_picture_is_an_error_not_a_short_buffer() {
+    init();
+    let (socket, listener) = listening();
+    let producer = std::thread::spawn(move || {
+        let mut p = Producer::with_room(vec![bgrx(None), bgrx(None)], 3).unwrap();
+        p.attach(listener.accept().unwrap().0).unwrap();
+        let small = TensorDyn::image(
+            8,
+            8,
+            PixelFormat::Bgrx,
+            DType::U8,
+            Some(TensorMemory::Shm),
+            CpuAccess::ReadWrite,
+        )
+        .unwrap();
+        let slot = p.add(small).unwrap();
+        p.acquire_slot(slot, Duration::from_secs(20)).unwrap();
+        p.send(slot, Marker::of(Kind::Frame).meta(0)).unwrap();
+        let _ = p.acquire(Duration::from_secs(2)); // stays until the source is done
+    });
+    let (pipeline, sink) = with_appsink(&format!(
+        "hwtensorsrc socket={socket} is-live=false ! appsink name=out sync=false"
+    ));
+    pipeline.set_state(gst::State::Playing).unwrap();
+    let msg = ending(pipeline.upcast_ref(), Duration::from_secs(20));
+    let gst::MessageView::Error(e) = msg.view() else {
+        panic!("a frame of another picture must end the stream with an error: {msg:?}");
+    };
+    let text = e.error().to_string();
+    assert!(
+        text.contains("8x8 bgrx in a channel of 64x48 bgrx"),
+        "{text}"
+    );
+    assert!(
+        sink.try_pull_sample(gst::ClockTime::ZERO).is_none(),
+        "a buffer was pushed"
+    );
+    pipeline.set_state(gst::State::Null).unwrap();
     producer.join().unwrap();
 }

@@ -151,6 +151,9 @@ pub struct HwtensorSrc {
     unlocked: AtomicBool,
     /// `is-live`, read on every frame without the settings lock.
     live: AtomicBool,
+    /// Whether downstream reads `GstVideoMeta` (its allocation query says so): without it,
+    /// every buffer must be in the caps' default layout.
+    downstream_meta: AtomicBool,
     copies: AtomicU64,
     frames: AtomicU64,
 }
@@ -279,7 +282,39 @@ impl HwtensorSrc {
     }
 
     /// The buffer downstream gets for `frame`: the slot's own buffer, or a copy of a GPU frame.
+    /// Never a buffer that does not hold what the caps say: a frame of another picture than the
+    /// channel's is an error (a producer changes pictures by reconnecting), and a frame at a
+    /// layout downstream cannot read (no `GstVideoMeta` there) is copied into the caps' own.
     fn buffer_of(&self, r: &Receiving, frame: Frame) -> Result<gst::Buffer, gst::FlowError> {
+        let channel = r.consumer.pool();
+        if picture(frame.tensor()) != picture(&channel[0]) {
+            let (got, want) = (describe(frame.tensor()), describe(&channel[0]));
+            gst::element_imp_error!(
+                self,
+                gst::StreamError::Format,
+                ("the producer sent a frame of {got} in a channel of {want}; a producer that \
+                  changes pictures reconnects")
+            );
+            return Err(gst::FlowError::Error);
+        }
+        if !self.downstream_meta.load(Ordering::Relaxed) {
+            let info = gst_video::VideoInfo::from_caps(&r.caps).map_err(|_| {
+                gst::element_imp_error!(
+                    self,
+                    gst::CoreError::Negotiation,
+                    ("caps without video info")
+                );
+                gst::FlowError::NotNegotiated
+            })?;
+            if !crate::copy::in_default_layout(frame.tensor(), &info) {
+                let buffer = crate::copy::out_of_in_layout(frame.tensor(), &info).map_err(|e| {
+                    gst::element_imp_error!(self, gst::ResourceError::Read, ("{e}"));
+                    gst::FlowError::Error
+                })?;
+                self.copies.fetch_add(1, Ordering::Relaxed);
+                return Ok(buffer);
+            }
+        }
         // Lending the last slot downstream would leave the producer none to write into until
         // downstream lets go (filesink batches small buffers, a queue holds many): that frame
         // is copied and handed back at once, as v4l2src does when its pool runs low.
@@ -344,6 +379,14 @@ fn one_caps(pool: &[TensorDyn]) -> Result<gst::Caps, String> {
 
 /// What buffers of one caps share: the picture, the element type, and whether the memory is
 /// the device's (lent downstream as copies) or the host's (lent as fd memory at any layout).
+/// The picture of `t` in words ("64x48 BGRx"), for errors.
+fn describe(t: &TensorDyn) -> String {
+    match t.image_info() {
+        Some(i) => format!("{}x{} {}", i.width, i.height, i.format),
+        None => format!("a plain {:?} tensor", t.shape()),
+    }
+}
+
 fn picture(t: &TensorDyn) -> impl PartialEq {
     let on_device = matches!(t.memory(), TensorMemory::Gpu | TensorMemory::Cuda);
     let image = t
@@ -466,6 +509,17 @@ impl ElementImpl for HwtensorSrc {
 }
 
 impl BaseSrcImpl for HwtensorSrc {
+    fn decide_allocation(
+        &self,
+        query: &mut gst::query::Allocation,
+    ) -> Result<(), gst::LoggableError> {
+        let reads_meta = query
+            .find_allocation_meta::<gst_video::VideoMeta>()
+            .is_some();
+        self.downstream_meta.store(reads_meta, Ordering::Relaxed);
+        self.parent_decide_allocation(query)
+    }
+
     fn start(&self) -> Result<(), gst::ErrorMessage> {
         let r = self.connect()?;
         *self.receiving.lock().unwrap() = Some(r);

@@ -124,7 +124,24 @@ pub fn with_appsink(pipeline: &str) -> (gst::Bin, gst_app::AppSink) {
 
 /// Plays `pipeline` (with an appsink named `out`) to its end and returns each sample.
 pub fn samples(pipeline: &str) -> Vec<gst::Sample> {
+    samples_reading_meta(pipeline, false)
+}
+
+/// [`samples`], the appsink saying in its allocation answer that it reads `GstVideoMeta`
+/// where `reads_meta` (as videoconvert and most elements do; appsink alone does not).
+pub fn samples_reading_meta(pipeline: &str, reads_meta: bool) -> Vec<gst::Sample> {
     let (pipeline, sink) = with_appsink(pipeline);
+    if reads_meta {
+        let pad = sink.static_pad("sink").unwrap();
+        pad.add_probe(gst::PadProbeType::QUERY_DOWNSTREAM, |_, info| {
+            if let Some(gst::PadProbeData::Query(q)) = info.data.as_mut() {
+                if let gst::QueryViewMut::Allocation(a) = q.view_mut() {
+                    a.add_allocation_meta::<gst_video::VideoMeta>(None);
+                }
+            }
+            gst::PadProbeReturn::Ok
+        });
+    }
     pipeline.set_state(gst::State::Playing).unwrap();
     let mut all = Vec::new();
     while let Ok(sample) = sink.pull_sample() {
