@@ -447,6 +447,31 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
+        /// The growth fuzz target's entry (additions, hostile frames, broken hand-offs,
+        /// wake-ups, hand-backs) on random sequences: no panic, every receive by its deadline.
+        #[test]
+        fn any_sequence_of_honest_and_hostile_growth_is_survived(
+            ops in proptest::collection::vec(proptest::prelude::any::<u8>(), 1..64),
+        ) {
+            super::super::fuzzing::growth(&ops);
+        }
+    }
+
+    #[test]
+    fn the_growth_fuzz_entry_adds_sends_and_receives_for_real() {
+        // add, add, a frame in slot 3, a receive that keeps it (taking both additions), a
+        // frame naming slot 9 (refused at once), a broken hand-off, and receives that wait
+        // for the rest of it until their deadline: the entry really reaches its receives.
+        let started = Instant::now();
+        super::super::fuzzing::growth(&[6, 0, 0, 0, 0, 1, 3, 5, 2, 2, 9, 3, 7, 5, 1, 5, 1, 5, 1]);
+        assert!(
+            started.elapsed() >= Duration::from_millis(2),
+            "no receive waited"
+        );
+    }
+
     #[test]
     fn a_receive_waiting_for_an_addition_that_never_comes_ends_by_its_deadline() {
         for wait in [

@@ -172,6 +172,107 @@ pub mod fuzzing {
         }
     }
 
+    /// Plays `data` as a producer that grows its pool, honestly and not, against a consumer:
+    /// buffers added and frames sent in them, frames naming any slot, bytes that start like a
+    /// hand-off and stop, wake-ups, consumers that hand back what they do not hold. Nothing may
+    /// panic; a receive ends by its deadline (plus the time one hand-off takes); the consumer's
+    /// pool never passes its ring.
+    #[cfg(target_os = "linux")]
+    pub fn growth(data: &[u8]) {
+        use std::time::{Duration, Instant};
+
+        use super::ring::Entry;
+        use super::{Consumer, FrameMeta, Producer, Wait};
+        use crate::{Tensor, TensorDyn, TensorMemory};
+
+        /// A receive's timeout in the target: short, so a run tries many messages.
+        const RECV: Duration = Duration::from_millis(2);
+        /// How long past its deadline a receive may end: one legitimate hand-off's import.
+        const LATE: Duration = Duration::from_millis(500);
+
+        let Some((&room, ops)) = data.split_first() else {
+            return;
+        };
+        let buffer = || Tensor::<u8>::new(&[64], Some(TensorMemory::Shm)).map(TensorDyn::from);
+        let Ok(pool) = (0..2).map(|_| buffer()).collect::<crate::Result<Vec<_>>>() else {
+            return;
+        };
+        let Ok(mut producer) = Producer::with_room(pool, 2 + usize::from(room % 7)) else {
+            return;
+        };
+        let Ok((ours, theirs)) = std::os::unix::net::UnixStream::pair() else {
+            return;
+        };
+        let Ok(raw) = ours.try_clone() else { return };
+        if producer.attach(ours).is_err() {
+            return;
+        }
+        let Ok(mut consumer) = Consumer::connect(theirs, Duration::from_secs(1)) else {
+            return;
+        };
+        let capacity = producer.ring_of(0).capacity() as usize;
+        let mut held = Vec::new();
+        for pair in ops.chunks(2) {
+            let (op, arg) = (pair[0], pair.get(1).copied().unwrap_or(0));
+            match op % 7 {
+                0 => {
+                    if let Ok(t) = buffer() {
+                        let _ = producer.add(t);
+                    }
+                }
+                1 => {
+                    if let Some(slot) = producer.slot(usize::from(arg)) {
+                        if producer.acquire_slot(slot, Duration::ZERO).is_ok() {
+                            let _ = producer.send(slot, FrameMeta::new(u64::from(arg), 0));
+                        }
+                    }
+                }
+                2 => {
+                    if producer.consumers() > 0 {
+                        let entry = Entry {
+                            slot: u32::from(arg),
+                            ..Entry::default()
+                        };
+                        let _ = producer.ring_of(0).push_frame(entry);
+                    }
+                }
+                3 => {
+                    // The start of a hand-off (the blob's magic) and `arg` bytes of anything.
+                    let mut bytes = b"HWTB".to_vec();
+                    bytes.extend(std::iter::repeat_n(arg, usize::from(arg % 64)));
+                    let _ = rustix::net::send(&raw, &bytes, rustix::net::SendFlags::DONTWAIT);
+                }
+                4 => {
+                    let wakes = [super::os::WAKE_BYTE; 8];
+                    let _ = rustix::net::send(&raw, &wakes, rustix::net::SendFlags::DONTWAIT);
+                }
+                5 => {
+                    let started = Instant::now();
+                    let got = consumer.recv(Wait::For(RECV));
+                    assert!(
+                        started.elapsed() < RECV + LATE,
+                        "a receive ran past its deadline"
+                    );
+                    match got {
+                        Ok(frame) if arg % 2 == 0 => held.push(frame),
+                        _ => {}
+                    }
+                }
+                _ => {
+                    if arg % 2 == 0 {
+                        held.clear(); // hands them back
+                    } else if let Some(slot) = producer.slot(usize::from(arg)) {
+                        let _ = producer.is_held(slot);
+                    }
+                }
+            }
+            assert!(
+                consumer.pool().len() <= capacity,
+                "the pool passed its ring"
+            );
+        }
+    }
+
     /// Writes `data` as words into a fresh control block, as a peer could, and reads it from
     /// both sides: nothing may panic, and no read may report more than the ring holds.
     pub fn control_block(data: &[u8]) {

@@ -466,13 +466,16 @@ impl Drop for Producer {
     }
 }
 
-#[cfg(all(test, target_os = "linux"))]
+#[cfg(target_os = "linux")]
 impl Producer {
-    /// Consumer `c`'s ring, for a test to play a hostile producer on.
+    /// Consumer `c`'s ring, for a test or the fuzz target to play a hostile producer on.
     pub(super) fn ring_of(&self, c: usize) -> &Ring {
         &self.consumers[c].ring
     }
+}
 
+#[cfg(all(test, target_os = "linux"))]
+impl Producer {
     /// The producer's end of consumer `c`'s socket, for a test to misbehave on.
     pub(super) fn socket_of(&self, c: usize) -> Link {
         self.consumers[c].conn.try_clone().unwrap()

@@ -10,7 +10,6 @@ pub use address::{connect, Listener};
 
 #[cfg(test)]
 pub(crate) use setup::send as send_set_up_message;
-#[cfg(test)]
 pub(crate) use wake::WAKE_BYTE;
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
