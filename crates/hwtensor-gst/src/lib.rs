@@ -47,6 +47,21 @@ pub mod socket;
 pub mod source;
 pub mod wire;
 
+/// Entry points for the fuzz target (`crates/hwtensor-gst/fuzz`), not API: what upstream
+/// controls in a frame the sink copies, run through the code the sink runs.
+#[doc(hidden)]
+pub mod fuzzing {
+    /// Copies the frame of `buffer` (its `GstVideoMeta` as upstream wrote it) into the image
+    /// `slot`, as `hwtensorsink` does for a frame in memory that is not the channel's.
+    pub fn into_slot(
+        buffer: &gst::BufferRef,
+        info: &gst_video::VideoInfo,
+        slot: &hwtensor::TensorDyn,
+    ) -> Result<(), String> {
+        crate::copy::into_slot(buffer, info, slot)
+    }
+}
+
 use gst::glib;
 
 fn plugin_init(plugin: &gst::Plugin) -> Result<(), glib::BoolError> {

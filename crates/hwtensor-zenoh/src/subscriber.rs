@@ -120,6 +120,8 @@ pub struct Subscriber {
     sequences: Sequences,
     options: SubscriberOptions,
     dropped: u64,
+    /// Why the last dropped sample was.
+    last_drop: Option<String>,
     gaps: u64,
     /// Frames of bare EdgeFirst `Tensor` messages, which carry no sequence number.
     bare_seq: u64,
@@ -186,6 +188,7 @@ impl Subscriber {
             sequences: Sequences::default(),
             options,
             dropped: 0,
+            last_drop: None,
             gaps: 0,
             bare_seq: 0,
             overflowed,
@@ -197,7 +200,7 @@ impl Subscriber {
 
     /// The next frame, waiting at most `timeout`.
     pub fn recv(&mut self, timeout: Duration) -> Result<Received> {
-        let deadline = Instant::now() + timeout;
+        let deadline = hwtensor::time::deadline_after(timeout);
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             let incoming = match self.rx.recv_timeout(left) {
@@ -211,7 +214,7 @@ impl Subscriber {
                     let by_fd = tensor.memory() != TensorMemory::Mem;
                     (info, tensor, by_fd, String::new())
                 }
-                Incoming::Remote(sample) => match self.parse_remote(&sample) {
+                Incoming::Remote(sample) => match self.parse_remote(&sample, deadline) {
                     Ok(Some(frame)) => frame,
                     Ok(None) => continue, // ours by fd already
                     Err(why) => {
@@ -253,6 +256,13 @@ impl Subscriber {
         self.dropped
     }
 
+    /// Why the last sample was dropped (`storage_kind: says shm, but the fd holds dmabuf
+    /// memory`), `None` while none was: a subscriber that drops every sample says why here,
+    /// not only to a logger.
+    pub fn last_drop_reason(&self) -> Option<&str> {
+        self.last_drop.as_deref()
+    }
+
     /// Frames missed in all (gaps in the publishers' sequences, seen when a later frame
     /// comes; a sequence that starts anew after a jump counts none).
     pub fn gaps(&self) -> u64 {
@@ -272,19 +282,24 @@ impl Subscriber {
 
     fn drop_sample(&mut self, why: &str) {
         self.dropped = self.dropped.saturating_add(1);
+        self.last_drop = Some(why.to_string());
         log::warn!("hwtensor-zenoh: dropped a sample: {why}");
     }
 
     /// A Zenoh sample as a frame (its record, tensor, whether it came without a copy, and an
     /// EdgeFirst `frame_id`); `None` for one that reaches us by fd too. A sample without
     /// hwtensor's frame record is read as an EdgeFirst message.
-    fn parse_remote(&mut self, sample: &Sample) -> std::result::Result<Option<Remote>, String> {
+    fn parse_remote(
+        &mut self,
+        sample: &Sample,
+        deadline: Instant,
+    ) -> std::result::Result<Option<Remote>, String> {
         if sample.kind() != SampleKind::Put {
             return Err("a delete on the key".into());
         }
         let payload = sample.payload();
         let Some(record) = sample.attachment() else {
-            return self.parse_edgefirst(sample, None).map(Some);
+            return self.parse_edgefirst(sample, None, deadline).map(Some);
         };
         let info = FrameInfo::decode(&record.to_bytes())?;
         let by_fd = self
@@ -295,7 +310,7 @@ impl Subscriber {
             return Ok(None);
         }
         if is_cdr(sample) {
-            return self.parse_edgefirst(sample, Some(info)).map(Some);
+            return self.parse_edgefirst(sample, Some(info), deadline).map(Some);
         }
         // A payload in one piece is read where Zenoh received it; one in pieces is joined.
         let tensor = match payload.slices().count() {
@@ -313,9 +328,11 @@ impl Subscriber {
         &mut self,
         sample: &Sample,
         info: Option<FrameInfo>,
+        deadline: Instant,
     ) -> std::result::Result<Remote, String> {
         let bytes = sample.payload().to_bytes();
-        let decoded = edgefirst::decode(&bytes).map_err(|e| e.to_string())?;
+        let fence_wait = deadline.saturating_duration_since(Instant::now());
+        let decoded = edgefirst::decode::decode(&bytes, fence_wait)?;
         let zero_copy = matches!(
             decoded.tensor.memory(),
             TensorMemory::Shm | TensorMemory::DmaBuf

@@ -264,6 +264,11 @@ fn hostile_and_stale_samples_on_the_key_are_dropped_and_counted() {
         Err(hwtensor_zenoh::Error::Timeout(_))
     ));
     assert_eq!(subscriber.dropped(), 5);
+    let why = subscriber.last_drop_reason().unwrap_or_default();
+    assert!(
+        why.contains("not newer than"),
+        "the replay's drop says why: {why}"
+    );
 }
 
 #[test]

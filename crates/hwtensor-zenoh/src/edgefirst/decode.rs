@@ -6,6 +6,7 @@
 //! the format); inline planes are copied into heap memory after their lengths are checked.
 
 use std::os::fd::OwnedFd;
+use std::time::Duration;
 
 use edgefirst_schemas::edgefirst_msgs::CameraFrame;
 use edgefirst_schemas::tensor::{Tensor as EfTensor, TensorPlaneView};
@@ -70,18 +71,19 @@ impl<'a> Aligned<'a> {
 }
 
 /// Decodes `bytes`: a stamped message first (CameraFrame and TensorStamped share one layout),
-/// then a bare Tensor.
-pub(crate) fn decode(bytes: &[u8]) -> Result<Decoded, String> {
+/// then a bare Tensor. A frame's `fence_fd` is waited for at most `fence_wait` (a receive's
+/// time left: a fence that never signals costs the receive its timeout, not more).
+pub(crate) fn decode(bytes: &[u8], fence_wait: Duration) -> Result<Decoded, String> {
     let aligned = Aligned::of(bytes);
-    parse(aligned.get())
+    parse(aligned.get(), fence_wait)
 }
 
 /// `decode` of bytes the schema crate can read in place.
-fn parse(bytes: &[u8]) -> Result<Decoded, String> {
+fn parse(bytes: &[u8], fence_wait: Duration) -> Result<Decoded, String> {
     if let Ok(frame) = CameraFrame::from_cdr(bytes) {
         let stamp = frame.stamp();
         return Ok(Decoded {
-            tensor: import(&frame.tensor())?,
+            tensor: import(&frame.tensor(), fence_wait)?,
             seq: Some(frame.seq()),
             time_ns: u64::try_from(stamp.sec).unwrap_or(0) * 1_000_000_000
                 + u64::from(stamp.nanosec),
@@ -92,7 +94,7 @@ fn parse(bytes: &[u8]) -> Result<Decoded, String> {
         format!("not an EdgeFirst CameraFrame, TensorStamped or Tensor message ({e:?})")
     })?;
     Ok(Decoded {
-        tensor: import(&tensor)?,
+        tensor: import(&tensor, fence_wait)?,
         seq: None,
         time_ns: 0,
         frame_id: String::new(),
@@ -100,7 +102,7 @@ fn parse(bytes: &[u8]) -> Result<Decoded, String> {
 }
 
 /// The tensor a message describes, with its quantization, colorimetry and modifier.
-fn import(t: &EfTensor<&[u8]>) -> Result<TensorDyn, String> {
+fn import(t: &EfTensor<&[u8]>, fence_wait: Duration) -> Result<TensorDyn, String> {
     let dtype = dtype_of(t.dtype()).ok_or_else(|| format!("dtype: unknown code {}", t.dtype()))?;
     let planes: Vec<TensorPlaneView<'_>> = t.planes().collect();
     let first = planes
@@ -122,7 +124,7 @@ fn import(t: &EfTensor<&[u8]>) -> Result<TensorDyn, String> {
             }
             inline(t, dtype, &shape, &planes)?
         }
-        false => by_reference(t, dtype, &shape, &planes)?,
+        false => by_reference(t, dtype, &shape, &planes, fence_wait)?,
     };
     if let Some(format) = tensor.image_info().map(|i| i.format) {
         tensor
@@ -311,6 +313,7 @@ fn by_reference(
     dtype: DType,
     shape: &[usize],
     planes: &[TensorPlaneView<'_>],
+    fence_wait: Duration,
 ) -> Result<TensorDyn, String> {
     let expected = match t.storage_kind() {
         STORAGE_SHM => TensorMemory::Shm,
@@ -325,7 +328,7 @@ fn by_reference(
     let mut publisher = Publisher::open(t.pid())?;
     if t.fence_fd() >= 0 {
         let fence = publisher.take_once(i64::from(t.fence_fd()), "fence_fd")?;
-        wait_for(fence)?;
+        wait_for(fence, fence_wait)?;
     } else if t.fence_fd() != -1 {
         return Err(format!(
             "fence_fd: {} is neither an fd nor -1",
@@ -372,10 +375,10 @@ fn by_reference(
     Ok(tensor)
 }
 
-/// Waits, bounded, for a frame's sync_file fence: the producer may still be writing.
-fn wait_for(fence: OwnedFd) -> Result<(), String> {
+/// Waits at most `bound` for a frame's sync_file fence: the producer may still be writing.
+fn wait_for(fence: OwnedFd, bound: Duration) -> Result<(), String> {
     SyncFile::from_fd(fence)
-        .and_then(|f| f.wait(hwtensor::gpu::GPU_WAIT))
+        .and_then(|f| f.wait(bound))
         .map_err(|e| format!("fence_fd: {e}"))
 }
 

@@ -25,7 +25,7 @@
 //!   with [`decode`], which applies the same checks.
 
 mod codes;
-mod decode;
+pub(crate) mod decode;
 mod encode;
 mod fetch;
 
@@ -37,7 +37,7 @@ pub(crate) use encode::{encode, Stamp};
 /// `fence_fd` signals), inline planes copied into heap memory. Every refusal names the field
 /// that was wrong (`planes[1].handle: fd 9 is not open in process 4242`).
 pub fn decode(message: &[u8]) -> crate::Result<Decoded> {
-    decode::decode(message).map_err(crate::Error::EdgeFirst)
+    decode::decode(message, hwtensor::gpu::GPU_WAIT).map_err(crate::Error::EdgeFirst)
 }
 
 /// The EdgeFirst message a sample carries, named in its Zenoh encoding
