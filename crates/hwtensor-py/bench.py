@@ -4,6 +4,8 @@
 
 - a NumPy view of a mapped 1080p shm tensor (map + array + end), against NumPy's own
   `np.frombuffer` of a bytearray of the same size (the floor for making an array);
+- a write map of a 1080p and a 4K RGBA shm tensor that writes one byte (map + array + write +
+  end), median and p99, against a read map of the same tensor;
 - `torch.from_dlpack` of a GPU tensor after its first import (where PyTorch and CUDA are),
   against `torch.from_dlpack` of a PyTorch CUDA tensor's own capsule;
 - a cross-process hand-off over the pooled channel of 1080p frames to a Python consumer and
@@ -50,6 +52,35 @@ def numpy_view():
 
     a, b = median_us(ours), median_us(floor)
     print(f"numpy view of a mapped 1080p shm tensor: {a:.2f} us (np.frombuffer: {b:.2f} us, {a / b:.1f}x)")
+
+
+def p99_us(fn, repeat=REPEAT):
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter_ns()
+        fn()
+        times.append(time.perf_counter_ns() - t0)
+    times.sort()
+    return statistics.median(times) / 1000, times[int(len(times) * 0.99)] / 1000
+
+
+def write_maps():
+    for name, shape in (("1080p", SHAPE), ("4K", (2160, 3840, 4))):
+        t = hwtensor.Tensor(shape, memory="shm")
+
+        def write():
+            with t.map_write() as a:
+                a[0, 0, 0] = 1
+
+        def read():
+            with t.map_read() as a:
+                a[0, 0, 0]
+
+        (w50, w99), (r50, r99) = p99_us(write), p99_us(read)
+        print(
+            f"write map of a {name} RGBA shm tensor, one byte written: {w50:.1f} us median, "
+            f"{w99:.1f} us p99 (a read map: {r50:.1f} / {r99:.1f} us)"
+        )
 
 
 def torch_dlpack():
@@ -127,5 +158,6 @@ def handoff(frames=2000):
 
 if __name__ == "__main__":
     numpy_view()
+    write_maps()
     torch_dlpack()
     handoff()

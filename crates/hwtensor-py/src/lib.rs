@@ -6,6 +6,7 @@
 // borrow of its own boxed tensor, and DLPack's managed tensor.
 #![allow(unsafe_code)]
 
+mod alias;
 mod dlpack;
 mod errors;
 mod fd;

@@ -6,17 +6,16 @@
 //! - a **read map of host memory** (heap, shm, DMA-BUF) is zero-copy and read-only: NumPy makes
 //!   no writable view of a read-only array, and the memory stays valid as long as any view
 //!   does (the array's base is this map, which keeps the tensor alive);
-//! - a **write map**, and any map of **GPU or CUDA memory** (whose CPU map is a staging buffer
-//!   the core frees when the map ends), goes through a copy this map owns and keeps as long as
-//!   any view does: filled from the tensor when the block starts, written back when it ends.
-//!   A view kept past the block (a slice, a reshape, `np.asarray` of it) writes that copy,
-//!   never the buffer the next map hands out. A write map's arrays are made read-only at the
-//!   end as well, so the plain mistake raises.
+//! - a **write map of shared memory or a DMA-BUF** is zero-copy through a mapping of its own
+//!   (`alias.rs`), replaced at the block's end by a private copy-on-write view: a view kept past
+//!   the block still reads, but its writes never reach the buffer;
+//! - a **write map of heap memory**, and any map of **GPU or CUDA memory** (whose CPU map is a
+//!   staging buffer the core frees when the map ends), goes through a copy this map owns and
+//!   keeps as long as any view does: filled from the tensor when the block starts, written back
+//!   when it ends. A view kept past the block writes that copy, never the buffer.
 //!
-//! A zero-copy write would let a view derived inside the block write the buffer later: NumPy
-//! keeps a view's writable flag when its base's is cleared. (The copy costs ~0.3 ms per 8 MB
-//! each way on the CI machine; an alias mapping revoked at the end measured slower.) For
-//! zero-copy device access use DLPack.
+//! A write map's arrays are made read-only at the end as well, so the plain mistake raises.
+//! For zero-copy device access use DLPack.
 
 use hwtensor::{ByteMap, DType, Direction, TensorDyn, TensorMemory};
 use pyo3::exceptions::PyBufferError;
@@ -37,6 +36,9 @@ pub struct Map {
     /// The bytes the arrays point at when they do not point at the tensor: kept until this
     /// map (every array's base) is freed, long after the block.
     copy: Option<OwnedBytes>,
+    /// A write map's own mapping of shared memory, where the arrays point instead of a copy:
+    /// revoked at the block's end, unmapped when this map (every array's base) is freed.
+    alias: Option<crate::alias::Alias>,
     direction: Direction,
     ended: bool,
     arrays: Vec<Py<PyWeakrefReference>>,
@@ -100,6 +102,7 @@ impl Map {
             access: None,
             tensor: Box::new(tensor),
             copy: None,
+            alias: None,
             direction,
             ended: false,
             arrays: Vec::new(),
@@ -119,13 +122,20 @@ impl Map {
         // struct drops, and `access` (declared first) drops before `tensor`.
         let tensor: &'static TensorDyn = unsafe { &*(&*self.tensor as *const TensorDyn) };
         let map = tensor.map_bytes(self.direction).or_py()?;
-        self.copy = through_copy(tensor.memory(), self.direction).then(|| OwnedBytes::of(&map));
+        if writes(self.direction) {
+            self.alias = crate::alias::Alias::of(tensor, map.len());
+        }
+        let copied = self.alias.is_none() && through_copy(tensor.memory(), self.direction);
+        self.copy = copied.then(|| OwnedBytes::of(&map));
         self.access = Some(map);
         Ok(())
     }
 
     /// Where the arrays point, and how many bytes.
     fn data(&self) -> (usize, usize) {
+        if let (Some(alias), Some(map)) = (&self.alias, &self.access) {
+            return (alias.ptr(), map.len());
+        }
         match (&self.copy, &self.access) {
             (Some(copy), _) => (copy.words.as_ptr() as usize, copy.len),
             (None, Some(map)) => (map.as_ptr() as usize, map.len()),
@@ -140,6 +150,9 @@ impl Map {
             }
         }
         self.ended = true;
+        if let Some(alias) = self.alias.as_mut() {
+            alias.revoke();
+        }
         if let Some(map) = self.access.take() {
             if let (Some(copy), true) = (&self.copy, writes(self.direction)) {
                 copy.write_back(&map);

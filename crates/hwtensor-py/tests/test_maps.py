@@ -111,3 +111,35 @@ def test_a_gpu_array_kept_after_its_block_reads_what_was_mapped_and_never_freed_
     kept[:] = 9  # writes the old copy only
     with t.map_read() as r:
         assert int(r.max()) == 4
+
+
+def test_a_shm_write_map_points_at_the_memory_itself_and_copies_nothing():
+    t = hwtensor.Tensor((2160, 3840, 4), memory="shm")
+    with t.map_write() as a:
+        a[0, 0, 0] = 42
+        # What the block writes is in the shared memory at once, not at the block's end.
+        with pytest.raises(hwtensor.BusyError):
+            t.map_read().__enter__()
+        fd = t.fd()
+        import os
+        assert os.pread(fd, 1, 0) == b"\x2a"
+
+
+def test_a_view_kept_past_a_shm_write_block_still_reads_what_the_buffer_held():
+    t = hwtensor.Tensor((4096,), memory="shm")
+    with t.map_write() as a:
+        a[:] = 3
+        kept = a[8:]
+    assert int(kept[0]) == 3
+    kept[0] = 99  # a private page: the buffer never sees it
+    with t.map_read() as r:
+        assert int(r[8]) == 3
+
+
+def test_a_write_map_of_a_huge_sparse_shm_tensor_maps_without_allocating_it():
+    t = hwtensor.Tensor((1 << 40,), memory="shm")
+    with t.map_write() as a:
+        a[(1 << 40) - 1] = 5
+        assert a.shape == (1 << 40,)
+    with t.map_read() as r:
+        assert int(r[(1 << 40) - 1]) == 5
