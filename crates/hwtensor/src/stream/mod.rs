@@ -240,11 +240,13 @@ pub mod fuzzing {
                     // The start of a hand-off (the blob's magic) and `arg` bytes of anything.
                     let mut bytes = b"HWTB".to_vec();
                     bytes.extend(std::iter::repeat_n(arg, usize::from(arg % 64)));
-                    let _ = rustix::net::send(&raw, &bytes, rustix::net::SendFlags::DONTWAIT);
+                    let flags = rustix::net::SendFlags::DONTWAIT | rustix::net::SendFlags::NOSIGNAL;
+                    let _ = rustix::net::send(&raw, &bytes, flags);
                 }
                 4 => {
                     let wakes = [super::os::WAKE_BYTE; 8];
-                    let _ = rustix::net::send(&raw, &wakes, rustix::net::SendFlags::DONTWAIT);
+                    let flags = rustix::net::SendFlags::DONTWAIT | rustix::net::SendFlags::NOSIGNAL;
+                    let _ = rustix::net::send(&raw, &wakes, flags);
                 }
                 5 => {
                     let started = Instant::now();
