@@ -1283,3 +1283,31 @@ fn a_frame_in_an_added_buffer_of_another_picture_is_an_error_not_a_short_buffer(
     pipeline.set_state(gst::State::Null).unwrap();
     producer.join().unwrap();
 }
+
+#[test]
+fn the_producers_frame_rate_and_colorimetry_cross_the_channel_into_hwtensorsrcs_caps() {
+    init();
+    let socket = socket_name();
+    let producer = gst::parse::launch(&format!(
+        "videotestsrc num-buffers=30 ! \
+         video/x-raw,format=I420,width=64,height=48,framerate=30/1,colorimetry=bt709 ! \
+         hwtensorsink socket={socket} wait-for-consumer=true"
+    ))
+    .unwrap();
+    producer.set_state(gst::State::Playing).unwrap();
+    // An encoder or videorate needs the frame rate: a capsfilter asking for it negotiates.
+    let got = samples(&format!(
+        "hwtensorsrc socket={socket} is-live=false ! video/x-raw,framerate=30/1 ! \
+         appsink name=out sync=false"
+    ));
+    run_to_eos(&producer, Duration::from_secs(20));
+    producer.set_state(gst::State::Null).unwrap();
+    assert!(!got.is_empty(), "no frame passed the capsfilter");
+    let caps = got[0].caps().unwrap();
+    let s = caps.structure(0).unwrap();
+    assert_eq!(
+        s.get::<gst::Fraction>("framerate").unwrap(),
+        gst::Fraction::new(30, 1)
+    );
+    assert_eq!(s.get::<String>("colorimetry").unwrap(), "bt709");
+}

@@ -142,6 +142,11 @@ impl HwtensorSink {
         let room = tensors.len() + ADOPT_ROOM;
         let mut producer = Producer::with_room(tensors.clone(), room).map_err(|e| e.to_string())?;
         producer.set_access(settings.access());
+        // The caps travel to each consumer: a source downstream takes the frame rate and the
+        // colorimetry on from them (a capsfilter or encoder there needs the frame rate).
+        producer
+            .set_stream_info(caps.to_string().as_bytes())
+            .map_err(|e| e.to_string())?;
         for stream in s.waiting.drain(..) {
             if let Err(e) = producer.attach(stream) {
                 self.hub.count_refusal(&e);

@@ -1,6 +1,7 @@
 //! The source's state: the consumer of the channel, the pool over its buffers, the frames
 //! downstream holds.
 
+use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
@@ -198,6 +199,7 @@ impl HwtensorSrc {
                 )
             })?;
         let caps = one_caps(consumer.pool())
+            .map(|caps| with_stream_fields(caps, consumer.stream_info()))
             .map_err(|e| gst::error_msg!(gst::StreamError::Format, ("{e}")))?;
         let pool = match consumer.pool()[0].memory() {
             TensorMemory::Gpu | TensorMemory::Cuda => None,
@@ -375,6 +377,51 @@ fn one_caps(pool: &[TensorDyn]) -> Result<gst::Caps, String> {
         );
     }
     crate::caps::caps_of(first)
+}
+
+/// The caps' fields that describe the stream rather than its pictures: what the producer's own
+/// caps carry on, where the pool does not say them.
+const STREAM_FIELDS: &[&str] = &[
+    "framerate",
+    "pixel-aspect-ratio",
+    "interlace-mode",
+    "colorimetry",
+    "chroma-site",
+    "multiview-mode",
+    "multiview-flags",
+];
+
+/// `caps` (made from the pool: format and size, frame rate unknown) with the stream fields of
+/// the producer's own caps, where its stream description is caps of the same picture
+/// (`hwtensorsink` sends its caps; another producer may send nothing, or anything, which is
+/// then left out).
+fn with_stream_fields(mut caps: gst::Caps, info: &[u8]) -> gst::Caps {
+    let theirs = std::str::from_utf8(info)
+        .ok()
+        .and_then(|s| gst::Caps::from_str(s).ok());
+    let Some(theirs) = theirs else {
+        return caps;
+    };
+    let (Some(s), Some(ours)) = (theirs.structure(0), caps.structure(0)) else {
+        return caps;
+    };
+    let field = |st: &gst::StructureRef, f: &str| st.value(f).ok().and_then(|v| v.serialize().ok());
+    let same_picture = ["format", "width", "height"]
+        .into_iter()
+        .all(|f| field(s, f) == field(ours, f));
+    if s.name() != ours.name() || !same_picture {
+        return caps;
+    }
+    let fields: Vec<(&str, gst::glib::SendValue)> = STREAM_FIELDS
+        .iter()
+        .filter_map(|&f| s.value(f).ok().map(|v| (f, v.clone())))
+        .collect();
+    if let Some(out) = caps.make_mut().structure_mut(0) {
+        for (f, v) in fields {
+            out.set_value(f, v);
+        }
+    }
+    caps
 }
 
 /// What buffers of one caps share: the picture, the element type, and whether the memory is

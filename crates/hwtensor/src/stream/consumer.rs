@@ -86,6 +86,7 @@ pub struct Consumer {
     fence: Option<PeerFence>,
     back: Arc<Back>,
     lending: Lending,
+    info: Vec<u8>,
 }
 
 /// A received frame: the pool's buffer and its metadata. Dropping it hands the buffer back.
@@ -170,6 +171,10 @@ impl Consumer {
         let pool = (0..s.slots)
             .map(|_| handoff::recv_by(os::link(&conn), deadline).map(|t| as_lent(t, lending)))
             .collect::<Result<Vec<_>>>()?;
+        let info = match s.has_info {
+            true => super::info::recv(os::link(&conn), deadline)?,
+            false => Vec::new(),
+        };
         let socket = os::duplicate(&conn)?;
         let back = Arc::new(Back {
             ring: ring.clone(),
@@ -183,7 +188,14 @@ impl Consumer {
             fence,
             back,
             lending,
+            info,
         })
+    }
+
+    /// The producer's description of its stream (what [`super::Producer::set_stream_info`]
+    /// set when this consumer attached); empty where it set none.
+    pub fn stream_info(&self) -> &[u8] {
+        &self.info
     }
 
     /// How this consumer holds the pool: read-only, or writable.
@@ -470,6 +482,44 @@ mod tests {
             started.elapsed() >= Duration::from_millis(2),
             "no receive waited"
         );
+    }
+
+    #[test]
+    fn a_consumer_receives_the_stream_description_set_before_it_attached() {
+        let mut producer = Producer::new(vec![buffer(), buffer()]).unwrap();
+        let caps = b"video/x-raw, format=(string)BGRx, framerate=(fraction)30/1";
+        producer.set_stream_info(caps).unwrap();
+        let too_long = vec![b'x'; super::super::MAX_STREAM_INFO + 1];
+        assert!(producer.set_stream_info(&too_long).is_err());
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        producer.attach(a).unwrap();
+        let consumer = Consumer::connect(b, Duration::from_secs(5)).unwrap();
+        assert_eq!(consumer.stream_info(), caps);
+        producer.set_stream_info(b"").unwrap();
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        producer.attach(a).unwrap();
+        assert!(Consumer::connect(b, Duration::from_secs(5))
+            .unwrap()
+            .stream_info()
+            .is_empty());
+    }
+
+    #[test]
+    fn a_stream_description_that_is_no_byte_list_is_refused_at_connect() {
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let ring = Ring::create(2).unwrap();
+        let flags = super::super::setup::Flags {
+            info: true,
+            ..Default::default()
+        };
+        let msg = super::super::setup::encode_with(1, ring.capacity(), flags);
+        let fd = ring.block().share().unwrap();
+        super::super::os::send_set_up_message(&a, &msg, &[std::os::fd::AsFd::as_fd(&fd)]).unwrap();
+        handoff::send_as(&a, &buffer(), crate::blob::Transport::Reference).unwrap();
+        let floats = crate::Tensor::<f32>::new(&[4], None).unwrap();
+        handoff::send_as(&a, &floats.into(), crate::blob::Transport::Inline).unwrap();
+        let err = Consumer::connect(b, Duration::from_secs(5)).unwrap_err();
+        assert!(err.to_string().contains("stream description"), "{err}");
     }
 
     #[test]

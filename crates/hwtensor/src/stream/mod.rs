@@ -57,6 +57,7 @@
 
 mod access;
 mod consumer;
+mod info;
 #[cfg(target_os = "linux")]
 #[path = "linux/mod.rs"]
 mod os;
@@ -69,6 +70,7 @@ mod setup;
 
 pub use access::{Access, Lending, Peers};
 pub use consumer::{Consumer, Frame, Wait, CONNECT_TIMEOUT};
+pub use info::MAX_STREAM_INFO;
 pub use os::{connect, Link, Listener};
 pub use producer::{Producer, Slot};
 pub use ring::PAYLOAD_BYTES;

@@ -4,6 +4,7 @@
 use std::time::{Duration, Instant};
 
 use super::access::{self, Access, Lending, Refusal};
+use super::info::{self, MAX_STREAM_INFO};
 use super::os::{self, Conn, Link};
 use super::ring::{self, Entry, Ring};
 use super::{FrameMeta, Woken, SPIN};
@@ -55,6 +56,8 @@ pub struct Producer {
     access: Access,
     /// Consumers refused by the attach policy so far.
     refused: u64,
+    /// The stream's description, sent to each consumer at attach ([`Producer::set_stream_info`]).
+    info: Vec<u8>,
 }
 
 impl Producer {
@@ -90,6 +93,7 @@ impl Producer {
             scratch: Vec::new(),
             access: Access::default(),
             refused: 0,
+            info: Vec::new(),
         })
     }
 
@@ -121,6 +125,21 @@ impl Producer {
         &self.access
     }
 
+    /// Sets the stream's description (at most [`MAX_STREAM_INFO`] bytes of the caller's own
+    /// format: a GStreamer sink puts its caps here, so a source downstream carries the frame
+    /// rate and colorimetry on), which each consumer attaching from now on receives with the
+    /// pool ([`super::Consumer::stream_info`]). Empty: none.
+    pub fn set_stream_info(&mut self, info: &[u8]) -> Result<()> {
+        if info.len() > MAX_STREAM_INFO {
+            return Err(Error::InvalidArgument(format!(
+                "a stream description holds at most {MAX_STREAM_INFO} bytes, not {}",
+                info.len()
+            )));
+        }
+        self.info = info.to_vec();
+        Ok(())
+    }
+
     /// How many consumers the attach policy refused so far.
     pub fn refused(&self) -> u64 {
         self.refused
@@ -147,9 +166,20 @@ impl Producer {
             }
         }
         let ring = Ring::create(self.room as u32)?;
-        let conn = os::send_setup(stream, ring.capacity(), ring.block(), &self.pool, lending)?;
+        let has_info = !self.info.is_empty();
+        let conn = os::send_setup(
+            stream,
+            ring.capacity(),
+            ring.block(),
+            &self.pool,
+            lending,
+            has_info,
+        )?;
         for t in &self.pool {
             os::lend(&conn, t, lending)?;
+        }
+        if has_info {
+            info::send(os::link(&conn), &self.info)?;
         }
         self.consumers.push(Attached {
             conn,

@@ -16,6 +16,8 @@ pub(crate) const HAS_FENCE: u32 = 1;
 /// Flag: the pool is lent read-only (the producer's attach policy does not let this consumer
 /// write).
 pub(crate) const READ_ONLY: u32 = 2;
+/// Flag: the producer's stream description follows the pool ([`super::Producer::set_stream_info`]).
+pub(crate) const HAS_INFO: u32 = 4;
 
 /// What a set-up message says, with the handles (of type `H`: fds, section handles) that came
 /// with it.
@@ -28,22 +30,50 @@ pub(crate) struct Setup<H> {
     pub fence: Option<H>,
     /// The pool is lent read-only.
     pub read_only: bool,
+    /// A stream description follows the pool.
+    pub has_info: bool,
 }
 
 pub(crate) fn bad(what: impl Into<String>) -> Error {
     Error::Handoff(format!("channel set-up: {}", what.into()))
 }
 
+/// What a set-up says besides the pool's size: whether a fence comes, whether the pool is lent
+/// read-only, whether a stream description follows the pool.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Flags {
+    pub fence: bool,
+    pub read_only: bool,
+    pub info: bool,
+}
+
+impl Flags {
+    fn word(self) -> u32 {
+        let bit = |on: bool, b: u32| if on { b } else { 0 };
+        bit(self.fence, HAS_FENCE) | bit(self.read_only, READ_ONLY) | bit(self.info, HAS_INFO)
+    }
+}
+
 /// The message for a pool of `slots` buffers and rings of `capacity` entries, lent read-only
 /// or not.
+#[cfg(test)]
 pub(crate) fn encode(slots: u32, capacity: u32, has_fence: bool, read_only: bool) -> [u8; LEN] {
+    let flags = Flags {
+        fence: has_fence,
+        read_only,
+        info: false,
+    };
+    encode_with(slots, capacity, flags)
+}
+
+/// The message for a pool of `slots` buffers and rings of `capacity` entries, with `flags`.
+pub(crate) fn encode_with(slots: u32, capacity: u32, flags: Flags) -> [u8; LEN] {
     let mut msg = [0u8; LEN];
     msg[..8].copy_from_slice(&MAGIC);
     msg[8..12].copy_from_slice(&VERSION.to_le_bytes());
     msg[12..16].copy_from_slice(&slots.to_le_bytes());
     msg[16..20].copy_from_slice(&capacity.to_le_bytes());
-    let flags = if has_fence { HAS_FENCE } else { 0 } | if read_only { READ_ONLY } else { 0 };
-    msg[20..24].copy_from_slice(&flags.to_le_bytes());
+    msg[20..24].copy_from_slice(&flags.word().to_le_bytes());
     msg
 }
 
@@ -70,7 +100,7 @@ pub(crate) fn parse<H>(msg: &[u8; LEN], handles: Vec<H>) -> Result<Setup<H>> {
     if !capacity.is_power_of_two() || capacity < slots || capacity > MAX_CAPACITY {
         return Err(bad(format!("a {capacity}-entry ring for {slots} buffers")));
     }
-    if flags & !(HAS_FENCE | READ_ONLY) != 0 {
+    if flags & !(HAS_FENCE | READ_ONLY | HAS_INFO) != 0 {
         return Err(bad(format!("unknown flags {flags:#x}")));
     }
     let want = 1 + (flags & HAS_FENCE != 0) as usize;
@@ -88,6 +118,7 @@ pub(crate) fn parse<H>(msg: &[u8; LEN], handles: Vec<H>) -> Result<Setup<H>> {
         block: next()?,
         fence: if want == 2 { Some(next()?) } else { None },
         read_only: flags & READ_ONLY != 0,
+        has_info: flags & HAS_INFO != 0,
     })
 }
 

@@ -149,20 +149,26 @@ pub(crate) fn needs_fence(pool: &[TensorDyn]) -> bool {
 }
 
 /// Sends the set-up on `link`, with the device's fence where the pool has GPU or CUDA
-/// buffers, saying whether the pool is lent read-only.
+/// buffers, saying whether the pool is lent read-only and whether a stream description follows
+/// the pool.
 pub(crate) fn send_setup(
     link: Link,
     capacity: u32,
     block: &Block,
     pool: &[TensorDyn],
     lending: Lending,
+    info: bool,
 ) -> Result<Conn> {
     let fence = match needs_fence(pool) {
         true => crate::gpu::device()?.fence_fd(),
         false => None,
     };
-    let read_only = lending == Lending::Read;
-    let msg = message::encode(pool.len() as u32, capacity, fence.is_some(), read_only);
+    let flags = message::Flags {
+        fence: fence.is_some(),
+        read_only: lending == Lending::Read,
+        info,
+    };
+    let msg = message::encode_with(pool.len() as u32, capacity, flags);
     let fds: Vec<BorrowedFd<'_>> = std::iter::once(block.0.fd()).chain(fence).collect();
     setup::send(&link, &msg, &fds)?;
     Ok(link)

@@ -200,6 +200,7 @@ pub(crate) fn send_setup(
     block: &Block,
     pool: &[TensorDyn],
     _lending: Lending,
+    info: bool,
 ) -> Result<Conn> {
     let (to_consumer, to_producer, closed) =
         (sync::event(false)?, sync::event(false)?, sync::event(true)?);
@@ -207,7 +208,11 @@ pub(crate) fn send_setup(
     // Never "read-only": a consumer here duplicates the sections out of the producer with the
     // access it asks for, so read-only lending is its own choice (`Lending::Read` narrows its
     // maps), not the producer's.
-    msg[..LEN].copy_from_slice(&setup::encode(pool.len() as u32, capacity, false, false));
+    let flags = setup::Flags {
+        info,
+        ..setup::Flags::default()
+    };
+    msg[..LEN].copy_from_slice(&setup::encode_with(pool.len() as u32, capacity, flags));
     let values = [
         block.0.handle().as_raw_handle(),
         to_consumer.as_raw_handle(),
@@ -302,6 +307,7 @@ pub(crate) fn recv_setup(
         block,
         fence: None,
         read_only: s.read_only,
+        has_info: s.has_info,
     };
     Ok((s, None, conn))
 }
