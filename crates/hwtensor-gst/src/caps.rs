@@ -93,11 +93,21 @@ pub fn geometry(caps: &gst::CapsRef) -> Result<(Geometry, VideoInfo), String> {
     Ok((g, info))
 }
 
-/// Caps for the image `t` describes (its frame rate unknown: `0/1`, variable).
+/// Caps for the image `t` describes (its frame rate unknown: `0/1`, variable). A tiled image
+/// (a DRM modifier other than linear) is refused here, at negotiation: `video/x-raw` says a
+/// linear layout, and downstream would read the tiles as rows.
 pub fn caps_of(t: &TensorDyn) -> Result<gst::Caps, String> {
     let info = t
         .image_info()
         .ok_or("the channel carries plain tensors, not images; hwtensorsrc needs images")?;
+    let modifier = t.drm_modifier();
+    if !modifier.is_linear() {
+        return Err(format!(
+            "the channel's frames are tiled (DRM modifier {modifier:?}); hwtensorsrc outputs \
+             linear video/x-raw only, so it cannot negotiate them: have the producer lend \
+             linear buffers"
+        ));
+    }
     let name = info
         .format
         .gst_name()

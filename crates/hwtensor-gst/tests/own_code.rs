@@ -1311,3 +1311,30 @@ fn the_producers_frame_rate_and_colorimetry_cross_the_channel_into_hwtensorsrcs_
     );
     assert_eq!(s.get::<String>("colorimetry").unwrap(), "bt709");
 }
+
+#[test]
+fn tiled_frames_are_refused_when_hwtensorsrc_negotiates_not_lent_as_linear() {
+    init();
+    let (socket, listener) = listening();
+    let producer = std::thread::spawn(move || {
+        // Intel's Y-tiling: the buffer holds tiles, not rows.
+        let tiled = bgrx(None)
+            .with_drm_modifier(hwtensor::DrmModifier(0x0100_0000_0000_0002))
+            .unwrap();
+        let mut p = Producer::new(vec![tiled]).unwrap();
+        p.attach(listener.accept().unwrap().0).unwrap();
+        let _ = p.acquire(Duration::from_secs(2));
+    });
+    let (pipeline, _sink) = with_appsink(&format!(
+        "hwtensorsrc socket={socket} is-live=false ! appsink name=out sync=false"
+    ));
+    let _ = pipeline.set_state(gst::State::Playing);
+    let msg = ending(pipeline.upcast_ref(), Duration::from_secs(20));
+    let gst::MessageView::Error(e) = msg.view() else {
+        panic!("tiled frames must be refused: {msg:?}");
+    };
+    let text = e.error().to_string();
+    assert!(text.contains("tiled") && text.contains("linear"), "{text}");
+    pipeline.set_state(gst::State::Null).unwrap();
+    producer.join().unwrap();
+}
