@@ -5,7 +5,12 @@
 # workspace's target/debug, built by cargo build -p hwtensor-gst).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-export GST_PLUGIN_PATH="${1:-$PWD/target/debug}"
+# The plugin alone in a folder of its own: GStreamer loads every library in GST_PLUGIN_PATH,
+# and target/ also holds the Python extension, which it would try as a plugin (a warning).
+plugins="$PWD/target/gst-plugins"
+mkdir -p "$plugins"
+ln -sf "${1:-$PWD/target/debug}/libgsthwtensor.so" "$plugins/libgsthwtensor.so"
+export GST_PLUGIN_PATH="$plugins"
 frames=30
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT

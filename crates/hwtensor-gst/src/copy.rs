@@ -16,26 +16,20 @@ fn row_bytes(t: &TensorDyn) -> Result<Vec<usize>, String> {
 }
 
 /// Runs `f` over the tensor's bytes, mapped for writing.
-#[allow(unsafe_code)] // a byte view of a map the closure cannot outlive
 fn with_bytes_mut<R>(
     t: &TensorDyn,
     f: impl FnOnce(&mut [u8]) -> Result<R, String>,
 ) -> Result<R, String> {
-    let map = t.map_bytes(Direction::Write).map_err(|e| e.to_string())?;
-    // SAFETY: the write map covers `len` bytes from `as_ptr`, claimed for writing (no other map
-    // of this process overlaps it) until it drops after `f` returns.
-    let bytes = unsafe { std::slice::from_raw_parts_mut(map.as_ptr(), map.len()) };
-    f(bytes)
+    let mut map = t.map_bytes(Direction::Write).map_err(|e| e.to_string())?;
+    f(map
+        .as_bytes_mut()
+        .ok_or("a write map that cannot be written")?)
 }
 
 /// Runs `f` over the tensor's bytes, mapped for reading.
-#[allow(unsafe_code)] // a byte view of a map the closure cannot outlive
 fn with_bytes<R>(t: &TensorDyn, f: impl FnOnce(&[u8]) -> Result<R, String>) -> Result<R, String> {
     let map = t.map_bytes(Direction::Read).map_err(|e| e.to_string())?;
-    // SAFETY: the read map covers `len` bytes from `as_ptr` until it drops after `f` returns;
-    // no writer of this process is claimed over it meanwhile.
-    let bytes = unsafe { std::slice::from_raw_parts(map.as_ptr(), map.len()) };
-    f(bytes)
+    f(map.as_bytes().ok_or("a read map that cannot be read")?)
 }
 
 /// Where each plane of `buffer` starts and how far apart its rows are: its `GstVideoMeta`'s

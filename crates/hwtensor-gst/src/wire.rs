@@ -158,11 +158,9 @@ fn stamp_caps() -> [&'static gst::Caps; 2] {
 }
 
 /// `CLOCK_MONOTONIC` in ns: one clock for every process of the machine, as the channel's
-/// timestamps are documented to be.
-pub fn monotonic_ns() -> u64 {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
-}
+/// timestamps are documented to be (the core's [`hwtensor::time::monotonic_ns`], kept here
+/// under its old name for the elements' users).
+pub use hwtensor::time::monotonic_ns;
 
 #[cfg(test)]
 mod tests {

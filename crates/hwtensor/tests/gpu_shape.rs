@@ -115,3 +115,17 @@ fn a_view_copies_into_another_view_of_the_same_gpu_image() {
         "a copy onto itself changes nothing"
     );
 }
+
+#[test]
+fn the_device_prints_its_adapter_origin_and_features_for_debugging() {
+    let Some(d) = device_or_skip(test_name!()) else {
+        return;
+    };
+    let printed = format!("{d:?}");
+    assert!(printed.starts_with("GpuDevice"), "{printed}");
+    assert!(printed.contains(&d.adapter_label()), "{printed}");
+    assert!(
+        printed.contains("origin") && printed.contains("tier"),
+        "{printed}"
+    );
+}

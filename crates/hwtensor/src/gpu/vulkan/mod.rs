@@ -131,6 +131,18 @@ pub struct GpuDevice {
     messenger: Option<(ash::ext::debug_utils::Instance, vk::DebugUtilsMessengerEXT)>,
 }
 
+/// What a user printing the device wants to see: which adapter, how it was made, and what it
+/// can do (never the driver handles, which mean nothing outside this process).
+impl std::fmt::Debug for GpuDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuDevice")
+            .field("adapter", &self.adapter_label())
+            .field("origin", &self.origin)
+            .field("features", &self.features)
+            .finish_non_exhaustive()
+    }
+}
+
 // SAFETY: Vulkan handles are usable from any thread; the one object that needs external
 // synchronisation, the queue, is only used under the shared queue lock.
 unsafe impl Sync for GpuDevice {}
