@@ -528,6 +528,15 @@ typedef struct HwtCudaMap HwtCudaMap;
  */
 typedef struct HwtFrame HwtFrame;
 
+#if defined(HWT_LINUX)
+/**
+ * Where a producer listens (opaque): `hwt_listener_bind`, then `hwt_listener_accept` for each
+ * consumer and `hwt_producer_attach` of the fd it gives (the producer's attach policy decides
+ * who stays). Free it with `hwt_listener_free`.
+ */
+typedef struct HwtListener HwtListener;
+#endif
+
 #if defined(HWT_WINDOWS)
 /**
  * A connected named pipe (opaque), for `hwt_send` and `hwt_recv`: made by `hwt_pipe_accept`
@@ -1690,6 +1699,52 @@ enum HwtStatus hwt_producer_admit(struct HwtProducer *p,
  * `p` must be a live producer; `out` valid for one write.
  */
 enum HwtStatus hwt_producer_refused(struct HwtProducer *p, uint64_t *out);
+#endif
+
+#if defined(HWT_LINUX)
+/**
+ * Listens on `address`: a socket path, or `@name` for the abstract namespace (which has no
+ * file permissions: the producer's attach policy, `hwt_producer_admit`, decides who attaches).
+ * A path that exists already is refused, never removed.
+ *
+ * # Safety
+ * `address` must be a NUL-terminated string; `out` valid for one write.
+ */
+enum HwtStatus hwt_listener_bind(const char *address, struct HwtListener **out);
+#endif
+
+#if defined(HWT_LINUX)
+/**
+ * Waits at most `timeout_ns` (`HWT_WAIT_FOREVER`: no bound) for a consumer to connect
+ * (`HWT_STATUS_TIMEOUT` otherwise) and gives its connected socket through `out_fd` (yours to
+ * close once `hwt_producer_attach` has taken its own).
+ *
+ * # Safety
+ * `l` must be a live listener; `out_fd` valid for one write.
+ */
+enum HwtStatus hwt_listener_accept(struct HwtListener *l, uint64_t timeout_ns, int32_t *out_fd);
+#endif
+
+#if defined(HWT_LINUX)
+/**
+ * Frees a listener (null is ignored); consumers already accepted are not affected.
+ *
+ * # Safety
+ * `l` must be null or a listener from `hwt_listener_bind`, freed once.
+ */
+void hwt_listener_free(struct HwtListener *l);
+#endif
+
+#if defined(HWT_LINUX)
+/**
+ * Connects to the producer listening on `address` (a path, or `@name`) and gives the
+ * connected socket through `out_fd` (yours to close once `hwt_consumer_connect` has taken its
+ * own).
+ *
+ * # Safety
+ * `address` must be a NUL-terminated string; `out_fd` valid for one write.
+ */
+enum HwtStatus hwt_connect(const char *address, int32_t *out_fd);
 #endif
 
 #if defined(HWT_WINDOWS)

@@ -5,7 +5,9 @@ use std::os::unix::net::UnixStream;
 use super::fd::dup_callers;
 use hwtensor::stream::{Lending, Peers};
 
-use crate::status::{guard, invalid, put, HwtStatus, OrStatus};
+use std::time::Duration;
+
+use crate::status::{free_handle, guard, invalid, put, HwtStatus, OrStatus};
 use crate::stream::{connect_into, connect_into_with, producer, HwtConsumer, HwtProducer};
 
 /// The caller's connected socket, duplicated: the channel keeps its own, the caller's stays.
@@ -141,5 +143,109 @@ pub unsafe extern "C" fn hwt_producer_refused(p: *mut HwtProducer, out: *mut u64
         // SAFETY: the caller's contract.
         let producer = unsafe { producer(p) }?;
         put(out, "out", producer.refused())
+    })
+}
+
+/// Where a producer listens (opaque): `hwt_listener_bind`, then `hwt_listener_accept` for each
+/// consumer and `hwt_producer_attach` of the fd it gives (the producer's attach policy decides
+/// who stays). Free it with `hwt_listener_free`.
+pub struct HwtListener(hwtensor::stream::Listener);
+
+/// The caller's NUL-terminated `address`, as UTF-8.
+///
+/// # Safety
+/// `address` must be null or a NUL-terminated string.
+unsafe fn address_in<'a>(address: *const std::ffi::c_char) -> Result<&'a str, HwtStatus> {
+    if address.is_null() {
+        return Err(invalid("the address is null"));
+    }
+    // SAFETY: non-null, NUL-terminated (the caller's contract).
+    unsafe { std::ffi::CStr::from_ptr(address) }
+        .to_str()
+        .map_err(|_| invalid("the address is not UTF-8"))
+}
+
+/// Listens on `address`: a socket path, or `@name` for the abstract namespace (which has no
+/// file permissions: the producer's attach policy, `hwt_producer_admit`, decides who attaches).
+/// A path that exists already is refused, never removed.
+///
+/// # Safety
+/// `address` must be a NUL-terminated string; `out` valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn hwt_listener_bind(
+    address: *const std::ffi::c_char,
+    out: *mut *mut HwtListener,
+) -> HwtStatus {
+    guard(|| {
+        if out.is_null() {
+            return Err(invalid("out is null"));
+        }
+        // SAFETY: the caller's contract.
+        let address = unsafe { address_in(address) }?;
+        let listener = hwtensor::stream::Listener::bind(address).or_status()?;
+        put(out, "out", Box::into_raw(Box::new(HwtListener(listener))))
+    })
+}
+
+/// Waits at most `timeout_ns` (`HWT_WAIT_FOREVER`: no bound) for a consumer to connect
+/// (`HWT_STATUS_TIMEOUT` otherwise) and gives its connected socket through `out_fd` (yours to
+/// close once `hwt_producer_attach` has taken its own).
+///
+/// # Safety
+/// `l` must be a live listener; `out_fd` valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn hwt_listener_accept(
+    l: *mut HwtListener,
+    timeout_ns: u64,
+    out_fd: *mut i32,
+) -> HwtStatus {
+    guard(|| {
+        if out_fd.is_null() {
+            return Err(invalid("out_fd is null"));
+        }
+        // SAFETY: null refused; otherwise a live listener (the caller's contract).
+        let l = unsafe { l.as_ref() }.ok_or_else(|| invalid("the listener is null"))?;
+        let stream = l.0.accept(Duration::from_nanos(timeout_ns)).or_status()?;
+        put(
+            out_fd,
+            "out_fd",
+            std::os::fd::IntoRawFd::into_raw_fd(stream),
+        )
+    })
+}
+
+/// Frees a listener (null is ignored); consumers already accepted are not affected.
+///
+/// # Safety
+/// `l` must be null or a listener from `hwt_listener_bind`, freed once.
+#[no_mangle]
+pub unsafe extern "C" fn hwt_listener_free(l: *mut HwtListener) {
+    // SAFETY: the caller's contract.
+    unsafe { free_handle(l) }
+}
+
+/// Connects to the producer listening on `address` (a path, or `@name`) and gives the
+/// connected socket through `out_fd` (yours to close once `hwt_consumer_connect` has taken its
+/// own).
+///
+/// # Safety
+/// `address` must be a NUL-terminated string; `out_fd` valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn hwt_connect(
+    address: *const std::ffi::c_char,
+    out_fd: *mut i32,
+) -> HwtStatus {
+    guard(|| {
+        if out_fd.is_null() {
+            return Err(invalid("out_fd is null"));
+        }
+        // SAFETY: the caller's contract.
+        let address = unsafe { address_in(address) }?;
+        let stream = hwtensor::stream::connect(address).or_status()?;
+        put(
+            out_fd,
+            "out_fd",
+            std::os::fd::IntoRawFd::into_raw_fd(stream),
+        )
     })
 }
