@@ -212,6 +212,11 @@ typedef enum HwtStatus {
    * producer refused this consumer (its user, or its asking to write).
    */
   HWT_STATUS_NOT_PERMITTED = 13,
+  /**
+   * The peer sent something that is not the protocol (garbage where a channel's set-up
+   * belongs, a version this library does not speak): the peer is there, not gone.
+   */
+  HWT_STATUS_BAD_MESSAGE = 14,
 } HwtStatus;
 
 /**

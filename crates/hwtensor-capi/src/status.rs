@@ -43,10 +43,13 @@ pub enum HwtStatus {
     /// A peer the other side's policy does not admit, or a use it does not grant: a channel's
     /// producer refused this consumer (its user, or its asking to write).
     NotPermitted = 13,
+    /// The peer sent something that is not the protocol (garbage where a channel's set-up
+    /// belongs, a version this library does not speak): the peer is there, not gone.
+    BadMessage = 14,
 }
 
 /// Every status, for the string table and its test.
-const STATUSES: [(HwtStatus, &CStr); 14] = [
+const STATUSES: [(HwtStatus, &CStr); 15] = [
     (HwtStatus::Ok, c"ok"),
     (HwtStatus::Unavailable, c"unavailable"),
     (HwtStatus::Timeout, c"timeout"),
@@ -61,6 +64,7 @@ const STATUSES: [(HwtStatus, &CStr); 14] = [
     (HwtStatus::BadBlob, c"bad blob"),
     (HwtStatus::PeerGone, c"peer gone"),
     (HwtStatus::NotPermitted, c"not permitted"),
+    (HwtStatus::BadMessage, c"bad message"),
 ];
 
 thread_local! {
@@ -110,6 +114,7 @@ pub(crate) fn from_error(e: Error) -> HwtStatus {
         Error::Blob(_) => HwtStatus::BadBlob,
         Error::Handoff(_) | Error::PeerLeft(_) => HwtStatus::PeerGone,
         Error::NotPermitted(_) => HwtStatus::NotPermitted,
+        Error::Protocol(_) => HwtStatus::BadMessage,
         _ => HwtStatus::Failed,
     };
     fail(status, e.message_for(hwtensor::Lang::C))

@@ -120,7 +120,7 @@ pub fn to_py(e: hwtensor::Error) -> PyErr {
         E::Unavailable { .. } => Unavailable::new_err(message),
         E::MapBusy { .. } => BusyError::new_err(message),
         E::AccessDenied { .. } | E::InvalidOperation(_) => AccessError::new_err(message),
-        E::Fd(_) | E::Blob(_) | E::Handoff(_) => HandoffError::new_err(message),
+        E::Fd(_) | E::Blob(_) | E::Handoff(_) | E::Protocol(_) => HandoffError::new_err(message),
         E::PeerLeft(_) => PeerGone::new_err(message),
         E::NotPermitted(_) => NotPermittedError::new_err(message),
         E::Timeout(_) => timeout_error(message),

@@ -200,6 +200,12 @@ pub enum Error {
     /// consumer it was asked to attach. The message says which and who can change it.
     #[error("not permitted: {}", advice(.0))]
     NotPermitted(String),
+
+    /// A peer sent something that is not the protocol: garbage where a channel's set-up
+    /// belongs, a version or flags this side does not speak. Unlike `Handoff` (a transfer that
+    /// broke) or `PeerLeft`, the peer is there and speaks something else.
+    #[error("protocol: {0}")]
+    Protocol(String),
 }
 
 /// The kinds of GPU failure, which callers handle differently: a lost device is rebuilt, an

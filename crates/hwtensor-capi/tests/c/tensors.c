@@ -672,6 +672,19 @@ static int a_child_process_consumes_frames_through_the_pooled_channel(const char
     ASSERT(none == NULL);
     close(silent[0]);
     close(silent[1]);
+    /* A peer that sends garbage is a bad message, not a peer gone; a pipe is no socket. */
+    int garbage[2];
+    ASSERT(socketpair(AF_UNIX, SOCK_STREAM, 0, garbage) == 0);
+    const char junk[24] = "this is no set-up here!";
+    ASSERT(write(garbage[0], junk, sizeof junk) == (ssize_t)sizeof junk);
+    EXPECT(hwt_consumer_connect_timeout(garbage[1], 1000000000, &none), HWT_STATUS_BAD_MESSAGE);
+    close(garbage[0]);
+    close(garbage[1]);
+    int pipefd[2];
+    ASSERT(pipe(pipefd) == 0);
+    EXPECT(hwt_consumer_connect_timeout(pipefd[0], 50000000, &none), HWT_STATUS_BAD_FD);
+    close(pipefd[0]);
+    close(pipefd[1]);
     return 0;
 }
 

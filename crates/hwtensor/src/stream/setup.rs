@@ -34,6 +34,12 @@ pub(crate) struct Setup<H> {
     pub has_info: bool,
 }
 
+/// A set-up message that is not one: the peer is no channel producer of this version, or is
+/// hostile (`Error::Protocol`, which callers tell apart from a peer that left).
+fn garbage(what: impl Into<String>) -> Error {
+    Error::Protocol(format!("channel set-up: {}", what.into()))
+}
+
 pub(crate) fn bad(what: impl Into<String>) -> Error {
     Error::Handoff(format!("channel set-up: {}", what.into()))
 }
@@ -85,33 +91,35 @@ pub(crate) fn parse<H>(msg: &[u8; LEN], handles: Vec<H>) -> Result<Setup<H>> {
         return Err(Refusal::parse(msg));
     }
     if msg[..8] != MAGIC {
-        return Err(bad("not a channel set-up message"));
+        return Err(garbage("not a channel set-up message"));
     }
     if word(8) != VERSION {
-        return Err(bad(format!(
+        return Err(garbage(format!(
             "version {} (this side speaks {VERSION})",
             word(8)
         )));
     }
     let (slots, capacity, flags) = (word(12), word(16), word(20));
     if slots == 0 || slots > MAX_CAPACITY {
-        return Err(bad(format!("a pool of {slots} buffers")));
+        return Err(garbage(format!("a pool of {slots} buffers")));
     }
     if !capacity.is_power_of_two() || capacity < slots || capacity > MAX_CAPACITY {
-        return Err(bad(format!("a {capacity}-entry ring for {slots} buffers")));
+        return Err(garbage(format!(
+            "a {capacity}-entry ring for {slots} buffers"
+        )));
     }
     if flags & !(HAS_FENCE | READ_ONLY | HAS_INFO) != 0 {
-        return Err(bad(format!("unknown flags {flags:#x}")));
+        return Err(garbage(format!("unknown flags {flags:#x}")));
     }
     let want = 1 + (flags & HAS_FENCE != 0) as usize;
     if handles.len() != want {
-        return Err(bad(format!(
+        return Err(garbage(format!(
             "{} handles where {want} belong",
             handles.len()
         )));
     }
     let mut handles = handles.into_iter();
-    let mut next = || handles.next().ok_or_else(|| bad("a handle is missing"));
+    let mut next = || handles.next().ok_or_else(|| garbage("a handle is missing"));
     Ok(Setup {
         slots,
         capacity,
