@@ -688,6 +688,45 @@ static int a_child_process_consumes_frames_through_the_pooled_channel(const char
     return 0;
 }
 
+/* The attach policy from C: a consumer that asks to write is refused until the producer lets
+ * its user write; an addition with no out-pointer for its slot reaches no consumer. */
+static int a_writer_is_refused_until_admitted_and_a_failed_add_reaches_nobody(void) {
+    HwtTensor *pool[2];
+    for (int i = 0; i < 2; i++)
+        CHECK(hwt_tensor_new(&(size_t){CHANNEL_BYTES}, 1, HWT_D_TYPE_U8, HWT_MEMORY_SHM, &pool[i]));
+    HwtProducer *p = NULL;
+    CHECK(hwt_producer_new_with_room((const HwtTensor *const *)pool, 2, 3, &p));
+    int sv[2];
+    ASSERT(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+    CHECK(hwt_producer_attach(p, sv[0]));
+    HwtConsumer *c = NULL;
+    EXPECT(hwt_consumer_connect_writable(sv[1], HANDOFF_TIMEOUT_NS, &c), HWT_STATUS_NOT_PERMITTED);
+    close(sv[0]);
+    close(sv[1]);
+    EXPECT(hwt_producer_admit(p, 99, 0, HWT_RIGHT_ATTACH), HWT_STATUS_INVALID_ARGUMENT);
+    EXPECT(hwt_producer_admit(p, HWT_PEER_OWN_USER, 0, HWT_RIGHT_WRITE), HWT_STATUS_INVALID_ARGUMENT);
+    CHECK(hwt_producer_admit(p, HWT_PEER_OWN_USER, 0, HWT_RIGHT_ATTACH | HWT_RIGHT_WRITE));
+    ASSERT(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+    CHECK(hwt_producer_attach(p, sv[0]));
+    CHECK(hwt_consumer_connect_writable(sv[1], HANDOFF_TIMEOUT_NS, &c));
+    close(sv[0]);
+    close(sv[1]);
+    uint64_t refused = 9;
+    CHECK(hwt_producer_refused(p, &refused));
+    ASSERT(refused == 0);
+    HwtTensor *extra = NULL;
+    CHECK(hwt_tensor_new(&(size_t){CHANNEL_BYTES}, 1, HWT_D_TYPE_U8, HWT_MEMORY_SHM, &extra));
+    EXPECT(hwt_producer_add(p, extra, NULL), HWT_STATUS_INVALID_ARGUMENT);
+    uint32_t slot = 0;
+    CHECK(hwt_producer_add(p, extra, &slot)); /* the room is still there: nothing was added */
+    ASSERT(slot == 2);
+    hwt_tensor_release(extra);
+    hwt_consumer_free(c);
+    hwt_producer_free(p);
+    for (int i = 0; i < 2; i++) hwt_tensor_release(pool[i]);
+    return 0;
+}
+
 static int submitted = 0;
 static uint64_t submitted_queue = 0;
 
@@ -837,6 +876,7 @@ int main(int argc, char **argv) {
     if (a_child_process_answers_in_the_same_buffer(argv[0])) return 1;
     if (a_child_process_consumes_frames_through_the_pooled_channel(argv[0])) return 1;
     if (gpu_tensors_expose_their_buffer_queue_and_timeline()) return 1;
+    if (a_writer_is_refused_until_admitted_and_a_failed_add_reaches_nobody()) return 1;
     printf("c tensors: all passed\n");
     return 0;
 }
