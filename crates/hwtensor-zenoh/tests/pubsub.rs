@@ -712,3 +712,79 @@ fn a_hwtensor_subscriber_takes_edgefirst_frames_of_a_foreign_publisher_and_drops
     // Other tests of this binary open fds meanwhile: a leak would be one per message.
     wait_until("the frame's fds closed", || open_fds() <= before + 2);
 }
+
+/// The publisher's Zenoh access control as a deployment writes it: every peer may announce
+/// subscribers and liveliness, but frames (`put` on the key) go out only to the peer whose
+/// Zenoh id is `reader`. (With TLS, `cert_common_names` names subjects the same way.)
+fn access_control(key: &str, reader: &str) -> String {
+    format!(
+        r#"{{
+          enabled: true,
+          default_permission: "deny",
+          rules: [
+            {{ id: "announce", permission: "allow", flows: ["ingress", "egress"],
+               messages: ["declare_subscriber", "liveliness_token",
+                          "declare_liveliness_subscriber", "liveliness_query", "reply"],
+               key_exprs: ["**"] }},
+            {{ id: "frames", permission: "allow", flows: ["egress"], messages: ["put"],
+               key_exprs: ["{key}"] }},
+          ],
+          subjects: [
+            {{ id: "reader", zids: ["{reader}"] }},
+            {{ id: "anyone", link_protocols: ["tcp"] }},
+          ],
+          policies: [
+            {{ rules: ["announce"], subjects: ["anyone"] }},
+            {{ rules: ["frames"], subjects: ["reader"] }},
+          ],
+        }}"#
+    )
+}
+
+/// A peer session with Zenoh id `zid` (hex) that listens on `port` or connects to it, with
+/// `acl` as its access control where given.
+fn session_as(port: u16, listen: bool, zid: &str, acl: Option<&str>) -> zenoh::Session {
+    let endpoint = format!("tcp/127.0.0.1:{port}");
+    let mut c = hwtensor_zenoh::peer_config(&endpoint, listen).unwrap();
+    c.insert_json5("id", &format!("\"{zid}\"")).unwrap();
+    if let Some(acl) = acl {
+        c.insert_json5("access_control", acl).unwrap();
+    }
+    zenoh::open(c).wait().unwrap()
+}
+
+#[test]
+fn zenoh_access_control_decides_which_host_receives_the_frames() {
+    let port = free_port();
+    let key = "test/acl";
+    let (reader_id, stranger_id) = ("b0b0b0b0", "c0c0c0c0");
+    let acl = access_control(key, reader_id);
+    let a = session_as(port, true, "a0a0a0a0", Some(&acl));
+    let (b, c) = (
+        session_as(port, false, reader_id, None),
+        session_as(port, false, stranger_id, None),
+    );
+    let inline = || SubscriberOptions {
+        local_delivery: false, // as subscribers on other hosts are
+        ..SubscriberOptions::default()
+    };
+    let mut reader = Subscriber::new(&b, key, inline()).unwrap();
+    let mut stranger = Subscriber::new(&c, key, inline()).unwrap();
+    let mut publisher = Publisher::new(&a, key, every_frame()).unwrap();
+    wait_until("the subscribers' announcements", || {
+        publisher.publishes_inline()
+    });
+    std::thread::sleep(Duration::from_millis(300)); // both routes in place
+    for n in 1..=3u64 {
+        publisher.publish(&frame(n, TensorMemory::Mem)).unwrap();
+        let r = reader.recv(WAIT).unwrap();
+        assert_eq!(r.seq, n);
+        assert_eq!(first_wrong(&r), None, "frame {n}");
+    }
+    let got = stranger.recv(Duration::from_millis(500));
+    assert!(
+        matches!(got, Err(hwtensor_zenoh::Error::Timeout(_))),
+        "the host the policy leaves out received a frame: {:?}",
+        got.map(|r| r.seq)
+    );
+}
