@@ -917,30 +917,9 @@ fn hwtensorsink_adopts_a_multi_planar_cameras_buffer_per_plane_and_its_consumer_
 /// A buffer of `size` bytes of memfd memory (GStreamer fd memory) whose `GstVideoMeta` says
 /// BGRx 64x48 at `stride`: upstream's word for a geometry the memory may not hold.
 fn fd_buffer_with_meta(size: usize, stride: i32) -> gst::Buffer {
-    use std::os::fd::IntoRawFd;
     let fd = rustix::fs::memfd_create("meta-test", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
     rustix::fs::ftruncate(&fd, size as u64).unwrap();
-    let allocator = gst_allocators::FdAllocator::new();
-    // SAFETY: a fresh memfd of `size` bytes, given to the memory, which closes it.
-    #[allow(unsafe_code)]
-    let memory =
-        unsafe { allocator.alloc(fd.into_raw_fd(), size, gst_allocators::FdMemoryFlags::NONE) }
-            .unwrap();
-    let mut buffer = gst::Buffer::new();
-    let b = buffer.get_mut().unwrap();
-    b.append_memory(memory);
-    b.set_pts(gst::ClockTime::ZERO);
-    gst_video::VideoMeta::add_full(
-        b,
-        gst_video::VideoFrameFlags::empty(),
-        gst_video::VideoFormat::Bgrx,
-        64,
-        48,
-        &[0],
-        &[stride],
-    )
-    .unwrap();
-    buffer
+    fd_frame(&fd, size, stride, 0)
 }
 
 #[test]
@@ -1063,7 +1042,8 @@ fn fd_frame(fd: &std::os::fd::OwnedFd, size: usize, stride: i32, fill: u8) -> gs
     use std::os::fd::IntoRawFd;
     let mut bytes = vec![ROW_PADDING; size];
     for row in bytes.chunks_mut(stride as usize).take(48) {
-        row[..256].fill(fill);
+        let pixels = row.len().min(256);
+        row[..pixels].fill(fill);
     }
     rustix::io::pwrite(fd, &bytes, 0).unwrap();
     let dup = fd.try_clone().unwrap();
@@ -1076,6 +1056,7 @@ fn fd_frame(fd: &std::os::fd::OwnedFd, size: usize, stride: i32, fill: u8) -> gs
     let mut buffer = gst::Buffer::new();
     let b = buffer.get_mut().unwrap();
     b.append_memory(memory);
+    b.set_pts(gst::ClockTime::ZERO);
     gst_video::VideoMeta::add_full(
         b,
         gst_video::VideoFrameFlags::empty(),

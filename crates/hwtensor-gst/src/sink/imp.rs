@@ -205,17 +205,8 @@ impl HwtensorSink {
     ) -> Result<(), gst::FlowError> {
         let never = AtomicBool::new(false);
         let acquired = self.hub.acquire(flow.when_full, flow.timeout, &never, None);
-        let index = match acquired {
-            Ok(Some(index)) => index,
-            Ok(None) => {
-                self.dropped.fetch_add(1, Ordering::Relaxed);
-                return Ok(());
-            }
-            Err(NoBuffer::Flushing) => return Err(gst::FlowError::Flushing),
-            Err(NoBuffer::Failed(why)) => {
-                gst::element_imp_error!(self, gst::ResourceError::Write, ("{why}"));
-                return Err(gst::FlowError::Error);
-            }
+        let Some(index) = self.buffer_for_frame(acquired)? else {
+            return Ok(()); // dropped
         };
         let mut s = self.hub.shared.lock().unwrap();
         let published = self.publish(&mut s, index, Some(buffer), marker);
@@ -226,6 +217,26 @@ impl HwtensorSink {
             }
         }
         published
+    }
+
+    /// What a wait for a buffer to publish a frame in came to: the buffer, `None` for a frame
+    /// dropped (counted), or the flow error (an element error posted for a failure).
+    fn buffer_for_frame<T>(
+        &self,
+        acquired: Result<Option<T>, NoBuffer>,
+    ) -> Result<Option<T>, gst::FlowError> {
+        match acquired {
+            Ok(Some(got)) => Ok(Some(got)),
+            Ok(None) => {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+                Ok(None)
+            }
+            Err(NoBuffer::Flushing) => Err(gst::FlowError::Flushing),
+            Err(NoBuffer::Failed(why)) => {
+                gst::element_imp_error!(self, gst::ResourceError::Write, ("{why}"));
+                Err(gst::FlowError::Error)
+            }
+        }
     }
 
     /// Publishes a frame upstream wrote into its own fd buffer, adopted as `slot` of channel
@@ -244,17 +255,8 @@ impl HwtensorSink {
         let acquired = self
             .hub
             .acquire_adopted(slot, generation, flow.when_full, flow.timeout);
-        match acquired {
-            Ok(Some(())) => {}
-            Ok(None) => {
-                self.dropped.fetch_add(1, Ordering::Relaxed);
-                return Ok(());
-            }
-            Err(NoBuffer::Flushing) => return Err(gst::FlowError::Flushing),
-            Err(NoBuffer::Failed(why)) => {
-                gst::element_imp_error!(self, gst::ResourceError::Write, ("{why}"));
-                return Err(gst::FlowError::Error);
-            }
+        if self.buffer_for_frame(acquired)?.is_none() {
+            return Ok(()); // dropped
         }
         let mut s = self.hub.shared.lock().unwrap();
         let published = self.publish(&mut s, slot.index(), None, marker);
