@@ -922,13 +922,15 @@ fn fd_buffer_with_meta(size: usize, stride: i32) -> gst::Buffer {
     fd_frame(&fd, size, stride, 0)
 }
 
-#[test]
-fn hwtensorsink_refuses_a_frame_whose_video_meta_reaches_past_its_fd_memory() {
+/// `appsrc ! hwtensorsink name=sink` (BGRx 64x48 at 30/1, `sink_props` added), playing: the
+/// socket, the pipeline and its appsrc, for tests that bring upstream's own buffers.
+fn appsrc_into_sink(sink_props: &str) -> (String, gst::Bin, gst_app::AppSrc) {
     init();
     let socket = socket_name();
     let pipeline = gst::parse::launch(&format!(
         "appsrc name=src format=time caps=video/x-raw,format=BGRx,width=64,height=48,\
-         framerate=30/1 ! hwtensorsink socket={socket} wait-for-consumer=true"
+         framerate=30/1 ! hwtensorsink name=sink socket={socket} wait-for-consumer=true \
+         {sink_props}"
     ))
     .unwrap()
     .downcast::<gst::Bin>()
@@ -939,6 +941,12 @@ fn hwtensorsink_refuses_a_frame_whose_video_meta_reaches_past_its_fd_memory() {
         .downcast::<gst_app::AppSrc>()
         .unwrap();
     pipeline.set_state(gst::State::Playing).unwrap();
+    (socket, pipeline, src)
+}
+
+#[test]
+fn hwtensorsink_refuses_a_frame_whose_video_meta_reaches_past_its_fd_memory() {
+    let (socket, pipeline, src) = appsrc_into_sink("");
     let reader = frames_until_eos(&socket, |_, _| ());
     // 12288 bytes hold the frame at rows of 256; rows of 1 MiB reach 47 MiB past them.
     src.push_buffer(fd_buffer_with_meta(64 * 48 * 4, 1 << 20))
@@ -1084,21 +1092,7 @@ fn image_is(t: &TensorDyn, value: u8) -> bool {
 
 #[test]
 fn the_same_fd_brought_again_with_another_row_stride_is_read_with_its_new_layout() {
-    init();
-    let socket = socket_name();
-    let pipeline = gst::parse::launch(&format!(
-        "appsrc name=src format=time caps=video/x-raw,format=BGRx,width=64,height=48,\
-         framerate=30/1 ! hwtensorsink name=sink socket={socket} wait-for-consumer=true"
-    ))
-    .unwrap()
-    .downcast::<gst::Bin>()
-    .unwrap();
-    let src = pipeline
-        .by_name("src")
-        .unwrap()
-        .downcast::<gst_app::AppSrc>()
-        .unwrap();
-    pipeline.set_state(gst::State::Playing).unwrap();
+    let (socket, pipeline, src) = appsrc_into_sink("");
     let (seen_tx, seen_rx) = std::sync::mpsc::channel();
     let reader = frames_until_eos(&socket, move |frame, _| {
         let t = frame.tensor();
@@ -1129,22 +1123,7 @@ fn the_same_fd_brought_again_with_another_row_stride_is_read_with_its_new_layout
 /// `appsrc ! hwtensorsink` with `sink_props`, playing, and a memfd upstream brings again and
 /// again as its own fd buffer, with a consumer attached that keeps every frame.
 fn sink_fed_one_fd_buffer(sink_props: &str) -> (gst::Bin, gst_app::AppSrc, std::os::fd::OwnedFd) {
-    init();
-    let socket = socket_name();
-    let pipeline = gst::parse::launch(&format!(
-        "appsrc name=src format=time caps=video/x-raw,format=BGRx,width=64,height=48,\
-         framerate=30/1 ! hwtensorsink name=sink socket={socket} wait-for-consumer=true \
-         {sink_props}"
-    ))
-    .unwrap()
-    .downcast::<gst::Bin>()
-    .unwrap();
-    let src = pipeline
-        .by_name("src")
-        .unwrap()
-        .downcast::<gst_app::AppSrc>()
-        .unwrap();
-    pipeline.set_state(gst::State::Playing).unwrap();
+    let (socket, pipeline, src) = appsrc_into_sink(sink_props);
     drop(hoarding_consumer(&socket)); // it ends on its own, 2 s after the last frame
     let flags = rustix::fs::MemfdFlags::CLOEXEC | rustix::fs::MemfdFlags::ALLOW_SEALING;
     let fd = rustix::fs::memfd_create("held-test", flags).unwrap();
