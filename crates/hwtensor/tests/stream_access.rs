@@ -165,6 +165,14 @@ fn a_consumer_of_another_user_is_refused_by_default_and_the_producer_counts_it()
     let mut producer = Producer::new(shm_pool(2)).unwrap();
     let err = producer.attach(a).unwrap_err();
     assert!(matches!(err, Error::NotPermitted(_)), "{err:?}");
+    assert!(
+        err.to_string().contains("uid 65534"),
+        "the error names who: {err}"
+    );
+    assert!(
+        err.to_string().contains("with_uid"),
+        "and how to admit them: {err}"
+    );
     assert_eq!((producer.refused(), producer.consumers()), (1, 0));
     assert_eq!(status(&mut child), Some(seen::REFUSED));
 }

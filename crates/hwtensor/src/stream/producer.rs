@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::access::{self, Access, Lending, Refusal};
+use super::access::{self, Access, Lending, Peer, Refusal};
 use super::info::{self, MAX_STREAM_INFO};
 use super::os::{self, Conn, Link};
 use super::ring::{self, Entry, Ring};
@@ -156,7 +156,7 @@ impl Producer {
         let read_only_lendable = os::read_only_lendable(&self.pool);
         let lending = match access::verdict(&self.access, &peer, read_only_lendable) {
             Ok(lending) => lending,
-            Err(refusal) => return Err(self.refuse(stream, refusal)),
+            Err(refusal) => return Err(self.refuse(stream, refusal, &peer)),
         };
         if lending == Lending::Read && !peer.own_user {
             if let Err(e) = os::guard_from_other_users(&self.pool) {
@@ -191,16 +191,23 @@ impl Producer {
         Ok(())
     }
 
-    /// Refuses the consumer on `stream`: tells it why, counts it, and returns the error.
-    fn refuse(&mut self, stream: Link, refusal: Refusal) -> Error {
+    /// Refuses the consumer `peer` on `stream`: tells it why, counts it, and returns the error
+    /// (which names the peer's user, for the operator who may admit it).
+    fn refuse(&mut self, stream: Link, refusal: Refusal, peer: &Peer) -> Error {
         self.refused += 1;
-        log::warn!("hwtensor: refused a consumer: {}", refusal.to_error());
         if let Err(e) = os::refuse(stream, refusal) {
             log::warn!("hwtensor: telling a refused consumer so failed: {e}");
         }
-        Error::NotPermitted(format!(
-            "the attach policy refused a consumer ({refusal:?}); Producer::set_access widens it"
-        ))
+        let who = peer
+            .uid
+            .map_or("a consumer".into(), |u| format!("a consumer of uid {u}"));
+        let advice = match refusal {
+            Refusal::NotAdmitted => "[[admit_peer]]",
+            _ => "[[grant_write]]",
+        };
+        let error = Error::NotPermitted(format!("refused {who} ({refusal:?}); {advice}"));
+        log::warn!("hwtensor: {error}");
+        error
     }
 
     /// Adds `tensor` to the pool, past what consumers received at attach: each attached
