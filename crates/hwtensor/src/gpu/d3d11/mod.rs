@@ -186,18 +186,6 @@ pub struct GpuDevice {
     finish: Mutex<Option<ID3D11Query>>,
 }
 
-/// What a user printing the device wants to see: which adapter, how it was made, and what it
-/// can do (never the driver handles, which mean nothing outside this process).
-impl std::fmt::Debug for GpuDevice {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GpuDevice")
-            .field("adapter", &self.adapter_label())
-            .field("origin", &self.origin)
-            .field("features", &self.features)
-            .finish_non_exhaustive()
-    }
-}
-
 /// The device's Multithread critical section, held until drop (also when `f` panics: a
 /// section left entered would stop every other thread and copy at its next GPU call).
 struct Bracket<'a>(&'a ID3D11Multithread);
