@@ -963,6 +963,29 @@ enum HwtStatus hwt_frame_meta(const struct HwtFrame *f,
 void hwt_frame_release(struct HwtFrame *f);
 
 /**
+ * Sets the stream's description (`len` bytes of your own format, at most 4096), which each
+ * consumer attaching from now on reads with `hwt_consumer_stream_info` (`hwtensorsink` puts
+ * its caps there).
+ *
+ * # Safety
+ * `p` must be a live producer; `info` valid for `len` bytes of reads (null with `len` 0).
+ */
+enum HwtStatus hwt_producer_set_stream_info(struct HwtProducer *p, const uint8_t *info, size_t len);
+
+/**
+ * Copies the producer's stream description into `buf` (up to `cap` bytes) and says its whole
+ * length through `out_len` (0: none); a `cap` below it copies nothing and is
+ * `HWT_STATUS_INVALID_ARGUMENT`, with the length said all the same.
+ *
+ * # Safety
+ * `c` must be a live consumer; `buf` null or valid for `cap` bytes; `out_len` valid.
+ */
+enum HwtStatus hwt_consumer_stream_info(struct HwtConsumer *c,
+                                        uint8_t *buf,
+                                        size_t cap,
+                                        size_t *out_len);
+
+/**
  * Creates a tensor of `shape` (`ndim` sizes) and `dtype` in `memory` (`HWT_MEMORY_AUTO`:
  * hwtensor chooses). On success `*out` holds a new reference: release it.
  *

@@ -382,3 +382,57 @@ pub unsafe extern "C" fn hwt_frame_release(f: *mut HwtFrame) {
     // SAFETY: the caller's contract, as above.
     unsafe { free_handle(f) }
 }
+
+/// Sets the stream's description (`len` bytes of your own format, at most 4096), which each
+/// consumer attaching from now on reads with `hwt_consumer_stream_info` (`hwtensorsink` puts
+/// its caps there).
+///
+/// # Safety
+/// `p` must be a live producer; `info` valid for `len` bytes of reads (null with `len` 0).
+#[no_mangle]
+pub unsafe extern "C" fn hwt_producer_set_stream_info(
+    p: *mut HwtProducer,
+    info: *const u8,
+    len: usize,
+) -> HwtStatus {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        let bytes = unsafe { slice_in(info, len, "info", hwtensor::stream::MAX_STREAM_INFO) }?;
+        // SAFETY: the caller's contract.
+        unsafe { producer(p) }?.set_stream_info(bytes).or_status()
+    })
+}
+
+/// Copies the producer's stream description into `buf` (up to `cap` bytes) and says its whole
+/// length through `out_len` (0: none); a `cap` below it copies nothing and is
+/// `HWT_STATUS_INVALID_ARGUMENT`, with the length said all the same.
+///
+/// # Safety
+/// `c` must be a live consumer; `buf` null or valid for `cap` bytes; `out_len` valid.
+#[no_mangle]
+pub unsafe extern "C" fn hwt_consumer_stream_info(
+    c: *mut HwtConsumer,
+    buf: *mut u8,
+    cap: usize,
+    out_len: *mut usize,
+) -> HwtStatus {
+    guard(|| {
+        // SAFETY: null refused; otherwise a live consumer (the caller's contract).
+        let c = unsafe { c.as_ref() }.ok_or_else(|| invalid("the consumer is null"))?;
+        let consumer = locked(&c.0)?;
+        let info = consumer.stream_info();
+        put(out_len, "out_len", info.len())?;
+        if info.is_empty() {
+            return Ok(());
+        }
+        if buf.is_null() || cap < info.len() {
+            return Err(invalid(format!(
+                "the stream description is {} bytes; buf holds {cap}",
+                info.len()
+            )));
+        }
+        // SAFETY: `buf` is valid for `cap` >= `info.len()` bytes (the caller's contract).
+        unsafe { std::ptr::copy_nonoverlapping(info.as_ptr(), buf, info.len()) };
+        Ok(())
+    })
+}

@@ -83,6 +83,13 @@ impl Consumer {
         self.inner.lending() == Lending::Write
     }
 
+    /// The producer's description of its stream (`hwtensorsink` sends its caps as text);
+    /// empty bytes where it sent none.
+    #[getter]
+    fn stream_info<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, self.inner.stream_info())
+    }
+
     /// The next frame, waiting at most `timeout` seconds (None: until one comes). A producer
     /// that left raises `HandoffError`; no frame in time raises `TimeoutError`.
     #[pyo3(signature = (timeout = None))]
@@ -248,6 +255,12 @@ impl Producer {
     #[getter]
     fn refused(&self) -> u64 {
         self.inner.refused()
+    }
+
+    /// Sets the stream's description (at most 4096 bytes of your own format), which each
+    /// consumer attaching from now on reads as `consumer.stream_info`.
+    fn set_stream_info(&mut self, info: &[u8]) -> PyResult<()> {
+        self.inner.set_stream_info(info).or_py()
     }
 
     /// Waits at most `timeout` seconds for a consumer on `listener` (a `Listener`) and

@@ -185,3 +185,13 @@ def test_a_listener_and_an_address_connect_two_ends_and_a_huge_timeout_waits():
     producer.send(slot, 3)
     with box["c"].recv(timeout=float("inf")) as frame:
         assert frame.seq == 3
+
+
+def test_a_consumer_reads_the_stream_description_the_producer_set():
+    producer = hwtensor.Producer([hwtensor.Tensor((64,), memory="shm")])
+    producer.set_stream_info(b"video/x-raw, framerate=(fraction)30/1")
+    ours, theirs = socket.socketpair()
+    producer.attach(ours)
+    assert hwtensor.Consumer(theirs).stream_info == b"video/x-raw, framerate=(fraction)30/1"
+    with pytest.raises(hwtensor.InvalidArgument, match="4096"):
+        producer.set_stream_info(b"x" * 4097)

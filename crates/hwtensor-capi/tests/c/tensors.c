@@ -706,9 +706,16 @@ static int a_writer_is_refused_until_admitted_and_a_failed_add_reaches_nobody(vo
     EXPECT(hwt_producer_admit(p, 99, 0, HWT_RIGHT_ATTACH), HWT_STATUS_INVALID_ARGUMENT);
     EXPECT(hwt_producer_admit(p, HWT_PEER_OWN_USER, 0, HWT_RIGHT_WRITE), HWT_STATUS_INVALID_ARGUMENT);
     CHECK(hwt_producer_admit(p, HWT_PEER_OWN_USER, 0, HWT_RIGHT_ATTACH | HWT_RIGHT_WRITE));
+    CHECK(hwt_producer_set_stream_info(p, (const uint8_t *)"fps=30", 6));
     ASSERT(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
     CHECK(hwt_producer_attach(p, sv[0]));
     CHECK(hwt_consumer_connect_writable(sv[1], HANDOFF_TIMEOUT_NS, &c));
+    uint8_t info[16];
+    size_t info_len = 0;
+    EXPECT(hwt_consumer_stream_info(c, info, 2, &info_len), HWT_STATUS_INVALID_ARGUMENT);
+    ASSERT(info_len == 6);
+    CHECK(hwt_consumer_stream_info(c, info, sizeof info, &info_len));
+    ASSERT(info_len == 6 && memcmp(info, "fps=30", 6) == 0);
     close(sv[0]);
     close(sv[1]);
     uint64_t refused = 9;
