@@ -14,7 +14,7 @@ fn a_failure_is_cached_with_identical_text_and_blocks_a_late_host_device() {
     // No driver manifest can be found: every Vulkan loader fails to find a device.
     std::env::set_var("VK_ICD_FILENAMES", "/nonexistent/hwtensor-test-icd.json");
     std::env::set_var("VK_DRIVER_FILES", "/nonexistent/hwtensor-test-icd.json");
-    let failure = gpu::device().err().expect("no driver, so no device");
+    let failure = gpu::device().expect_err("no driver, so no device");
     assert_eq!(
         failure.gpu_kind(),
         Some(hwtensor::GpuErrorKind::Unsupported),
@@ -22,7 +22,7 @@ fn a_failure_is_cached_with_identical_text_and_blocks_a_late_host_device() {
     );
     let first = failure.to_string();
     let started = Instant::now();
-    let second = gpu::device().err().expect("still no device").to_string();
+    let second = gpu::device().expect_err("still no device").to_string();
     let again = started.elapsed();
     assert_eq!(first, second, "the same text every time");
     eprintln!("cached failure returned in {again:?}: {first}");
