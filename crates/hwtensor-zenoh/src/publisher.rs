@@ -1,6 +1,6 @@
 //! [`Publisher`]: puts tensors on a key; hands them by fd to subscribers on its host.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::Write;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
@@ -37,6 +37,10 @@ pub enum Encoding {
 /// Frames an EdgeFirst publisher keeps by default after publishing them by reference, so their
 /// fd numbers stay open for subscribers: at 30 frames a second, a quarter of a second.
 pub const DEFAULT_KEEP_FRAMES: usize = 8;
+
+/// Buffers whose last frame a publisher remembers: a pool is a handful; a publisher of ever new
+/// buffers (a decoder allocating per frame) starts over past this.
+const MAX_TRACKED_BUFFERS: usize = 1024;
 
 /// How a publisher behaves.
 #[derive(Clone, Copy, Debug)]
@@ -82,6 +86,9 @@ pub struct Publisher {
     seq: u64,
     /// EdgeFirst frames published by reference, held so their fd numbers stay open.
     kept: VecDeque<TensorDyn>,
+    /// The last frame each buffer carried (by its identity and first byte): a frame in a
+    /// buffer again tells subscribers which earlier frame it rewrote (`FrameInfo::reuses`).
+    last_in_buffer: HashMap<(hwtensor::BufferIdentity, usize), u64>,
     /// EdgeFirst's `frame_id` of every frame.
     frame_id: String,
     // Dropped last: they announce the publisher and watch for subscribers.
@@ -120,6 +127,7 @@ impl Publisher {
             id,
             seq: 0,
             kept: VecDeque::new(),
+            last_in_buffer: HashMap::new(),
             frame_id: String::new(),
             _watch: watch,
             _token: token,
@@ -159,6 +167,7 @@ impl Publisher {
             publisher: self.id,
             host: host_id(),
             blocks: self.options.congestion == zenoh::qos::CongestionControl::Block,
+            reuses: self.reuses(tensor),
         }
         .encode();
         if let Ok(mut local) = self.local.lock() {
@@ -185,6 +194,19 @@ impl Publisher {
 }
 
 impl Publisher {
+    /// How many frames back `tensor`'s buffer last carried one (0: never, or further than the
+    /// record says), noting this frame as its last.
+    fn reuses(&mut self, tensor: &TensorDyn) -> u16 {
+        if self.last_in_buffer.len() >= MAX_TRACKED_BUFFERS {
+            self.last_in_buffer.clear(); // a producer of ever new buffers: nothing to say
+        }
+        let buffer = (tensor.identity(), tensor.byte_offset());
+        match self.last_in_buffer.insert(buffer, self.seq) {
+            Some(before) => u16::try_from(self.seq - before).unwrap_or(0),
+            None => 0,
+        }
+    }
+
     /// Puts `tensor` as an EdgeFirst message: by reference unless a subscriber elsewhere needs
     /// the bytes, holding a frame sent by reference for `keep_frames` more frames.
     fn put_edgefirst(&mut self, tensor: &TensorDyn, info: &[u8], time_ns: u64) -> Result<()> {

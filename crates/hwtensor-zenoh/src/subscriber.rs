@@ -2,6 +2,7 @@
 //! as inline bytes from the others, in the memory it asks for.
 
 use std::collections::HashMap;
+use std::collections::HashSet;
 use std::io::Read;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixStream};
@@ -123,6 +124,10 @@ pub struct Subscriber {
     /// Why the last dropped sample was.
     last_drop: Option<String>,
     gaps: u64,
+    /// Frames by reference whose buffer the publisher had rewritten before `recv` came to them.
+    rewritten: u64,
+    /// Frames whose buffers newer frames rewrote, as the newer ones arrived.
+    overwritten: Overwritten,
     /// Frames of bare EdgeFirst `Tensor` messages, which carry no sequence number.
     bare_seq: u64,
     overflowed: Arc<AtomicU64>,
@@ -151,11 +156,18 @@ impl Subscriber {
     pub fn new(session: &Session, key: &str, options: SubscriberOptions) -> Result<Subscriber> {
         let (tx, rx) = sync_channel(options.queue.max(1));
         let overflowed = Arc::new(AtomicU64::new(0));
+        let overwritten = Overwritten::default();
         let data_tx = tx.clone();
         let data_overflowed = overflowed.clone();
+        let data_overwritten = overwritten.clone();
         let data = session
             .declare_subscriber(key.to_string())
             .callback(move |sample| {
+                if let Some(record) = sample.attachment() {
+                    if let Ok(info) = FrameInfo::decode(&record.to_bytes()) {
+                        data_overwritten.note(&info);
+                    }
+                }
                 // A full queue drops the frame: counted now, and the sequence shows the gap.
                 offer(&data_tx, Incoming::Remote(sample), &data_overflowed);
             })
@@ -170,6 +182,7 @@ impl Subscriber {
                     Inbox {
                         tx,
                         overflowed: overflowed.clone(),
+                        overwritten: overwritten.clone(),
                     },
                     local.clone(),
                 )?),
@@ -190,6 +203,8 @@ impl Subscriber {
             dropped: 0,
             last_drop: None,
             gaps: 0,
+            rewritten: 0,
+            overwritten,
             bare_seq: 0,
             overflowed,
             _data: data,
@@ -239,6 +254,16 @@ impl Subscriber {
                 Verdict::New => 0,
             };
             self.gaps = self.gaps.saturating_add(gap);
+            if self.overwritten.take(info.publisher, info.seq) && zero_copy {
+                self.rewritten = self.rewritten.saturating_add(1);
+                self.drop_sample(&format!(
+                    "frame {} of {} was rewritten by a newer frame before this subscriber read \
+                     it: its buffer holds the newer frame (the publisher's pool is smaller than \
+                     this subscriber's lag)",
+                    info.seq, info.publisher
+                ));
+                continue;
+            }
             return Ok(Received {
                 tensor: self.in_memory(tensor)?,
                 seq: info.seq,
@@ -251,9 +276,17 @@ impl Subscriber {
         }
     }
 
-    /// Samples dropped as malformed, hostile or stale.
+    /// Samples dropped as malformed, hostile or stale (and those of [`Subscriber::rewritten`]).
     pub fn dropped(&self) -> u64 {
         self.dropped
+    }
+
+    /// Frames by reference dropped because the publisher had already written a newer frame
+    /// into their buffer when `recv` came to them (its record says which frame it rewrote):
+    /// the subscriber lags more frames behind than the publisher has buffers. A rewrite after
+    /// `recv` returned a frame cannot be seen: keep the publisher's pool larger than the lag.
+    pub fn rewritten(&self) -> u64 {
+        self.rewritten
     }
 
     /// Why the last sample was dropped (`storage_kind: says shm, but the fd holds dmabuf
@@ -345,6 +378,7 @@ impl Subscriber {
                 publisher: foreign_publisher(sample.key_expr().as_str(), &decoded.frame_id),
                 host: Uuid::nil(),
                 blocks: false,
+                reuses: 0, // EdgeFirst's own publishers do not say
             }
         });
         Ok((info, decoded.tensor, zero_copy, decoded.frame_id))
@@ -370,12 +404,41 @@ impl Drop for Subscriber {
     }
 }
 
-/// Where the readers put what they receive: the queue `recv` takes from, and the count of
-/// frames it had no room for.
+/// Where the readers put what they receive: the queue `recv` takes from, the count of frames it
+/// had no room for, and the frames newer arrivals say were rewritten.
 #[derive(Clone)]
 struct Inbox {
     tx: SyncSender<Incoming>,
     overflowed: Arc<AtomicU64>,
+    overwritten: Overwritten,
+}
+
+/// Frames (publisher, sequence) whose buffer a newer frame of the same publisher rewrote, noted
+/// as the newer frame arrives (before `recv` reaches the older one, which by reference would
+/// then read the newer one's bytes). Shared by the arrival paths and `recv`.
+#[derive(Clone, Default)]
+struct Overwritten(Arc<Mutex<HashSet<(Uuid, u64)>>>);
+
+/// Frames noted as rewritten at most: beyond it (frames that never reach `recv`, inline ones)
+/// the notes start over, and a rewrite may go unseen.
+const MAX_OVERWRITTEN: usize = 4096;
+
+impl Overwritten {
+    /// Notes what `record` (a frame's record, as it arrives) says it rewrote.
+    fn note(&self, record: &FrameInfo) {
+        let (Some(older), Ok(mut set)) = (record.rewrites(), self.0.lock()) else {
+            return;
+        };
+        if set.len() >= MAX_OVERWRITTEN {
+            set.clear();
+        }
+        set.insert((record.publisher, older));
+    }
+
+    /// Whether frame `seq` of `publisher` was rewritten (forgetting the note).
+    fn take(&self, publisher: Uuid, seq: u64) -> bool {
+        self.0.lock().is_ok_and(|mut s| s.remove(&(publisher, seq)))
+    }
 }
 
 /// Puts `incoming` in the queue, or drops and counts it when the queue is full.
@@ -482,6 +545,9 @@ fn read_local(mut stream: UnixStream, inbox: &Inbox) {
                 .map(|t| (info, t))
                 .map_err(|e| format!("frame {}: {e}", info.seq))
         });
+        if let Ok((info, _)) = &frame {
+            inbox.overwritten.note(info);
+        }
         match frame {
             // A publisher that blocks for a slow subscriber is waited for: the queue has room
             // when `recv` takes a frame, and a dropped subscriber ends the wait.

@@ -232,6 +232,7 @@ fn hostile_and_stale_samples_on_the_key_are_dropped_and_counted() {
         publisher: uuid::Uuid::new_v4(),
         host: uuid::Uuid::new_v4(),
         blocks: false,
+        reuses: 0,
     };
     let small: TensorDyn = Tensor::<u16>::new(&[64], Some(TensorMemory::Mem))
         .unwrap()
@@ -361,6 +362,7 @@ fn a_forged_sample_naming_a_publisher_with_a_huge_sequence_does_not_silence_it()
         publisher: publisher.id(),
         host: uuid::Uuid::new_v4(),
         blocks: false,
+        reuses: 0,
     };
     let (blob, _) = hwtensor::blob::export(&small(), hwtensor::blob::Transport::Inline).unwrap();
     forger
@@ -787,4 +789,44 @@ fn zenoh_access_control_decides_which_host_receives_the_frames() {
         "the host the policy leaves out received a frame: {:?}",
         got.map(|r| r.seq)
     );
+}
+
+#[test]
+fn frames_whose_buffer_the_publisher_rewrote_before_the_subscriber_read_them_are_dropped_and_counted(
+) {
+    let (mut publisher, mut subscriber, _sessions) = on_one_host("test/rewritten");
+    // A pool of two buffers, six frames published before the subscriber reads any: frames
+    // 1-4's buffers hold frames 5 and 6 by the time it does.
+    let pool = [frame(0, TensorMemory::Shm), frame(0, TensorMemory::Shm)];
+    for n in 1..=6u64 {
+        let t = &pool[(n as usize - 1) % 2];
+        for (i, px) in t
+            .as_tensor::<u8>()
+            .unwrap()
+            .map_write()
+            .unwrap()
+            .chunks_exact_mut(4)
+            .enumerate()
+        {
+            px.copy_from_slice(&pixel(n, i));
+        }
+        assert_eq!(publisher.publish(t).unwrap(), n);
+    }
+    // The subscriber's reader takes each frame off its socket as it comes; give it the time
+    // to (a rewrite noted only after `recv` reached the older frame cannot be seen).
+    std::thread::sleep(Duration::from_millis(500));
+    let mut got = Vec::new();
+    while let Ok(r) = subscriber.recv(Duration::from_millis(500)) {
+        assert_eq!(
+            first_wrong(&r),
+            None,
+            "frame {} was delivered with another's bytes",
+            r.seq
+        );
+        got.push(r.seq);
+    }
+    assert_eq!(got, [5, 6]);
+    assert_eq!(subscriber.rewritten(), 4);
+    let why = subscriber.last_drop_reason().unwrap_or_default();
+    assert!(why.contains("rewritten by a newer frame"), "{why}");
 }
