@@ -108,7 +108,8 @@ impl AsRef<[u8]> for Payload {
 
 /// What the inputs hand to `recv`.
 enum Incoming {
-    Remote(Sample),
+    /// A sample, with its frame record as the arrival read it (`None`: it carries none).
+    Remote(Sample, Option<std::result::Result<FrameInfo, String>>),
     Local(FrameInfo, TensorDyn),
     Rejected(String),
 }
@@ -163,13 +164,16 @@ impl Subscriber {
         let data = session
             .declare_subscriber(key.to_string())
             .callback(move |sample| {
-                if let Some(record) = sample.attachment() {
-                    if let Ok(info) = FrameInfo::decode(&record.to_bytes()) {
-                        data_overwritten.note(&info);
-                    }
+                // Read once, here: what it says it rewrote must be known before `recv`
+                // reaches the older frame.
+                let record = sample
+                    .attachment()
+                    .map(|r| FrameInfo::decode(&r.to_bytes()));
+                if let Some(Ok(info)) = &record {
+                    data_overwritten.note(info);
                 }
                 // A full queue drops the frame: counted now, and the sequence shows the gap.
-                offer(&data_tx, Incoming::Remote(sample), &data_overflowed);
+                offer(&data_tx, Incoming::Remote(sample, record), &data_overflowed);
             })
             .wait()
             .map_err(zenoh_err)?;
@@ -229,14 +233,16 @@ impl Subscriber {
                     let by_fd = tensor.memory() != TensorMemory::Mem;
                     (info, tensor, by_fd, String::new())
                 }
-                Incoming::Remote(sample) => match self.parse_remote(&sample, deadline) {
-                    Ok(Some(frame)) => frame,
-                    Ok(None) => continue, // ours by fd already
-                    Err(why) => {
-                        self.drop_sample(&why);
-                        continue;
+                Incoming::Remote(sample, record) => {
+                    match self.parse_remote(&sample, record, deadline) {
+                        Ok(Some(frame)) => frame,
+                        Ok(None) => continue, // ours by fd already
+                        Err(why) => {
+                            self.drop_sample(&why);
+                            continue;
+                        }
                     }
-                },
+                }
                 Incoming::Rejected(why) => {
                     self.drop_sample(&why);
                     continue;
@@ -325,16 +331,17 @@ impl Subscriber {
     fn parse_remote(
         &mut self,
         sample: &Sample,
+        record: Option<std::result::Result<FrameInfo, String>>,
         deadline: Instant,
     ) -> std::result::Result<Option<Remote>, String> {
         if sample.kind() != SampleKind::Put {
             return Err("a delete on the key".into());
         }
         let payload = sample.payload();
-        let Some(record) = sample.attachment() else {
+        let Some(record) = record else {
             return self.parse_edgefirst(sample, None, deadline).map(Some);
         };
-        let info = FrameInfo::decode(&record.to_bytes())?;
+        let info = record?;
         let by_fd = self
             .local
             .lock()

@@ -76,37 +76,22 @@ impl Hub {
         flushing: &AtomicBool,
         generation: Option<u64>,
     ) -> Result<Option<usize>, NoBuffer> {
-        let deadline = hwtensor::time::deadline_after(timeout);
-        loop {
-            if self.unlocked.load(Ordering::SeqCst) || flushing.load(Ordering::SeqCst) {
-                return Err(NoBuffer::Flushing);
-            }
-            {
-                let mut s = self.shared.lock().unwrap();
-                let ch = s.channel.as_mut().ok_or(NoBuffer::Flushing)?;
-                if generation.is_some_and(|g| g != ch.generation) {
-                    return Ok(None);
-                }
-                match ch.producer.acquire(ACQUIRE_STEP) {
-                    Ok(slot) => return Ok(Some(slot.index())),
-                    Err(hwtensor::Error::Timeout(_)) => {}
-                    Err(e) => return Err(NoBuffer::Failed(format!("acquiring a buffer: {e}"))),
-                }
-            }
-            if when_full == WhenFull::Drop {
-                return Ok(None);
-            }
-            if Instant::now() >= deadline {
-                return Err(NoBuffer::Failed(format!(
-                    "consumers held every buffer of the channel for {timeout:?}; a consumer \
-                     that keeps its frames needs a larger pool-size, or when-full=drop"
-                )));
-            }
-        }
+        let wait = SlotWait {
+            when_full,
+            timeout,
+            flushing,
+            generation,
+            // The producer's own acquire waits on its consumers' hand-backs (woken by them).
+            pause: Duration::ZERO,
+            what: "acquiring a buffer",
+            held: "every buffer of the channel",
+            remedy: "a larger pool-size, or when-full=drop",
+        };
+        self.wait_for_slot(wait, |ch| {
+            ch.producer.acquire(ACQUIRE_STEP).map(|slot| slot.index())
+        })
     }
-}
 
-impl Hub {
     /// Acquires the adopted buffer's `slot` of channel `generation` once consumers handed it
     /// back, waiting as `when_full` says, in steps that let go of the lock (a property read, a
     /// consumer attaching and a state change go on meanwhile) and give up when the element
@@ -119,38 +104,77 @@ impl Hub {
         when_full: WhenFull,
         timeout: Duration,
     ) -> Result<Option<()>, NoBuffer> {
-        let deadline = hwtensor::time::deadline_after(timeout);
+        let never = AtomicBool::new(false);
+        let wait = SlotWait {
+            when_full,
+            timeout,
+            flushing: &never,
+            generation: Some(generation),
+            pause: ACQUIRE_STEP,
+            what: "an adopted buffer's slot",
+            held: "an adopted buffer of upstream's",
+            remedy: "when-full=drop, or upstream more buffers",
+        };
+        self.wait_for_slot(wait, |ch| {
+            ch.adopted.release_returned(&mut ch.producer);
+            ch.producer.acquire_slot(slot, Duration::ZERO)
+        })
+    }
+
+    /// The wait both kinds of slot share: `take` tries under the lock (a timeout is "none
+    /// free yet"), the lock is let go between tries (`wait.pause` apart), and the wait ends
+    /// when the element stops, the channel is replaced, `when_full` drops, or the timeout
+    /// passes (an error that says who held what, and what to change).
+    fn wait_for_slot<T>(
+        &self,
+        wait: SlotWait<'_>,
+        mut take: impl FnMut(&mut Channel) -> hwtensor::Result<T>,
+    ) -> Result<Option<T>, NoBuffer> {
+        let deadline = hwtensor::time::deadline_after(wait.timeout);
         loop {
-            if self.unlocked.load(Ordering::SeqCst) {
+            if self.unlocked.load(Ordering::SeqCst) || wait.flushing.load(Ordering::SeqCst) {
                 return Err(NoBuffer::Flushing);
             }
             {
                 let mut s = self.shared.lock().unwrap();
                 let ch = s.channel.as_mut().ok_or(NoBuffer::Flushing)?;
-                if ch.generation != generation {
+                if wait.generation.is_some_and(|g| g != ch.generation) {
                     return Ok(None);
                 }
-                ch.adopted.release_returned(&mut ch.producer);
-                match ch.producer.acquire_slot(slot, Duration::ZERO) {
-                    Ok(()) => return Ok(Some(())),
+                match take(ch) {
+                    Ok(got) => return Ok(Some(got)),
                     Err(hwtensor::Error::Timeout(_)) => {}
-                    Err(e) => {
-                        return Err(NoBuffer::Failed(format!("an adopted buffer's slot: {e}")))
-                    }
+                    Err(e) => return Err(NoBuffer::Failed(format!("{}: {e}", wait.what))),
                 }
             }
-            if when_full == WhenFull::Drop {
+            if wait.when_full == WhenFull::Drop {
                 return Ok(None);
             }
             if Instant::now() >= deadline {
                 return Err(NoBuffer::Failed(format!(
-                    "consumers held an adopted buffer of upstream's for {timeout:?}; a consumer \
-                     that keeps its frames needs when-full=drop, or upstream more buffers"
+                    "consumers held {} for {:?}; a consumer that keeps its frames needs {}",
+                    wait.held, wait.timeout, wait.remedy
                 )));
             }
-            std::thread::sleep(ACQUIRE_STEP);
+            std::thread::sleep(wait.pause);
         }
     }
+}
+
+/// How [`Hub::wait_for_slot`] waits, and the words its errors use.
+struct SlotWait<'a> {
+    when_full: WhenFull,
+    timeout: Duration,
+    flushing: &'a AtomicBool,
+    /// The channel the slot belongs to (`None`: whichever is current).
+    generation: Option<u64>,
+    /// Between tries, with the lock let go.
+    pause: Duration,
+    /// What failed, for an error of the channel's.
+    what: &'static str,
+    /// What consumers held, and what a user changes, for the timeout's error.
+    held: &'static str,
+    remedy: &'static str,
 }
 
 /// Why no buffer was had.

@@ -141,6 +141,12 @@ impl Lender for SrcLender {
 struct Receiving {
     consumer: Consumer,
     caps: gst::Caps,
+    /// The caps' video info, read once: a downstream without `GstVideoMeta` needs each frame
+    /// in its default layout.
+    info: gst_video::VideoInfo,
+    /// What each slot's frames are to the caps, judged at its first frame (not on every one:
+    /// this is the source's per-frame path).
+    fits: Vec<Option<Fit>>,
     /// `None` for GPU frames, which downstream gets as system-memory copies.
     pool: Option<(SlotPool, Arc<Downstream>)>,
 }
@@ -209,9 +215,14 @@ impl HwtensorSrc {
             ),
         };
         gst::info!(CAT, imp = self, "attached to {address}: {caps}");
+        let info = gst_video::VideoInfo::from_caps(&caps).map_err(|_| {
+            gst::error_msg!(gst::CoreError::Negotiation, ("caps without video info"))
+        })?;
         Ok(Receiving {
             consumer,
             caps,
+            info,
+            fits: Vec::new(),
             pool,
         })
     }
@@ -287,35 +298,28 @@ impl HwtensorSrc {
     /// Never a buffer that does not hold what the caps say: a frame of another picture than the
     /// channel's is an error (a producer changes pictures by reconnecting), and a frame at a
     /// layout downstream cannot read (no `GstVideoMeta` there) is copied into the caps' own.
-    fn buffer_of(&self, r: &Receiving, frame: Frame) -> Result<gst::Buffer, gst::FlowError> {
-        let channel = r.consumer.pool();
-        if picture(frame.tensor()) != picture(&channel[0]) {
-            let (got, want) = (describe(frame.tensor()), describe(&channel[0]));
-            gst::element_imp_error!(
-                self,
-                gst::StreamError::Format,
-                ("the producer sent a frame of {got} in a channel of {want}; a producer that \
-                  changes pictures reconnects")
-            );
-            return Err(gst::FlowError::Error);
-        }
-        if !self.downstream_meta.load(Ordering::Relaxed) {
-            let info = gst_video::VideoInfo::from_caps(&r.caps).map_err(|_| {
+    fn buffer_of(&self, r: &mut Receiving, frame: Frame) -> Result<gst::Buffer, gst::FlowError> {
+        match r.fit(frame.slot(), frame.tensor()) {
+            Fit::OtherPicture => {
+                let (got, want) = (describe(frame.tensor()), describe(&r.consumer.pool()[0]));
                 gst::element_imp_error!(
                     self,
-                    gst::CoreError::Negotiation,
-                    ("caps without video info")
+                    gst::StreamError::Format,
+                    ("the producer sent a frame of {got} in a channel of {want}; a producer \
+                      that changes pictures reconnects")
                 );
-                gst::FlowError::NotNegotiated
-            })?;
-            if !crate::copy::in_default_layout(frame.tensor(), &info) {
-                let buffer = crate::copy::out_of_in_layout(frame.tensor(), &info).map_err(|e| {
-                    gst::element_imp_error!(self, gst::ResourceError::Read, ("{e}"));
-                    gst::FlowError::Error
-                })?;
+                return Err(gst::FlowError::Error);
+            }
+            Fit::OtherLayout if !self.downstream_meta.load(Ordering::Relaxed) => {
+                let buffer =
+                    crate::copy::out_of_in_layout(frame.tensor(), &r.info).map_err(|e| {
+                        gst::element_imp_error!(self, gst::ResourceError::Read, ("{e}"));
+                        gst::FlowError::Error
+                    })?;
                 self.copies.fetch_add(1, Ordering::Relaxed);
                 return Ok(buffer);
             }
+            Fit::Caps | Fit::OtherLayout => {}
         }
         // Lending the last slot downstream would leave the producer none to write into until
         // downstream lets go (filesink batches small buffers, a queue holds many): that frame
@@ -426,6 +430,38 @@ fn with_stream_fields(mut caps: gst::Caps, info: &[u8]) -> gst::Caps {
 
 /// What buffers of one caps share: the picture, the element type, and whether the memory is
 /// the device's (lent downstream as copies) or the host's (lent as fd memory at any layout).
+/// What a slot's frames are to the negotiated caps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fit {
+    /// The caps' picture in their default layout: any downstream reads it.
+    Caps,
+    /// The caps' picture in a layout of its own: for a downstream that reads `GstVideoMeta`.
+    OtherLayout,
+    /// Another picture (a buffer the producer added for one): never pushed under these caps.
+    OtherPicture,
+}
+
+impl Receiving {
+    /// What slot `slot`'s frames (`t`) are to the caps, judged once per slot.
+    fn fit(&mut self, slot: usize, t: &TensorDyn) -> Fit {
+        if let Some(Some(fit)) = self.fits.get(slot) {
+            return *fit;
+        }
+        let fit = if picture(t) != picture(&self.consumer.pool()[0]) {
+            Fit::OtherPicture
+        } else if crate::copy::in_default_layout(t, &self.info) {
+            Fit::Caps
+        } else {
+            Fit::OtherLayout
+        };
+        if self.fits.len() <= slot {
+            self.fits.resize(slot + 1, None);
+        }
+        self.fits[slot] = Some(fit);
+        fit
+    }
+}
+
 /// The picture of `t` in words ("64x48 BGRx"), for errors.
 fn describe(t: &TensorDyn) -> String {
     match t.image_info() {

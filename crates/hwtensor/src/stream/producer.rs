@@ -160,8 +160,7 @@ impl Producer {
         };
         if lending == Lending::Read && !peer.own_user {
             if let Err(e) = os::guard_from_other_users(&self.pool) {
-                self.refused += 1;
-                let _ = os::refuse(stream, Refusal::CannotLendReadOnly);
+                self.tell_refused(stream, Refusal::CannotLendReadOnly);
                 return Err(e);
             }
         }
@@ -191,13 +190,18 @@ impl Producer {
         Ok(())
     }
 
-    /// Refuses the consumer `peer` on `stream`: tells it why, counts it, and returns the error
-    /// (which names the peer's user, for the operator who may admit it).
-    fn refuse(&mut self, stream: Link, refusal: Refusal, peer: &Peer) -> Error {
+    /// Counts a refused consumer and tells it why on `stream` (best effort: it may be gone).
+    fn tell_refused(&mut self, stream: Link, refusal: Refusal) {
         self.refused += 1;
         if let Err(e) = os::refuse(stream, refusal) {
             log::warn!("hwtensor: telling a refused consumer so failed: {e}");
         }
+    }
+
+    /// Refuses the consumer `peer` on `stream`: tells it why, counts it, and returns the error
+    /// (which names the peer's user, for the operator who may admit it).
+    fn refuse(&mut self, stream: Link, refusal: Refusal, peer: &Peer) -> Error {
+        self.tell_refused(stream, refusal);
         let who = peer
             .uid
             .map_or("a consumer".into(), |u| format!("a consumer of uid {u}"));

@@ -199,16 +199,28 @@ pub(crate) fn peer(link: &Link) -> Result<Peer> {
 /// read-only); a DMA-BUF's access is its exporter's, and GPU and CUDA memory handles carry
 /// none.
 pub(crate) fn read_only_lendable(pool: &[TensorDyn]) -> bool {
-    pool.iter().all(|t| t.memory() == TensorMemory::Shm)
+    pool.iter().all(lends_read_only)
+}
+
+/// Whether `t` is memory this side lends read-only: shared memory.
+fn lends_read_only(t: &TensorDyn) -> bool {
+    t.memory() == TensorMemory::Shm
+}
+
+/// The fds `t`'s bytes live in (one per plane for an image in several buffers).
+fn fds_of(t: &TensorDyn) -> Vec<BorrowedFd<'_>> {
+    match t.plane_fds() {
+        Some(planes) => planes.into_iter().map(|(fd, _)| fd).collect(),
+        None => t.as_fd().into_iter().collect(),
+    }
 }
 
 /// Makes `pool`'s shared memory unwritable by group and others, so a consumer of another user
 /// cannot reopen its read-only fd writable through `/proc/self/fd`. An fd whose mode this
 /// process cannot change (another user's memory) is refused: it cannot be lent read-only.
 pub(crate) fn guard_from_other_users(pool: &[TensorDyn]) -> Result<()> {
-    for t in pool.iter().filter(|t| t.memory() == TensorMemory::Shm) {
-        let (_, fds) = crate::blob::export(t, Transport::Reference)?;
-        for fd in fds {
+    for t in pool.iter().filter(|t| lends_read_only(t)) {
+        for fd in fds_of(t) {
             let mode = classify::stat(fd)?.st_mode & MODE_BITS;
             if mode & OTHERS_WRITE == 0 {
                 continue;
@@ -235,7 +247,7 @@ const OTHERS_WRITE: u32 = 0o022;
 /// works through it); everything else as it is.
 pub(crate) fn lend(conn: &Conn, t: &TensorDyn, lending: Lending) -> Result<()> {
     let (bytes, fds) = crate::blob::export(t, Transport::Reference)?;
-    if lending == Lending::Write || t.memory() != TensorMemory::Shm {
+    if lending == Lending::Write || !lends_read_only(t) {
         return crate::handoff::send_blob(conn, &bytes, &fds);
     }
     let read_only = fds
