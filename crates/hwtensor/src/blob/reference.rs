@@ -4,9 +4,9 @@
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
+use super::wire::{self, bad, Described, Outgoing};
 use super::{
-    bad, inline_buffer, Described, Outgoing, Transport, REQUIRES_COMPLETION, REQUIRES_PLANE_FDS,
-    REQUIRES_SYNC_FILE,
+    inline_buffer, Transport, REQUIRES_COMPLETION, REQUIRES_PLANE_FDS, REQUIRES_SYNC_FILE,
 };
 use crate::backing::linux::{Plan, PlaneFds, PlaneSource};
 use crate::backing::Storage;
@@ -80,7 +80,7 @@ fn export_planes<'a, T: Element>(
     }
     let out = Outgoing {
         byte_offset: 0,
-        buffer_len: super::one_buffer_extent(&super::plane_records(t, 0)?) as usize,
+        buffer_len: wire::one_buffer_extent(&wire::plane_records(t, 0)?) as usize,
         fd_count: planes.fds.len(),
         plane_offsets: Some(planes.offsets.to_vec()),
         ..Outgoing::reference(t)

@@ -9,7 +9,8 @@
 
 use std::os::windows::io::{AsHandle, AsRawHandle, BorrowedHandle, OwnedHandle};
 
-use super::{bad, Described, Outgoing, REQUIRES_COMPLETION};
+use super::wire::{bad, Described, Outgoing};
+use super::REQUIRES_COMPLETION;
 use crate::backing::{SectionMapping, Storage};
 use crate::buffer::Buffer;
 use crate::gpu::{GpuMemory, GpuReference, TextureRequest, GPU_WAIT};
