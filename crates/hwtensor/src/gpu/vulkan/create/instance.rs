@@ -6,8 +6,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use ash::vk;
 
-use super::adapter::{select_or_explain, AdapterChoice, AdapterInfo};
-use super::{vk_kind, Features};
+use super::super::adapter::{select_or_explain, AdapterChoice, AdapterInfo};
+use super::super::vk_kind;
+use crate::gpu::Features;
 use crate::{Error, GpuErrorKind, Result};
 
 /// The environment variable that turns on the Khronos validation layer.
