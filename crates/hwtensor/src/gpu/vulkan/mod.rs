@@ -31,7 +31,7 @@ use ash::vk;
 
 pub use adapter::{format_uuid, AdapterChoice, AdapterInfo, AdapterKind, PciAddress, ADAPTER_ENV};
 pub(crate) use conv::{failed, vk_kind, FEATURE_NAMES};
-pub use create::instance::{validation_errors, DEBUG_ENV};
+pub use create::new_device::{validation_errors, DEBUG_ENV};
 pub use create::{adapters, device, use_external_device};
 pub(crate) use fence::{count_cpu_wait, Backoff, Next, Requests};
 pub use fence::{cpu_waits, WAIT_SPIN};

@@ -1,10 +1,10 @@
 //! How the process device comes to be: adopted from another copy of the library through the
 //! rendezvous record, installed by the host (`use_external_device`), or created here
-//! (`instance.rs`: the instance, the adapter and the logical device). Each way ends in
+//! (`new_device.rs`: the instance, the adapter and the logical device). Each way ends in
 //! [`DeviceParts`], from which `GpuDevice::assemble` builds the one device; a device that lost
 //! the race to publish is discarded whole.
 
-pub(super) mod instance;
+pub(super) mod new_device;
 
 use std::sync::{Mutex, OnceLock};
 
@@ -31,9 +31,9 @@ pub fn device() -> Result<&'static GpuDevice> {
 
 /// Every adapter this machine's Vulkan sees.
 pub fn adapters() -> Result<Vec<AdapterInfo>> {
-    let entry = instance::load_entry()?;
-    let instance = instance::create_instance(&entry, false)?.instance;
-    let list = instance::enumerate(&instance).map(|v| v.into_iter().map(|(_, i)| i).collect());
+    let entry = new_device::load_entry()?;
+    let instance = new_device::create_instance(&entry, false)?.instance;
+    let list = new_device::enumerate(&instance).map(|v| v.into_iter().map(|(_, i)| i).collect());
     // SAFETY: the instance has no children and nothing else holds it.
     unsafe { instance.destroy_instance(None) };
     list
@@ -202,7 +202,7 @@ impl DeviceParts {
     }
 
     /// The parts of a device this copy made.
-    fn created(c: instance::Created) -> DeviceParts {
+    fn created(c: new_device::Created) -> DeviceParts {
         // SAFETY: the device was created with queue 0 of each of these families.
         let queue = unsafe { c.device.get_device_queue(c.families.main, 0) };
         let transfer = c.families.transfer.map(|f| {
@@ -231,7 +231,7 @@ fn own_device(record: Option<&'static Record>) -> Result<GpuDevice> {
     let (parts, messenger) = match external {
         Some(ext) => (DeviceParts::external(ext), None),
         None => {
-            let mut c = instance::create()?;
+            let mut c = new_device::create()?;
             let messenger = c.messenger.take();
             (DeviceParts::created(c), messenger)
         }

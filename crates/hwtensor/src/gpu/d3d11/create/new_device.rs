@@ -13,8 +13,8 @@ use windows::Win32::Graphics::Direct3D11::{
 };
 use windows::Win32::Graphics::Dxgi::IDXGIAdapter;
 
-use super::adapter::{self, AdapterChoice, AdapterInfo, ADAPTER_ENV};
-use super::hr_kind;
+use super::super::adapter::{self, AdapterChoice, AdapterInfo, ADAPTER_ENV};
+use super::super::hr_kind;
 use crate::{Error, GpuErrorKind, Result};
 
 /// The environment variable that turns on the D3D11 debug layer.
