@@ -29,6 +29,10 @@ mod copy;
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)] // the CUDA driver is called through raw handles
 pub mod cuda;
+/// What the buffers name of CUDA where there is none: uninhabited.
+#[cfg(not(target_os = "linux"))]
+#[path = "cuda/stub.rs"]
+mod cuda;
 #[cfg(target_os = "linux")]
 mod cuda_map;
 /// The Windows adapter choice is pure text handling: tested on every platform.

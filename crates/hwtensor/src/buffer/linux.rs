@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use super::{Buffer, BufferInner};
 use crate::backing::Storage;
+use crate::cuda::Offer;
 use crate::gpu::GpuOrigin;
 use crate::os::{classify, memfd};
 use crate::{BufferIdentity, ImportPolicy, Result};
@@ -89,8 +90,8 @@ impl Buffer {
         self.0.cuda.get().is_some()
     }
 
-    /// This buffer as CUDA reaches it, made on the first call and kept: GPU memory imported
-    /// from its exported fd, host memory of whole pages registered. Says why where it cannot.
+    /// This buffer as CUDA reaches it, made on the first call and kept (what CUDA can reach
+    /// is CUDA's to say: `cuda::BufferImport::of`).
     // The registration borrows this buffer's pages for as long as it lives, which only the
     // field order of `BufferInner` can promise: one unsafe call, here.
     #[allow(unsafe_code)]
@@ -98,34 +99,24 @@ impl Buffer {
         if let Some(import) = self.0.cuda.get() {
             return Ok(import);
         }
-        let made = match &self.0.storage {
-            Storage::Cuda(c) => crate::cuda::BufferImport::native(c.device_ptr())?,
-            Storage::Gpu(g) => {
-                let fd = g.fd().ok_or_else(|| crate::Error::Unavailable {
-                    memory: crate::TensorMemory::Cuda,
-                    reason: "this GPU memory has no exported fd for CUDA to import".into(),
-                })?;
-                crate::cuda::BufferImport::of_gpu(fd, g.allocation_size(), g.len())?
-            }
-            storage if storage.whole_pages() => {
-                // SAFETY: whole pages mapped for as long as the buffer lives; the import is
-                // dropped first (field order of BufferInner).
-                unsafe {
-                    crate::cuda::BufferImport::of_host(self.ptr(), self.len(), self.writable())?
-                }
-            }
-            other => {
-                return Err(crate::Error::Unavailable {
-                    memory: crate::TensorMemory::Cuda,
-                    reason: format!(
-                        "CUDA cannot reach this {} buffer of {} bytes: only GPU memory and heap \
-                         or shm buffers of whole pages (4096 bytes and up) can be mapped",
-                        other.memory(),
-                        self.len()
-                    ),
-                })
-            }
+        let offer = match &self.0.storage {
+            Storage::Cuda(c) => Offer::Cuda(c.device_ptr()),
+            Storage::Gpu(g) => Offer::Gpu {
+                fd: g.fd(),
+                allocation_size: g.allocation_size(),
+                len: g.len(),
+            },
+            storage => Offer::Host {
+                ptr: self.ptr(),
+                len: self.len(),
+                writable: self.writable(),
+                whole_pages: storage.whole_pages(),
+                memory: storage.memory(),
+            },
         };
+        // SAFETY: host pages stay mapped for as long as the buffer lives, and the import is
+        // dropped first (field order of BufferInner).
+        let made = unsafe { crate::cuda::BufferImport::of(offer) }?;
         Ok(self.0.cuda.get_or_init(|| made))
     }
 

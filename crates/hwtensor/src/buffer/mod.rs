@@ -26,9 +26,9 @@ pub(crate) struct BufferInner {
     /// memory and kept: importing pins pages, which costs more than a large copy. Declared
     /// before `storage` so it is released before the memory is unmapped.
     gpu_import: OnceLock<Option<HostImport>>,
-    /// This buffer as CUDA reaches it, made on the first CUDA map and kept (Linux). Declared
-    /// before `storage`: it waits for CUDA's last use and is undone before the memory goes.
-    #[cfg(target_os = "linux")]
+    /// This buffer as CUDA reaches it, made on the first CUDA map and kept (never, where
+    /// there is no CUDA: `cuda/stub.rs`). Declared before `storage`: it waits for CUDA's last
+    /// use and is undone before the memory goes.
     cuda: OnceLock<crate::cuda::BufferImport>,
     storage: Storage,
     identity: BufferIdentity,
@@ -52,7 +52,6 @@ impl Buffer {
     pub(crate) fn with_identity(storage: Storage, identity: BufferIdentity) -> Buffer {
         Buffer(Arc::new(BufferInner {
             gpu_import: OnceLock::new(),
-            #[cfg(target_os = "linux")]
             cuda: OnceLock::new(),
             storage,
             identity,
@@ -208,7 +207,6 @@ impl Buffer {
         let claim = self.0.maps.claim(span, direction != Direction::Read)?;
         // Host memory CUDA may still be using: its GPU memory counterpart waits in `begin_cpu`
         // (CUDA reads marked by events, which the timeline does not know, wait here for both).
-        #[cfg(target_os = "linux")]
         if let Some(cuda) = self.0.cuda.get() {
             cuda.wait_idle(direction != Direction::Read)?;
         }

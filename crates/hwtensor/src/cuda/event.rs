@@ -11,14 +11,13 @@
 //! writes on their stream (`cuStreamWaitEvent`), CPU writes and frees by polling them, and a
 //! channel frame's hand-back from the read waiter's thread ([`when_read`]).
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::device::CudaDevice;
 use super::driver::{check, sys};
-use crate::gpu::{Backoff, Next, Requests};
+use crate::gpu::waiter::{Backoff, ExitGate, Next, Requests};
 use crate::{Error, Result};
 
 /// `CU_EVENT_DISABLE_TIMING`: the event only marks a point in the stream; without timing it
@@ -106,7 +105,7 @@ impl ReadMark {
 
 impl Drop for ReadMark {
     fn drop(&mut self) {
-        if READER_STOP.load(Ordering::SeqCst) {
+        if READER_GATE.is_closed() {
             return; // the process is exiting: the driver may be gone
         }
         if let Ok(mut spares) = SPARES.lock() {
@@ -171,42 +170,30 @@ pub(crate) fn settle(device: &CudaDevice, marks: &[Arc<ReadMark>]) -> Result<u64
     device.signal_from_stream(stream, 0)
 }
 
-/// Set at process exit: the read waiter and mark drops leave the driver alone from then on.
-static READER_STOP: AtomicBool = AtomicBool::new(false);
-/// Whether the read waiter is inside the driver (querying marks).
-static READER_IN_CUDA: AtomicBool = AtomicBool::new(false);
-/// How long exit waits for the read waiter to step out of the driver: a few queries' time.
-const READER_EXIT_BUDGET: Duration = Duration::from_millis(50);
+/// Keeps the read waiter and mark drops out of the driver once the process exits.
+static READER_GATE: ExitGate = ExitGate::new();
 
 /// Runs at normal exit, before the driver's own teardown: a waiter still querying events
 /// through it would crash the exiting process (as the timeline's completion waiter would).
 extern "C" fn stop_reader_at_exit() {
-    READER_STOP.store(true, Ordering::SeqCst);
-    let started = Instant::now();
-    while READER_IN_CUDA.load(Ordering::SeqCst) && started.elapsed() < READER_EXIT_BUDGET {
-        std::thread::yield_now();
-    }
+    READER_GATE.close();
 }
 
 /// The calls of `waiting` whose marks are done, run; the rest kept. `None` once the process
 /// is exiting.
 fn run_finished(waiting: Vec<Waiting>) -> Option<Vec<Waiting>> {
-    // Announce first, then check: exit either sees us inside, or we see its stop.
-    READER_IN_CUDA.store(true, Ordering::SeqCst);
-    if READER_STOP.load(Ordering::SeqCst) {
-        READER_IN_CUDA.store(false, Ordering::SeqCst);
-        return None;
-    }
-    let mut still = Vec::with_capacity(waiting.len());
-    let mut finished = Vec::new();
-    for (marks, then) in waiting {
-        let marks = pending(marks);
-        match marks.is_empty() {
-            true => finished.push(then),
-            false => still.push((marks, then)),
+    let (still, finished) = READER_GATE.enter(|| {
+        let mut still = Vec::with_capacity(waiting.len());
+        let mut finished = Vec::new();
+        for (marks, then) in waiting {
+            let marks = pending(marks);
+            match marks.is_empty() {
+                true => finished.push(then),
+                false => still.push((marks, then)),
+            }
         }
-    }
-    READER_IN_CUDA.store(false, Ordering::SeqCst);
+        (still, finished)
+    })?;
     finished.into_iter().for_each(|then| then());
     Some(still)
 }

@@ -10,13 +10,35 @@ use super::device::{device, CudaDevice};
 use super::driver::{check, sys};
 use super::event::{self, ReadMark};
 use crate::gpu::GPU_WAIT;
-use crate::Result;
+use crate::{Error, Result, TensorMemory};
 
 /// `CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP`: pinned for every context,
 /// and mapped into the device's address space.
 const REGISTER_FLAGS: u32 = 0x01 | 0x02;
 /// `CU_MEMHOSTREGISTER_READ_ONLY`: for a foreign buffer mapped read-only.
 const REGISTER_READ_ONLY: u32 = 0x08;
+
+/// A buffer as the buffer layer describes it to CUDA. [`BufferImport::of`] decides from it
+/// whether and how CUDA reaches the buffer, so the rule (and the words of its refusal) lives
+/// with CUDA, not with the buffers.
+pub(crate) enum Offer<'a> {
+    /// CUDA memory, at its device address.
+    Cuda(sys::CUdeviceptr),
+    /// GPU memory of the process device, with its exported fd where it has one.
+    Gpu {
+        fd: Option<BorrowedFd<'a>>,
+        allocation_size: u64,
+        len: usize,
+    },
+    /// Host memory mapped at `ptr` (of `memory`'s kind), in whole pages or not.
+    Host {
+        ptr: *mut u8,
+        len: usize,
+        writable: bool,
+        whole_pages: bool,
+        memory: TensorMemory,
+    },
+}
 
 /// How CUDA reaches one buffer.
 enum Reach {
@@ -90,9 +112,48 @@ impl std::fmt::Debug for BufferImport {
 }
 
 impl BufferImport {
+    /// The buffer `offer` describes as CUDA reaches it: CUDA memory as itself, GPU memory
+    /// through its exported fd, host memory of whole pages registered. Anything else is
+    /// [`Error::Unavailable`] saying what CUDA can reach.
+    ///
+    /// # Safety
+    /// A host offer of whole pages must be mapped (and, when `writable`, writable) until the
+    /// import is dropped, as [`Self::of_host`] requires.
+    pub(crate) unsafe fn of(offer: Offer<'_>) -> Result<Self> {
+        let unavailable = |reason: String| Error::Unavailable {
+            memory: TensorMemory::Cuda,
+            reason,
+        };
+        match offer {
+            Offer::Cuda(ptr) => Self::native(ptr),
+            Offer::Gpu {
+                fd: Some(fd),
+                allocation_size,
+                len,
+            } => Self::of_gpu(fd, allocation_size, len),
+            Offer::Gpu { fd: None, .. } => Err(unavailable(
+                "this GPU memory has no exported fd for CUDA to import".into(),
+            )),
+            Offer::Host {
+                ptr,
+                len,
+                writable,
+                whole_pages: true,
+                ..
+            } => {
+                // SAFETY: the caller's contract, passed on.
+                unsafe { Self::of_host(ptr, len, writable) }
+            }
+            Offer::Host { len, memory, .. } => Err(unavailable(format!(
+                "CUDA cannot reach this {memory} buffer of {len} bytes: only GPU memory and \
+                 heap or shm buffers of whole pages (4096 bytes and up) can be mapped"
+            ))),
+        }
+    }
+
     /// Imports exported Vulkan memory (`fd`, an OPAQUE_FD of `allocation_size` bytes) holding a
     /// `len`-byte buffer. The fd stays the caller's: CUDA gets a duplicate.
-    pub(crate) fn of_gpu(fd: BorrowedFd<'_>, allocation_size: u64, len: usize) -> Result<Self> {
+    fn of_gpu(fd: BorrowedFd<'_>, allocation_size: u64, len: usize) -> Result<Self> {
         let device = device()?;
         let _current = device.enter()?;
         let dup = fd.try_clone_to_owned().map_err(|e| crate::Error::Os {
@@ -146,7 +207,7 @@ impl BufferImport {
     /// # Safety
     /// `host..host + len` must be mapped memory of whole pages that stays mapped until the
     /// import is dropped, and (when `writable`) writable.
-    pub(crate) unsafe fn of_host(host: *mut u8, len: usize, writable: bool) -> Result<Self> {
+    unsafe fn of_host(host: *mut u8, len: usize, writable: bool) -> Result<Self> {
         let device = device()?;
         let _current = device.enter()?;
         let flags = REGISTER_FLAGS | if writable { 0 } else { REGISTER_READ_ONLY };
@@ -172,7 +233,7 @@ impl BufferImport {
     }
 
     /// CUDA memory at `ptr`, reached as itself.
-    pub(crate) fn native(ptr: sys::CUdeviceptr) -> Result<Self> {
+    fn native(ptr: sys::CUdeviceptr) -> Result<Self> {
         Ok(BufferImport {
             device: device()?,
             reach: Reach::Native,

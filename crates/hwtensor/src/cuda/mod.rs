@@ -46,7 +46,7 @@ mod memory;
 pub(crate) use copy::run_copy;
 pub use device::{device, unavailable_reason, CudaDevice, CUDA_ENV};
 pub(crate) use event::{when_read, ReadMark};
-pub(crate) use import::BufferImport;
+pub(crate) use import::{BufferImport, Offer};
 pub(crate) use memory::{CudaCpuAccess, CudaMemory};
 
 /// Hooks for the CUDA integration tests, not API.

@@ -2,11 +2,6 @@
 //! copy plan a backend carries out. The core plans (shapes, claims, runs); a backend only moves
 //! bytes, so no backend reaches into a tensor's fields.
 
-#[cfg(target_os = "linux")]
-use std::sync::atomic::{AtomicU64, Ordering};
-#[cfg(target_os = "linux")]
-use std::time::Duration;
-
 use crate::geometry::for_each_paired_run;
 use crate::{DType, PixelFormat};
 
@@ -44,43 +39,6 @@ pub(crate) struct GpuReference {
     pub producer: GpuOrigin,
 }
 
-#[cfg(target_os = "linux")] // Linux device memory (Vulkan, CUDA) only
-/// The timeline values of the last device write and read of a buffer (Vulkan's or CUDA's):
-/// what later device work, CPU maps and frees wait for. One per device-memory buffer.
-#[derive(Debug, Default)]
-pub(crate) struct DeviceUse {
-    last_write: AtomicU64,
-    last_read: AtomicU64,
-}
-
-#[cfg(target_os = "linux")] // Linux device memory (Vulkan, CUDA) only
-impl DeviceUse {
-    /// The value of the last write.
-    pub(crate) fn last_write(&self) -> u64 {
-        self.last_write.load(Ordering::Acquire)
-    }
-
-    /// What device work that reads (or, with `write`, writes) the buffer must wait for.
-    pub(crate) fn after(&self, write: bool) -> u64 {
-        let w = self.last_write();
-        if write {
-            w.max(self.last_read.load(Ordering::Acquire))
-        } else {
-            w
-        }
-    }
-
-    /// Records that work completing at `value` read (or wrote) the buffer.
-    pub(crate) fn record(&self, value: u64, write: bool) {
-        let word = if write {
-            &self.last_write
-        } else {
-            &self.last_read
-        };
-        word.fetch_max(value, Ordering::AcqRel);
-    }
-}
-
 /// Where a tensor's elements lie in its buffer.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Placement<'a> {
@@ -110,14 +68,6 @@ pub(crate) struct CopyPlan<'a> {
 }
 
 impl CopyPlan<'_> {
-    #[cfg(target_os = "linux")] // Linux device memory (Vulkan, CUDA) only
-    /// Bytes the plan copies.
-    pub(crate) fn bytes(&self) -> usize {
-        let mut total = 0;
-        self.for_each_run(|_, _, len| total += len);
-        total
-    }
-
     /// Calls `run(src_offset, dst_offset, len)` for every contiguous run, in buffer offsets.
     pub(crate) fn for_each_run(&self, mut run: impl FnMut(usize, usize, usize)) {
         let (s, d) = (self.src.offset, self.dst.offset);
@@ -129,32 +79,6 @@ impl CopyPlan<'_> {
             |so, doff, len| run(s + so, d + doff, len),
         );
     }
-}
-
-#[cfg(target_os = "linux")] // Linux device memory (Vulkan, CUDA) only
-/// The host <-> device copy rate a wait's expected time is sized by (bytes per microsecond):
-/// PCIe 5 on the H200 moves ~50 GB/s; on a slower link the wait just blocks for the rest.
-const COPY_BYTES_PER_US: usize = 45_000;
-#[cfg(target_os = "linux")] // Linux device memory (Vulkan, CUDA) only
-/// Slack on top of a copy's expected time: submission and completion latency.
-const COPY_SLACK: Duration = Duration::from_micros(100);
-
-#[cfg(target_os = "linux")] // Linux device memory (Vulkan, CUDA) only
-/// About how long a copy of `bytes` between host and device takes: a wait for it spins and
-/// polls that long before it blocks, because a blocked wait wakes tens of microseconds late
-/// (and ~10 ms late on a value CUDA signals: a 256 MiB copy ran at 0.41x of `cuMemcpy`).
-pub(crate) fn expected_copy_time(bytes: usize) -> Duration {
-    Duration::from_micros((bytes / COPY_BYTES_PER_US) as u64) + COPY_SLACK
-}
-
-/// Which API made memory that arrives as an fd: it decides how the GPU device imports it.
-#[cfg(target_os = "linux")] // fds of device memory: Linux only
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum MemorySource {
-    /// Vulkan memory, made for one buffer of the same length as the import's.
-    Vulkan,
-    /// CUDA VMM memory (`TensorMemory::Cuda` of a peer), whole granules of CUDA's.
-    Cuda,
 }
 
 /// One side of a copy the device runs: GPU memory, or host bytes.

@@ -36,13 +36,17 @@ use std::time::Duration;
 use crate::Result;
 
 pub(crate) mod claim;
+#[cfg(target_os = "linux")]
+pub(crate) mod device_memory;
 pub(crate) mod memory;
 pub(crate) mod process_device;
 pub(crate) mod rendezvous;
 pub(crate) mod timeline;
+#[cfg(target_os = "linux")]
+pub(crate) mod waiter;
 
 #[cfg(target_os = "linux")]
-pub(crate) use memory::{expected_copy_time, DeviceUse, MemorySource};
+pub(crate) use device_memory::{expected_copy_time, DeviceUse, MemorySource};
 pub(crate) use memory::{
     CopyPlan, CopySide, GpuOrigin, GpuReference, HostBytes, Placement, TextureRequest,
 };

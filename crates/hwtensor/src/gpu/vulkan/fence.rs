@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use ash::vk;
 
 use crate::gpu::timeline::{QueueHeld, TimelineWords};
+use crate::gpu::waiter::{ExitGate, Next, Requests, POLL_INTERVAL, WAITER_SLICE};
 use crate::{Error, GpuErrorKind, Result};
 
 /// How long `wait` spins on the counter before it polls. A thread blocked in
@@ -22,97 +23,9 @@ pub const WAIT_SPIN: Duration = Duration::from_micros(50);
 /// good, and the rest of the wait polls instead.
 const SPIN_CAP: Duration = Duration::from_millis(2);
 
-/// The first sleep between two looks at the counter once the spin is over: a wait for work of
-/// the expected length ends at most about this late (plus the scheduler's wake-up), not the
-/// ~10 ms a blocked `vkWaitSemaphores` on a CUDA-signalled value takes on NVIDIA.
-const POLL_INTERVAL: Duration = Duration::from_micros(50);
-
 /// How long [`Timeline::observe`] gives the tracked timeline to show a value the process
 /// timeline showed: both are signalled by the same submission.
 const OBSERVE_WAIT: Duration = Duration::from_millis(100);
-
-/// The longest the completion-fd waiter sleeps between two looks at the counter. It polls,
-/// starting at [`POLL_INTERVAL`] and doubling up to this, and never blocks in
-/// `vkWaitSemaphores`: the Khronos validation layer of Debian 12 (1.3.239) deadlocks a host
-/// wait on one thread against submissions on others (its issue 4968; one run in ~25 of
-/// `vulkan_device` under the layer hung so for longer than the test's 5 s), and on NVIDIA a
-/// blocked wait on a CUDA-signalled value wakes ~10 ms late. A short wait is answered within
-/// ~0.1 ms, a long one costs a wake-up every 2 ms.
-const WAITER_SLICE: Duration = Duration::from_millis(2);
-
-/// The pause of a thread that polls for completions: [`POLL_INTERVAL`] after news, doubling up
-/// to [`WAITER_SLICE`] while nothing changes. The timeline's completion waiter and the CUDA
-/// read waiter (`cuda/event.rs`) keep the same schedule.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Backoff(Duration);
-
-impl Backoff {
-    pub(crate) fn new() -> Backoff {
-        Backoff(POLL_INTERVAL)
-    }
-
-    /// The pause now.
-    pub(crate) fn pause(self) -> Duration {
-        self.0
-    }
-
-    /// Nothing changed: the next pause is longer.
-    pub(crate) fn grow(&mut self) {
-        self.0 = (self.0 * 2).min(WAITER_SLICE);
-    }
-}
-
-/// The requests of a polling waiter thread, and its pause between two looks at what it waits for.
-pub(crate) struct Requests<M> {
-    rx: mpsc::Receiver<M>,
-    pause: Backoff,
-}
-
-/// What a polling waiter thread does next ([`Requests::next`]).
-pub(crate) enum Next<M> {
-    /// Takes on this request.
-    Request(M),
-    /// Looks again at what it waits for.
-    LookAgain,
-    /// Ends: every sender is gone and nothing waits.
-    End,
-}
-
-impl<M> Requests<M> {
-    pub(crate) fn new(rx: mpsc::Receiver<M>) -> Requests<M> {
-        Requests {
-            rx,
-            pause: Backoff::new(),
-        }
-    }
-
-    /// What to do next. With nothing `waiting` it sleeps until a request comes; else at most
-    /// the pause, which grows while no request does.
-    pub(crate) fn next(&mut self, waiting: bool) -> Next<M> {
-        let next = match waiting {
-            false => self
-                .rx
-                .recv()
-                .map_err(|_| mpsc::RecvTimeoutError::Disconnected),
-            true => self.rx.recv_timeout(self.pause.pause()),
-        };
-        match next {
-            Ok(m) => {
-                self.pause = Backoff::new();
-                Next::Request(m)
-            }
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                self.pause.grow();
-                Next::LookAgain
-            }
-            Err(mpsc::RecvTimeoutError::Disconnected) if !waiting => Next::End,
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                std::thread::sleep(self.pause.pause());
-                Next::LookAgain
-            }
-        }
-    }
-}
 
 /// CPU waits on a timeline (this copy's, or a peer's) that found their value not yet reached,
 /// and those of them that went on past their spin to sleep: a frame loop in its steady state
@@ -566,36 +479,22 @@ pub(crate) fn wait_semaphore(
         .map_err(super::failed(&format!("confirming timeline value {value}")))
 }
 
-/// Set at process exit: the waiter must leave Vulkan alone from then on.
-static WAITER_STOP: AtomicBool = AtomicBool::new(false);
-/// Whether the waiter is inside a Vulkan call.
-static WAITER_IN_VULKAN: AtomicBool = AtomicBool::new(false);
-/// How long exit waits for the waiter to step out of Vulkan: one wait slice and then some.
-const WAITER_EXIT_BUDGET: Duration = Duration::from_millis(50);
+/// Keeps the completion waiter out of Vulkan once the process exits.
+static WAITER_GATE: ExitGate = ExitGate::new();
 
 /// Runs at normal exit, before the static destructors of libraries loaded earlier (the
 /// validation layer's, the driver's): a waiter still polling the timeline through them would
 /// crash the exiting process.
 extern "C" fn stop_waiter_at_exit() {
-    WAITER_STOP.store(true, Ordering::SeqCst);
-    let started = Instant::now();
-    while WAITER_IN_VULKAN.load(Ordering::SeqCst) && started.elapsed() < WAITER_EXIT_BUDGET {
-        std::thread::yield_now();
-    }
+    WAITER_GATE.close();
 }
 
 /// The timeline's counter, read by the waiter; `None` once the process is exiting.
 fn counter_unless_exiting(device: &ash::Device, semaphore: vk::Semaphore) -> Option<u64> {
-    // Announce first, then check: exit either sees us inside, or we see its stop.
-    WAITER_IN_VULKAN.store(true, Ordering::SeqCst);
-    if WAITER_STOP.load(Ordering::SeqCst) {
-        WAITER_IN_VULKAN.store(false, Ordering::SeqCst);
-        return None;
-    }
-    // SAFETY: the device and semaphore live for the process; a query needs no queue lock.
-    let reached = unsafe { device.get_semaphore_counter_value(semaphore) }.unwrap_or(0);
-    WAITER_IN_VULKAN.store(false, Ordering::SeqCst);
-    Some(reached)
+    WAITER_GATE.enter(|| {
+        // SAFETY: the device and semaphore live for the process; a query needs no queue lock.
+        unsafe { device.get_semaphore_counter_value(semaphore) }.unwrap_or(0)
+    })
 }
 
 fn spawn_waiter(

@@ -33,7 +33,7 @@ pub use adapter::{format_uuid, AdapterChoice, AdapterInfo, AdapterKind, PciAddre
 pub(crate) use conv::{failed, vk_kind, FEATURE_NAMES};
 pub use create::new_device::{validation_errors, DEBUG_ENV};
 pub use create::{adapters, device, use_external_device};
-pub(crate) use fence::{count_cpu_wait, Backoff, Next, Requests};
+pub(crate) use fence::count_cpu_wait;
 pub use fence::{cpu_waits, WAIT_SPIN};
 pub(crate) use peer::PeerTimeline;
 
