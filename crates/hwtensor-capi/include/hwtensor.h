@@ -37,6 +37,11 @@
 #define HWT_MAP_PRIVATE_WORDS 16
 
 /**
+ * A time field's value when the frame has none.
+ */
+#define HWT_NO_TIME UINT64_MAX
+
+/**
  * Bytes of a frame's user payload.
  */
 #define HWT_FRAME_PAYLOAD_BYTES 32
@@ -508,6 +513,35 @@ typedef uint32_t HwtWait;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
 
+/**
+ * What a frame of a media channel says (`uint32_t` fields named `kind`). Only appended.
+ */
+enum HwtFrameKind
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * A frame: the buffer holds a picture or tensor.
+   */
+  HWT_FRAME_KIND_FRAME = 0,
+  /**
+   * End of stream: no frame follows.
+   */
+  HWT_FRAME_KIND_END_OF_STREAM = 1,
+  /**
+   * The producer's caps change: connect again for the new pool.
+   */
+  HWT_FRAME_KIND_CAPS_CHANGE = 2,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum HwtFrameKind HwtFrameKind;
+#else
+typedef uint32_t HwtFrameKind;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
 #if defined(HWT_LINUX)
 /**
  * An exported blob (opaque): its bytes and the fds to send beside them, borrowed from the
@@ -613,6 +647,24 @@ typedef struct HwtFrameMeta {
    */
   uint8_t payload[HWT_FRAME_PAYLOAD_BYTES];
 } HwtFrameMeta;
+
+/**
+ * A frame's marker.
+ */
+typedef struct HwtMarker {
+  /**
+   * An `HWT_FRAME_KIND_*` value.
+   */
+  uint32_t kind;
+  /**
+   * Presentation time in ns, or `HWT_NO_TIME`.
+   */
+  uint64_t pts_ns;
+  /**
+   * Duration in ns, or `HWT_NO_TIME`.
+   */
+  uint64_t duration_ns;
+} HwtMarker;
 
 /**
  * One plane of an image, relative to the image's first byte.
@@ -811,6 +863,23 @@ enum HwtStatus hwt_tensor_map(const struct HwtTensor *t,
  * not a copy of a live one.
  */
 enum HwtStatus hwt_map_end(struct HwtMap *map);
+
+/**
+ * Reads the marker in `meta`'s payload (a frame's, from `hwt_frame_meta`). An empty payload
+ * is a plain frame; a kind this library does not know is `HWT_STATUS_BAD_MESSAGE`.
+ *
+ * # Safety
+ * `meta` must be null or valid for one read; `out` valid for one write.
+ */
+enum HwtStatus hwt_frame_meta_marker(const struct HwtFrameMeta *meta, struct HwtMarker *out);
+
+/**
+ * Writes `marker` into `meta`'s payload (before `hwt_producer_send`), replacing what it held.
+ *
+ * # Safety
+ * `meta` must be null or valid for a read and a write; `marker` null or valid for one read.
+ */
+enum HwtStatus hwt_frame_meta_set_marker(struct HwtFrameMeta *meta, const struct HwtMarker *marker);
 
 /**
  * Copies this thread's last error message into `buf` (NUL-terminated, truncated to `len`) and

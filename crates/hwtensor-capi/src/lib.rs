@@ -22,6 +22,7 @@ use hwtensor::gpu::{self, GpuDevice};
 
 mod codes;
 mod map;
+mod marker;
 mod status;
 mod stream;
 mod tensor;
@@ -29,6 +30,7 @@ mod version;
 
 pub use codes::*;
 pub use map::*;
+pub use marker::*;
 pub use status::{hwt_last_error, hwt_status_str, HwtStatus};
 pub use stream::*;
 pub use tensor::*;

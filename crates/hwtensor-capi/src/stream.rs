@@ -219,7 +219,7 @@ pub unsafe extern "C" fn hwt_producer_acquire(
     })
 }
 
-fn meta_of(m: &HwtFrameMeta) -> Result<FrameMeta, HwtStatus> {
+pub(crate) fn meta_of(m: &HwtFrameMeta) -> Result<FrameMeta, HwtStatus> {
     let len = usize::try_from(m.payload_len).unwrap_or(usize::MAX);
     let payload = m.payload.get(..len).ok_or_else(|| {
         invalid(format!(

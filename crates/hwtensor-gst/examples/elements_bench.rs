@@ -28,8 +28,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use gst::prelude::*;
-use gsthwtensor::wire::{monotonic_ns, Kind, Marker, RECEIVED_TIME_CAPS, SENT_TIME_CAPS};
+use gsthwtensor::stamp::{monotonic_ns, RECEIVED_TIME_CAPS, SENT_TIME_CAPS};
 use hwtensor::stream::{Consumer, Producer, Wait, CONNECT_TIMEOUT};
+use hwtensor::stream::{FrameKind, Marker};
 use hwtensor::{CpuAccess, DType, PixelFormat, TensorDyn, TensorMemory};
 
 const CAPS: &str = "video/x-raw,format=I420,width=1920,height=1080";
@@ -146,7 +147,7 @@ fn bare_block(name: &str, frames: usize) -> Vec<u64> {
         next += PACE;
         std::thread::sleep(next.saturating_duration_since(Instant::now()));
         producer
-            .send(slot, Marker::of(Kind::Frame).meta(i as u64))
+            .send(slot, Marker::of(FrameKind::Frame).meta(i as u64))
             .unwrap();
         if i + 1 < frames {
             slot = fill(&mut producer, i + 1);

@@ -15,7 +15,7 @@
 //!   until consumers hand it back, also when it is one fd memory per plane (NV12M from a
 //!   multi-planar camera: the channel hands it off with an fd per plane). A frame in neither is
 //!   copied once, counted in the `copies` property. End of stream and a
-//!   change of caps reach consumers as frames of their own ([`wire`]). Properties: `socket`,
+//!   change of caps reach consumers as frames of their own ([`hwtensor::stream::Marker`]). Properties: `socket`,
 //!   `pool-size`, `memory` (shm, or DMA-BUF for hardware upstream such as v4l2src
 //!   `io-mode=dmabuf-import`), `wait-for-consumer`, `when-full` (block or drop), `timeout`; counters
 //!   `copies`, `dropped`, `frames`, `consumers`.
@@ -36,7 +36,7 @@
 //!
 //! A consumer in Rust connects to the same socket with
 //! `hwtensor::stream::Consumer::connect(UnixStream::connect(...)?, CONNECT_TIMEOUT)` and reads
-//! each frame's [`wire::Marker`] from its payload.
+//! each frame's [`hwtensor::stream::Marker`] from its payload.
 
 pub mod caps;
 mod copy;
@@ -45,7 +45,7 @@ pub mod sink;
 pub mod slots;
 pub mod socket;
 pub mod source;
-pub mod wire;
+pub mod stamp;
 
 /// Entry points for the fuzz target (`crates/hwtensor-gst/fuzz`), not API: what upstream
 /// controls in a frame the sink copies, run through the code the sink runs.

@@ -35,7 +35,7 @@ pub enum Side {
     Sink,
     /// `hwtensorsrc`'s: received frames, which other consumers of the channel read too, so
     /// the memories are read-only (an element that writes gets a copy); and each buffer
-    /// keeps its two stamps ([`crate::wire::stamp`]) from frame to frame, to be set in place
+    /// keeps its two stamps ([`crate::stamp::stamp`]) from frame to frame, to be set in place
     /// rather than added anew on the latency path.
     Source,
 }
@@ -253,7 +253,7 @@ mod imp {
             let stamp = side == Side::Source
                 && meta
                     .downcast_ref::<gst::ReferenceTimestampMeta>()
-                    .is_some_and(|m| crate::wire::is_stamp(m));
+                    .is_some_and(|m| crate::stamp::is_stamp(m));
             std::ops::ControlFlow::Continue(if layout || stamp { Keep } else { Remove })
         });
     }
@@ -473,7 +473,7 @@ mod tests {
     fn a_slot_buffer_lent_again_has_none_of_its_last_frames_stamps_and_keeps_its_layout() {
         let pool = one_slot_pool(Side::Sink);
         let mut first = pool.acquire_buffer(None).unwrap();
-        crate::wire::stamp(first.get_mut().unwrap(), 1, 2);
+        crate::stamp::stamp(first.get_mut().unwrap(), 1, 2);
         let stamp = gst::Caps::new_empty_simple("timestamp/x-hwtensor-test");
         let at = gst::ClockTime::from_nseconds(7);
         let b = first.get_mut().unwrap();
@@ -509,11 +509,14 @@ mod tests {
         let pool = one_slot_pool(Side::Source);
         let mut first = pool.acquire_buffer(None).unwrap();
         let b = first.get_mut().unwrap();
-        crate::wire::stamp(b, 1, 2);
+        crate::stamp::stamp(b, 1, 2);
         let other = gst::Caps::new_empty_simple("timestamp/x-hwtensor-test");
         gst::ReferenceTimestampMeta::add(b, &other, gst::ClockTime::ZERO, gst::ClockTime::NONE);
         let stamp = |caps: &str, at: u64| (caps.to_string(), at);
-        let (sent, received) = (crate::wire::SENT_TIME_CAPS, crate::wire::RECEIVED_TIME_CAPS);
+        let (sent, received) = (
+            crate::stamp::SENT_TIME_CAPS,
+            crate::stamp::RECEIVED_TIME_CAPS,
+        );
         drop(first);
         let mut again = pool.acquire_buffer(None).unwrap();
         assert_eq!(
@@ -521,7 +524,7 @@ mod tests {
             [stamp(sent, 1), stamp(received, 2)],
             "the source's own two stamps stay, another's goes"
         );
-        crate::wire::stamp(again.get_mut().unwrap(), 3, 4);
+        crate::stamp::stamp(again.get_mut().unwrap(), 3, 4);
         assert_eq!(
             stamps_of(&again),
             [stamp(sent, 3), stamp(received, 4)],

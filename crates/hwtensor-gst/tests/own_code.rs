@@ -11,8 +11,9 @@ use std::time::Duration;
 use common::*;
 use gst::prelude::*;
 use gst_video::prelude::*;
-use gsthwtensor::wire::{monotonic_ns, Kind, Marker, RECEIVED_TIME_CAPS, SENT_TIME_CAPS};
+use gsthwtensor::stamp::{monotonic_ns, RECEIVED_TIME_CAPS, SENT_TIME_CAPS};
 use hwtensor::stream::{Consumer, Lending, Producer, Wait, CONNECT_TIMEOUT};
+use hwtensor::stream::{FrameKind, Marker};
 use hwtensor::{CpuAccess, DType, PixelFormat, TensorDyn, TensorMemory};
 
 const FRAMES: usize = 8;
@@ -41,8 +42,8 @@ fn frames_until_eos<T: Send + 'static>(
         let mut got = Vec::new();
         loop {
             let frame = consumer.recv(Wait::For(Duration::from_secs(20))).unwrap();
-            let marker = Marker::decode(frame.meta().payload()).unwrap();
-            if marker.kind == Kind::Eos {
+            let marker = frame.meta().marker().unwrap();
+            if marker.kind == FrameKind::EndOfStream {
                 return got;
             }
             got.push(each(&frame, marker));
@@ -79,7 +80,7 @@ fn a_rust_consumer_reads_every_frame_hwtensorsink_publishes_then_its_end_of_stre
             (info.format, info.width, info.height),
             (PixelFormat::Nv21, 320, 240)
         );
-        assert!(marker.pts.is_some(), "the buffer's PTS travels");
+        assert!(marker.pts_ns.is_some(), "the buffer's PTS travels");
         t.as_tensor::<u8>().unwrap().to_vec().unwrap()
     });
     run_to_eos(&producer, Duration::from_secs(60));
@@ -134,9 +135,9 @@ fn rust_producer_of(
             .unwrap()
             .fill(i as u8);
         let marker = Marker {
-            kind: Kind::Frame,
-            pts: Some(i as u64 * 1_000_000),
-            duration: Some(1_000_000),
+            kind: FrameKind::Frame,
+            pts_ns: Some(i as u64 * 1_000_000),
+            duration_ns: Some(1_000_000),
         };
         producer.send(slot, marker.meta(i as u64)).unwrap();
     }
@@ -147,7 +148,9 @@ fn rust_producer_of(
 /// early is not end of stream.
 fn end_of_stream(producer: &mut Producer) {
     let slot = producer.acquire(Duration::from_secs(20)).unwrap();
-    producer.send(slot, Marker::of(Kind::Eos).meta(0)).unwrap();
+    producer
+        .send(slot, Marker::of(FrameKind::EndOfStream).meta(0))
+        .unwrap();
     let _ = producer.acquire(Duration::from_millis(200));
 }
 
@@ -252,7 +255,7 @@ fn hwtensorsrc_lends_frames_in_a_buffer_per_plane_as_a_memory_per_plane_without_
             chroma.fill(200 - i as u8);
             drop(map);
             producer
-                .send(slot, Marker::of(Kind::Frame).meta(i as u64))
+                .send(slot, Marker::of(FrameKind::Frame).meta(i as u64))
                 .unwrap();
         }
         end_of_stream(&mut producer);
@@ -297,7 +300,7 @@ fn hwtensorsrc_lends_frames_in_a_buffer_per_plane_as_a_memory_per_plane_without_
     assert!(lent >= count / 2, "{lent} of {count} frames lent");
 }
 
-/// The time a buffer's `GstReferenceTimestampMeta` of `caps` (a `wire` constant) holds, in ns.
+/// The time a buffer's `GstReferenceTimestampMeta` of `caps` (a `stamp` constant) holds, in ns.
 fn stamp(buffer: &gst::BufferRef, caps: &str) -> Option<u64> {
     let caps = gst::Caps::new_empty_simple(caps);
     buffer
@@ -354,17 +357,23 @@ fn a_producer_that_changes_caps_is_followed_by_hwtensorsrc_renegotiating() {
         };
         let mut first = make(PixelFormat::Rgba);
         let slot = first.acquire(Duration::from_secs(20)).unwrap();
-        first.send(slot, Marker::of(Kind::Frame).meta(0)).unwrap();
+        first
+            .send(slot, Marker::of(FrameKind::Frame).meta(0))
+            .unwrap();
         let slot = first.acquire(Duration::from_secs(20)).unwrap();
         first
-            .send(slot, Marker::of(Kind::Reconnect).meta(1))
+            .send(slot, Marker::of(FrameKind::CapsChange).meta(1))
             .unwrap();
         let mut second = make(PixelFormat::Grey);
         drop(first);
         let slot = second.acquire(Duration::from_secs(20)).unwrap();
-        second.send(slot, Marker::of(Kind::Frame).meta(2)).unwrap();
+        second
+            .send(slot, Marker::of(FrameKind::Frame).meta(2))
+            .unwrap();
         let slot = second.acquire(Duration::from_secs(20)).unwrap();
-        second.send(slot, Marker::of(Kind::Eos).meta(3)).unwrap();
+        second
+            .send(slot, Marker::of(FrameKind::EndOfStream).meta(3))
+            .unwrap();
         let _ = second.acquire(Duration::from_millis(200));
     });
     // One frame on each channel of two buffers: holding every sample starves neither.
@@ -613,7 +622,7 @@ fn hwtensorsink_adopts_upstreams_own_fd_buffers_and_relays_them_without_a_copy()
             let t = producer.tensor(slot).as_tensor::<u8>().unwrap();
             t.map_write().unwrap().fill(i as u8);
             producer
-                .send(slot, Marker::of(Kind::Frame).meta(i as u64))
+                .send(slot, Marker::of(FrameKind::Frame).meta(i as u64))
                 .unwrap();
             std::thread::sleep(Duration::from_millis(10));
         }
@@ -673,7 +682,7 @@ fn strides_seen_by_downstream(reads_meta: bool) -> Vec<usize> {
             let slot = p.acquire(Duration::from_secs(20)).unwrap();
             let t = p.tensor(slot).as_tensor::<u8>().unwrap();
             t.copy_from_flat(&vec![i + 1; t.len()]).unwrap();
-            p.send(slot, Marker::of(Kind::Frame).meta(u64::from(i)))
+            p.send(slot, Marker::of(FrameKind::Frame).meta(u64::from(i)))
                 .unwrap();
         }
         end_of_stream(&mut p);
@@ -754,7 +763,7 @@ fn hwtensorsrc_lends_a_buffer_its_producer_added_after_it_attached() {
             let slot = slot.unwrap();
             let t = p.tensor(slot).as_tensor::<u8>().unwrap();
             t.map_write().unwrap().fill(i + 1);
-            p.send(slot, Marker::of(Kind::Frame).meta(u64::from(i)))
+            p.send(slot, Marker::of(FrameKind::Frame).meta(u64::from(i)))
                 .unwrap();
         }
         end_of_stream(&mut p);
@@ -976,7 +985,7 @@ fn hwtensorsrc_follows_a_storm_of_reconnects_without_growing_its_stack() {
             producer.attach(listener.accept().unwrap().0).unwrap();
             let slot = producer.acquire(Duration::from_secs(20)).unwrap();
             producer
-                .send(slot, Marker::of(Kind::Reconnect).meta(i as u64))
+                .send(slot, Marker::of(FrameKind::CapsChange).meta(i as u64))
                 .unwrap();
         }
         rust_producer(listener, PixelFormat::Bgrx, 1);
@@ -1180,7 +1189,7 @@ fn stopping_a_source_that_reconnects_to_a_silent_producer_takes_milliseconds() {
         producer.attach(listener.accept().unwrap().0).unwrap();
         let slot = producer.acquire(Duration::from_secs(20)).unwrap();
         producer
-            .send(slot, Marker::of(Kind::Reconnect).meta(0))
+            .send(slot, Marker::of(FrameKind::CapsChange).meta(0))
             .unwrap();
         // The source connects again; nothing answers (a sink without caps yet).
         held_tx.send(listener.accept().unwrap().0).unwrap();
@@ -1220,7 +1229,7 @@ fn a_frame_in_an_added_buffer_of_another_picture_is_an_error_not_a_short_buffer(
         .unwrap();
         let slot = p.add(small).unwrap();
         p.acquire_slot(slot, Duration::from_secs(20)).unwrap();
-        p.send(slot, Marker::of(Kind::Frame).meta(0)).unwrap();
+        p.send(slot, Marker::of(FrameKind::Frame).meta(0)).unwrap();
         let _ = p.acquire(Duration::from_secs(2)); // stays until the source is done
     });
     let (pipeline, sink) = with_appsink(&format!(

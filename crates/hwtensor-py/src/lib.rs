@@ -13,6 +13,7 @@ mod fd;
 mod gpu;
 mod handoff;
 mod map;
+mod marker;
 mod stream;
 mod tensor;
 mod torch;
@@ -28,6 +29,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<gpu::GpuDevice>()?;
     m.add_class::<stream::Consumer>()?;
     m.add_class::<stream::Frame>()?;
+    m.add_class::<marker::Marker>()?;
     m.add_class::<stream::Producer>()?;
     m.add_class::<stream::Listener>()?;
     m.add_function(wrap_pyfunction!(handoff::send, m)?)?;

@@ -160,6 +160,17 @@ impl Frame {
         Ok(PyBytes::new(py, self.live()?.meta().payload()))
     }
 
+    /// The frame's marker (what a media producer such as hwtensorsink says of it: a frame, the
+    /// end of the stream, a caps change, with its PTS and duration). A plain payload reads as a
+    /// frame; a kind this library does not know raises HandoffError.
+    fn marker(&self) -> PyResult<crate::marker::Marker> {
+        self.live()?
+            .meta()
+            .marker()
+            .map(crate::marker::Marker)
+            .or_py()
+    }
+
     /// The buffer's index in the pool.
     #[getter]
     fn slot(&self) -> PyResult<usize> {
@@ -292,19 +303,27 @@ impl Producer {
     }
 
     /// Sends the acquired buffer `slot` as a frame with its sequence number, timestamp and
-    /// an optional small payload.
-    #[pyo3(signature = (slot, seq, timestamp_ns = 0, payload = None))]
+    /// an optional small payload, or a marker (not both).
+    #[pyo3(signature = (slot, seq, timestamp_ns = 0, payload = None, marker = None))]
     fn send(
         &mut self,
         slot: usize,
         seq: u64,
         timestamp_ns: u64,
         payload: Option<&[u8]>,
+        marker: Option<PyRef<'_, crate::marker::Marker>>,
     ) -> PyResult<()> {
         let s = self.slot(slot)?;
         let mut meta = FrameMeta::new(seq, timestamp_ns);
-        if let Some(p) = payload {
-            meta = meta.with_payload(p).or_py()?;
+        match (payload, marker) {
+            (Some(_), Some(_)) => {
+                return Err(InvalidArgument::new_err(
+                    "send takes payload= or marker=, not both: a marker is the payload",
+                ))
+            }
+            (Some(p), None) => meta = meta.with_payload(p).or_py()?,
+            (None, Some(m)) => meta = meta.with_marker(&m.0),
+            (None, None) => {}
         }
         self.inner.send(s, meta).or_py()
     }

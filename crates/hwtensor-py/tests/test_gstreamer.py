@@ -7,7 +7,6 @@ import os
 import pathlib
 import shutil
 import socket
-import struct
 import subprocess
 import time
 
@@ -17,7 +16,6 @@ import pytest
 import hwtensor
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
-KIND_FRAME, KIND_EOS = 0, 1
 
 
 @pytest.fixture
@@ -75,12 +73,11 @@ def test_a_python_consumer_reads_every_frame_hwtensorsink_publishes(plugin_dir):
         got = []
         while True:
             with consumer.recv(timeout=20) as frame:
-                kind = frame.payload[0]
-                if kind == KIND_EOS:
+                marker = frame.marker()
+                if marker.kind == "end_of_stream":
                     break
-                assert kind == KIND_FRAME
-                (pts,) = struct.unpack_from("<Q", frame.payload, 8)
-                assert pts != 2**64 - 1, "the buffer's PTS travels"
+                assert marker.kind == "frame"
+                assert marker.pts_ns is not None, "the buffer's PTS travels"
                 t = frame.tensor
                 assert (t.format, t.width, t.height) == ("i420", 320, 240)
                 with t.map_read() as px:

@@ -195,3 +195,22 @@ def test_a_consumer_reads_the_stream_description_the_producer_set():
     assert hwtensor.Consumer(theirs).stream_info == b"video/x-raw, framerate=(fraction)30/1"
     with pytest.raises(hwtensor.InvalidArgument, match="4096"):
         producer.set_stream_info(b"x" * 4097)
+
+
+def test_a_marker_travels_with_a_frame_and_an_unknown_kind_is_refused():
+    producer, consumer = _channel()
+    slot = producer.acquire(timeout=5)
+    eos = hwtensor.Marker("end_of_stream", pts_ns=40_000_000)
+    producer.send(slot, 7, marker=eos)
+    with consumer.recv(timeout=5) as frame:
+        assert frame.marker() == eos
+        assert (frame.marker().kind, frame.marker().duration_ns) == ("end_of_stream", None)
+        assert frame.payload == eos.encode() and len(frame.payload) == 24
+    assert hwtensor.Marker.decode(b"").kind == "frame"
+    with pytest.raises(hwtensor.HandoffError, match="kind 9"):
+        hwtensor.Marker.decode(bytes([9]) + bytes(23))
+    with pytest.raises(hwtensor.InvalidArgument, match="end_of_stream"):
+        hwtensor.Marker("eos")
+    slot = producer.acquire(timeout=5)
+    with pytest.raises(hwtensor.InvalidArgument, match="not both"):
+        producer.send(slot, 8, payload=b"x", marker=eos)

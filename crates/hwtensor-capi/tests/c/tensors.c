@@ -861,6 +861,26 @@ static int a_pooled_buffer_is_reshaped_repointed_and_says_its_colours(void) {
     return 0;
 }
 
+/* The frame marker: written into a frame's metadata and read back, a plain payload reads as a
+ * frame, and a kind this library does not know is a bad message, not a frame. */
+static int a_frame_marker_round_trips_and_an_unknown_kind_is_a_bad_message(void) {
+    HwtFrameMeta meta = {.seq = 3, .timestamp_ns = 0, .payload_len = 0};
+    HwtMarker m = {.kind = 9, .pts_ns = 0, .duration_ns = 0};
+    CHECK(hwt_frame_meta_marker(&meta, &m));
+    ASSERT(m.kind == HWT_FRAME_KIND_FRAME && m.pts_ns == HWT_NO_TIME && m.duration_ns == HWT_NO_TIME);
+    HwtMarker eos = {.kind = HWT_FRAME_KIND_END_OF_STREAM, .pts_ns = 40000000, .duration_ns = HWT_NO_TIME};
+    CHECK(hwt_frame_meta_set_marker(&meta, &eos));
+    ASSERT(meta.seq == 3 && meta.payload_len == 24 && meta.payload[0] == 1);
+    CHECK(hwt_frame_meta_marker(&meta, &m));
+    ASSERT(m.kind == HWT_FRAME_KIND_END_OF_STREAM && m.pts_ns == 40000000 && m.duration_ns == HWT_NO_TIME);
+    meta.payload[0] = 9;
+    EXPECT(hwt_frame_meta_marker(&meta, &m), HWT_STATUS_BAD_MESSAGE);
+    HwtMarker bad = {.kind = 7, .pts_ns = 0, .duration_ns = 0};
+    EXPECT(hwt_frame_meta_set_marker(&meta, &bad), HWT_STATUS_INVALID_ARGUMENT);
+    EXPECT(hwt_frame_meta_marker(NULL, &m), HWT_STATUS_INVALID_ARGUMENT);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "--child") == 0) return child(atoi(argv[2]));
     if (argc == 3 && strcmp(argv[1], "--channel-child") == 0) return channel_child(atoi(argv[2]));
@@ -884,6 +904,7 @@ int main(int argc, char **argv) {
     if (a_child_process_consumes_frames_through_the_pooled_channel(argv[0])) return 1;
     if (gpu_tensors_expose_their_buffer_queue_and_timeline()) return 1;
     if (a_writer_is_refused_until_admitted_and_a_failed_add_reaches_nobody()) return 1;
+    if (a_frame_marker_round_trips_and_an_unknown_kind_is_a_bad_message()) return 1;
     printf("c tensors: all passed\n");
     return 0;
 }

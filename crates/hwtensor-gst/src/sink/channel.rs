@@ -15,7 +15,7 @@ use super::{PoolMemory, WhenFull, CAT};
 use crate::caps::Geometry;
 use crate::slots::{Lender, Lent, SlotPool};
 use crate::socket::Address;
-use crate::wire::{Kind, Marker};
+use hwtensor::stream::{FrameKind, Marker};
 
 /// How often the accept thread looks for new consumers, and waits re-check for unlock: short
 /// enough to attach a consumer before its connect times out, long enough to cost nothing.
@@ -342,7 +342,7 @@ pub(super) fn pool_tensor(g: &Geometry, memory: PoolMemory) -> hwtensor::Result<
 
 /// Sends a frame of `kind` (end of stream, reconnect) to a channel's consumers, waiting for a
 /// free buffer at most `timeout`.
-pub(super) fn say_to_consumers(ch: &mut Channel, kind: Kind, timeout: Duration) {
+pub(super) fn say_to_consumers(ch: &mut Channel, kind: FrameKind, timeout: Duration) {
     if ch.producer.consumers() == 0 {
         return;
     }

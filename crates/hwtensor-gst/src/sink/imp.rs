@@ -21,7 +21,7 @@ use crate::caps;
 use crate::props;
 use crate::slots::{Side, SlotPool};
 use crate::socket::Address;
-use crate::wire::{Kind, Marker};
+use hwtensor::stream::{FrameKind, Marker};
 
 /// Three buffers: one being written, one in flight, one being read.
 const DEFAULT_POOL_SIZE: u32 = 3;
@@ -133,7 +133,7 @@ impl HwtensorSink {
             return Ok(());
         }
         if let Some(mut old) = s.channel.take() {
-            say_to_consumers(&mut old, Kind::Reconnect, settings.flow.timeout);
+            say_to_consumers(&mut old, FrameKind::CapsChange, settings.flow.timeout);
         }
         let tensors = (0..settings.pool_size)
             .map(|_| pool_tensor(&geometry, settings.memory))
@@ -566,9 +566,9 @@ impl BaseSinkImpl for HwtensorSink {
             self.wait_for_consumer()?;
         }
         let marker = Marker {
-            kind: Kind::Frame,
-            pts: buffer.pts().map(|t| t.nseconds()),
-            duration: buffer.duration().map(|t| t.nseconds()),
+            kind: FrameKind::Frame,
+            pts_ns: buffer.pts().map(|t| t.nseconds()),
+            duration_ns: buffer.duration().map(|t| t.nseconds()),
         };
         let mut s = self.hub.shared.lock().unwrap();
         let ch = s.channel.as_mut().ok_or(gst::FlowError::NotNegotiated)?;
@@ -610,7 +610,7 @@ impl BaseSinkImpl for HwtensorSink {
         if let gst::EventView::Eos(_) = event.view() {
             let timeout = self.settings.lock().unwrap().flow.timeout;
             if let Some(ch) = self.hub.shared.lock().unwrap().channel.as_mut() {
-                say_to_consumers(ch, Kind::Eos, timeout);
+                say_to_consumers(ch, FrameKind::EndOfStream, timeout);
             }
         }
         self.parent_event(event)

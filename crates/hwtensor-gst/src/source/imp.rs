@@ -18,7 +18,7 @@ use hwtensor::{TensorDyn, TensorMemory};
 use crate::props;
 use crate::slots::{Lender, Lent, Side, SlotPool};
 use crate::socket::Address;
-use crate::wire::{Kind, Marker};
+use hwtensor::stream::FrameKind;
 
 static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
     gst::DebugCategory::new(
@@ -651,18 +651,21 @@ impl PushSrcImpl for HwtensorSrc {
             let mut guard = self.receiving.lock().unwrap();
             let r = guard.as_mut().ok_or(gst::FlowError::Flushing)?;
             let frame = self.next_frame(r)?;
-            let received = crate::wire::monotonic_ns();
-            let Some(marker) = Marker::decode(frame.meta().payload()) else {
-                gst::element_imp_error!(
-                    self,
-                    gst::StreamError::Decode,
-                    ("a frame of a kind this source does not know; is the producer newer?")
-                );
-                return Err(gst::FlowError::Error);
+            let received = crate::stamp::monotonic_ns();
+            let marker = match frame.meta().marker() {
+                Ok(marker) => marker,
+                Err(e) => {
+                    gst::element_imp_error!(
+                        self,
+                        gst::StreamError::Decode,
+                        ("{}; is the producer newer?", e)
+                    );
+                    return Err(gst::FlowError::Error);
+                }
             };
             match marker.kind {
-                Kind::Eos => return Err(gst::FlowError::Eos),
-                Kind::Reconnect => {
+                FrameKind::EndOfStream => return Err(gst::FlowError::Eos),
+                FrameKind::CapsChange => {
                     drop(frame);
                     *r = self.connect().map_err(|e| {
                         self.post_error_message(e);
@@ -675,15 +678,15 @@ impl PushSrcImpl for HwtensorSrc {
                         .map_err(|_| gst::FlowError::NotNegotiated)?;
                     continue; // the frame after the new caps, from the new channel
                 }
-                Kind::Frame => {}
+                FrameKind::Frame => {}
             }
             let sent = frame.meta().timestamp_ns;
             let mut buffer = self.buffer_of(r, frame)?;
             let b = buffer.get_mut().ok_or(gst::FlowError::Error)?;
-            crate::wire::stamp(b, sent, received);
+            crate::stamp::stamp(b, sent, received);
             if !self.live.load(Ordering::Relaxed) {
-                b.set_pts(marker.pts.map(gst::ClockTime::from_nseconds));
-                b.set_duration(marker.duration.map(gst::ClockTime::from_nseconds));
+                b.set_pts(marker.pts_ns.map(gst::ClockTime::from_nseconds));
+                b.set_duration(marker.duration_ns.map(gst::ClockTime::from_nseconds));
             }
             self.frames.fetch_add(1, Ordering::Relaxed);
             return Ok(CreateSuccess::NewBuffer(buffer));

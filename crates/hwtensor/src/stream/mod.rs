@@ -58,6 +58,7 @@
 mod access;
 mod consumer;
 mod info;
+mod marker;
 #[cfg(target_os = "linux")]
 #[path = "linux/mod.rs"]
 mod os;
@@ -71,6 +72,7 @@ mod setup;
 pub use access::{Access, Lending, Peers};
 pub use consumer::{Consumer, Frame, Wait, CONNECT_TIMEOUT};
 pub use info::MAX_STREAM_INFO;
+pub use marker::{FrameKind, Marker, MARKER_BYTES};
 pub use os::{connect, Link, Listener};
 pub use producer::{Producer, Slot};
 pub use ring::PAYLOAD_BYTES;
