@@ -40,6 +40,7 @@ mod cuda_map;
 #[path = "gpu/d3d11/choice.rs"]
 mod d3d11_choice;
 mod dtype;
+mod element;
 mod error;
 #[cfg(target_os = "linux")]
 mod fd;
@@ -73,13 +74,15 @@ mod sync_file;
 mod tensor;
 mod tensor_dyn;
 pub mod time;
+mod view;
 
 pub use access::{CpuAccess, Direction, MapDirection, ReadOnly, ReadWrite, Writable, WriteOnly};
 pub use buffer::BufferLiveness;
 pub use color::{ColorMatrix, ColorPrimaries, ColorRange, Colorimetry, TransferFunction};
 #[cfg(target_os = "linux")]
 pub use cuda_map::CudaMap;
-pub use dtype::{DType, Element};
+pub use dtype::DType;
+pub use element::Element;
 pub use error::{Error, GpuErrorKind, Lang, Result};
 pub use foreign::ForeignOwner;
 pub use format::{fourcc, Layout, PixelFormat, Plane};

@@ -16,6 +16,10 @@ use crate::gpu::{expected_copy_time, DeviceUse, GpuOrigin, GpuReference, GPU_WAI
 use crate::os::classify::FdKind;
 use crate::{Error, Result, TensorMemory};
 
+/// What keeps foreign CUDA memory alive (the same type as `hwtensor::ForeignOwner`, named here
+/// so the device layer imports nothing from the backings above it).
+type Owner = Box<dyn Send + Sync>;
+
 /// `staged_at` of a staging copy that reflects nothing yet.
 const NEVER_STAGED: u64 = u64::MAX;
 
@@ -53,7 +57,7 @@ enum Backing {
     },
     /// Memory another library allocated (a PyTorch or CuPy tensor through DLPack): its owner
     /// is dropped at drop, after hwtensor's last use. It has no fd, so it travels only inline.
-    Foreign { _owner: crate::ForeignOwner },
+    Foreign { _owner: Owner },
 }
 
 /// Pinned host memory of the CUDA driver.
@@ -330,7 +334,7 @@ impl CudaMemory {
     pub(crate) unsafe fn foreign(
         va: sys::CUdeviceptr,
         len: usize,
-        owner: crate::ForeignOwner,
+        owner: Owner,
         ready: sys::CUstream,
     ) -> Result<CudaMemory> {
         let device = device()?;
