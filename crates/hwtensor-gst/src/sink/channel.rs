@@ -1,21 +1,21 @@
-//! The sink's channel: the producer of the current caps, the consumers waiting for one, the
-//! socket they connect to, and the pool's view of it all.
+//! What the sink shares with its buffer pool and its accept thread (the [`Hub`], holding the
+//! sink's [`State`]), the waits for a free slot, the socket consumers connect to, and the
+//! pool's memory.
 
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixListener;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use hwtensor::stream::{Producer, Slot};
+use hwtensor::stream::Slot;
 use hwtensor::{CpuAccess, TensorDyn, TensorMemory};
 
-use super::adopt::Adopted;
+use super::state::{Channel, State};
 use super::{PoolMemory, WhenFull, CAT};
 use crate::caps::Geometry;
-use crate::slots::{Lender, Lent, SlotPool};
+use crate::slots::{Lender, Lent};
 use crate::socket::Address;
-use hwtensor::stream::{FrameKind, Marker};
 
 /// How often the accept thread looks for new consumers, and waits re-check for unlock: short
 /// enough to attach a consumer before its connect times out, long enough to cost nothing.
@@ -24,34 +24,11 @@ pub(super) const POLL: Duration = Duration::from_millis(10);
 /// attach meanwhile.
 const ACQUIRE_STEP: Duration = Duration::from_millis(2);
 
-/// The channel of the current caps.
-pub(super) struct Channel {
-    pub(super) producer: Producer,
-    pub(super) geometry: Geometry,
-    pub(super) info: gst_video::VideoInfo,
-    pub(super) pool: SlotPool,
-    /// Slots sent since GStreamer last lent their buffer: consumers hold them now.
-    pub(super) sent: Vec<bool>,
-    /// Which channel this is: a buffer of a replaced channel's pool that comes back late
-    /// must not touch the slots of the new one.
-    pub(super) generation: u64,
-    /// Upstream's own fd buffers this channel took in (see `adopt`).
-    pub(super) adopted: Adopted,
-}
-
-#[derive(Default)]
-pub(super) struct Shared {
-    pub(super) channel: Option<Channel>,
-    /// Consumers that connected before there were caps to make a channel for.
-    pub(super) waiting: Vec<UnixStream>,
-    pub(super) seq: u64,
-    pub(super) generations: u64,
-}
-
 /// What the pool and the accept thread share with the element.
 #[derive(Default)]
 pub(super) struct Hub {
-    pub(super) shared: Mutex<Shared>,
+    /// The sink's state: taken only through [`Hub::state`].
+    state: Mutex<State>,
     /// Set by `unlock` (a flush or a state change): every wait gives up.
     pub(super) unlocked: AtomicBool,
     /// Consumers the attach policy refused, over every channel this sink made.
@@ -59,6 +36,15 @@ pub(super) struct Hub {
 }
 
 impl Hub {
+    /// The sink's state, locked: the one place it is.
+    pub(super) fn state(&self) -> MutexGuard<'_, State> {
+        // A panic under the lock (a bug) leaves a state that still holds together: every
+        // method keeps its fields consistent before it can fail.
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
     /// Counts `e` when it is the attach policy's refusal.
     pub(super) fn count_refusal(&self, e: &hwtensor::Error) {
         if matches!(e, hwtensor::Error::NotPermitted(_)) {
@@ -87,9 +73,7 @@ impl Hub {
             held: "every buffer of the channel",
             remedy: "a larger pool-size, or when-full=drop",
         };
-        self.wait_for_slot(wait, |ch| {
-            ch.producer.acquire(ACQUIRE_STEP).map(|slot| slot.index())
-        })
+        self.wait_for_slot(wait, |ch| ch.acquire(ACQUIRE_STEP))
     }
 
     /// Acquires the adopted buffer's `slot` of channel `generation` once consumers handed it
@@ -115,10 +99,7 @@ impl Hub {
             held: "an adopted buffer of upstream's",
             remedy: "when-full=drop, or upstream more buffers",
         };
-        self.wait_for_slot(wait, |ch| {
-            ch.adopted.release_returned(&mut ch.producer);
-            ch.producer.acquire_slot(slot, Duration::ZERO)
-        })
+        self.wait_for_slot(wait, |ch| ch.acquire_adopted(slot))
     }
 
     /// The wait both kinds of slot share: `take` tries under the lock (a timeout is "none
@@ -136,9 +117,9 @@ impl Hub {
                 return Err(NoBuffer::Flushing);
             }
             {
-                let mut s = self.shared.lock().unwrap();
-                let ch = s.channel.as_mut().ok_or(NoBuffer::Flushing)?;
-                if wait.generation.is_some_and(|g| g != ch.generation) {
+                let mut s = self.state();
+                let ch = s.current().ok_or(NoBuffer::Flushing)?;
+                if wait.generation.is_some_and(|g| g != ch.generation()) {
                     return Ok(None);
                 }
                 match take(ch) {
@@ -202,12 +183,8 @@ impl SinkLender {
         let Some(hub) = self.hub.upgrade() else {
             return;
         };
-        let mut s = hub.shared.lock().unwrap();
-        if let Some(ch) = s
-            .channel
-            .as_mut()
-            .filter(|ch| ch.generation == self.generation)
-        {
+        let mut state = hub.state();
+        if let Some(ch) = state.channel_of(self.generation) {
             f(ch);
         }
     }
@@ -231,23 +208,11 @@ impl Lender for SinkLender {
     }
 
     fn returned(&self, slot: usize) {
-        self.with_channel(|ch| {
-            // A slot lent and never rendered goes back to the channel; a sent one is the
-            // consumers' until they hand it back.
-            if !std::mem::take(&mut ch.sent[slot]) {
-                if let Some(slot) = ch.producer.slot(slot) {
-                    ch.producer.release(slot);
-                }
-            }
-        });
+        self.with_channel(|ch| ch.buffer_returned(slot));
     }
 
     fn unusable(&self, slot: usize) {
-        self.with_channel(|ch| {
-            if let Some(slot) = ch.producer.slot(slot) {
-                ch.producer.release(slot);
-            }
-        });
+        self.with_channel(|ch| ch.release(slot));
     }
 }
 
@@ -274,22 +239,15 @@ impl Drop for Listening {
 pub(super) fn accept_loop(listener: UnixListener, hub: Weak<Hub>, stop: Arc<AtomicBool>) {
     while !stop.load(Ordering::SeqCst) {
         if let Some(hub) = hub.upgrade() {
-            if let Some(ch) = hub.shared.lock().unwrap().channel.as_mut() {
-                ch.adopted.release_returned(&mut ch.producer);
-            }
+            hub.state().release_returned();
         }
         match listener.accept() {
             Ok((stream, _)) => {
                 let Some(hub) = hub.upgrade() else { return };
-                let mut s = hub.shared.lock().unwrap();
-                match s.channel.as_mut() {
-                    Some(ch) => {
-                        if let Err(e) = ch.producer.attach(stream) {
-                            hub.count_refusal(&e);
-                            gst::warning!(CAT, "a consumer could not attach: {e}");
-                        }
-                    }
-                    None => s.waiting.push(stream),
+                let connected = hub.state().connect(stream);
+                if let Err(e) = connected {
+                    hub.count_refusal(&e);
+                    gst::warning!(CAT, "a consumer could not attach: {e}");
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(POLL),
@@ -337,20 +295,5 @@ pub(super) fn pool_tensor(g: &Geometry, memory: PoolMemory) -> hwtensor::Result<
         PoolMemory::Shm => on(TensorMemory::Shm),
         PoolMemory::DmaBuf => on(TensorMemory::DmaBuf),
         PoolMemory::Auto => on(TensorMemory::DmaBuf).or_else(|_| on(TensorMemory::Shm)),
-    }
-}
-
-/// Sends a frame of `kind` (end of stream, reconnect) to a channel's consumers, waiting for a
-/// free buffer at most `timeout`.
-pub(super) fn say_to_consumers(ch: &mut Channel, kind: FrameKind, timeout: Duration) {
-    if ch.producer.consumers() == 0 {
-        return;
-    }
-    let sent = ch
-        .producer
-        .acquire(timeout)
-        .and_then(|slot| ch.producer.send(slot, Marker::of(kind).meta(u64::MAX)));
-    if let Err(e) = sent {
-        gst::warning!(CAT, "telling consumers of {kind:?}: {e}");
     }
 }

@@ -11,11 +11,9 @@ use gst_base::prelude::*;
 use gst_base::subclass::prelude::*;
 use hwtensor::stream::{Access, Peers, Producer};
 
-use super::adopt::{Adopted, ADOPT_ROOM};
-use super::channel::{
-    accept_loop, pool_tensor, say_to_consumers, Channel, Hub, Listening, NoBuffer, Shared,
-    SinkLender, POLL,
-};
+use super::adopt::ADOPT_ROOM;
+use super::channel::{accept_loop, pool_tensor, Hub, Listening, NoBuffer, SinkLender, POLL};
+use super::state::{Channel, NotPublished, Route, State};
 use super::{PoolMemory, WhenFull, CAT};
 use crate::caps;
 use crate::props;
@@ -128,13 +126,11 @@ impl HwtensorSink {
     fn ensure_channel(&self, caps: &gst::CapsRef) -> Result<(), String> {
         let (geometry, info) = caps::geometry(caps)?;
         let settings = self.settings.lock().unwrap().clone();
-        let mut s = self.hub.shared.lock().unwrap();
-        if s.channel.as_ref().is_some_and(|ch| ch.geometry == geometry) {
+        let mut s = self.hub.state();
+        if s.carries(&geometry) {
             return Ok(());
         }
-        if let Some(mut old) = s.channel.take() {
-            say_to_consumers(&mut old, FrameKind::CapsChange, settings.flow.timeout);
-        }
+        s.close(settings.flow.timeout);
         let tensors = (0..settings.pool_size)
             .map(|_| pool_tensor(&geometry, settings.memory))
             .collect::<hwtensor::Result<Vec<_>>>()
@@ -147,14 +143,11 @@ impl HwtensorSink {
         producer
             .set_stream_info(caps.to_string().as_bytes())
             .map_err(|e| e.to_string())?;
-        for stream in s.waiting.drain(..) {
-            if let Err(e) = producer.attach(stream) {
-                self.hub.count_refusal(&e);
-                gst::warning!(CAT, imp = self, "a consumer could not attach: {e}");
-            }
+        for e in s.attach_waiting(&mut producer) {
+            self.hub.count_refusal(&e);
+            gst::warning!(CAT, imp = self, "a consumer could not attach: {e}");
         }
-        s.generations += 1;
-        let generation = s.generations;
+        let generation = s.next_generation();
         let lender = SinkLender {
             hub: Arc::downgrade(&self.hub),
             element: self.obj().downgrade(),
@@ -166,15 +159,7 @@ impl HwtensorSink {
         if geometry.gst_stride.is_none() {
             pool.require_video_meta();
         }
-        s.channel = Some(Channel {
-            producer,
-            geometry,
-            info,
-            pool,
-            sent: vec![false; settings.pool_size as usize],
-            generation,
-            adopted: Adopted::default(),
-        });
+        s.open(Channel::new(producer, geometry, info, pool, generation));
         gst::info!(CAT, imp = self, "channel for {caps}");
         Ok(())
     }
@@ -184,14 +169,9 @@ impl HwtensorSink {
             if self.hub.unlocked.load(Ordering::SeqCst) {
                 return Err(gst::FlowError::Flushing);
             }
-            let s = self.hub.shared.lock().unwrap();
-            if s.channel
-                .as_ref()
-                .is_some_and(|ch| ch.producer.consumers() > 0)
-            {
+            if self.hub.state().consumers() > 0 {
                 return Ok(());
             }
-            drop(s);
             std::thread::sleep(POLL);
         }
     }
@@ -208,13 +188,11 @@ impl HwtensorSink {
         let Some(index) = self.buffer_for_frame(acquired)? else {
             return Ok(()); // dropped
         };
-        let mut s = self.hub.shared.lock().unwrap();
+        let mut s = self.hub.state();
         let published = self.publish(&mut s, index, Some(buffer), marker);
         // A frame that could not go out leaves its slot free again.
-        if let (Err(_), Some(ch)) = (&published, s.channel.as_mut()) {
-            if let Some(slot) = ch.producer.slot(index) {
-                ch.producer.release(slot);
-            }
+        if published.is_err() {
+            s.release(index);
         }
         published
     }
@@ -258,42 +236,40 @@ impl HwtensorSink {
         if self.buffer_for_frame(acquired)?.is_none() {
             return Ok(()); // dropped
         }
-        let mut s = self.hub.shared.lock().unwrap();
+        let mut s = self.hub.state();
         let published = self.publish(&mut s, slot.index(), None, marker);
-        match (s.channel.as_mut(), &published) {
-            (Some(ch), Ok(())) => ch.adopted.hold(slot, buffer.clone()),
-            (Some(ch), Err(_)) => ch.producer.release(slot),
-            (None, _) => {}
+        match &published {
+            Ok(()) => s.hold_adopted(slot, buffer.clone()),
+            Err(_) => s.release(slot.index()),
         }
         published
     }
 
-    /// Sends slot `index` of the current channel to its consumers, first copying the frame of
-    /// `copy` into it (counted) when upstream wrote it elsewhere.
+    /// Sends slot `index` of the current channel to its consumers (the state's `publish`),
+    /// counting a copy and posting an element error for a failure.
     fn publish(
         &self,
-        s: &mut Shared,
+        s: &mut State,
         index: usize,
         copy: Option<&gst::BufferRef>,
         marker: Marker,
     ) -> Result<(), gst::FlowError> {
-        let seq = s.seq;
-        let ch = s.channel.as_mut().ok_or(gst::FlowError::NotNegotiated)?;
-        let slot = ch.producer.slot(index).ok_or(gst::FlowError::Error)?;
-        if let Some(buffer) = copy {
-            let tensor = ch.producer.tensor(slot).clone();
-            crate::copy::into_slot(buffer, &ch.info, &tensor).map_err(|e| {
-                gst::element_imp_error!(self, gst::StreamError::Format, ("{e}"));
-                gst::FlowError::Error
-            })?;
+        let published = s.publish(index, copy, marker);
+        if copy.is_some() && matches!(published, Ok(()) | Err(NotPublished::Send(_))) {
             self.counted_copy();
         }
-        ch.producer.send(slot, marker.meta(seq)).map_err(|e| {
-            gst::element_imp_error!(self, gst::ResourceError::Write, ("{e}"));
-            gst::FlowError::Error
-        })?;
-        s.seq += 1;
-        Ok(())
+        published.map_err(|why| match why {
+            NotPublished::NoChannel => gst::FlowError::NotNegotiated,
+            NotPublished::NoSlot => gst::FlowError::Error,
+            NotPublished::Copy(e) => {
+                gst::element_imp_error!(self, gst::StreamError::Format, ("{e}"));
+                gst::FlowError::Error
+            }
+            NotPublished::Send(e) => {
+                gst::element_imp_error!(self, gst::ResourceError::Write, ("{e}"));
+                gst::FlowError::Error
+            }
+        })
     }
 }
 
@@ -441,14 +417,7 @@ impl ObjectImpl for HwtensorSink {
             "copies" => self.copies.load(Ordering::Relaxed).to_value(),
             "dropped" => self.dropped.load(Ordering::Relaxed).to_value(),
             "frames" => self.frames.load(Ordering::Relaxed).to_value(),
-            "consumers" => {
-                let shared = self.hub.shared.lock().unwrap();
-                let n = shared
-                    .channel
-                    .as_ref()
-                    .map_or(0, |ch| ch.producer.consumers());
-                (n as u32).to_value()
-            }
+            "consumers" => (self.hub.state().consumers() as u32).to_value(),
             other => unreachable!("no property {other}"),
         }
     }
@@ -523,9 +492,7 @@ impl BaseSinkImpl for HwtensorSink {
 
     fn stop(&self) -> Result<(), gst::ErrorMessage> {
         self.listening.lock().unwrap().take();
-        let mut s = self.hub.shared.lock().unwrap();
-        s.channel = None; // consumers see the producer leave
-        s.waiting.clear();
+        self.hub.state().stop();
         Ok(())
     }
 
@@ -545,17 +512,15 @@ impl BaseSinkImpl for HwtensorSink {
             caps.ok_or_else(|| gst::loggable_error!(CAT, "allocation query without caps"))?;
         self.ensure_channel(&caps)
             .map_err(|e| gst::loggable_error!(CAT, "{e}"))?;
-        let s = self.hub.shared.lock().unwrap();
         // Made just now, unless the element stopped meanwhile.
-        let ch = s
-            .channel
-            .as_ref()
+        let (pool, size, n) = self
+            .hub
+            .state()
+            .allocation()
             .ok_or_else(|| gst::loggable_error!(CAT, "the sink stopped"))?;
         // Where the channel's layout is not GStreamer's default for these caps, the pool
         // refuses a configuration without GstVideoMeta (see `SlotPool::require_video_meta`).
-        let n = ch.sent.len() as u32;
-        let size = ch.pool.slot_size().unwrap_or(ch.info.size());
-        query.add_allocation_pool(Some(&ch.pool), size as u32, n, n);
+        query.add_allocation_pool(Some(&pool), size as u32, n, n);
         query.add_allocation_meta::<gst_video::VideoMeta>(None);
         Ok(())
     }
@@ -570,36 +535,24 @@ impl BaseSinkImpl for HwtensorSink {
             pts_ns: buffer.pts().map(|t| t.nseconds()),
             duration_ns: buffer.duration().map(|t| t.nseconds()),
         };
-        let mut s = self.hub.shared.lock().unwrap();
-        let ch = s.channel.as_mut().ok_or(gst::FlowError::NotNegotiated)?;
-        match ch.pool.slot_of(buffer) {
+        let mut s = self.hub.state();
+        match s.route(buffer).ok_or(gst::FlowError::NotNegotiated)? {
             // Our own buffer; if upstream put a copy in place of the slot's memory, the frame
             // is in that copy and goes into the slot first.
-            Some((index, intact)) => {
+            Route::Slot { index, intact } => {
                 let copy = (!intact).then_some(buffer.as_ref());
                 self.publish(&mut s, index, copy, marker)?;
-                if let Some(ch) = s.channel.as_mut() {
-                    ch.sent[index] = true;
-                }
+                s.sent_from_pool(index);
             }
-            None if ch.producer.consumers() == 0 => {} // nobody to copy for
-            None => {
-                ch.adopted.release_returned(&mut ch.producer);
-                let adopted = ch
-                    .adopted
-                    .slot_for(&mut ch.producer, &ch.geometry, &ch.info, buffer);
-                match adopted {
-                    Ok(slot) => {
-                        let generation = ch.generation;
-                        drop(s);
-                        self.render_adopted(slot, generation, buffer, marker, flow)?;
-                    }
-                    Err(why) => {
-                        gst::debug!(CAT, imp = self, "upstream's buffer not adopted: {why}");
-                        drop(s);
-                        self.render_copy(buffer, marker, flow)?;
-                    }
-                }
+            Route::Nobody => {} // nobody to copy for
+            Route::Adopted { slot, generation } => {
+                drop(s);
+                self.render_adopted(slot, generation, buffer, marker, flow)?;
+            }
+            Route::Copy(why) => {
+                gst::debug!(CAT, imp = self, "upstream's buffer not adopted: {why}");
+                drop(s);
+                self.render_copy(buffer, marker, flow)?;
             }
         }
         self.frames.fetch_add(1, Ordering::Relaxed);
@@ -609,9 +562,7 @@ impl BaseSinkImpl for HwtensorSink {
     fn event(&self, event: gst::Event) -> bool {
         if let gst::EventView::Eos(_) = event.view() {
             let timeout = self.settings.lock().unwrap().flow.timeout;
-            if let Some(ch) = self.hub.shared.lock().unwrap().channel.as_mut() {
-                say_to_consumers(ch, FrameKind::EndOfStream, timeout);
-            }
+            self.hub.state().end_of_stream(timeout);
         }
         self.parent_event(event)
     }

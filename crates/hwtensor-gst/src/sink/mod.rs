@@ -8,6 +8,7 @@ use gst::prelude::*;
 mod adopt;
 mod channel;
 mod imp;
+mod state;
 
 static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
     gst::DebugCategory::new(
