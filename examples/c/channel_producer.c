@@ -26,8 +26,7 @@ int main(int argc, char **argv) {
     const char *address = argc > 1 ? argv[1] : "@hwtensor-example-c";
     HwtTensor *pool[POOL];
     for (int i = 0; i < POOL; i++)
-        if (hwt_tensor_new_image(640, 480, HWT_PIXEL_FORMAT_RGBA, HWT_D_TYPE_U8, 0, HWT_MEMORY_SHM,
-                                 HWT_ACCESS_READ_WRITE, &pool[i]) != HWT_STATUS_OK)
+        if (hwt_tensor_new_image(&(HwtImageSpec){.format = HWT_PIXEL_FORMAT_RGBA, .width = 640, .height = 480}, HWT_D_TYPE_U8, HWT_MEMORY_SHM, HWT_ACCESS_READ_WRITE, &pool[i]) != HWT_STATUS_OK)
             return failed("hwt_tensor_new_image");
     HwtProducer *p = NULL;
     if (hwt_producer_new((const HwtTensor *const *)pool, POOL, &p) != HWT_STATUS_OK)

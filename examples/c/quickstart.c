@@ -45,8 +45,8 @@ int main(void) {
         return 1;
     }
     HwtTensor *frame = NULL;
-    if (hwt_tensor_new_image(WIDTH, HEIGHT, HWT_PIXEL_FORMAT_RGBA, HWT_D_TYPE_U8, 0,
-                             HWT_MEMORY_SHM, HWT_ACCESS_READ_WRITE, &frame) != HWT_STATUS_OK)
+    const HwtImageSpec spec = {.format = HWT_PIXEL_FORMAT_RGBA, .width = WIDTH, .height = HEIGHT};
+    if (hwt_tensor_new_image(&spec, HWT_D_TYPE_U8, HWT_MEMORY_SHM, HWT_ACCESS_READ_WRITE, &frame) != HWT_STATUS_OK)
         return failed("hwt_tensor_new_image");
     HwtMap map;
     if (hwt_tensor_map(frame, HWT_ACCESS_WRITE, &map) != HWT_STATUS_OK) return failed("hwt_tensor_map");

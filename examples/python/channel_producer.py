@@ -12,7 +12,7 @@ FRAMES = 30
 
 
 def main(address="@hwtensor-example-py"):
-    pool = [hwtensor.Tensor.image(640, 480, "rgba", memory="shm") for _ in range(3)]
+    pool = [hwtensor.Tensor.image(hwtensor.ImageSpec("rgba", 640, 480), memory="shm") for _ in range(3)]
     producer = hwtensor.Producer(pool)
     listener = hwtensor.Listener(address)
     if not producer.accept(listener, timeout=10):

@@ -9,7 +9,7 @@ import socket
 
 import hwtensor
 
-frame = hwtensor.Tensor.image(640, 480, "rgba", memory="shm")
+frame = hwtensor.Tensor.image(hwtensor.ImageSpec("rgba", 640, 480), memory="shm")
 with frame.map_write() as px:  # a NumPy array over the shared memory itself
     px[:] = 42
 

@@ -595,6 +595,66 @@ typedef struct HwtProducer HwtProducer;
 typedef struct HwtTensor HwtTensor;
 
 /**
+ * An image's colorimetry as four codes, each 0 when unspecified: primaries (1 BT.709,
+ * 2 BT.601, 3 BT.2020, 4 Display P3), transfer (1 BT.709, 2 sRGB, 3 PQ, 4 HLG, 5 linear),
+ * matrix (1 RGB, 2 BT.709, 3 BT.601, 4 BT.2020), range (1 limited, 2 full).
+ */
+typedef struct HwtColorimetry {
+  /**
+   * Colour primaries code.
+   */
+  uint8_t primaries;
+  /**
+   * Transfer function code.
+   */
+  uint8_t transfer;
+  /**
+   * YUV matrix code.
+   */
+  uint8_t matrix;
+  /**
+   * Range code.
+   */
+  uint8_t range;
+} HwtColorimetry;
+
+/**
+ * What an image is asked to be. Fields that are 0 take their default.
+ */
+typedef struct HwtImageSpec {
+  /**
+   * An `HWT_PIXEL_FORMAT_*` value.
+   */
+  uint32_t format;
+  /**
+   * Width in pixels.
+   */
+  size_t width;
+  /**
+   * Height in pixels.
+   */
+  size_t height;
+  /**
+   * Bytes from one row to the next; 0: tight on the host, 64-byte aligned on memory a
+   * device imports (an import: tight).
+   */
+  size_t row_stride;
+  /**
+   * Bytes from one row of each chroma plane to the next; 0: the format's rule from the row
+   * stride. Needs `row_stride`.
+   */
+  size_t chroma_stride;
+  /**
+   * Colour codes as `hwt_tensor_colorimetry` gives them; all 0: unspecified.
+   */
+  struct HwtColorimetry colorimetry;
+  /**
+   * A `DRM_FORMAT_MOD_*`; 0 (`HWT_DRM_FORMAT_MOD_LINEAR`): rows one after another.
+   */
+  uint64_t drm_modifier;
+} HwtImageSpec;
+
+/**
  * A CPU map, in memory the caller provides (a local variable, as a `GstMapInfo` is): no
  * allocation per map. `hwt_tensor_map` fills it; `data` and `len` are the caller's to read;
  * `hwt_map_end` ends it. A live map must not be copied (end the struct that was mapped into);
@@ -715,30 +775,6 @@ typedef struct HwtIdentity {
   uint64_t c;
 } HwtIdentity;
 
-/**
- * An image's colorimetry as four codes, each 0 when unspecified: primaries (1 BT.709,
- * 2 BT.601, 3 BT.2020, 4 Display P3), transfer (1 BT.709, 2 sRGB, 3 PQ, 4 HLG, 5 linear),
- * matrix (1 RGB, 2 BT.709, 3 BT.601, 4 BT.2020), range (1 limited, 2 full).
- */
-typedef struct HwtColorimetry {
-  /**
-   * Colour primaries code.
-   */
-  uint8_t primaries;
-  /**
-   * Transfer function code.
-   */
-  uint8_t transfer;
-  /**
-   * YUV matrix code.
-   */
-  uint8_t matrix;
-  /**
-   * Range code.
-   */
-  uint8_t range;
-} HwtColorimetry;
-
 #if defined(HWT_LINUX)
 /**
  * One plane of an image as its producer hands it over (`hwt_tensor_image_from_planes`): the
@@ -834,6 +870,21 @@ enum HwtStatus hwt_gpu_completed_value(uint64_t *out_value);
  * Waits until the timeline reaches `value`, at most `timeout_ns` nanoseconds.
  */
 enum HwtStatus hwt_gpu_wait(uint64_t value, uint64_t timeout_ns);
+
+/**
+ * Creates the image `spec` describes, elements of `dtype`, in `memory`, with `cpu_access` (an
+ * `HwtAccess`). A row stride must hold a row of the format in whole elements; a chroma stride
+ * is for host, shm and dmabuf memory; a modifier other than LINEAR is refused (hwtensor
+ * allocates linear images). On success `*out` holds a new reference.
+ *
+ * # Safety
+ * `spec` must be valid for one read; `out` valid for one write.
+ */
+enum HwtStatus hwt_tensor_new_image(const struct HwtImageSpec *spec,
+                                    uint32_t dtype,
+                                    uint32_t memory,
+                                    uint32_t cpu_access,
+                                    struct HwtTensor **out);
 
 /**
  * Maps `t` for the CPU in `mode` (an `HwtAccess`: READ, WRITE or READ_WRITE) into `*map`
@@ -1066,44 +1117,6 @@ enum HwtStatus hwt_tensor_new(const size_t *shape,
                               uint32_t dtype,
                               uint32_t memory,
                               struct HwtTensor **out);
-
-/**
- * Creates a `width` x `height` image of `format` with elements of `dtype` in `memory`, rows
- * `row_stride` bytes apart (0: padded as the memory wants, 64 bytes for devices; otherwise the
- * pitch a V4L2 driver or codec expects, refused when it cannot hold a row), with `cpu_access`
- * (an `HwtAccess`). On success `*out` holds a new reference.
- *
- * # Safety
- * `out` must be valid for one write.
- */
-enum HwtStatus hwt_tensor_new_image(size_t width,
-                                    size_t height,
-                                    uint32_t format,
-                                    uint32_t dtype,
-                                    size_t row_stride,
-                                    uint32_t memory,
-                                    uint32_t cpu_access,
-                                    struct HwtTensor **out);
-
-/**
- * [`hwt_tensor_new_image`] whose chroma planes' rows are `chroma_stride` bytes apart rather
- * than what the format derives from `row_stride` (which must be given, not 0): the layout of
- * a producer that pads each plane on its own, as GStreamer's default I420 does (a 1364-pixel
- * frame: 1364-byte luma rows, 684-byte chroma rows). Refused for a format without chroma
- * planes, a stride that cannot hold a chroma row, and GPU memory.
- *
- * # Safety
- * `out` must be valid for one write.
- */
-enum HwtStatus hwt_tensor_new_image_strided(size_t width,
-                                            size_t height,
-                                            uint32_t format,
-                                            uint32_t dtype,
-                                            size_t row_stride,
-                                            size_t chroma_stride,
-                                            uint32_t memory,
-                                            uint32_t cpu_access,
-                                            struct HwtTensor **out);
 
 /**
  * The row stride (bytes) of an image's chroma planes: the one it was given, or the one its
@@ -1415,29 +1428,28 @@ enum HwtStatus hwt_tensor_from_fd(int32_t fd,
 
 #if defined(HWT_LINUX)
 /**
- * A `width` x `height` image of `format` over `fd` (duplicated; the caller keeps its own)
- * starting `offset` bytes in, rows `row_stride` bytes apart (0: tight), with `cpu_access` (an
- * `HwtAccess`).
+ * The image `spec` describes over `fd` (duplicated; the caller keeps its own) starting
+ * `offset` bytes in (rows tight unless `spec` gives a stride), elements of `dtype`, with
+ * `cpu_access` (an `HwtAccess`). A modifier other than LINEAR (a tiled frame) is carried, and
+ * the image then declares no CPU access.
  *
  * # Safety
- * `out` must be valid for one write.
+ * `spec` must be valid for one read; `out` valid for one write.
  */
 enum HwtStatus hwt_tensor_image_from_fd(int32_t fd,
                                         size_t offset,
-                                        size_t width,
-                                        size_t height,
-                                        uint32_t format,
+                                        const struct HwtImageSpec *spec,
                                         uint32_t dtype,
-                                        size_t row_stride,
                                         uint32_t cpu_access,
                                         struct HwtTensor **out);
 #endif
 
 #if defined(HWT_LINUX)
 /**
- * A `width` x `height` image of `format` whose `count` planes are listed in `planes`, one fd
- * each (V4L2 MPLANE: a buffer per plane) or the same fd at several offsets (libcamera), with
- * `cpu_access` (an `HwtAccess`), without a copy. The first plane's row stride is the image's;
+ * The image `spec` describes, its `count` planes listed in `planes`, one fd each (V4L2
+ * MPLANE: a buffer per plane) or the same fd at several offsets (libcamera), with
+ * `cpu_access` (an `HwtAccess`), without a copy. The planes say the strides (strides in
+ * `spec` must be 0 or agree): the first plane's row stride is the image's;
  * the chroma planes share one of their own (kept where it differs from the format's rule), and
  * planar RGB's planes share the first plane's. Planes in separate buffers
  * must each start on a page (`HWT_STATUS_INVALID_ARGUMENT` otherwise, with the fix in
@@ -1445,13 +1457,11 @@ enum HwtStatus hwt_tensor_image_from_fd(int32_t fd,
  * (`hwt_tensor_clone_fd` is `HWT_STATUS_UNAVAILABLE`) and is sent inline.
  *
  * # Safety
- * `planes` must hold `count` entries; `out` must be valid for one write.
+ * `planes` must hold `count` entries; `spec` valid for one read; `out` valid for one write.
  */
 enum HwtStatus hwt_tensor_image_from_planes(const struct HwtPlaneFd *planes,
                                             size_t count,
-                                            size_t width,
-                                            size_t height,
-                                            uint32_t format,
+                                            const struct HwtImageSpec *spec,
                                             uint32_t dtype,
                                             uint32_t cpu_access,
                                             struct HwtTensor **out);
@@ -1465,13 +1475,11 @@ enum HwtStatus hwt_tensor_image_from_planes(const struct HwtPlaneFd *planes,
  * rows). The fds are duplicated and read; the caller keeps its own.
  *
  * # Safety
- * `planes` must hold `count` entries; `out` must be valid for one write.
+ * `planes` must hold `count` entries; `spec` valid for one read; `out` valid for one write.
  */
 enum HwtStatus hwt_tensor_image_copied_from_planes(const struct HwtPlaneFd *planes,
                                                    size_t count,
-                                                   size_t width,
-                                                   size_t height,
-                                                   uint32_t format,
+                                                   const struct HwtImageSpec *spec,
                                                    uint32_t dtype,
                                                    uint32_t memory,
                                                    struct HwtTensor **out);
@@ -1884,13 +1892,12 @@ enum HwtStatus hwt_gpu_export_fence_handle(void **out_handle);
  * as are a null texture, one of another device and one that is not this image.
  *
  * # Safety
- * `texture` must be null or a live `ID3D11Texture2D*`; `out` valid for one write.
+ * `texture` must be null or a live `ID3D11Texture2D*`; `spec` valid for one read; `out` valid
+ * for one write.
  */
 enum HwtStatus hwt_tensor_from_d3d11_texture(void *texture,
                                              uint64_t completion,
-                                             size_t width,
-                                             size_t height,
-                                             uint32_t format,
+                                             const struct HwtImageSpec *spec,
                                              uint32_t dtype,
                                              uint32_t cpu_access,
                                              struct HwtTensor **out);

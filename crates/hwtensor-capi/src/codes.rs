@@ -96,7 +96,7 @@ pub enum HwtPixelFormat {
     /// Semi-planar 4:2:0, 10 bits in 16-bit little-endian samples (`HWT_DTYPE_U16`).
     P010 = 17,
     /// Planar 4:2:0: Y, then U and V at half width and height (chroma stride half the row
-    /// stride, unless given: `hwt_tensor_new_image_strided`).
+    /// stride, unless given: `HwtImageSpec.chroma_stride`).
     I420 = 18,
     /// Planar 4:2:0 as I420 with V before U.
     Yv12 = 19,

@@ -21,6 +21,7 @@ use std::time::Duration;
 use hwtensor::gpu::{self, GpuDevice};
 
 mod codes;
+mod image;
 mod map;
 mod marker;
 mod status;
@@ -29,6 +30,7 @@ mod tensor;
 mod version;
 
 pub use codes::*;
+pub use image::*;
 pub use map::*;
 pub use marker::*;
 pub use status::{hwt_last_error, hwt_status_str, HwtStatus};

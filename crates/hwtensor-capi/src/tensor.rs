@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use hwtensor::{BufferIdentity, Region, TensorDyn};
 
-use crate::codes::{access_of, dtype_of, format_of, memory_of};
+use crate::codes::{dtype_of, format_of, memory_of};
 use crate::status::{copy_out, guard, invalid, put, slice_in, HwtStatus, OrStatus, Outcome};
 
 /// The most dimensions a shape may have: more is taken for a wrong `ndim`, not a tensor.
@@ -99,75 +99,6 @@ pub unsafe extern "C" fn hwt_tensor_new(
         // SAFETY: the caller's contract.
         let shape = unsafe { slice_in(shape, ndim, "the shape", HWT_MAX_DIMS) }?;
         let t = TensorDyn::new(shape, dtype_of(dtype)?, memory_of(memory)?).or_status()?;
-        hand_out(out, t)
-    })
-}
-
-/// Creates a `width` x `height` image of `format` with elements of `dtype` in `memory`, rows
-/// `row_stride` bytes apart (0: padded as the memory wants, 64 bytes for devices; otherwise the
-/// pitch a V4L2 driver or codec expects, refused when it cannot hold a row), with `cpu_access`
-/// (an `HwtAccess`). On success `*out` holds a new reference.
-///
-/// # Safety
-/// `out` must be valid for one write.
-#[no_mangle]
-pub unsafe extern "C" fn hwt_tensor_new_image(
-    width: usize,
-    height: usize,
-    format: u32,
-    dtype: u32,
-    row_stride: usize,
-    memory: u32,
-    cpu_access: u32,
-    out: *mut *mut HwtTensor,
-) -> HwtStatus {
-    guard(|| {
-        let (format, dtype) = (format_of(format)?, dtype_of(dtype)?);
-        let (memory, access) = (memory_of(memory)?, access_of(cpu_access)?);
-        let t = match row_stride {
-            0 => TensorDyn::image(width, height, format, dtype, memory, access),
-            s => TensorDyn::image_with_pitch(width, height, format, dtype, s, memory, access),
-        }
-        .or_status()?;
-        hand_out(out, t)
-    })
-}
-
-/// [`hwt_tensor_new_image`] whose chroma planes' rows are `chroma_stride` bytes apart rather
-/// than what the format derives from `row_stride` (which must be given, not 0): the layout of
-/// a producer that pads each plane on its own, as GStreamer's default I420 does (a 1364-pixel
-/// frame: 1364-byte luma rows, 684-byte chroma rows). Refused for a format without chroma
-/// planes, a stride that cannot hold a chroma row, and GPU memory.
-///
-/// # Safety
-/// `out` must be valid for one write.
-#[no_mangle]
-#[allow(clippy::too_many_arguments)] // the image's description, one value each
-pub unsafe extern "C" fn hwt_tensor_new_image_strided(
-    width: usize,
-    height: usize,
-    format: u32,
-    dtype: u32,
-    row_stride: usize,
-    chroma_stride: usize,
-    memory: u32,
-    cpu_access: u32,
-    out: *mut *mut HwtTensor,
-) -> HwtStatus {
-    guard(|| {
-        let (format, dtype) = (format_of(format)?, dtype_of(dtype)?);
-        let (memory, access) = (memory_of(memory)?, access_of(cpu_access)?);
-        let t = TensorDyn::image_with_strides(
-            width,
-            height,
-            format,
-            dtype,
-            row_stride,
-            chroma_stride,
-            memory,
-            access,
-        )
-        .or_status()?;
         hand_out(out, t)
     })
 }
@@ -548,6 +479,23 @@ pub struct HwtColorimetry {
     pub range: u8,
 }
 
+impl HwtColorimetry {
+    /// The colorimetry these codes say; an unknown code is `HWT_STATUS_INVALID_ARGUMENT`.
+    pub(crate) fn colorimetry(&self) -> Result<hwtensor::Colorimetry, HwtStatus> {
+        let unknown = |what: &str, code: u8| invalid(format!("{code} is not a colour {what} code"));
+        Ok(hwtensor::Colorimetry::new(
+            hwtensor::ColorPrimaries::from_code(self.primaries)
+                .ok_or_else(|| unknown("primaries", self.primaries))?,
+            hwtensor::TransferFunction::from_code(self.transfer)
+                .ok_or_else(|| unknown("transfer", self.transfer))?,
+            hwtensor::ColorMatrix::from_code(self.matrix)
+                .ok_or_else(|| unknown("matrix", self.matrix))?,
+            hwtensor::ColorRange::from_code(self.range)
+                .ok_or_else(|| unknown("range", self.range))?,
+        ))
+    }
+}
+
 /// The colorimetry of the image `t` into `*out`; `HWT_STATUS_INVALID_ARGUMENT` for a plain
 /// tensor.
 ///
@@ -625,16 +573,7 @@ pub unsafe extern "C" fn hwt_tensor_with_colorimetry(
         // SAFETY: null is refused; otherwise the caller's contract (one readable struct).
         let c =
             unsafe { colorimetry.as_ref() }.ok_or_else(|| invalid("the colorimetry is null"))?;
-        let unknown = |what: &str, code: u8| invalid(format!("{code} is not a colour {what} code"));
-        let colorimetry = hwtensor::Colorimetry::new(
-            hwtensor::ColorPrimaries::from_code(c.primaries)
-                .ok_or_else(|| unknown("primaries", c.primaries))?,
-            hwtensor::TransferFunction::from_code(c.transfer)
-                .ok_or_else(|| unknown("transfer", c.transfer))?,
-            hwtensor::ColorMatrix::from_code(c.matrix)
-                .ok_or_else(|| unknown("matrix", c.matrix))?,
-            hwtensor::ColorRange::from_code(c.range).ok_or_else(|| unknown("range", c.range))?,
-        );
+        let colorimetry = c.colorimetry()?;
         let mut t = tensor(t, "the tensor")?.clone();
         t.set_colorimetry(colorimetry).or_status()?;
         hand_out(out, t)

@@ -1,6 +1,7 @@
 //! `hwtensor bench`: the library's figures beside the reference they are judged against,
 //! measured in the same run (machines are shared and noisy: only side-by-side ratios hold).
 
+use hwtensor::ImageSpec;
 use std::time::Duration;
 
 use hwtensor::Tensor;
@@ -90,7 +91,11 @@ fn part_maps(s: &Samples) -> crate::Result {
         .last()
         .unwrap_or(&TensorMemory::Mem);
     let (w, h) = (1920, 1080);
-    let t = Tensor::<u8>::image(w, h, PixelFormat::Rgba, Some(memory), CpuAccess::ReadWrite)?;
+    let t = Tensor::<u8>::image(
+        &ImageSpec::new(PixelFormat::Rgba, w, h),
+        Some(memory),
+        CpuAccess::ReadWrite,
+    )?;
     let whole = median_per_call(s.rounds, 1000, || {
         drop(std::hint::black_box(t.map().unwrap()))
     });

@@ -2,7 +2,7 @@
 //! saw a stale buffer, a wrong offset or another frame's pixels fails verification.
 
 use hwtensor::stream::{Producer, Slot};
-use hwtensor::{CpuAccess, PixelFormat, Tensor, TensorMemory};
+use hwtensor::{CpuAccess, ImageSpec, PixelFormat, Tensor, TensorMemory};
 
 /// Width of a demo frame.
 pub const WIDTH: usize = 1920;
@@ -12,9 +12,7 @@ pub const HEIGHT: usize = 1080;
 /// A new 1080p RGBA frame on `memory`.
 pub fn frame(memory: TensorMemory) -> hwtensor::Result<Tensor<u8>> {
     Tensor::<u8>::image(
-        WIDTH,
-        HEIGHT,
-        PixelFormat::Rgba,
+        &ImageSpec::new(PixelFormat::Rgba, WIDTH, HEIGHT),
         Some(memory),
         CpuAccess::ReadWrite,
     )

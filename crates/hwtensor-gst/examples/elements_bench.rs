@@ -31,7 +31,7 @@ use gst::prelude::*;
 use gsthwtensor::stamp::{monotonic_ns, RECEIVED_TIME_CAPS, SENT_TIME_CAPS};
 use hwtensor::stream::{Consumer, Producer, Wait, CONNECT_TIMEOUT};
 use hwtensor::stream::{FrameKind, Marker};
-use hwtensor::{CpuAccess, DType, PixelFormat, TensorDyn, TensorMemory};
+use hwtensor::{CpuAccess, DType, ImageSpec, PixelFormat, TensorDyn, TensorMemory};
 
 const CAPS: &str = "video/x-raw,format=I420,width=1920,height=1080";
 /// Frames are paced as a 200 fps camera would send them, so each one finds its consumer idle.
@@ -121,9 +121,7 @@ fn bare_block(name: &str, frames: usize) -> Vec<u64> {
     let pool = (0..3)
         .map(|_| {
             TensorDyn::image(
-                1920,
-                1080,
-                PixelFormat::I420,
+                &ImageSpec::new(PixelFormat::I420, 1920, 1080),
                 DType::U8,
                 Some(TensorMemory::Shm),
                 CpuAccess::ReadWrite,

@@ -200,6 +200,7 @@ pub fn image_bytes(t: &TensorDyn) -> Result<usize, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hwtensor::ImageSpec;
 
     fn caps(format: &str, w: i32, h: i32) -> gst::Caps {
         gst::Caps::builder("video/x-raw")
@@ -258,9 +259,7 @@ mod tests {
         for name in formats() {
             let (g, _) = geometry(&caps(name, 64, 8)).unwrap();
             let t = TensorDyn::image(
-                64,
-                8,
-                g.format,
+                &ImageSpec::new(g.format, 64, 8),
                 g.dtype,
                 Some(hwtensor::TensorMemory::Mem),
                 hwtensor::CpuAccess::ReadWrite,

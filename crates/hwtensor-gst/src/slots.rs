@@ -437,6 +437,7 @@ fn fd_memory(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hwtensor::ImageSpec;
     use hwtensor::{CpuAccess, DType, PixelFormat};
 
     /// Lends slot 0 every time, as a channel whose other slots are out would.
@@ -455,7 +456,13 @@ mod tests {
         gst::init().unwrap();
         let shm = Some(TensorMemory::Shm);
         let rw = CpuAccess::ReadWrite;
-        let t = TensorDyn::image(64, 32, PixelFormat::Rgba, DType::U8, shm, rw).unwrap();
+        let t = TensorDyn::image(
+            &ImageSpec::new(PixelFormat::Rgba, 64, 32),
+            DType::U8,
+            shm,
+            rw,
+        )
+        .unwrap();
         let pool = SlotPool::new(vec![t.clone()], Box::new(FirstSlot), side).unwrap();
         pool.activate(&crate::caps::caps_of(&t).unwrap()).unwrap();
         pool

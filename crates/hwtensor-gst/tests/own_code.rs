@@ -14,7 +14,7 @@ use gst_video::prelude::*;
 use gsthwtensor::stamp::{monotonic_ns, RECEIVED_TIME_CAPS, SENT_TIME_CAPS};
 use hwtensor::stream::{Consumer, Lending, Producer, Wait, CONNECT_TIMEOUT};
 use hwtensor::stream::{FrameKind, Marker};
-use hwtensor::{CpuAccess, DType, PixelFormat, TensorDyn, TensorMemory};
+use hwtensor::{CpuAccess, DType, ImageSpec, PixelFormat, TensorDyn, TensorMemory};
 
 const FRAMES: usize = 8;
 
@@ -112,9 +112,7 @@ fn rust_producer_of(
     let pool = (0..4)
         .map(|_| {
             TensorDyn::image(
-                64,
-                48,
-                format,
+                &ImageSpec::new(format, 64, 48),
                 DType::U8,
                 Some(memory),
                 CpuAccess::ReadWrite,
@@ -165,8 +163,8 @@ fn bgrx(pitch: Option<usize>) -> TensorDyn {
         CpuAccess::ReadWrite,
     );
     match pitch {
-        Some(p) => TensorDyn::image_with_pitch(w, h, f, d, p, m, a),
-        None => TensorDyn::image(w, h, f, d, m, a),
+        Some(p) => TensorDyn::image(&ImageSpec::new(f, w, h).with_row_stride(p), d, m, a),
+        None => TensorDyn::image(&ImageSpec::new(f, w, h), d, m, a),
     }
     .unwrap()
 }
@@ -228,9 +226,7 @@ fn nv12m_image() -> TensorDyn {
     let planes = vec![plane(w * h), plane(w * h / 2)];
     TensorDyn::image_from_planes(
         planes,
-        w,
-        h,
-        PixelFormat::Nv12,
+        &ImageSpec::new(PixelFormat::Nv12, w, h),
         DType::U8,
         CpuAccess::ReadWrite,
     )
@@ -341,9 +337,7 @@ fn a_producer_that_changes_caps_is_followed_by_hwtensorsrc_renegotiating() {
             let pool = (0..2)
                 .map(|_| {
                     TensorDyn::image(
-                        32,
-                        16,
-                        format,
+                        &ImageSpec::new(format, 32, 16),
                         DType::U8,
                         Some(TensorMemory::Shm),
                         CpuAccess::ReadWrite,
@@ -401,9 +395,7 @@ fn a_producer_whose_buffers_differ_is_refused_before_any_frame() {
     let producer = std::thread::spawn(move || {
         let image = |w| {
             TensorDyn::image(
-                w,
-                16,
-                PixelFormat::Rgba,
+                &ImageSpec::new(PixelFormat::Rgba, w, 16),
                 DType::U8,
                 Some(TensorMemory::Shm),
                 CpuAccess::ReadWrite,
@@ -1219,9 +1211,7 @@ fn a_frame_in_an_added_buffer_of_another_picture_is_an_error_not_a_short_buffer(
         let mut p = Producer::with_room(vec![bgrx(None), bgrx(None)], 3).unwrap();
         p.attach(listener.accept().unwrap().0).unwrap();
         let small = TensorDyn::image(
-            8,
-            8,
-            PixelFormat::Bgrx,
+            &ImageSpec::new(PixelFormat::Bgrx, 8, 8),
             DType::U8,
             Some(TensorMemory::Shm),
             CpuAccess::ReadWrite,

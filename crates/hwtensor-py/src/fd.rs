@@ -5,9 +5,8 @@
 //! close. A hostile fd or blob raises what Rust returns, as a Python exception.
 
 use std::os::fd::{AsRawFd, IntoRawFd, OwnedFd, RawFd};
-use std::str::FromStr;
 
-use hwtensor::{handoff, CpuAccess, DType, PixelFormat, PlaneFd, TensorDyn};
+use hwtensor::{handoff, CpuAccess, DType, ImageSpec, PlaneFd, TensorDyn};
 use pyo3::prelude::*;
 
 use crate::errors::OrPy;
@@ -16,34 +15,6 @@ use crate::errors::OrPy;
 pub(crate) fn dup_in(fd: RawFd) -> PyResult<OwnedFd> {
     // SAFETY: a number the Python caller passed as its fd, only duplicated.
     unsafe { handoff::dup_callers_fd(fd) }.or_py()
-}
-
-/// The image description shared by the fd and plane imports.
-pub(crate) struct ImageArgs {
-    pub width: usize,
-    pub height: usize,
-    pub format: PixelFormat,
-    pub dtype: DType,
-    pub access: CpuAccess,
-}
-
-impl ImageArgs {
-    pub(crate) fn new(
-        width: usize,
-        height: usize,
-        format: &str,
-        dtype: DType,
-        access: CpuAccess,
-    ) -> PyResult<Self> {
-        let format = PixelFormat::from_str(format).or_py()?;
-        Ok(ImageArgs {
-            width,
-            height,
-            format,
-            dtype,
-            access,
-        })
-    }
 }
 
 /// `Tensor.from_fd`: a tensor of `shape` over `fd` from byte `offset` on.
@@ -59,45 +30,35 @@ pub(crate) fn tensor_from_fd(
         .or_py()
 }
 
-/// `Tensor.image_from_fd`: an image over `fd` from byte `offset` on.
+/// `Tensor.image_from_fd`: the image `spec` describes over `fd` from byte `offset` on.
 pub(crate) fn image_from_fd(
     py: Python<'_>,
     fd: RawFd,
     offset: usize,
-    image: ImageArgs,
-    row_stride: Option<usize>,
+    spec: &ImageSpec,
+    dtype: DType,
+    access: CpuAccess,
 ) -> PyResult<TensorDyn> {
     let fd = dup_in(fd)?;
-    let i = image;
-    py.detach(|| {
-        TensorDyn::image_from_fd_at(
-            fd, offset, i.width, i.height, i.format, i.dtype, row_stride, i.access,
-        )
-    })
-    .or_py()
+    py.detach(|| TensorDyn::image_from_fd_at(fd, offset, spec, dtype, access))
+        .or_py()
 }
 
-/// `Tensor.image_from_planes`: an image over one `(fd, offset, row_stride)` per plane.
+/// `Tensor.image_from_planes`: the image `spec` describes over one `(fd, offset, row_stride)`
+/// per plane.
 pub(crate) fn image_from_planes(
     py: Python<'_>,
     planes: Vec<(RawFd, usize, usize)>,
-    image: ImageArgs,
+    spec: &ImageSpec,
+    dtype: DType,
+    access: CpuAccess,
 ) -> PyResult<TensorDyn> {
     let planes = planes
         .into_iter()
         .map(|(fd, offset, row_stride)| Ok(PlaneFd::new(dup_in(fd)?, offset, row_stride)))
         .collect::<PyResult<Vec<_>>>()?;
-    py.detach(|| {
-        TensorDyn::image_from_planes(
-            planes,
-            image.width,
-            image.height,
-            image.format,
-            image.dtype,
-            image.access,
-        )
-    })
-    .or_py()
+    py.detach(|| TensorDyn::image_from_planes(planes, spec, dtype, access))
+        .or_py()
 }
 
 /// `Tensor.fd()`: the tensor's own fd number, borrowed (valid while the tensor lives).

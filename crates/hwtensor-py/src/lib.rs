@@ -12,6 +12,7 @@ mod errors;
 mod fd;
 mod gpu;
 mod handoff;
+mod image;
 mod map;
 mod marker;
 mod stream;
@@ -30,6 +31,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<stream::Consumer>()?;
     m.add_class::<stream::Frame>()?;
     m.add_class::<marker::Marker>()?;
+    m.add_class::<image::ImageSpec>()?;
     m.add_class::<stream::Producer>()?;
     m.add_class::<stream::Listener>()?;
     m.add_function(wrap_pyfunction!(handoff::send, m)?)?;

@@ -135,39 +135,22 @@ impl PyTensor {
             .map(Self::wrap)
     }
 
-    /// An image of `width` x `height` pixels in `format` ("rgba", "nv12", "yuyv", ... or a
-    /// FourCC alias), optionally with a chosen `row_stride` in bytes, and a `chroma_stride` of
-    /// the chroma planes' own (GStreamer's I420 pads them apart from the luma's).
+    /// A zeroed image as `spec` (an `ImageSpec`) describes it, elements of `dtype`, on
+    /// `memory` (None: chosen), with `access` ("read", "write", "read_write", "none").
     #[staticmethod]
-    #[pyo3(signature = (width, height, format, dtype = None, memory = None, access = "read_write", row_stride = None, chroma_stride = None))]
-    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (spec, dtype = None, memory = None, access = "read_write"))]
     fn image(
         py: Python<'_>,
-        width: usize,
-        height: usize,
-        format: &str,
+        spec: &crate::image::ImageSpec,
         dtype: Option<&Bound<'_, PyAny>>,
         memory: Option<&str>,
         access: &str,
-        row_stride: Option<usize>,
-        chroma_stride: Option<usize>,
     ) -> PyResult<Self> {
-        let format = PixelFormat::from_str(format).or_py()?;
         let (dtype, memory, access) = (dtype_arg(dtype)?, memory_of(memory)?, access_of(access)?);
-        py.detach(|| match (row_stride, chroma_stride) {
-            (Some(pitch), Some(chroma)) => TensorDyn::image_with_strides(
-                width, height, format, dtype, pitch, chroma, memory, access,
-            ),
-            (None, Some(_)) => Err(hwtensor::Error::InvalidArgument(
-                "a chroma_stride needs the row_stride it goes with".into(),
-            )),
-            (Some(pitch), None) => {
-                TensorDyn::image_with_pitch(width, height, format, dtype, pitch, memory, access)
-            }
-            (None, None) => TensorDyn::image(width, height, format, dtype, memory, access),
-        })
-        .or_py()
-        .map(Self::wrap)
+        let spec = spec.0;
+        py.detach(|| TensorDyn::image(&spec, dtype, memory, access))
+            .or_py()
+            .map(Self::wrap)
     }
 
     /// The row stride in bytes of the image's chroma planes (given, or derived from the row
@@ -196,43 +179,35 @@ impl PyTensor {
         crate::fd::tensor_from_fd(py, fd, &shape, dtype_arg(dtype)?, offset).map(Self::wrap)
     }
 
-    /// An image of `width` x `height` in `format` over `fd` from byte `offset` on (V4L2's
-    /// `data_offset`), rows `row_stride` bytes apart (None: tight). The fd is duplicated.
+    /// The image `spec` describes over `fd` from byte `offset` on (V4L2's `data_offset`),
+    /// rows tight unless `spec` gives a stride. The fd is duplicated.
     #[staticmethod]
-    #[pyo3(signature = (fd, width, height, format, dtype = None, offset = 0, row_stride = None, access = "read_write"))]
-    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (fd, spec, dtype = None, offset = 0, access = "read_write"))]
     fn image_from_fd(
         py: Python<'_>,
         fd: i32,
-        width: usize,
-        height: usize,
-        format: &str,
+        spec: &crate::image::ImageSpec,
         dtype: Option<&Bound<'_, PyAny>>,
         offset: usize,
-        row_stride: Option<usize>,
         access: &str,
     ) -> PyResult<Self> {
-        let dtype = dtype_arg(dtype)?;
-        let image = crate::fd::ImageArgs::new(width, height, format, dtype, access_of(access)?)?;
-        crate::fd::image_from_fd(py, fd, offset, image, row_stride).map(Self::wrap)
+        let (dtype, access) = (dtype_arg(dtype)?, access_of(access)?);
+        crate::fd::image_from_fd(py, fd, offset, &spec.0, dtype, access).map(Self::wrap)
     }
 
-    /// An image over one `(fd, offset, row_stride)` per plane of `format` (a decoder's NV12 in
-    /// two DMA-BUFs, say). Each fd is duplicated.
+    /// The image `spec` describes over one `(fd, offset, row_stride)` per plane (a decoder's
+    /// NV12 in two DMA-BUFs, say); the planes say the strides. Each fd is duplicated.
     #[staticmethod]
-    #[pyo3(signature = (planes, width, height, format, dtype = None, access = "read_write"))]
+    #[pyo3(signature = (planes, spec, dtype = None, access = "read_write"))]
     fn image_from_planes(
         py: Python<'_>,
         planes: Vec<(i32, usize, usize)>,
-        width: usize,
-        height: usize,
-        format: &str,
+        spec: &crate::image::ImageSpec,
         dtype: Option<&Bound<'_, PyAny>>,
         access: &str,
     ) -> PyResult<Self> {
-        let dtype = dtype_arg(dtype)?;
-        let image = crate::fd::ImageArgs::new(width, height, format, dtype, access_of(access)?)?;
-        crate::fd::image_from_planes(py, planes, image).map(Self::wrap)
+        let (dtype, access) = (dtype_arg(dtype)?, access_of(access)?);
+        crate::fd::image_from_planes(py, planes, &spec.0, dtype, access).map(Self::wrap)
     }
 
     /// The buffer's fd number, borrowed: valid while the tensor lives, never to be closed

@@ -30,7 +30,7 @@ def test_the_capsule_kind_follows_the_consumers_max_version():
 
 
 def test_strides_are_exported_in_elements_for_a_padded_image():
-    t = hwtensor.Tensor.image(10, 4, "rgba", dtype="uint16", memory="mem", row_stride=96)
+    t = hwtensor.Tensor.image(hwtensor.ImageSpec("rgba", 10, 4, row_stride=96), dtype="uint16", memory="mem")
     x = np.from_dlpack(t)
     assert x.strides == (96, 8, 2)
 
@@ -73,7 +73,7 @@ def test_the_capsule_keeps_the_buffer_alive_after_the_tensor_is_gone():
 
 
 def test_a_read_only_tensor_exports_a_read_only_array():
-    t = hwtensor.Tensor.image(4, 4, "rgba", memory="mem", access="read")
+    t = hwtensor.Tensor.image(hwtensor.ImageSpec("rgba", 4, 4), memory="mem", access="read")
     x = np.from_dlpack(t)
     assert not x.flags.writeable
 

@@ -29,15 +29,13 @@ def test_a_memfd_made_outside_hwtensor_is_a_tensor_over_the_same_bytes():
 def test_an_image_at_an_offset_and_an_image_over_two_planes_read_their_own_bytes():
     fd = _memfd(64 + 8 * 4 * 4, fill=0)
     os.pwrite(fd, bytes([9]) * (8 * 4 * 4), 64)
-    img = hwtensor.Tensor.image_from_fd(fd, 8, 4, "rgba", offset=64)
+    img = hwtensor.Tensor.image_from_fd(fd, hwtensor.ImageSpec("rgba", 8, 4), offset=64)
     with img.map_read() as a:
         assert a.shape == (4, 8, 4) and (a == 9).all()
     # A decoder's NV12 in two buffers: each plane starts on a page, as a mapping needs.
     width, height = 4096, 2
     luma, chroma = _memfd(width * height, fill=1), _memfd(width * height // 2, fill=2)
-    nv12 = hwtensor.Tensor.image_from_planes(
-        [(luma, 0, width), (chroma, 0, width)], width, height, "nv12"
-    )
+    nv12 = hwtensor.Tensor.image_from_planes([(luma, 0, width), (chroma, 0, width)], hwtensor.ImageSpec("nv12", width, height))
     for f in (fd, luma, chroma):
         os.close(f)
     assert nv12.format == "nv12" and len(nv12.plane_table) == 2
@@ -49,9 +47,7 @@ def test_an_image_at_an_offset_and_an_image_over_two_planes_read_their_own_bytes
 def test_an_image_in_a_buffer_per_plane_is_sent_with_an_fd_per_plane_as_the_same_memory():
     width, height = 4096, 2  # each plane a whole page, as a buffer per plane needs
     luma, chroma = _memfd(width * height, fill=1), _memfd(width * height // 2, fill=2)
-    nv12 = hwtensor.Tensor.image_from_planes(
-        [(luma, 0, width), (chroma, 0, width)], width, height, "nv12"
-    )
+    nv12 = hwtensor.Tensor.image_from_planes([(luma, 0, width), (chroma, 0, width)], hwtensor.ImageSpec("nv12", width, height))
     ours, theirs = socket.socketpair()
     with ours, theirs:
         hwtensor.send(ours, nv12)  # by reference: no copy
@@ -96,7 +92,7 @@ def test_hostile_fds_are_refused_as_in_rust():
 
 
 def test_a_blob_by_reference_and_one_inline_come_back_as_the_same_tensor():
-    t = hwtensor.Tensor.image(8, 4, "rgba", memory="shm")
+    t = hwtensor.Tensor.image(hwtensor.ImageSpec("rgba", 8, 4), memory="shm")
     with t.map_write() as a:
         a[:] = 5
     data, fds = hwtensor.export_blob(t)
@@ -167,7 +163,7 @@ X_TILED = 0x0100000000000001  # I915_FORMAT_MOD_X_TILED of drm_fourcc.h
 
 
 def test_a_tiled_frame_is_carried_and_refused_where_read_as_rows():
-    linear = hwtensor.Tensor.image(16, 8, "rgba", memory="shm")
+    linear = hwtensor.Tensor.image(hwtensor.ImageSpec("rgba", 16, 8), memory="shm")
     assert linear.drm_modifier == 0
     tiled = linear.with_drm_modifier(X_TILED)
     assert tiled.drm_modifier == X_TILED and tiled.access == "none"

@@ -49,7 +49,7 @@ def test_an_ended_map_cannot_start_again():
 
 
 def test_a_tensor_declared_read_only_refuses_a_write_map():
-    t = hwtensor.Tensor.image(4, 4, "rgba", memory="mem", access="read")
+    t = hwtensor.Tensor.image(hwtensor.ImageSpec("rgba", 4, 4), memory="mem", access="read")
     with pytest.raises(hwtensor.AccessError):
         with t.map_write():
             pass

@@ -23,7 +23,7 @@ def test_dtype_names_are_numpys_or_hwtensors():
 
 
 def test_an_image_has_its_format_planes_and_row_stride():
-    t = hwtensor.Tensor.image(64, 32, "nv12", memory="shm")
+    t = hwtensor.Tensor.image(hwtensor.ImageSpec("nv12", 64, 32), memory="shm")
     assert t.format == "nv12"
     assert (t.width, t.height) == (64, 32)
     assert t.plane_table == [(0, 64, 32, 2048), (2048, 64, 16, 1024)]
@@ -31,7 +31,7 @@ def test_an_image_has_its_format_planes_and_row_stride():
 
 
 def test_an_image_keeps_a_chosen_row_stride():
-    t = hwtensor.Tensor.image(10, 4, "rgba", memory="mem", row_stride=64)
+    t = hwtensor.Tensor.image(hwtensor.ImageSpec("rgba", 10, 4, row_stride=64), memory="mem")
     assert t.row_stride == 64
     assert t.strides[0] == 64
 
@@ -42,7 +42,7 @@ def test_unknown_names_raise_invalid_argument_listing_the_known_ones():
     with pytest.raises(hwtensor.InvalidArgument, match="shm"):
         hwtensor.Tensor((2,), memory="vram")
     with pytest.raises(hwtensor.InvalidArgument, match="read_write"):
-        hwtensor.Tensor.image(8, 8, "rgba", access="sometimes")
+        hwtensor.Tensor.image(hwtensor.ImageSpec("rgba", 8, 8), access="sometimes")
 
 
 def test_every_exception_is_an_hwtensor_error():
@@ -60,7 +60,7 @@ def test_every_exception_is_an_hwtensor_error():
 
 
 def test_a_view_shares_its_parents_buffer():
-    t = hwtensor.Tensor.image(8, 8, "rgba", memory="mem")
+    t = hwtensor.Tensor.image(hwtensor.ImageSpec("rgba", 8, 8), memory="mem")
     with t.map_write() as a:
         a[:] = np.arange(8 * 8 * 4, dtype=np.uint8).reshape(a.shape)
         expected = a[2:6, 1:4].copy()
@@ -92,7 +92,7 @@ def test_reshape_and_repoint_keep_the_buffer():
     t = hwtensor.Tensor((4, 6), "uint16", memory="mem")
     r = t.reshape((2, 12))
     assert (r.shape, r.identity) == ((2, 12), t.identity)
-    nv12 = hwtensor.Tensor.image(64, 32, "rgba", memory="shm").repoint(
+    nv12 = hwtensor.Tensor.image(hwtensor.ImageSpec("rgba", 64, 32), memory="shm").repoint(
         width=64, height=32, format="nv12", row_stride=128
     )
     assert (nv12.format, nv12.row_stride) == ("nv12", 128)
@@ -103,7 +103,7 @@ def test_reshape_and_repoint_keep_the_buffer():
 
 
 def test_colorimetry_is_said_once_and_travels_with_the_image():
-    t = hwtensor.Tensor.image(64, 32, "nv12", memory="shm")
+    t = hwtensor.Tensor.image(hwtensor.ImageSpec("nv12", 64, 32), memory="shm")
     assert t.colorimetry["matrix"] == "unspecified"
     hd = t.with_colorimetry(primaries="bt709", transfer="bt709", matrix="bt709", range="limited")
     assert hd.colorimetry == {
@@ -141,27 +141,27 @@ def test_hwtensors_timeout_is_also_the_builtin_one():
 
 
 def test_the_formats_cameras_and_decoders_produce_have_their_planes():
-    i420 = hwtensor.Tensor.image(64, 32, "i420", memory="shm")
+    i420 = hwtensor.Tensor.image(hwtensor.ImageSpec("i420", 64, 32), memory="shm")
     assert i420.plane_table == [(0, 64, 32, 2048), (2048, 32, 16, 512), (2560, 32, 16, 512)]
-    assert hwtensor.Tensor.image(64, 32, "yv12").plane_table == i420.plane_table
-    assert hwtensor.Tensor.image(64, 32, "nv21").plane_table[1] == (2048, 64, 16, 1024)
-    assert hwtensor.Tensor.image(8, 2, "bgr").shape == (2, 8, 3)
-    assert hwtensor.Tensor.image(8, 2, "bgrx").shape == (2, 8, 4)
-    assert hwtensor.Tensor.image(8, 2, "uyvy").shape == (2, 8, 2)
-    p010 = hwtensor.Tensor.image(64, 32, "p010", dtype="uint16")
+    assert hwtensor.Tensor.image(hwtensor.ImageSpec("yv12", 64, 32)).plane_table == i420.plane_table
+    assert hwtensor.Tensor.image(hwtensor.ImageSpec("nv21", 64, 32)).plane_table[1] == (2048, 64, 16, 1024)
+    assert hwtensor.Tensor.image(hwtensor.ImageSpec("bgr", 8, 2)).shape == (2, 8, 3)
+    assert hwtensor.Tensor.image(hwtensor.ImageSpec("bgrx", 8, 2)).shape == (2, 8, 4)
+    assert hwtensor.Tensor.image(hwtensor.ImageSpec("uyvy", 8, 2)).shape == (2, 8, 2)
+    p010 = hwtensor.Tensor.image(hwtensor.ImageSpec("p010", 64, 32), dtype="uint16")
     assert p010.plane_table == [(0, 128, 32, 4096), (4096, 128, 16, 2048)]
-    assert hwtensor.Tensor.image(8, 2, "gray16_le", dtype="u16").format == "gray16"
+    assert hwtensor.Tensor.image(hwtensor.ImageSpec("gray16_le", 8, 2), dtype="u16").format == "gray16"
 
 
 def test_an_i420_image_keeps_gstreamers_chroma_stride():
     # GStreamer's default I420 at 1364 pixels pads the chroma rows to 684 bytes (not 682).
-    t = hwtensor.Tensor.image(1364, 8, "i420", memory="mem", row_stride=1364, chroma_stride=684)
+    t = hwtensor.Tensor.image(hwtensor.ImageSpec("i420", 1364, 8, row_stride=1364, chroma_stride=684), memory="mem")
     assert t.chroma_stride == 684
     assert [p[1] for p in t.plane_table] == [1364, 684, 684]
-    assert hwtensor.Tensor.image(64, 32, "i420").chroma_stride == 32
-    assert hwtensor.Tensor.image(64, 32, "rgba").chroma_stride is None
+    assert hwtensor.Tensor.image(hwtensor.ImageSpec("i420", 64, 32)).chroma_stride == 32
+    assert hwtensor.Tensor.image(hwtensor.ImageSpec("rgba", 64, 32)).chroma_stride is None
     with pytest.raises(hwtensor.Error, match="row_stride"):
-        hwtensor.Tensor.image(64, 8, "i420", chroma_stride=40)
+        hwtensor.Tensor.image(hwtensor.ImageSpec("i420", 64, 8, chroma_stride=40))
 
 
 def test_an_fd_that_is_no_sync_file_is_refused_as_a_fence():
@@ -176,14 +176,14 @@ def test_an_fd_that_is_no_sync_file_is_refused_as_a_fence():
 
 def test_a_sixteen_bit_format_over_bytes_is_refused_naming_the_dtype():
     with pytest.raises(hwtensor.Error, match="u16"):
-        hwtensor.Tensor.image(64, 32, "p010", dtype="uint8")
+        hwtensor.Tensor.image(hwtensor.ImageSpec("p010", 64, 32), dtype="uint8")
 
 
 def test_an_i420_frame_copies_between_memories_plane_for_plane():
-    src = hwtensor.Tensor.image(64, 32, "i420", memory="mem")
+    src = hwtensor.Tensor.image(hwtensor.ImageSpec("i420", 64, 32), memory="mem")
     with src.map_write() as a:
         a[:] = np.arange(a.size, dtype=np.uint32).reshape(a.shape) % 251
-    dst = hwtensor.Tensor.image(64, 32, "i420", memory="shm")
+    dst = hwtensor.Tensor.image(hwtensor.ImageSpec("i420", 64, 32), memory="shm")
     dst.copy_from(src)
     with src.map_read() as a, dst.map_read() as b:
         assert (a == b).all()
@@ -197,3 +197,25 @@ def test_a_dtype_may_be_a_numpy_type_or_dtype_and_a_negative_shape_is_the_librar
         hwtensor.Tensor((2, -3))
     with pytest.raises(hwtensor.Error):
         hwtensor.Tensor((2,), dtype=object())
+
+
+def test_one_image_spec_carries_strides_colours_and_a_modifier_to_every_constructor():
+    bt709 = {"primaries": "bt709", "transfer": "bt709", "matrix": "bt709", "range": "limited"}
+    spec = hwtensor.ImageSpec("nv12", 64, 32, row_stride=128, colorimetry=bt709)
+    assert (spec.format, spec.width, spec.height, spec.row_stride) == ("nv12", 64, 32, 128)
+    t = hwtensor.Tensor.image(spec, memory="shm")
+    assert t.row_stride == 128 and t.colorimetry == bt709
+    with pytest.raises(hwtensor.InvalidArgument, match="primaries, transfer, matrix, range"):
+        hwtensor.ImageSpec("nv12", 64, 32, colorimetry={"gamma": "2.2"})
+    tiled = hwtensor.ImageSpec("nv12", 64, 32, drm_modifier=0x0100000000000001)
+    with pytest.raises(hwtensor.Error, match="linear"):
+        hwtensor.Tensor.image(tiled, memory="mem")
+    fd = t.clone_fd()
+    try:
+        imported = hwtensor.Tensor.image_from_fd(fd, tiled)
+    finally:
+        os.close(fd)
+    assert imported.drm_modifier == 0x0100000000000001
+    with pytest.raises(hwtensor.InvalidArgument, match="DRM format modifier is 0x0100000000000001"):
+        with imported.map_read():
+            pass

@@ -18,7 +18,7 @@ use std::net::TcpListener;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use hwtensor::{CpuAccess, PixelFormat, Tensor, TensorDyn, TensorMemory};
+use hwtensor::{CpuAccess, ImageSpec, PixelFormat, Tensor, TensorDyn, TensorMemory};
 use hwtensor_zenoh::zenoh::{self, qos::CongestionControl, sample::Sample, Wait};
 use hwtensor_zenoh::{Encoding, Publisher, PublisherOptions, Subscriber, SubscriberOptions};
 
@@ -358,9 +358,7 @@ fn main() {
     let (big, _) = ours(&frame(3840, 2160), true);
     println!("one host, fd hand-off: 360p {small:.1} us, 4K {big:.1} us: 4K/360p {:.2}x (target <= 1.2x)", big / small);
     let image: TensorDyn = Tensor::<u8>::image(
-        1920,
-        1080,
-        PixelFormat::Rgba,
+        &ImageSpec::new(PixelFormat::Rgba, 1920, 1080),
         Some(TensorMemory::Shm),
         CpuAccess::ReadWrite,
     )

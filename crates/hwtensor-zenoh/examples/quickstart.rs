@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use hwtensor::{CpuAccess, PixelFormat, Tensor, TensorDyn, TensorMemory};
+use hwtensor::{CpuAccess, ImageSpec, PixelFormat, Tensor, TensorDyn, TensorMemory};
 use hwtensor_zenoh::zenoh::{self, Wait};
 use hwtensor_zenoh::{peer_config, Publisher, Subscriber};
 
@@ -26,9 +26,7 @@ fn main() -> hwtensor_zenoh::Result<()> {
         std::thread::sleep(Duration::from_millis(10));
     }
     let frame = Tensor::<u8>::image(
-        640,
-        480,
-        PixelFormat::Rgba,
+        &ImageSpec::new(PixelFormat::Rgba, 640, 480),
         Some(TensorMemory::Shm),
         CpuAccess::ReadWrite,
     )?;

@@ -8,7 +8,7 @@ use std::net::TcpListener;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use hwtensor::{CpuAccess, PixelFormat, Tensor, TensorDyn, TensorMemory};
+use hwtensor::{CpuAccess, ImageSpec, PixelFormat, Tensor, TensorDyn, TensorMemory};
 use hwtensor_zenoh::zenoh::{self, Wait};
 use hwtensor_zenoh::{
     Encoding, FrameInfo, Publisher, PublisherOptions, Received, Subscriber, SubscriberOptions,
@@ -50,8 +50,12 @@ fn pixel(seq: u64, i: usize) -> [u8; 4] {
 
 /// A 1080p RGBA frame of `seq`'s pattern.
 fn frame(seq: u64, memory: TensorMemory) -> TensorDyn {
-    let t =
-        Tensor::<u8>::image(W, H, PixelFormat::Rgba, Some(memory), CpuAccess::ReadWrite).unwrap();
+    let t = Tensor::<u8>::image(
+        &ImageSpec::new(PixelFormat::Rgba, W, H),
+        Some(memory),
+        CpuAccess::ReadWrite,
+    )
+    .unwrap();
     for (i, px) in t.map_write().unwrap().chunks_exact_mut(4).enumerate() {
         px.copy_from_slice(&pixel(seq, i));
     }
@@ -142,8 +146,12 @@ fn nv12m_frame(seq: u64) -> TensorDyn {
         hwtensor::PlaneFd::new(buffer.clone_fd().unwrap(), 0, w)
     };
     let planes = vec![plane(w * h), plane(w * h / 2)];
-    let t = Tensor::<u8>::image_from_planes(planes, w, h, PixelFormat::Nv12, CpuAccess::ReadWrite)
-        .unwrap();
+    let t = Tensor::<u8>::image_from_planes(
+        planes,
+        &ImageSpec::new(PixelFormat::Nv12, w, h),
+        CpuAccess::ReadWrite,
+    )
+    .unwrap();
     for (i, b) in t.map_write().unwrap().iter_mut().enumerate() {
         *b = pixel(seq, i)[0];
     }

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use hwtensor::stream::{connect, Consumer, FrameMeta, Listener, Producer, Wait, CONNECT_TIMEOUT};
-use hwtensor::{CpuAccess, DType, PixelFormat, TensorDyn, TensorMemory};
+use hwtensor::{CpuAccess, DType, ImageSpec, PixelFormat, TensorDyn, TensorMemory};
 
 const FRAMES: u64 = 30;
 const WAIT: Duration = Duration::from_secs(10);
@@ -23,7 +23,7 @@ fn producer(address: &str) -> hwtensor::Result<()> {
             Some(TensorMemory::Shm),
             CpuAccess::ReadWrite,
         );
-        TensorDyn::image(640, 480, f, d, m, a)
+        TensorDyn::image(&ImageSpec::new(f, 640, 480), d, m, a)
     };
     let mut producer = Producer::new(vec![frame()?, frame()?, frame()?])?;
     let listener = Listener::bind(address)?;

@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use hwtensor::{CpuAccess, PixelFormat, Region, Tensor, TensorMemory};
+use hwtensor::{CpuAccess, ImageSpec, PixelFormat, Region, Tensor, TensorMemory};
 
 fn main() -> Result<(), hwtensor::Error> {
     println!("backings here:");
@@ -17,9 +17,7 @@ fn main() -> Result<(), hwtensor::Error> {
 
     let (w, h) = (1920, 1080);
     let frame = Tensor::<u8>::image(
-        w,
-        h,
-        PixelFormat::Rgba,
+        &ImageSpec::new(PixelFormat::Rgba, w, h),
         Some(TensorMemory::Shm),
         CpuAccess::ReadWrite,
     )?;
@@ -32,7 +30,11 @@ fn main() -> Result<(), hwtensor::Error> {
 
     let started = Instant::now();
     let fd = frame.clone_fd()?;
-    let received = Tensor::<u8>::image_from_fd(fd, w, h, PixelFormat::Rgba, None, CpuAccess::Read)?;
+    let received = Tensor::<u8>::image_from_fd(
+        fd,
+        &ImageSpec::new(PixelFormat::Rgba, w, h),
+        CpuAccess::Read,
+    )?;
     let imported_in = started.elapsed();
     let ok = received
         .map_read()?

@@ -4,13 +4,11 @@
 
 use std::os::unix::net::UnixStream;
 
-use hwtensor::{handoff, CpuAccess, PixelFormat, Tensor, TensorDyn, TensorMemory};
+use hwtensor::{handoff, CpuAccess, ImageSpec, PixelFormat, Tensor, TensorDyn, TensorMemory};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let frame = Tensor::<u8>::image(
-        640,
-        480,
-        PixelFormat::Rgba,
+        &ImageSpec::new(PixelFormat::Rgba, 640, 480),
         Some(TensorMemory::Shm),
         CpuAccess::ReadWrite,
     )?;

@@ -8,7 +8,7 @@
 use crate::gpu::{self, CopyPlan, Placement};
 use crate::image::ImageInfo;
 use crate::Direction;
-use crate::{CpuAccess, Element, Error, Result, Tensor, TensorMemory};
+use crate::{CpuAccess, Element, Error, ImageSpec, Result, Tensor, TensorMemory};
 
 impl<T: Element> Tensor<T> {
     /// A tight copy of this tensor (a view's elements only) in a new buffer of `memory`, the
@@ -18,9 +18,7 @@ impl<T: Element> Tensor<T> {
         let mut copy = match self.image_info() {
             Some(i) => {
                 let mut image = Tensor::<T>::image(
-                    i.width,
-                    i.height,
-                    i.format,
+                    &ImageSpec::new(i.format, i.width, i.height),
                     Some(memory),
                     CpuAccess::ReadWrite,
                 )?;
@@ -41,9 +39,10 @@ impl<T: Element> Tensor<T> {
     /// on the process timeline behind the last writes of both.
     ///
     /// ```
-    /// use hwtensor::{CpuAccess, PixelFormat, Region, Tensor, TensorMemory};
+    /// use hwtensor::{CpuAccess, ImageSpec, PixelFormat, Region, Tensor, TensorMemory};
     ///
-    /// let frame = Tensor::<u8>::image(64, 32, PixelFormat::Rgba, Some(TensorMemory::Mem), CpuAccess::ReadWrite)?;
+    /// let spec = ImageSpec::new(PixelFormat::Rgba, 64, 32);
+    /// let frame = Tensor::<u8>::image(&spec, Some(TensorMemory::Mem), CpuAccess::ReadWrite)?;
     /// frame.map_write()?.fill(1);
     /// let crop = frame.view(Region::new(8, 8, 16, 16))?; // a strided view, no copy
     /// let small = Tensor::<u8>::new(crop.shape(), Some(TensorMemory::Shm))?;

@@ -76,7 +76,7 @@ pub enum Error {
     },
 
     /// A row stride below the format minimum, past the buffer, or misaligned.
-    #[error("invalid row stride: {0}")]
+    #[error("invalid row stride: {}", advice(.0))]
     RowStride(String),
 
     /// An image operation on a tensor that is not an image, or a format that cannot do it.
@@ -258,6 +258,14 @@ pub enum Lang {
 /// Python). A message names one as `[[key]]`; this table is the one place a binding's names
 /// are written, and a key missing from it fails the test that renders every message.
 const ADVICE: &[(&str, [&str; 3])] = &[
+    (
+        "give_row_stride",
+        [
+            "give the row stride too (ImageSpec::with_row_stride)",
+            "set the spec's row_stride too",
+            "give ImageSpec(row_stride=) too",
+        ],
+    ),
     (
         "send_inline",
         [

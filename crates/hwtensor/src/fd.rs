@@ -6,10 +6,10 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use crate::buffer::Buffer;
 use crate::geometry::{byte_strides, extent};
-use crate::image::{check_row_stride, default_row_stride, image_geometry, ImageInfo};
+use crate::image::{default_row_stride, image_geometry, ImageInfo};
 use crate::tensor::import_access;
 use crate::{
-    CpuAccess, DType, Element, Error, ImportPolicy, PixelFormat, Result, Tensor, TensorDyn,
+    CpuAccess, DType, Element, Error, ImageSpec, ImportPolicy, Result, Tensor, TensorDyn,
     TensorMemory,
 };
 
@@ -87,18 +87,12 @@ impl<T: Element> Tensor<T> {
         })
     }
 
-    /// A `w`x`h` image over a foreign fd (a DMA-BUF from a camera or decoder, a memfd), with
-    /// rows `row_stride` bytes apart (tight when `None`). The fd is taken; see
-    /// [`Tensor::from_fd`] for what is refused.
-    pub fn image_from_fd(
-        fd: OwnedFd,
-        w: usize,
-        h: usize,
-        format: PixelFormat,
-        row_stride: Option<usize>,
-        access: CpuAccess,
-    ) -> Result<Self> {
-        Self::image_from_fd_at(fd, 0, w, h, format, row_stride, access)
+    /// The image `spec` describes over a foreign fd (a DMA-BUF from a camera or decoder, a
+    /// memfd), its rows tight unless `spec` gives a stride. The fd is taken; see
+    /// [`Tensor::from_fd`] for what is refused. A modifier other than LINEAR (a tiled frame)
+    /// is carried, and the image then declares no CPU access.
+    pub fn image_from_fd(fd: OwnedFd, spec: &ImageSpec, access: CpuAccess) -> Result<Self> {
+        Self::image_from_fd_at(fd, 0, spec, access)
     }
 
     /// [`Tensor::image_from_fd`] for an image that starts `offset` bytes into the fd: V4L2's
@@ -107,18 +101,20 @@ impl<T: Element> Tensor<T> {
     pub fn image_from_fd_at(
         fd: OwnedFd,
         offset: usize,
-        w: usize,
-        h: usize,
-        format: PixelFormat,
-        row_stride: Option<usize>,
+        spec: &ImageSpec,
         access: CpuAccess,
     ) -> Result<Self> {
         let elem = Self::elem();
-        let stride = match row_stride {
-            Some(s) => check_row_stride(format, w, elem, s)?,
-            None => default_row_stride(format, w, elem, TensorMemory::Mem)?,
+        let stride = match spec.row_stride {
+            Some(s) => s,
+            None => default_row_stride(spec.format, spec.width, elem, TensorMemory::Mem)?,
         };
-        Self::image_at(fd, offset, ImageInfo::new(format, w, h, stride), access)
+        let info = spec.info_at(stride, elem)?;
+        let access = match info.modifier.is_linear() {
+            true => access,
+            false => CpuAccess::None,
+        };
+        Self::image_at(fd, offset, info, access)
     }
 
     /// The image `info` describes (its row stride checked) at `offset` of `fd`.
@@ -201,34 +197,24 @@ impl TensorDyn {
     }
 
     /// See [`Tensor::image_from_fd_at`].
-    #[allow(clippy::too_many_arguments)] // the image's description, one value each
     pub fn image_from_fd_at(
         fd: OwnedFd,
         offset: usize,
-        w: usize,
-        h: usize,
-        format: PixelFormat,
+        spec: &ImageSpec,
         dtype: DType,
-        row_stride: Option<usize>,
         access: CpuAccess,
     ) -> Result<Self> {
-        for_dtype!(
-            dtype,
-            image_from_fd_at(fd, offset, w, h, format, row_stride, access)
-        )
+        for_dtype!(dtype, image_from_fd_at(fd, offset, spec, access))
     }
 
     /// See [`Tensor::image_from_fd`].
     pub fn image_from_fd(
         fd: OwnedFd,
-        w: usize,
-        h: usize,
-        format: PixelFormat,
+        spec: &ImageSpec,
         dtype: DType,
-        row_stride: Option<usize>,
         access: CpuAccess,
     ) -> Result<Self> {
-        Self::image_from_fd_at(fd, 0, w, h, format, dtype, row_stride, access)
+        Self::image_from_fd_at(fd, 0, spec, dtype, access)
     }
 
     /// See [`Tensor::as_fd`].

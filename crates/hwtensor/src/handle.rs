@@ -11,7 +11,7 @@ use crate::backing::Storage;
 use crate::buffer::Buffer;
 use crate::gpu::{GpuCompletion, GpuMemory, GpuShare, TextureRequest};
 use crate::image::image_geometry;
-use crate::{CpuAccess, DType, Element, Error, ImageInfo, PixelFormat, Result, Tensor, TensorDyn};
+use crate::{CpuAccess, DType, Element, Error, ImageSpec, Result, Tensor, TensorDyn};
 
 impl<T: Element> Tensor<T> {
     /// Shares this GPU image: a new NT handle of its texture plus the completion a consumer
@@ -38,12 +38,10 @@ impl<T: Element> Tensor<T> {
     pub fn image_from_gpu_share(
         texture: BorrowedHandle<'_>,
         completion: &GpuCompletion,
-        w: usize,
-        h: usize,
-        format: PixelFormat,
+        spec: &ImageSpec,
         access: CpuAccess,
     ) -> Result<Self> {
-        let req = Self::texture_request(w, h, format);
+        let req = Self::texture_request(spec);
         let mem = GpuMemory::open_shared(texture, &req)?;
         if let Some(fence) = &completion.fence {
             mem.device().wait_for_peer(
@@ -52,7 +50,7 @@ impl<T: Element> Tensor<T> {
                 crate::gpu::GPU_WAIT,
             )?;
         }
-        Self::over_texture(mem, req, access)
+        Self::over_texture(mem, spec, access)
     }
 
     /// A `w`x`h` GPU image over `texture`, a texture the host made on the process device
@@ -64,12 +62,10 @@ impl<T: Element> Tensor<T> {
     pub fn from_d3d11_texture(
         texture: &ID3D11Texture2D,
         completion: u64,
-        w: usize,
-        h: usize,
-        format: PixelFormat,
+        spec: &ImageSpec,
         access: CpuAccess,
     ) -> Result<Self> {
-        let req = Self::texture_request(w, h, format);
+        let req = Self::texture_request(spec);
         let mem = GpuMemory::host_texture(texture.clone(), &req)?;
         let device = mem.device();
         if completion > device.last_signalled() {
@@ -81,26 +77,33 @@ impl<T: Element> Tensor<T> {
         if completion > 0 {
             device.wait(completion, crate::gpu::GPU_WAIT)?;
         }
-        Self::over_texture(mem, req, access)
+        Self::over_texture(mem, spec, access)
     }
 
-    /// The one texture a `w`x`h` image of `format` is.
-    fn texture_request(w: usize, h: usize, format: PixelFormat) -> TextureRequest {
+    /// The one texture the image `spec` describes is.
+    fn texture_request(spec: &ImageSpec) -> TextureRequest {
         TextureRequest {
-            format,
-            width: w,
-            height: h,
+            format: spec.format,
+            width: spec.width,
+            height: spec.height,
             dtype: T::DTYPE,
             batch: 1,
         }
     }
 
-    /// The image over `mem`, a texture checked to be `req`, rows its staging pitch apart.
-    fn over_texture(mem: GpuMemory, req: TextureRequest, access: CpuAccess) -> Result<Self> {
-        let (format, w, h, stride) = (req.format, req.width, req.height, mem.pitch());
+    /// The image `spec` describes over `mem`, a texture checked to be it, rows its staging
+    /// pitch apart (a row stride in `spec` must be that pitch; a texture is linear).
+    fn over_texture(mem: GpuMemory, spec: &ImageSpec, access: CpuAccess) -> Result<Self> {
+        let (format, w, h, stride) = (spec.format, spec.width, spec.height, mem.pitch());
+        if spec.row_stride.is_some_and(|s| s != stride) || !spec.modifier.is_linear() {
+            return Err(Error::RowStride(format!(
+                "a shared D3D11 texture is linear with rows {stride} bytes apart; leave the \
+                 spec's row stride and modifier out"
+            )));
+        }
         let (shape, strides) = image_geometry(None, format, w, h, T::DTYPE.size(), stride)?;
         let buffer = Buffer::new(Storage::Gpu(mem))?;
-        let info = ImageInfo::new(format, w, h, stride);
+        let info = spec.info_at(stride, T::DTYPE.size())?;
         Ok(Self::over(buffer, shape, strides, Some(info), access))
     }
 
@@ -115,15 +118,10 @@ impl TensorDyn {
     pub fn from_d3d11_texture(
         texture: &ID3D11Texture2D,
         completion: u64,
-        w: usize,
-        h: usize,
-        format: PixelFormat,
+        spec: &ImageSpec,
         dtype: DType,
         access: CpuAccess,
     ) -> Result<Self> {
-        for_dtype!(
-            dtype,
-            from_d3d11_texture(texture, completion, w, h, format, access)
-        )
+        for_dtype!(dtype, from_d3d11_texture(texture, completion, spec, access))
     }
 }

@@ -75,6 +75,117 @@ impl ImageInfo {
     }
 }
 
+/// What an image constructor is asked for: the format and size, and where the producer
+/// dictates them, the row stride, the chroma planes' stride, the colorimetry and the DRM
+/// format modifier. One value taken by every image constructor (in Rust, C's `HwtImageSpec`
+/// and Python's `ImageSpec` alike), so a new property of images is a field here, not another
+/// family of constructors.
+///
+/// ```
+/// use hwtensor::{CpuAccess, ImageSpec, PixelFormat, Tensor, TensorMemory};
+///
+/// let spec = ImageSpec::new(PixelFormat::I420, 1364, 768)
+///     .with_row_stride(1364)
+///     .with_chroma_stride(684); // GStreamer rounds each plane's stride up on its own
+/// let frame = Tensor::<u8>::image(&spec, Some(TensorMemory::Mem), CpuAccess::ReadWrite)?;
+/// assert_eq!(frame.image_info().unwrap().chroma_row_stride(), 684);
+/// # Ok::<(), hwtensor::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ImageSpec {
+    /// The pixel format.
+    pub format: PixelFormat,
+    /// Width in pixels.
+    pub width: usize,
+    /// Height in pixels.
+    pub height: usize,
+    /// Bytes from one row to the next; `None`: tight on the host, [`IMAGE_PITCH_ALIGN`] on
+    /// memory a device imports (for an import: tight).
+    pub row_stride: Option<usize>,
+    /// Bytes from one row of each chroma plane to the next; `None`: the format's rule from
+    /// the row stride (see [`ImageInfo::chroma_stride`]). Needs `row_stride`.
+    pub chroma_stride: Option<usize>,
+    /// How its numbers become colours.
+    pub colorimetry: crate::Colorimetry,
+    /// How its pixels lie in memory beyond rows: LINEAR for every image hwtensor allocates;
+    /// an import of a tiled frame says its modifier (the image then declares no CPU access).
+    pub modifier: crate::DrmModifier,
+}
+
+impl ImageSpec {
+    /// A `width` x `height` image of `format`, every other property the default.
+    pub fn new(format: PixelFormat, width: usize, height: usize) -> ImageSpec {
+        ImageSpec {
+            format,
+            width,
+            height,
+            row_stride: None,
+            chroma_stride: None,
+            colorimetry: crate::Colorimetry::default(),
+            modifier: crate::DrmModifier::LINEAR,
+        }
+    }
+
+    /// The same with rows `row_stride` bytes apart (a V4L2 driver's `bytesperline`, a codec's
+    /// pitch).
+    pub fn with_row_stride(mut self, row_stride: usize) -> ImageSpec {
+        self.row_stride = Some(row_stride);
+        self
+    }
+
+    /// The same with the chroma planes' rows `chroma_stride` bytes apart.
+    pub fn with_chroma_stride(mut self, chroma_stride: usize) -> ImageSpec {
+        self.chroma_stride = Some(chroma_stride);
+        self
+    }
+
+    /// The same with `colorimetry`.
+    pub fn with_colorimetry(mut self, colorimetry: crate::Colorimetry) -> ImageSpec {
+        self.colorimetry = colorimetry;
+        self
+    }
+
+    /// The same laid out by `modifier`.
+    pub fn with_modifier(mut self, modifier: crate::DrmModifier) -> ImageSpec {
+        self.modifier = modifier;
+        self
+    }
+
+    /// The spec of the image `info` describes (its strides as it has them).
+    pub fn of(info: &ImageInfo) -> ImageSpec {
+        ImageSpec {
+            row_stride: Some(info.row_stride),
+            chroma_stride: info.chroma_stride,
+            colorimetry: info.colorimetry,
+            modifier: info.modifier,
+            ..ImageSpec::new(info.format, info.width, info.height)
+        }
+    }
+
+    /// The image this spec describes at rows `row_stride` apart, for elements of `elem`
+    /// bytes: the strides checked (a chroma stride needs the row stride it goes with).
+    pub(crate) fn info_at(&self, row_stride: usize, elem: usize) -> Result<ImageInfo> {
+        let (format, w) = (self.format, self.width);
+        let row_stride = check_row_stride(format, w, elem, row_stride)?;
+        let chroma_stride = match (self.chroma_stride, self.row_stride) {
+            (None, _) => None,
+            (Some(_), None) => {
+                return Err(Error::RowStride(
+                    "a chroma stride needs the row stride it goes with: [[give_row_stride]]".into(),
+                ))
+            }
+            (Some(c), Some(_)) => check_chroma_stride(format, w, elem, row_stride, c)?,
+        };
+        Ok(ImageInfo {
+            chroma_stride,
+            colorimetry: self.colorimetry,
+            modifier: self.modifier,
+            ..ImageInfo::new(format, w, self.height, row_stride)
+        })
+    }
+}
+
 /// Checks a chroma stride the caller gives an image of `format`, `w` pixels wide with
 /// `elem`-byte elements and rows `row_stride` apart: the format has chroma planes, and the
 /// stride holds a chroma row in whole elements. Returns it as [`ImageInfo::chroma_stride`]
@@ -211,84 +322,57 @@ pub(crate) fn image_geometry(
 }
 
 impl<T: Element> Tensor<T> {
-    /// A zeroed `w`x`h` image on `memory` (automatic when `None`: DMA-BUF, then heap), with the
-    /// CPU access its users declare. DMA-BUF images get a 64-byte-aligned row pitch.
+    /// A zeroed image as `spec` describes it on `memory` (automatic when `None`: DMA-BUF,
+    /// then heap), with the CPU access its users declare. Without a row stride, DMA-BUF and GPU
+    /// images get a 64-byte-aligned pitch; a given one must hold a row of the format in whole
+    /// elements, and GPU memory whose platform dictates its own pitch (a D3D11 staging
+    /// texture) refuses a different one. A chroma stride of its own is for host, shm and
+    /// DMA-BUF memory (GPU memory lays out its own planes); a modifier other than LINEAR is
+    /// refused: hwtensor allocates linear images.
     pub fn image(
-        w: usize,
-        h: usize,
-        format: PixelFormat,
+        spec: &ImageSpec,
         memory: Option<TensorMemory>,
         access: CpuAccess,
     ) -> Result<Self> {
-        Self::image_impl(None, w, h, format, None, None, memory, access)
+        Self::image_impl(None, spec, memory, access)
     }
 
-    /// [`Tensor::image`] with rows `row_stride` bytes apart, as a V4L2 driver, a codec or an
-    /// encoder that needs a given pitch (`bytesperline`) expects. The stride must hold a row of
-    /// `format` and be a whole number of elements; GPU memory whose platform dictates its own
-    /// pitch (a D3D11 staging texture) refuses a different one.
-    pub fn image_with_pitch(
-        w: usize,
-        h: usize,
-        format: PixelFormat,
-        row_stride: usize,
+    /// `n` zeroed images as `spec` describes them in one buffer, shape `[n, ...]`;
+    /// [`Tensor::batch`] picks one.
+    pub fn image_batch(
+        n: usize,
+        spec: &ImageSpec,
         memory: Option<TensorMemory>,
         access: CpuAccess,
     ) -> Result<Self> {
-        let pitch = check_row_stride(format, w, Self::elem(), row_stride)?;
-        Self::image_impl(None, w, h, format, Some(pitch), None, memory, access)
+        Self::image_impl(Some(n), spec, memory, access)
     }
 
-    /// [`Tensor::image_with_pitch`] whose chroma planes' rows are `chroma_stride` bytes apart
-    /// rather than what the format derives from `row_stride`: the layout of a producer that
-    /// pads each plane on its own (GStreamer's default I420 rounds each plane's stride up to 4
-    /// bytes: a 1364-pixel frame has 1364-byte luma rows and 684-byte chroma rows, where the
-    /// rule gives 682). Host, shared and DMA-BUF memory: GPU memory lays out its own planes.
-    #[allow(clippy::too_many_arguments)] // the image's description, one value each
-    pub fn image_with_strides(
-        w: usize,
-        h: usize,
-        format: PixelFormat,
-        row_stride: usize,
-        chroma_stride: usize,
+    fn image_impl(
+        batch: Option<usize>,
+        spec: &ImageSpec,
         memory: Option<TensorMemory>,
         access: CpuAccess,
     ) -> Result<Self> {
-        let pitch = check_row_stride(format, w, Self::elem(), row_stride)?;
-        let chroma = check_chroma_stride(format, w, Self::elem(), pitch, chroma_stride)?;
-        if chroma.is_some() && memory == Some(TensorMemory::Gpu) {
+        let (w, h, format) = (spec.width, spec.height, spec.format);
+        if !spec.modifier.is_linear() {
+            return Err(Error::Image(format!(
+                "hwtensor allocates linear images, not {}; a modifier describes an imported frame",
+                spec.modifier
+            )));
+        }
+        let asked = spec
+            .row_stride
+            .map(|s| spec.info_at(s, Self::elem()))
+            .transpose()?;
+        if asked.is_some_and(|i| i.chroma_stride.is_some()) && memory == Some(TensorMemory::Gpu) {
             return Err(Error::RowStride(
                 "GPU memory lays out an image's planes itself; a chroma stride of its own is for \
                  host, shm or dmabuf memory"
                     .into(),
             ));
         }
-        Self::image_impl(None, w, h, format, Some(pitch), chroma, memory, access)
-    }
-
-    /// `n` zeroed `w`x`h` images in one buffer, shape `[n, ...]`; [`Tensor::batch`] picks one.
-    pub fn image_batch(
-        n: usize,
-        w: usize,
-        h: usize,
-        format: PixelFormat,
-        memory: Option<TensorMemory>,
-        access: CpuAccess,
-    ) -> Result<Self> {
-        Self::image_impl(Some(n), w, h, format, None, None, memory, access)
-    }
-
-    #[allow(clippy::too_many_arguments)] // the image's description, one value each
-    fn image_impl(
-        batch: Option<usize>,
-        w: usize,
-        h: usize,
-        format: PixelFormat,
-        pitch: Option<usize>,
-        chroma: Option<usize>,
-        memory: Option<TensorMemory>,
-        access: CpuAccess,
-    ) -> Result<Self> {
+        let pitch = asked.map(|i| i.row_stride);
         let elem = Self::elem();
         let texture = TextureRequest {
             format,
@@ -316,15 +400,12 @@ impl<T: Element> Tensor<T> {
             };
             image_geometry(batch, format, w, h, elem, stride).map(|g| (g, stride))
         };
-        let info_at = |stride| ImageInfo {
-            chroma_stride: chroma,
-            ..ImageInfo::new(format, w, h, stride)
-        };
+        let info_at = |stride| spec.info_at(stride, elem);
         // Through the end of the last plane's last row stride: a consumer that takes a frame
         // as planes of `rows * stride` bytes (GStreamer's buffer size) reads inside the buffer.
         let bytes = |m| {
             geometry(m).and_then(|((shape, strides), stride)| {
-                let info = info_at(stride);
+                let info = info_at(stride)?;
                 let padding = last_row_padding(&info, elem);
                 let planes = image_span(extent(&shape, &strides, elem)?, &info, elem)?;
                 planes.checked_add(padding).ok_or_else(|| too_large(&info))
@@ -334,7 +415,7 @@ impl<T: Element> Tensor<T> {
         let (buffer, chosen) =
             allocate_choosing(Purpose::Image, memory, bytes, Some(&texture), cpu_reads)?;
         let ((shape, strides), row_stride) = geometry(chosen)?;
-        let info = info_at(row_stride);
+        let info = info_at(row_stride)?;
         Ok(Self::over(buffer, shape, strides, Some(info), access))
     }
 
@@ -525,11 +606,8 @@ mod tests {
     #[test]
     fn a_padded_i420_map_reaches_the_end_of_its_last_v_row() {
         let (w, h, stride) = (64, 48, 128);
-        let t = Tensor::<u8>::image_with_pitch(
-            w,
-            h,
-            PixelFormat::I420,
-            stride,
+        let t = Tensor::<u8>::image(
+            &ImageSpec::new(PixelFormat::I420, w, h).with_row_stride(stride),
             Some(TensorMemory::Mem),
             crate::CpuAccess::ReadWrite,
         )

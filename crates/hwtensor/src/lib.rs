@@ -3,10 +3,11 @@
 //! timeline fence shared by every copy of the library in the process.
 //!
 //! ```
-//! use hwtensor::{CpuAccess, PixelFormat, Region, Tensor, TensorMemory};
+//! use hwtensor::{CpuAccess, ImageSpec, PixelFormat, Region, Tensor, TensorMemory};
 //!
 //! // A 1080p RGBA frame in shared memory, written through a map and read through a view.
-//! let frame = Tensor::<u8>::image(1920, 1080, PixelFormat::Rgba, Some(TensorMemory::Shm), CpuAccess::ReadWrite)?;
+//! let spec = ImageSpec::new(PixelFormat::Rgba, 1920, 1080);
+//! let frame = Tensor::<u8>::image(&spec, Some(TensorMemory::Shm), CpuAccess::ReadWrite)?;
 //! frame.map_write()?.fill(7);
 //! let crop = frame.view(Region::new(100, 50, 640, 480))?;
 //! assert_eq!(crop.shape(), &[480, 640, 4]);
@@ -87,7 +88,7 @@ pub use error::{Error, GpuErrorKind, Lang, Result};
 pub use foreign::ForeignOwner;
 pub use format::{fourcc, Layout, PixelFormat, Plane};
 pub use identity::BufferIdentity;
-pub use image::{ImageInfo, IMAGE_PITCH_ALIGN};
+pub use image::{ImageInfo, ImageSpec, IMAGE_PITCH_ALIGN};
 pub use map::{
     ByteMap, MapRead, MapReadWrite, MapWrite, StridedMap, StridedRead, StridedReadWrite,
     StridedWrite, TensorMap,

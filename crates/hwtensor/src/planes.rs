@@ -11,7 +11,8 @@ use crate::identity::BufferIdentity;
 use crate::image::{check_chroma_stride, check_row_stride, image_geometry, ImageInfo};
 use crate::tensor::import_access;
 use crate::{
-    CpuAccess, DType, Element, Error, ImportPolicy, PixelFormat, Result, Tensor, TensorDyn,
+    CpuAccess, DType, Element, Error, ImageSpec, ImportPolicy, PixelFormat, Result, Tensor,
+    TensorDyn,
 };
 
 /// One plane of an image as its producer hands it over: the fd it is in, the byte its first
@@ -40,10 +41,11 @@ impl PlaneFd {
 }
 
 impl<T: Element> Tensor<T> {
-    /// A `w` x `h` image of `format` whose planes are given one by one, each in an fd (the same
-    /// fd for planes of one buffer, or one per plane), without a copy.
+    /// The image `spec` describes, its planes given one by one, each in an fd (the same fd for
+    /// planes of one buffer, or one per plane), without a copy.
     ///
-    /// The first plane's row stride is the image's; the chroma planes share one of their own
+    /// The planes' row strides are the image's (a stride in `spec` must agree with them): the
+    /// first plane's is the image's row stride; the chroma planes share one of their own
     /// (GStreamer and libcamera may pad it apart from the luma's), kept as
     /// [`ImageInfo::chroma_stride`](crate::ImageInfo::chroma_stride) where it differs from the
     /// format's rule. Planes laid out in one fd as one buffer
@@ -57,13 +59,16 @@ impl<T: Element> Tensor<T> {
     /// per plane (`handoff::send`, a channel's pool), a view of part of it inline.
     pub fn image_from_planes(
         planes: Vec<PlaneFd>,
-        w: usize,
-        h: usize,
-        format: PixelFormat,
+        spec: &ImageSpec,
         access: CpuAccess,
     ) -> Result<Self> {
         let elem = Self::elem();
-        let (info, model) = plane_model(&planes, w, h, format, elem)?;
+        let (w, h, format) = (spec.width, spec.height, spec.format);
+        let (info, model) = plane_model(&planes, spec, elem)?;
+        let access = match info.modifier.is_linear() {
+            true => access,
+            false => CpuAccess::None,
+        };
         let stride = info.row_stride;
         let first = &planes[0];
         if !first.offset.is_multiple_of(std::mem::align_of::<T>()) {
@@ -103,12 +108,10 @@ impl<T: Element> Tensor<T> {
     /// when it is done. The planes are checked as for the zero-copy import.
     pub fn image_copied_from_planes(
         planes: Vec<PlaneFd>,
-        w: usize,
-        h: usize,
-        format: PixelFormat,
+        spec: &ImageSpec,
         memory: Option<crate::TensorMemory>,
     ) -> Result<Self> {
-        let (info, model) = plane_model(&planes, w, h, format, Self::elem())?;
+        let (info, model) = plane_model(&planes, spec, Self::elem())?;
         let image = Self::image_as(&info, memory)?;
         // Composed on the host, then copied where it lives (one upload for device memory).
         let host = match image.memory() {
@@ -137,11 +140,7 @@ impl<T: Element> Tensor<T> {
 impl<T: Element> Tensor<T> {
     /// A new zeroed image laid out as `info` says (row and chroma strides), on `memory`.
     fn image_as(info: &ImageInfo, memory: Option<crate::TensorMemory>) -> Result<Self> {
-        let (w, h, f, stride) = (info.width, info.height, info.format, info.row_stride);
-        match info.chroma_stride {
-            Some(c) => Self::image_with_strides(w, h, f, stride, c, memory, CpuAccess::ReadWrite),
-            None => Self::image_with_pitch(w, h, f, stride, memory, CpuAccess::ReadWrite),
-        }
+        Self::image(&ImageSpec::of(info), memory, CpuAccess::ReadWrite)
     }
 }
 
@@ -149,28 +148,21 @@ impl TensorDyn {
     /// See [`Tensor::image_copied_from_planes`].
     pub fn image_copied_from_planes(
         planes: Vec<PlaneFd>,
-        w: usize,
-        h: usize,
-        format: PixelFormat,
+        spec: &ImageSpec,
         dtype: DType,
         memory: Option<crate::TensorMemory>,
     ) -> Result<Self> {
-        for_dtype!(
-            dtype,
-            image_copied_from_planes(planes, w, h, format, memory)
-        )
+        for_dtype!(dtype, image_copied_from_planes(planes, spec, memory))
     }
 
     /// See [`Tensor::image_from_planes`].
     pub fn image_from_planes(
         planes: Vec<PlaneFd>,
-        w: usize,
-        h: usize,
-        format: PixelFormat,
+        spec: &ImageSpec,
         dtype: DType,
         access: CpuAccess,
     ) -> Result<Self> {
-        for_dtype!(dtype, image_from_planes(planes, w, h, format, access))
+        for_dtype!(dtype, image_from_planes(planes, spec, access))
     }
 }
 
@@ -194,11 +186,10 @@ pub(crate) fn mapped_planes(
 /// its plane layout, with the list checked against it.
 fn plane_model(
     planes: &[PlaneFd],
-    w: usize,
-    h: usize,
-    format: PixelFormat,
+    spec: &ImageSpec,
     elem: usize,
 ) -> Result<(ImageInfo, Vec<crate::Plane>)> {
+    let (format, w) = (spec.format, spec.width);
     let first = planes
         .first()
         .ok_or_else(|| Error::Image("an image needs at least one plane".into()))?;
@@ -209,9 +200,23 @@ fn plane_model(
         }
         _ => None,
     };
+    let given = (spec.row_stride, spec.chroma_stride);
+    let planes_say = (
+        stride,
+        chroma.unwrap_or(format.derived_chroma_stride(stride)),
+    );
+    if given.0.is_some_and(|s| s != planes_say.0) || given.1.is_some_and(|c| c != planes_say.1) {
+        return Err(Error::RowStride(format!(
+            "the spec's strides {given:?} disagree with the planes' ({}, {}); leave them out: \
+             the planes say them",
+            planes_say.0, planes_say.1
+        )));
+    }
     let info = ImageInfo {
         chroma_stride: chroma,
-        ..ImageInfo::new(format, w, h, stride)
+        colorimetry: spec.colorimetry,
+        modifier: spec.modifier,
+        ..ImageInfo::new(format, w, spec.height, stride)
     };
     let model = info.planes()?;
     check_planes(planes, &model, format)?;

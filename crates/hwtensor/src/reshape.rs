@@ -101,7 +101,7 @@ impl<T: Element> Tensor<T> {
 
 #[cfg(test)]
 mod tests {
-    use crate::{CpuAccess, Error, PixelFormat, Region, Tensor, TensorMemory};
+    use crate::{CpuAccess, Error, ImageSpec, PixelFormat, Region, Tensor, TensorMemory};
 
     #[test]
     fn a_contiguous_tensor_reshapes_in_place_and_a_strided_view_does_not() {
@@ -118,9 +118,7 @@ mod tests {
     #[test]
     fn a_pooled_buffer_is_repointed_at_any_geometry_that_fits_it() {
         let pool = Tensor::<u8>::image(
-            64,
-            32,
-            PixelFormat::Rgba,
+            &ImageSpec::new(PixelFormat::Rgba, 64, 32),
             Some(TensorMemory::Mem),
             CpuAccess::ReadWrite,
         )

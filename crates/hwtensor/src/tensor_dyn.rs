@@ -5,7 +5,9 @@ use half::f16;
 use crate::identity::BufferIdentity;
 use crate::image::ImageInfo;
 use crate::BufferLiveness;
-use crate::{CpuAccess, DType, Element, Error, PixelFormat, Region, Result, Tensor, TensorMemory};
+use crate::{
+    CpuAccess, DType, Element, Error, ImageSpec, PixelFormat, Region, Result, Tensor, TensorMemory,
+};
 
 /// A tensor of any [`DType`].
 #[derive(Clone, Debug)]
@@ -43,48 +45,12 @@ impl TensorDyn {
 
     /// See [`Tensor::image`].
     pub fn image(
-        w: usize,
-        h: usize,
-        format: PixelFormat,
+        spec: &ImageSpec,
         dtype: DType,
         memory: Option<TensorMemory>,
         access: CpuAccess,
     ) -> Result<Self> {
-        for_dtype!(dtype, image(w, h, format, memory, access))
-    }
-
-    /// See [`Tensor::image_with_pitch`].
-    pub fn image_with_pitch(
-        w: usize,
-        h: usize,
-        format: PixelFormat,
-        dtype: DType,
-        row_stride: usize,
-        memory: Option<TensorMemory>,
-        access: CpuAccess,
-    ) -> Result<Self> {
-        for_dtype!(
-            dtype,
-            image_with_pitch(w, h, format, row_stride, memory, access)
-        )
-    }
-
-    /// See [`Tensor::image_with_strides`].
-    #[allow(clippy::too_many_arguments)] // the image's description, one value each
-    pub fn image_with_strides(
-        w: usize,
-        h: usize,
-        format: PixelFormat,
-        dtype: DType,
-        row_stride: usize,
-        chroma_stride: usize,
-        memory: Option<TensorMemory>,
-        access: CpuAccess,
-    ) -> Result<Self> {
-        for_dtype!(
-            dtype,
-            image_with_strides(w, h, format, row_stride, chroma_stride, memory, access)
-        )
+        for_dtype!(dtype, image(spec, memory, access))
     }
 
     /// The element type.

@@ -8,7 +8,8 @@ use std::os::fd::OwnedFd;
 
 use hwtensor::blob::{self, Transport, HEADER_LEN};
 use hwtensor::{
-    CpuAccess, DType, Error, PixelFormat, Quantization, Region, Tensor, TensorDyn, TensorMemory,
+    CpuAccess, DType, Error, ImageSpec, PixelFormat, Quantization, Region, Tensor, TensorDyn,
+    TensorMemory,
 };
 
 fn owned(fds: &[std::os::fd::BorrowedFd<'_>]) -> Vec<OwnedFd> {
@@ -18,8 +19,12 @@ fn owned(fds: &[std::os::fd::BorrowedFd<'_>]) -> Vec<OwnedFd> {
 }
 
 fn numbered_image(memory: TensorMemory) -> Tensor<u8> {
-    let t =
-        Tensor::<u8>::image(16, 8, PixelFormat::Rgba, Some(memory), CpuAccess::ReadWrite).unwrap();
+    let t = Tensor::<u8>::image(
+        &ImageSpec::new(PixelFormat::Rgba, 16, 8),
+        Some(memory),
+        CpuAccess::ReadWrite,
+    )
+    .unwrap();
     for (i, b) in t.map_write().unwrap().iter_mut().enumerate() {
         *b = (i % 251) as u8;
     }
@@ -69,9 +74,7 @@ fn dtype_batches_and_quantization_survive_the_trip() {
     assert_eq!(got.byte_offset(), 80);
     assert_eq!(got.quantization(), Some(Quantization::per_tensor(0.25, -3)));
     let f = TensorDyn::image(
-        6,
-        4,
-        PixelFormat::PlanarRgb,
+        &ImageSpec::new(PixelFormat::PlanarRgb, 6, 4),
         DType::F32,
         Some(TensorMemory::Mem),
         CpuAccess::Read,
@@ -243,8 +246,12 @@ fn every_format_added_for_cameras_and_decoders_round_trips_both_ways_with_its_pl
         (I420, 64, 7),
         (Yv12, 66, 6),
     ] {
-        let t = Tensor::<u8>::image(w, h, format, Some(TensorMemory::Shm), CpuAccess::ReadWrite)
-            .unwrap();
+        let t = Tensor::<u8>::image(
+            &ImageSpec::new(format, w, h),
+            Some(TensorMemory::Shm),
+            CpuAccess::ReadWrite,
+        )
+        .unwrap();
         numbered(&t);
         let d = TensorDyn::from(t.clone());
         let (bytes, fds) = blob::export(&d, Transport::Reference).unwrap();
@@ -265,8 +272,12 @@ fn every_format_added_for_cameras_and_decoders_round_trips_both_ways_with_its_pl
         }
     }
     for format in [Gray16, P010] {
-        let t = Tensor::<u16>::image(32, 4, format, Some(TensorMemory::Shm), CpuAccess::ReadWrite)
-            .unwrap();
+        let t = Tensor::<u16>::image(
+            &ImageSpec::new(format, 32, 4),
+            Some(TensorMemory::Shm),
+            CpuAccess::ReadWrite,
+        )
+        .unwrap();
         numbered(&t);
         let got = blob::import_inline(&blob::export_inline(&t.clone().into()).unwrap()).unwrap();
         assert_eq!(
@@ -279,7 +290,11 @@ fn every_format_added_for_cameras_and_decoders_round_trips_both_ways_with_its_pl
 
 #[test]
 fn a_sixteen_bit_format_over_byte_elements_is_refused_naming_the_element_type() {
-    let err =
-        Tensor::<u8>::image(32, 4, PixelFormat::P010, None, CpuAccess::ReadWrite).unwrap_err();
+    let err = Tensor::<u8>::image(
+        &ImageSpec::new(PixelFormat::P010, 32, 4),
+        None,
+        CpuAccess::ReadWrite,
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("u16"), "{err}");
 }

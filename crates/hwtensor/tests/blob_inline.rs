@@ -7,14 +7,12 @@ mod receiver;
 
 use hwtensor::blob::{self, HEADER_LEN};
 use hwtensor::{
-    CpuAccess, DType, PixelFormat, Quantization, Region, Tensor, TensorDyn, TensorMemory,
+    CpuAccess, DType, ImageSpec, PixelFormat, Quantization, Region, Tensor, TensorDyn, TensorMemory,
 };
 
 fn numbered_image() -> Tensor<u8> {
     let t = Tensor::<u8>::image(
-        16,
-        8,
-        PixelFormat::Rgba,
+        &ImageSpec::new(PixelFormat::Rgba, 16, 8),
         Some(TensorMemory::Mem),
         CpuAccess::ReadWrite,
     )
@@ -53,9 +51,7 @@ fn every_format_round_trips_inline() {
             _ => DType::U8,
         };
         let t = TensorDyn::image(
-            8,
-            5,
-            format,
+            &ImageSpec::new(format, 8, 5),
             dtype,
             Some(TensorMemory::Mem),
             CpuAccess::ReadWrite,
@@ -76,9 +72,7 @@ fn dtype_access_and_quantization_survive_an_inline_trip() {
     assert_eq!((got.dtype(), got.shape()), (DType::I8, &[4usize, 5, 2][..]));
     assert_eq!(got.quantization(), batch.quantization());
     let f = TensorDyn::image(
-        6,
-        4,
-        PixelFormat::PlanarRgb,
+        &ImageSpec::new(PixelFormat::PlanarRgb, 6, 4),
         DType::F32,
         Some(TensorMemory::Mem),
         CpuAccess::Read,
@@ -136,11 +130,8 @@ fn inputs_the_fuzzer_found_are_refused_without_a_panic_on_every_platform() {
 #[test]
 fn an_inline_blob_of_a_crop_carries_only_the_crop() {
     let (w, h) = (64usize, 32usize);
-    let parent = Tensor::<u8>::image_with_pitch(
-        w,
-        h,
-        PixelFormat::Rgba,
-        512,
+    let parent = Tensor::<u8>::image(
+        &ImageSpec::new(PixelFormat::Rgba, w, h).with_row_stride(512),
         Some(TensorMemory::Mem),
         CpuAccess::ReadWrite,
     )

@@ -22,7 +22,9 @@ use cudarc::driver::sys;
 use hwtensor::blob::Transport;
 use hwtensor::cuda::{self, CudaDevice};
 use hwtensor::handoff::{recv, send_as};
-use hwtensor::{CpuAccess, Direction, PixelFormat, Region, Tensor, TensorDyn, TensorMemory};
+use hwtensor::{
+    CpuAccess, Direction, ImageSpec, PixelFormat, Region, Tensor, TensorDyn, TensorMemory,
+};
 
 /// The tests of this binary run one at a time: the leak test counts the process's fds and
 /// device memory, which a test running beside it would move.
@@ -459,9 +461,7 @@ fn a_map_of_a_view_points_at_its_first_element_with_byte_strides() {
     };
     let kernel = Kernel::load(cuda);
     let image = Tensor::<u8>::image(
-        64,
-        32,
-        PixelFormat::Rgba,
+        &ImageSpec::new(PixelFormat::Rgba, 64, 32),
         Some(TensorMemory::Gpu),
         CpuAccess::ReadWrite,
     )
@@ -939,9 +939,7 @@ fn a_strided_crop_copies_between_cuda_memory_and_the_gpu_run_by_run() {
     };
     let image = |memory| {
         Tensor::<u8>::image(
-            64,
-            32,
-            PixelFormat::Rgba,
+            &ImageSpec::new(PixelFormat::Rgba, 64, 32),
             Some(memory),
             CpuAccess::ReadWrite,
         )

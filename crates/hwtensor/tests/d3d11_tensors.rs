@@ -15,7 +15,7 @@ use hwtensor::gpu::windows::Win32::Graphics::Direct3D11::{
 use hwtensor::gpu::windows::Win32::Graphics::Dxgi::Common::{
     DXGI_FORMAT_R8G8B8A8_UNORM, DXGI_SAMPLE_DESC,
 };
-use hwtensor::{f16, CpuAccess, Error, PixelFormat, Tensor, TensorMemory};
+use hwtensor::{f16, CpuAccess, Error, ImageSpec, PixelFormat, Tensor, TensorMemory};
 
 use common::{device_or_skip, skip_unless_required};
 
@@ -37,7 +37,7 @@ fn a_gpu_image_is_a_texture_whose_staging_pitch_is_its_row_stride() {
     if device_or_skip(test_name!()).is_none() {
         return;
     }
-    let t = Tensor::<u8>::image(100, 10, PixelFormat::Rgba, GPU, RW).unwrap();
+    let t = Tensor::<u8>::image(&ImageSpec::new(PixelFormat::Rgba, 100, 10), GPU, RW).unwrap();
     assert_eq!(t.memory(), TensorMemory::Gpu);
     assert!(t.d3d11_texture().is_some());
     let stride = t.image_info().unwrap().row_stride;
@@ -51,8 +51,8 @@ fn what_a_write_map_leaves_is_in_the_texture_where_the_gpu_sees_it() {
     let Some(d) = device_or_skip(test_name!()) else {
         return;
     };
-    let a = Tensor::<u8>::image(64, 8, PixelFormat::Bgra, GPU, RW).unwrap();
-    let b = Tensor::<u8>::image(64, 8, PixelFormat::Bgra, GPU, RW).unwrap();
+    let a = Tensor::<u8>::image(&ImageSpec::new(PixelFormat::Bgra, 64, 8), GPU, RW).unwrap();
+    let b = Tensor::<u8>::image(&ImageSpec::new(PixelFormat::Bgra, 64, 8), GPU, RW).unwrap();
     pattern(&a, 3);
     let (ta, tb): (ID3D11Resource, ID3D11Resource) =
         (a.d3d11_texture().unwrap(), b.d3d11_texture().unwrap());
@@ -81,16 +81,17 @@ fn every_format_a_dxgi_format_holds_allocates_and_round_trips() {
         PixelFormat::Yuyv,
         PixelFormat::Vyuy,
     ] {
-        let t = Tensor::<u8>::image(32, 6, format, GPU, RW).unwrap();
+        let t = Tensor::<u8>::image(&ImageSpec::new(format, 32, 6), GPU, RW).unwrap();
         pattern(&t, 11);
-        let host = Tensor::<u8>::image(32, 6, format, Some(TensorMemory::Mem), RW).unwrap();
+        let host = Tensor::<u8>::image(&ImageSpec::new(format, 32, 6), Some(TensorMemory::Mem), RW)
+            .unwrap();
         host.copy_from(&t).unwrap();
         assert_eq!(host.to_vec().unwrap(), t.to_vec().unwrap(), "{format}");
     }
-    let f = Tensor::<f32>::image(8, 4, PixelFormat::Rgba, GPU, RW).unwrap();
+    let f = Tensor::<f32>::image(&ImageSpec::new(PixelFormat::Rgba, 8, 4), GPU, RW).unwrap();
     f.copy_from_flat(&vec![0.5f32; 8 * 4 * 4]).unwrap();
     assert!(f.to_vec().unwrap().iter().all(|&v| v == 0.5));
-    let h = Tensor::<f16>::image(8, 4, PixelFormat::Rgba, GPU, RW).unwrap();
+    let h = Tensor::<f16>::image(&ImageSpec::new(PixelFormat::Rgba, 8, 4), GPU, RW).unwrap();
     h.copy_from_flat(&vec![f16::from_f32(1.5); 8 * 4 * 4])
         .unwrap();
     assert!(h.to_vec().unwrap().iter().all(|&v| v == f16::from_f32(1.5)));
@@ -101,12 +102,13 @@ fn a_format_no_dxgi_format_holds_is_refused_naming_what_is_possible() {
     if device_or_skip(test_name!()).is_none() {
         return;
     }
-    let err = Tensor::<u8>::image(32, 6, PixelFormat::Rgb, GPU, RW).unwrap_err();
+    let err = Tensor::<u8>::image(&ImageSpec::new(PixelFormat::Rgb, 32, 6), GPU, RW).unwrap_err();
     assert!(matches!(err, Error::Unavailable { .. }), "{err}");
     assert!(err.to_string().contains("DXGI"), "{err}");
     let err = Tensor::<u8>::new(&[64], GPU).unwrap_err();
     assert!(err.to_string().contains("Tensor::image"), "{err}");
-    let err = Tensor::<u8>::image(20_000, 2, PixelFormat::Grey, GPU, RW).unwrap_err();
+    let err =
+        Tensor::<u8>::image(&ImageSpec::new(PixelFormat::Grey, 20_000, 2), GPU, RW).unwrap_err();
     assert!(err.to_string().contains("16384"), "{err}");
 }
 
@@ -116,7 +118,7 @@ fn a_gpu_image_is_shared_as_an_nt_handle_with_its_completion() {
     let Some(d) = device_or_skip(test) else {
         return;
     };
-    let t = Tensor::<u8>::image(16, 16, PixelFormat::Rgba, GPU, RW).unwrap();
+    let t = Tensor::<u8>::image(&ImageSpec::new(PixelFormat::Rgba, 16, 16), GPU, RW).unwrap();
     pattern(&t, 5);
     match t.share_gpu() {
         Ok(share) => {
@@ -127,9 +129,7 @@ fn a_gpu_image_is_shared_as_an_nt_handle_with_its_completion() {
             let back = Tensor::<u8>::image_from_gpu_share(
                 share.texture.as_handle(),
                 &share.completion,
-                16,
-                16,
-                PixelFormat::Rgba,
+                &ImageSpec::new(PixelFormat::Rgba, 16, 16),
                 RW,
             )
             .unwrap();
@@ -141,7 +141,12 @@ fn a_gpu_image_is_shared_as_an_nt_handle_with_its_completion() {
         ),
         Err(e) => panic!("{e}"),
     }
-    let host = Tensor::<u8>::image(16, 16, PixelFormat::Rgba, Some(TensorMemory::Mem), RW).unwrap();
+    let host = Tensor::<u8>::image(
+        &ImageSpec::new(PixelFormat::Rgba, 16, 16),
+        Some(TensorMemory::Mem),
+        RW,
+    )
+    .unwrap();
     assert!(matches!(host.share_gpu(), Err(Error::InvalidOperation(_))));
 }
 
@@ -160,9 +165,7 @@ fn a_handle_that_is_not_a_shared_texture_is_refused_on_import() {
     let err = Tensor::<u8>::image_from_gpu_share(
         event.as_handle(),
         &completion,
-        16,
-        16,
-        PixelFormat::Rgba,
+        &ImageSpec::new(PixelFormat::Rgba, 16, 16),
         RW,
     )
     .unwrap_err();
@@ -178,14 +181,14 @@ fn whole_gpu_images_and_crops_of_them_copy_on_the_gpu() {
     if device_or_skip(test_name!()).is_none() {
         return;
     }
-    let a = Tensor::<u8>::image(40, 12, PixelFormat::Nv12, GPU, RW).unwrap();
-    let b = Tensor::<u8>::image(40, 12, PixelFormat::Nv12, GPU, RW).unwrap();
+    let a = Tensor::<u8>::image(&ImageSpec::new(PixelFormat::Nv12, 40, 12), GPU, RW).unwrap();
+    let b = Tensor::<u8>::image(&ImageSpec::new(PixelFormat::Nv12, 40, 12), GPU, RW).unwrap();
     pattern(&a, 9);
     b.copy_from(&a).unwrap();
     assert_eq!(b.to_vec().unwrap(), a.to_vec().unwrap());
 
-    let c = Tensor::<u8>::image(40, 12, PixelFormat::Rgba, GPU, RW).unwrap();
-    let d = Tensor::<u8>::image(40, 12, PixelFormat::Rgba, GPU, RW).unwrap();
+    let c = Tensor::<u8>::image(&ImageSpec::new(PixelFormat::Rgba, 40, 12), GPU, RW).unwrap();
+    let d = Tensor::<u8>::image(&ImageSpec::new(PixelFormat::Rgba, 40, 12), GPU, RW).unwrap();
     pattern(&c, 1);
     let region = hwtensor::Region::new(4, 2, 16, 8);
     let (from, to) = (c.view(region).unwrap(), d.view(region).unwrap());
@@ -202,9 +205,14 @@ fn host_images_go_up_and_views_come_down_through_the_staging_texture() {
     if device_or_skip(test_name!()).is_none() {
         return;
     }
-    let host = Tensor::<u8>::image(50, 7, PixelFormat::Rgba, Some(TensorMemory::Mem), RW).unwrap();
+    let host = Tensor::<u8>::image(
+        &ImageSpec::new(PixelFormat::Rgba, 50, 7),
+        Some(TensorMemory::Mem),
+        RW,
+    )
+    .unwrap();
     pattern(&host, 17);
-    let gpu = Tensor::<u8>::image(50, 7, PixelFormat::Rgba, GPU, RW).unwrap();
+    let gpu = Tensor::<u8>::image(&ImageSpec::new(PixelFormat::Rgba, 50, 7), GPU, RW).unwrap();
     gpu.copy_from(&host).unwrap();
     assert_eq!(
         gpu.to_vec().unwrap(),
@@ -214,7 +222,12 @@ fn host_images_go_up_and_views_come_down_through_the_staging_texture() {
 
     let region = hwtensor::Region::new(3, 2, 16, 4);
     let crop = gpu.view(region).unwrap();
-    let down = Tensor::<u8>::image(16, 4, PixelFormat::Rgba, Some(TensorMemory::Mem), RW).unwrap();
+    let down = Tensor::<u8>::image(
+        &ImageSpec::new(PixelFormat::Rgba, 16, 4),
+        Some(TensorMemory::Mem),
+        RW,
+    )
+    .unwrap();
     down.copy_from(&crop).unwrap();
     assert_eq!(
         down.to_vec().unwrap(),
@@ -223,7 +236,12 @@ fn host_images_go_up_and_views_come_down_through_the_staging_texture() {
     );
 
     // A GPU view as the destination: the texture comes down into staging first, so the rest stays.
-    let small = Tensor::<u8>::image(16, 4, PixelFormat::Rgba, Some(TensorMemory::Mem), RW).unwrap();
+    let small = Tensor::<u8>::image(
+        &ImageSpec::new(PixelFormat::Rgba, 16, 4),
+        Some(TensorMemory::Mem),
+        RW,
+    )
+    .unwrap();
     gpu.view(region).unwrap().copy_from(&small).unwrap();
     let after = gpu.to_vec().unwrap();
     assert!(gpu
@@ -245,8 +263,8 @@ fn a_grey_crop_of_one_gpu_image_lands_in_a_bigger_gpu_image() {
     if device_or_skip(test_name!()).is_none() {
         return;
     }
-    let a = Tensor::<u8>::image(30, 10, PixelFormat::Grey, GPU, RW).unwrap();
-    let b = Tensor::<u8>::image(70, 20, PixelFormat::Grey, GPU, RW).unwrap();
+    let a = Tensor::<u8>::image(&ImageSpec::new(PixelFormat::Grey, 30, 10), GPU, RW).unwrap();
+    let b = Tensor::<u8>::image(&ImageSpec::new(PixelFormat::Grey, 70, 20), GPU, RW).unwrap();
     pattern(&a, 2);
     let from = a.view(hwtensor::Region::new(5, 3, 12, 6)).unwrap();
     let to = b.view(hwtensor::Region::new(40, 11, 12, 6)).unwrap();
@@ -267,16 +285,18 @@ fn views_of_different_formats_copy_between_the_staging_textures() {
     }
     // RGBA8 into BGRA8 has no GPU-side copy (different DXGI formats): the bytes travel through
     // both staging textures, unchanged, as copy_from promises.
-    let a = Tensor::<u8>::image(24, 6, PixelFormat::Rgba, GPU, RW).unwrap();
-    let b = Tensor::<u8>::image(40, 9, PixelFormat::Bgra, GPU, RW).unwrap();
+    let a = Tensor::<u8>::image(&ImageSpec::new(PixelFormat::Rgba, 24, 6), GPU, RW).unwrap();
+    let b = Tensor::<u8>::image(&ImageSpec::new(PixelFormat::Bgra, 40, 9), GPU, RW).unwrap();
     pattern(&a, 31);
     let from = a.view(hwtensor::Region::new(2, 1, 10, 4)).unwrap();
     let to = b.view(hwtensor::Region::new(20, 3, 10, 4)).unwrap();
     to.copy_from(&from).unwrap();
     assert_eq!(to.to_vec().unwrap(), from.to_vec().unwrap());
     // One image of a batch is a band of rows of the tall texture: copied between two batches.
-    let n = Tensor::<u8>::image_batch(2, 8, 4, PixelFormat::Grey, GPU, RW).unwrap();
-    let m = Tensor::<u8>::image_batch(2, 8, 4, PixelFormat::Grey, GPU, RW).unwrap();
+    let n =
+        Tensor::<u8>::image_batch(2, &ImageSpec::new(PixelFormat::Grey, 8, 4), GPU, RW).unwrap();
+    let m =
+        Tensor::<u8>::image_batch(2, &ImageSpec::new(PixelFormat::Grey, 8, 4), GPU, RW).unwrap();
     pattern(&n, 5);
     m.batch(1).unwrap().copy_from(&n.batch(0).unwrap()).unwrap();
     assert_eq!(
@@ -321,12 +341,23 @@ fn a_hosts_own_texture_becomes_a_tensor_over_the_same_texels() {
         return;
     };
     let texture = host_texture(d, 16, 4);
-    let t = Tensor::<u8>::from_d3d11_texture(&texture, 0, 16, 4, PixelFormat::Rgba, RW).unwrap();
+    let t = Tensor::<u8>::from_d3d11_texture(
+        &texture,
+        0,
+        &ImageSpec::new(PixelFormat::Rgba, 16, 4),
+        RW,
+    )
+    .unwrap();
     assert_eq!(t.memory(), TensorMemory::Gpu);
     pattern(&t, 5);
     // A second tensor over the same texture sees what the first wrote into it.
-    let again =
-        Tensor::<u8>::from_d3d11_texture(&texture, 0, 16, 4, PixelFormat::Rgba, RW).unwrap();
+    let again = Tensor::<u8>::from_d3d11_texture(
+        &texture,
+        0,
+        &ImageSpec::new(PixelFormat::Rgba, 16, 4),
+        RW,
+    )
+    .unwrap();
     assert_eq!(again.to_vec().unwrap(), t.to_vec().unwrap());
     assert!(again.to_vec().unwrap().iter().any(|&b| b != 0));
 }
@@ -337,10 +368,20 @@ fn a_host_texture_that_is_not_the_image_or_a_completion_never_signalled_is_refus
         return;
     };
     let texture = host_texture(d, 16, 4);
-    let wrong = Tensor::<u8>::from_d3d11_texture(&texture, 0, 32, 4, PixelFormat::Rgba, RW);
+    let wrong = Tensor::<u8>::from_d3d11_texture(
+        &texture,
+        0,
+        &ImageSpec::new(PixelFormat::Rgba, 32, 4),
+        RW,
+    );
     assert!(matches!(wrong, Err(Error::InvalidArgument(_))), "{wrong:?}");
     let never = d.last_signalled() + 1000;
-    let early = Tensor::<u8>::from_d3d11_texture(&texture, never, 16, 4, PixelFormat::Rgba, RW);
+    let early = Tensor::<u8>::from_d3d11_texture(
+        &texture,
+        never,
+        &ImageSpec::new(PixelFormat::Rgba, 16, 4),
+        RW,
+    );
     let err = early.unwrap_err().to_string();
     assert!(err.contains("never signalled"), "{err}");
 }
@@ -352,7 +393,7 @@ fn a_gpu_image_crosses_a_named_pipe_as_its_texture_and_completion() {
     if device_or_skip(test).is_none() {
         return;
     }
-    let t = Tensor::<u8>::image(32, 8, PixelFormat::Rgba, GPU, RW).unwrap();
+    let t = Tensor::<u8>::image(&ImageSpec::new(PixelFormat::Rgba, 32, 8), GPU, RW).unwrap();
     pattern(&t, 9);
     if let Err(Error::Unavailable { reason, .. }) = t.share_gpu() {
         return skip_unless_required(

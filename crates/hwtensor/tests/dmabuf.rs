@@ -14,7 +14,7 @@ mod common;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
 use hwtensor::{
-    CpuAccess, DType, Direction, PixelFormat, PlaneFd, Tensor, TensorDyn, TensorMemory,
+    CpuAccess, DType, Direction, ImageSpec, PixelFormat, PlaneFd, Tensor, TensorDyn, TensorMemory,
 };
 
 /// A DMA-BUF of several pages and a part page: the brackets and maps must cover the tail.
@@ -120,9 +120,7 @@ fn an_i420_image_on_dmabuf_keeps_each_planes_bytes_where_its_plane_table_says() 
     }
     let (w, h) = (1280, 720);
     let image = TensorDyn::image(
-        w,
-        h,
-        PixelFormat::I420,
+        &ImageSpec::new(PixelFormat::I420, w, h),
         DType::U8,
         Some(TensorMemory::DmaBuf),
         CpuAccess::ReadWrite,
@@ -188,9 +186,7 @@ fn an_nv12_image_over_two_dmabufs_a_driver_made_reads_each_plane_from_its_own_bu
     rustix::io::pwrite(&uv_pages, &vec![0x82; w * h / 2], 0).unwrap();
     let image = TensorDyn::image_from_planes(
         vec![PlaneFd::new(y, 0, w), PlaneFd::new(uv, 0, w)],
-        w,
-        h,
-        PixelFormat::Nv12,
+        &ImageSpec::new(PixelFormat::Nv12, w, h),
         DType::U8,
         CpuAccess::ReadWrite,
     )

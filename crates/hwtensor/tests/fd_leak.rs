@@ -6,7 +6,7 @@
 use std::fs::File;
 use std::os::unix::net::UnixStream;
 
-use hwtensor::{CpuAccess, PixelFormat, Region, Tensor, TensorMemory};
+use hwtensor::{CpuAccess, ImageSpec, PixelFormat, Region, Tensor, TensorMemory};
 
 fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").unwrap().count()
@@ -23,10 +23,7 @@ fn a_thousand_rounds_of_allocate_export_import_and_drop_leak_no_fd() {
         let view = imported.view(Region::new(1, 1, 8, 8)).unwrap();
         let image = Tensor::<u8>::image_from_fd(
             t.clone_fd().unwrap(),
-            16,
-            16,
-            PixelFormat::Rgba,
-            None,
+            &ImageSpec::new(PixelFormat::Rgba, 16, 16),
             CpuAccess::Read,
         )
         .unwrap();

@@ -9,7 +9,7 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 
 use hwtensor::{
-    CpuAccess, DType, Error, ImportPolicy, PixelFormat, Tensor, TensorDyn, TensorMemory,
+    CpuAccess, DType, Error, ImageSpec, ImportPolicy, PixelFormat, Tensor, TensorDyn, TensorMemory,
 };
 
 fn memfd(len: u64) -> OwnedFd {
@@ -109,10 +109,7 @@ fn an_fd_smaller_than_the_shape_is_refused_before_it_is_mapped() {
     );
     let err = Tensor::<u8>::image_from_fd(
         memfd(1000),
-        16,
-        16,
-        PixelFormat::Rgba,
-        None,
+        &ImageSpec::new(PixelFormat::Rgba, 16, 16),
         CpuAccess::Read,
     )
     .unwrap_err();
@@ -236,10 +233,7 @@ fn an_nv12_frame_at_a_data_offset_with_a_padded_stride_imports_as_v4l2_lays_it_o
     let t = Tensor::<u8>::image_from_fd_at(
         fd,
         offset,
-        w,
-        h,
-        PixelFormat::Nv12,
-        Some(stride),
+        &ImageSpec::new(PixelFormat::Nv12, w, h).with_row_stride(stride),
         CpuAccess::Read,
     )
     .unwrap();

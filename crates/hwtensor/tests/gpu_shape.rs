@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::device_or_skip;
 use hwtensor::gpu::ProcessDevice;
-use hwtensor::{CpuAccess, Error, PixelFormat, Tensor, TensorMemory};
+use hwtensor::{CpuAccess, Error, ImageSpec, PixelFormat, Tensor, TensorMemory};
 
 const BOUND: Duration = Duration::from_secs(5);
 
@@ -89,9 +89,7 @@ fn a_view_copies_into_another_view_of_the_same_gpu_image() {
         return;
     }
     let img = Tensor::<u8>::image(
-        64,
-        8,
-        PixelFormat::Rgba,
+        &ImageSpec::new(PixelFormat::Rgba, 64, 8),
         Some(TensorMemory::Gpu),
         CpuAccess::ReadWrite,
     )

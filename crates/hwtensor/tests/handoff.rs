@@ -8,13 +8,11 @@ use std::time::{Duration, Instant};
 
 use hwtensor::blob::{self, Transport};
 use hwtensor::handoff::{recv, recv_blob, send, send_as, send_blob, MID_MESSAGE_TIMEOUT};
-use hwtensor::{CpuAccess, Error, PixelFormat, Tensor, TensorDyn, TensorMemory};
+use hwtensor::{CpuAccess, Error, ImageSpec, PixelFormat, Tensor, TensorDyn, TensorMemory};
 
 fn frame(memory: TensorMemory) -> Tensor<u8> {
     let t = Tensor::<u8>::image(
-        64,
-        32,
-        PixelFormat::Rgba,
+        &ImageSpec::new(PixelFormat::Rgba, 64, 32),
         Some(memory),
         CpuAccess::ReadWrite,
     )

@@ -3,7 +3,9 @@
 #[cfg(target_os = "linux")]
 use std::os::fd::OwnedFd;
 
-use hwtensor::{CpuAccess, DType, Error, PixelFormat, Region, Tensor, TensorDyn, TensorMemory};
+use hwtensor::{
+    CpuAccess, DType, Error, ImageSpec, PixelFormat, Region, Tensor, TensorDyn, TensorMemory,
+};
 #[cfg(target_os = "linux")]
 use proptest::prelude::*;
 
@@ -25,7 +27,7 @@ fn memfd(len: u64) -> OwnedFd {
 
 /// An image whose every byte holds its own index (mod 251, a prime, so rows do not repeat).
 fn numbered(w: usize, h: usize, format: PixelFormat, memory: TensorMemory) -> Tensor<u8> {
-    let t = Tensor::<u8>::image(w, h, format, Some(memory), RW).unwrap();
+    let t = Tensor::<u8>::image(&ImageSpec::new(format, w, h), Some(memory), RW).unwrap();
     for (i, b) in t.map_write().unwrap().iter_mut().enumerate() {
         *b = (i % 251) as u8;
     }
@@ -34,10 +36,20 @@ fn numbered(w: usize, h: usize, format: PixelFormat, memory: TensorMemory) -> Te
 
 #[test]
 fn nv12_at_640x480_is_460800_bytes_and_483_rows_make_725() {
-    let t = Tensor::<u8>::image(640, 480, PixelFormat::Nv12, Some(TensorMemory::Mem), RW).unwrap();
+    let t = Tensor::<u8>::image(
+        &ImageSpec::new(PixelFormat::Nv12, 640, 480),
+        Some(TensorMemory::Mem),
+        RW,
+    )
+    .unwrap();
     assert_eq!(t.buffer_len(), 460_800);
     assert_eq!(t.shape(), &[720, 640]);
-    let odd = Tensor::<u8>::image(640, 483, PixelFormat::Nv12, Some(SHARED), RW).unwrap();
+    let odd = Tensor::<u8>::image(
+        &ImageSpec::new(PixelFormat::Nv12, 640, 483),
+        Some(SHARED),
+        RW,
+    )
+    .unwrap();
     assert_eq!(odd.shape(), &[725, 640]);
     assert_eq!(odd.buffer_len(), 725 * 640);
 }
@@ -50,7 +62,13 @@ fn every_format_allocates_its_allocation_shape_tightly_on_the_host() {
             Some(2) => hwtensor::DType::U16,
             _ => hwtensor::DType::U8,
         };
-        let t = TensorDyn::image(64, 6, format, dtype, Some(TensorMemory::Mem), RW).unwrap();
+        let t = TensorDyn::image(
+            &ImageSpec::new(format, 64, 6),
+            dtype,
+            Some(TensorMemory::Mem),
+            RW,
+        )
+        .unwrap();
         assert_eq!(
             t.shape(),
             format.allocation_shape(64, 6).as_slice(),
@@ -71,8 +89,12 @@ fn an_image_on_dmabuf_without_a_dma_heap_is_a_clear_error() {
         eprintln!("SKIPPED: {} - this machine has a dma-heap", test_name!());
         return;
     }
-    let err =
-        Tensor::<u8>::image(64, 64, PixelFormat::Rgba, Some(TensorMemory::DmaBuf), RW).unwrap_err();
+    let err = Tensor::<u8>::image(
+        &ImageSpec::new(PixelFormat::Rgba, 64, 64),
+        Some(TensorMemory::DmaBuf),
+        RW,
+    )
+    .unwrap_err();
     assert!(
         matches!(
             err,
@@ -83,7 +105,7 @@ fn an_image_on_dmabuf_without_a_dma_heap_is_a_clear_error() {
         ),
         "{err}"
     );
-    let auto = Tensor::<u8>::image(64, 64, PixelFormat::Rgba, None, RW).unwrap();
+    let auto = Tensor::<u8>::image(&ImageSpec::new(PixelFormat::Rgba, 64, 64), None, RW).unwrap();
     assert_eq!(
         auto.memory(),
         TensorMemory::Mem,
@@ -93,7 +115,12 @@ fn an_image_on_dmabuf_without_a_dma_heap_is_a_clear_error() {
 
 #[test]
 fn a_row_stride_below_the_format_minimum_is_refused() {
-    let mut t = Tensor::<u8>::image(10, 4, PixelFormat::Rgb, Some(TensorMemory::Mem), RW).unwrap();
+    let mut t = Tensor::<u8>::image(
+        &ImageSpec::new(PixelFormat::Rgb, 10, 4),
+        Some(TensorMemory::Mem),
+        RW,
+    )
+    .unwrap();
     let err = t.set_row_stride(29).unwrap_err();
     assert!(matches!(err, Error::RowStride(_)), "{err}");
     assert_eq!(
@@ -105,7 +132,12 @@ fn a_row_stride_below_the_format_minimum_is_refused() {
 
 #[test]
 fn a_row_stride_past_the_buffer_capacity_is_refused() {
-    let mut t = Tensor::<u8>::image(10, 4, PixelFormat::Rgb, Some(TensorMemory::Mem), RW).unwrap();
+    let mut t = Tensor::<u8>::image(
+        &ImageSpec::new(PixelFormat::Rgb, 10, 4),
+        Some(TensorMemory::Mem),
+        RW,
+    )
+    .unwrap();
     let err = t.set_row_stride(31).unwrap_err();
     assert!(err.to_string().contains("buffer holds 120"), "{err}");
     assert!(t.set_row_stride(usize::MAX).is_err());
@@ -115,7 +147,12 @@ fn a_row_stride_past_the_buffer_capacity_is_refused() {
 #[cfg(target_os = "linux")]
 fn a_row_stride_that_splits_an_element_is_refused() {
     let fd = memfd(4096);
-    let err = Tensor::<f32>::image_from_fd(fd, 4, 4, PixelFormat::Rgba, Some(66), RW).unwrap_err();
+    let err = Tensor::<f32>::image_from_fd(
+        fd,
+        &ImageSpec::new(PixelFormat::Rgba, 4, 4).with_row_stride(66),
+        RW,
+    )
+    .unwrap_err();
     assert!(matches!(err, Error::RowStride(_)), "{err}");
 }
 
@@ -123,8 +160,12 @@ fn a_row_stride_that_splits_an_element_is_refused() {
 #[cfg(target_os = "linux")]
 fn a_padded_image_from_an_fd_strips_its_padding_for_an_npu() {
     let (w, h, stride) = (5, 3, 64);
-    let t = Tensor::<u8>::image_from_fd(memfd(3 * 64), w, h, PixelFormat::Rgb, Some(stride), RW)
-        .unwrap();
+    let t = Tensor::<u8>::image_from_fd(
+        memfd(3 * 64),
+        &ImageSpec::new(PixelFormat::Rgb, w, h).with_row_stride(stride),
+        RW,
+    )
+    .unwrap();
     assert_eq!(t.row_stride(), Some(64));
     assert_eq!(t.strides(), &[64, 3, 1]);
     {
@@ -146,7 +187,8 @@ fn a_padded_image_from_an_fd_strips_its_padding_for_an_npu() {
 #[cfg(target_os = "linux")]
 fn widening_the_stride_inside_a_larger_buffer_moves_the_rows() {
     let mut t =
-        Tensor::<u8>::image_from_fd(memfd(4 * 64), 8, 4, PixelFormat::Grey, None, RW).unwrap();
+        Tensor::<u8>::image_from_fd(memfd(4 * 64), &ImageSpec::new(PixelFormat::Grey, 8, 4), RW)
+            .unwrap();
     assert_eq!(t.row_stride(), None);
     t.set_row_stride(64).unwrap();
     assert_eq!(t.strides(), &[64, 1]);
@@ -224,14 +266,24 @@ fn a_view_out_of_bounds_is_an_error_not_a_clamp() {
 
 #[test]
 fn a_view_of_a_semi_planar_image_is_refused_with_the_way_out() {
-    let t = Tensor::<u8>::image(64, 64, PixelFormat::Nv12, Some(TensorMemory::Mem), RW).unwrap();
+    let t = Tensor::<u8>::image(
+        &ImageSpec::new(PixelFormat::Nv12, 64, 64),
+        Some(TensorMemory::Mem),
+        RW,
+    )
+    .unwrap();
     let err = t.view(Region::new(0, 0, 32, 32)).unwrap_err();
     assert!(err.to_string().contains("plane_table"), "{err}");
 }
 
 #[test]
 fn a_view_that_splits_a_yuyv_pixel_pair_is_refused() {
-    let t = Tensor::<u8>::image(64, 4, PixelFormat::Yuyv, Some(TensorMemory::Mem), RW).unwrap();
+    let t = Tensor::<u8>::image(
+        &ImageSpec::new(PixelFormat::Yuyv, 64, 4),
+        Some(TensorMemory::Mem),
+        RW,
+    )
+    .unwrap();
     assert!(t.view(Region::new(1, 0, 2, 2)).is_err());
     assert!(t.view(Region::new(2, 0, 3, 2)).is_err());
     assert_eq!(t.view(Region::new(2, 0, 4, 2)).unwrap().shape(), &[2, 4, 2]);
@@ -247,7 +299,13 @@ fn a_planar_view_selects_the_same_rectangle_of_every_plane() {
 
 #[test]
 fn batches_pick_one_image_and_refuse_an_index_past_the_end() {
-    let t = Tensor::<u8>::image_batch(3, 4, 2, PixelFormat::Rgba, Some(SHARED), RW).unwrap();
+    let t = Tensor::<u8>::image_batch(
+        3,
+        &ImageSpec::new(PixelFormat::Rgba, 4, 2),
+        Some(SHARED),
+        RW,
+    )
+    .unwrap();
     assert_eq!(t.shape(), &[3, 2, 4, 4]);
     let second = t.batch(1).unwrap();
     assert_eq!(second.shape(), &[2, 4, 4]);
@@ -289,7 +347,7 @@ proptest! {
         rx in 0usize..40, ry in 0usize..20, rw in 0usize..40, rh in 0usize..20,
     ) {
         let stride = w * 3 + pad;
-        let t = Tensor::<u8>::image_from_fd(memfd((stride * h) as u64), w, h, PixelFormat::Rgb, Some(stride), RW).unwrap();
+        let t = Tensor::<u8>::image_from_fd(memfd((stride * h) as u64), &ImageSpec::new(PixelFormat::Rgb, w, h).with_row_stride(stride), RW).unwrap();
         for (y, row) in t.map_strided_write().unwrap().rows_mut().enumerate() {
             for (x, b) in row.iter_mut().enumerate() {
                 *b = ((y * stride + x) % 251) as u8;
@@ -312,22 +370,16 @@ proptest! {
 #[test]
 fn an_image_allocated_with_a_chosen_pitch_keeps_it_and_a_pitch_too_small_is_refused() {
     for memory in [TensorMemory::Mem, SHARED] {
-        let t = Tensor::<u8>::image_with_pitch(
-            40,
-            8,
-            PixelFormat::Rgba,
-            256,
+        let t = Tensor::<u8>::image(
+            &ImageSpec::new(PixelFormat::Rgba, 40, 8).with_row_stride(256),
             Some(memory),
             CpuAccess::ReadWrite,
         )
         .unwrap();
         assert_eq!(t.effective_row_stride(), Some(256), "{memory}");
         assert_eq!(t.strides()[0], 256);
-        let nv12 = Tensor::<u8>::image_with_pitch(
-            40,
-            8,
-            PixelFormat::Nv12,
-            64,
+        let nv12 = Tensor::<u8>::image(
+            &ImageSpec::new(PixelFormat::Nv12, 40, 8).with_row_stride(64),
             Some(memory),
             CpuAccess::ReadWrite,
         )
@@ -335,9 +387,12 @@ fn an_image_allocated_with_a_chosen_pitch_keeps_it_and_a_pitch_too_small_is_refu
         let planes = nv12.plane_table().unwrap();
         assert_eq!((planes[0].row_stride, planes[1].offset), (64, 64 * 8));
     }
-    let err =
-        Tensor::<u8>::image_with_pitch(40, 8, PixelFormat::Rgba, 100, None, CpuAccess::ReadWrite)
-            .unwrap_err();
+    let err = Tensor::<u8>::image(
+        &ImageSpec::new(PixelFormat::Rgba, 40, 8).with_row_stride(100),
+        None,
+        CpuAccess::ReadWrite,
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("100"), "{err}");
 }
 
@@ -368,11 +423,8 @@ fn same_planes(a: &Tensor<u8>, b: &Tensor<u8>) {
 fn padded_i420_yv12_and_nv24_images_copy_plane_by_plane_both_ways() {
     let (w, h) = (64, 48);
     for format in [PixelFormat::I420, PixelFormat::Yv12, PixelFormat::Nv24] {
-        let padded = Tensor::<u8>::image_with_pitch(
-            w,
-            h,
-            format,
-            format.min_row_bytes(w, 1).unwrap() + 64,
+        let padded = Tensor::<u8>::image(
+            &ImageSpec::new(format, w, h).with_row_stride(format.min_row_bytes(w, 1).unwrap() + 64),
             Some(TensorMemory::Mem),
             CpuAccess::ReadWrite,
         )
@@ -389,11 +441,8 @@ fn padded_i420_yv12_and_nv24_images_copy_plane_by_plane_both_ways() {
             "{format}: to_memory makes a tight image"
         );
         same_planes(&padded, &tight);
-        let back = Tensor::<u8>::image_with_pitch(
-            w,
-            h,
-            format,
-            padded.image_info().unwrap().row_stride,
+        let back = Tensor::<u8>::image(
+            &ImageSpec::new(format, w, h).with_row_stride(padded.image_info().unwrap().row_stride),
             Some(TensorMemory::Mem),
             CpuAccess::ReadWrite,
         )
@@ -411,12 +460,10 @@ const GST_LUMA: usize = 1364;
 const GST_CHROMA: usize = 684;
 
 fn gst_i420(memory: TensorMemory) -> Tensor<u8> {
-    let t = Tensor::<u8>::image_with_strides(
-        GST_W,
-        GST_H,
-        PixelFormat::I420,
-        GST_LUMA,
-        GST_CHROMA,
+    let t = Tensor::<u8>::image(
+        &ImageSpec::new(PixelFormat::I420, GST_W, GST_H)
+            .with_row_stride(GST_LUMA)
+            .with_chroma_stride(GST_CHROMA),
         Some(memory),
         RW,
     )
@@ -454,12 +501,10 @@ fn an_i420_image_with_gstreamers_chroma_stride_has_the_plane_table_gstreamer_has
     let end = last.offset + (last.rows - 1) * last.row_stride + GST_W / 2;
     assert_eq!(t.map_bytes(hwtensor::Direction::Read).unwrap().len(), end);
     // The rule's stride is no stride of its own.
-    let derived = Tensor::<u8>::image_with_strides(
-        64,
-        4,
-        PixelFormat::I420,
-        64,
-        32,
+    let derived = Tensor::<u8>::image(
+        &ImageSpec::new(PixelFormat::I420, 64, 4)
+            .with_row_stride(64)
+            .with_chroma_stride(32),
         Some(TensorMemory::Mem),
         RW,
     )
@@ -499,18 +544,28 @@ fn a_chroma_stride_travels_through_copies_and_blobs_both_ways() {
 
 #[test]
 fn a_chroma_stride_that_cannot_hold_a_chroma_row_or_has_no_chroma_planes_is_refused() {
-    let err =
-        Tensor::<u8>::image_with_strides(64, 4, PixelFormat::I420, 64, 30, None, RW).unwrap_err();
+    let err = Tensor::<u8>::image(
+        &ImageSpec::new(PixelFormat::I420, 64, 4)
+            .with_row_stride(64)
+            .with_chroma_stride(30),
+        None,
+        RW,
+    )
+    .unwrap_err();
     assert!(matches!(err, Error::RowStride(_)), "{err}");
-    let err =
-        Tensor::<u8>::image_with_strides(64, 4, PixelFormat::Rgba, 256, 256, None, RW).unwrap_err();
+    let err = Tensor::<u8>::image(
+        &ImageSpec::new(PixelFormat::Rgba, 64, 4)
+            .with_row_stride(256)
+            .with_chroma_stride(256),
+        None,
+        RW,
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("no chroma planes"), "{err}");
-    let err = Tensor::<u8>::image_with_strides(
-        64,
-        4,
-        PixelFormat::Nv12,
-        64,
-        96,
+    let err = Tensor::<u8>::image(
+        &ImageSpec::new(PixelFormat::Nv12, 64, 4)
+            .with_row_stride(64)
+            .with_chroma_stride(96),
         Some(TensorMemory::Gpu),
         RW,
     )
@@ -527,9 +582,12 @@ fn planes_in_one_fd_with_their_own_chroma_stride_import_as_that_image() {
         .iter()
         .map(|p| hwtensor::PlaneFd::new(t.clone_fd().unwrap(), p.offset, p.row_stride))
         .collect();
-    let imported =
-        Tensor::<u8>::image_from_planes(fds, GST_W, GST_H, PixelFormat::I420, CpuAccess::Read)
-            .unwrap();
+    let imported = Tensor::<u8>::image_from_planes(
+        fds,
+        &ImageSpec::new(PixelFormat::I420, GST_W, GST_H),
+        CpuAccess::Read,
+    )
+    .unwrap();
     assert_eq!(imported.identity(), t.identity());
     assert_eq!(
         imported.image_info().unwrap().chroma_stride,
@@ -540,7 +598,12 @@ fn planes_in_one_fd_with_their_own_chroma_stride_import_as_that_image() {
 
 #[test]
 fn a_blob_whose_chroma_stride_bit_names_the_derived_stride_is_refused() {
-    let t = Tensor::<u8>::image(64, 4, PixelFormat::I420, Some(TensorMemory::Mem), RW).unwrap();
+    let t = Tensor::<u8>::image(
+        &ImageSpec::new(PixelFormat::I420, 64, 4),
+        Some(TensorMemory::Mem),
+        RW,
+    )
+    .unwrap();
     let mut bytes = hwtensor::blob::export_inline(&TensorDyn::from(t)).unwrap();
     bytes[12] |= 1 << 7;
     let err = hwtensor::blob::import_inline(&bytes).unwrap_err();
@@ -551,12 +614,10 @@ fn a_blob_whose_chroma_stride_bit_names_the_derived_stride_is_refused() {
 fn an_image_whose_rows_and_strides_pass_the_address_space_is_refused_before_any_allocation() {
     let huge = 1usize << 32;
     for memory in [TensorMemory::Mem, TensorMemory::Shm] {
-        let err = Tensor::<u8>::image_with_strides(
-            16,
-            huge,
-            PixelFormat::Yv12,
-            16,
-            huge,
+        let err = Tensor::<u8>::image(
+            &ImageSpec::new(PixelFormat::Yv12, 16, huge)
+                .with_row_stride(16)
+                .with_chroma_stride(huge),
             Some(memory),
             RW,
         )
@@ -567,11 +628,67 @@ fn an_image_whose_rows_and_strides_pass_the_address_space_is_refused_before_any_
             "{memory}: {err}"
         );
     }
-    let err =
-        TensorDyn::image_with_strides(16, huge, PixelFormat::I420, DType::U8, huge, huge, None, RW)
-            .unwrap_err();
+    let err = TensorDyn::image(
+        &ImageSpec::new(PixelFormat::I420, 16, huge)
+            .with_row_stride(huge)
+            .with_chroma_stride(huge),
+        DType::U8,
+        None,
+        RW,
+    )
+    .unwrap_err();
     assert!(
         matches!(err, Error::Shape(_) | Error::RowStride(_)),
         "{err}"
     );
+}
+
+#[test]
+fn one_image_spec_carries_strides_and_colours_and_an_allocation_refuses_a_tiled_modifier() {
+    let bt709 = hwtensor::Colorimetry::new(
+        hwtensor::ColorPrimaries::Bt709,
+        hwtensor::TransferFunction::Bt709,
+        hwtensor::ColorMatrix::Bt709,
+        hwtensor::ColorRange::Limited,
+    );
+    let spec = ImageSpec::new(PixelFormat::I420, 1364, 8)
+        .with_row_stride(1364)
+        .with_chroma_stride(684)
+        .with_colorimetry(bt709);
+    let t = Tensor::<u8>::image(&spec, Some(TensorMemory::Mem), RW).unwrap();
+    let info = t.image_info().unwrap();
+    assert_eq!((info.row_stride, info.chroma_row_stride()), (1364, 684));
+    assert_eq!(info.colorimetry, bt709);
+    assert_eq!(ImageSpec::of(info), spec);
+    let tiled = spec.with_modifier(hwtensor::DrmModifier(0x0100_0000_0000_0001));
+    let err = Tensor::<u8>::image(&tiled, Some(TensorMemory::Mem), RW).unwrap_err();
+    assert!(err.to_string().contains("linear"), "{err}");
+}
+
+#[test]
+fn a_chroma_stride_without_its_row_stride_is_refused_naming_the_fix() {
+    let spec = ImageSpec::new(PixelFormat::I420, 64, 8).with_chroma_stride(40);
+    let err = Tensor::<u8>::image(&spec, Some(TensorMemory::Mem), RW).unwrap_err();
+    assert!(matches!(err, Error::RowStride(_)), "{err}");
+    let rust = err.message_for(hwtensor::Lang::Rust);
+    assert!(rust.contains("ImageSpec::with_row_stride"), "{rust}");
+    let python = err.message_for(hwtensor::Lang::Python);
+    assert!(python.contains("ImageSpec(row_stride=)"), "{python}");
+}
+
+#[test]
+#[cfg(target_os = "linux")]
+fn an_import_carries_the_specs_modifier_and_planes_that_disagree_with_its_strides_are_refused() {
+    let tiled = ImageSpec::new(PixelFormat::Rgba, 16, 4)
+        .with_modifier(hwtensor::DrmModifier(0x0100_0000_0000_0001));
+    let t = Tensor::<u8>::image_from_fd(memfd(4096), &tiled, RW).unwrap();
+    assert_eq!(t.drm_modifier(), tiled.modifier);
+    assert!(t.map_read().is_err(), "a tiled frame read as rows");
+    let nv12 = ImageSpec::new(PixelFormat::Nv12, 64, 8).with_row_stride(128);
+    let planes = vec![
+        hwtensor::PlaneFd::new(memfd(4096), 0, 64),
+        hwtensor::PlaneFd::new(memfd(4096), 0, 64),
+    ];
+    let err = Tensor::<u8>::image_from_planes(planes, &nv12, RW).unwrap_err();
+    assert!(err.to_string().contains("disagree with the planes"), "{err}");
 }

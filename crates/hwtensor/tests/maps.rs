@@ -1,12 +1,17 @@
 //! Maps: declared access, aliasing across views, ndarray views.
 
-use hwtensor::{CpuAccess, Error, PixelFormat, Region, Tensor, TensorMemory};
+use hwtensor::{CpuAccess, Error, ImageSpec, PixelFormat, Region, Tensor, TensorMemory};
 
 mod common;
 use common::SHARED;
 
 fn image(access: CpuAccess) -> Tensor<u8> {
-    Tensor::image(8, 4, PixelFormat::Rgba, Some(SHARED), access).unwrap()
+    Tensor::image(
+        &ImageSpec::new(PixelFormat::Rgba, 8, 4),
+        Some(SHARED),
+        access,
+    )
+    .unwrap()
 }
 
 #[test]
@@ -91,8 +96,12 @@ fn fill_at_once(parts: &[Tensor<u8>]) {
 fn tiles_of_one_image_are_written_from_threads_at_once() {
     const SIDE: usize = 2;
     let (w, h) = (640, 480);
-    let t =
-        Tensor::<u8>::image(w, h, PixelFormat::Rgba, Some(SHARED), CpuAccess::ReadWrite).unwrap();
+    let t = Tensor::<u8>::image(
+        &ImageSpec::new(PixelFormat::Rgba, w, h),
+        Some(SHARED),
+        CpuAccess::ReadWrite,
+    )
+    .unwrap();
     let (tw, th) = (w / SIDE, h / SIDE);
     let tiles: Vec<_> = (0..SIDE * SIDE)
         .map(|i| {
@@ -149,9 +158,7 @@ fn a_map_is_the_same_memory_every_time() {
 #[test]
 fn ndarray_views_follow_the_real_strides() {
     let mut t = Tensor::<u8>::image(
-        3,
-        2,
-        PixelFormat::Rgb,
+        &ImageSpec::new(PixelFormat::Rgb, 3, 2),
         Some(TensorMemory::Mem),
         CpuAccess::ReadWrite,
     )
@@ -198,8 +205,12 @@ fn copy_from_flat_and_copy_to_flat_refuse_a_slice_of_the_wrong_length() {
 fn strips_of_one_image_are_written_from_threads_at_once() {
     const STRIPS: usize = 4;
     let (w, h) = (1920, 1080);
-    let t =
-        Tensor::<u8>::image(w, h, PixelFormat::Rgba, Some(SHARED), CpuAccess::ReadWrite).unwrap();
+    let t = Tensor::<u8>::image(
+        &ImageSpec::new(PixelFormat::Rgba, w, h),
+        Some(SHARED),
+        CpuAccess::ReadWrite,
+    )
+    .unwrap();
     let rows = h / STRIPS;
     let strips: Vec<_> = (0..STRIPS)
         .map(|i| t.view(Region::new(0, i * rows, w, rows)).unwrap())

@@ -2,7 +2,8 @@
 //! rows, and kept by the blob (whose linear images stay the 168-byte v1 header).
 
 use hwtensor::{
-    CpuAccess, Direction, DrmModifier, Error, PixelFormat, Region, Tensor, TensorDyn, TensorMemory,
+    CpuAccess, Direction, DrmModifier, Error, ImageSpec, PixelFormat, Region, Tensor, TensorDyn,
+    TensorMemory,
 };
 
 mod common;
@@ -13,9 +14,7 @@ const X_TILED: DrmModifier = DrmModifier(0x0100_0000_0000_0001);
 
 fn frame() -> Tensor<u8> {
     Tensor::<u8>::image(
-        64,
-        16,
-        PixelFormat::Rgba,
+        &ImageSpec::new(PixelFormat::Rgba, 64, 16),
         Some(SHARED),
         CpuAccess::ReadWrite,
     )

@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use hwtensor::blob::{self, export_inline, import_inline, Transport, HEADER_LEN};
 use hwtensor::stream::{Consumer, FrameMeta, Producer, Wait, CONNECT_TIMEOUT};
-use hwtensor::{CpuAccess, Error, PixelFormat, PlaneFd, Tensor, TensorDyn, TensorMemory};
+use hwtensor::{
+    CpuAccess, Error, ImageSpec, PixelFormat, PlaneFd, Tensor, TensorDyn, TensorMemory,
+};
 
 const RW: CpuAccess = CpuAccess::ReadWrite;
 
@@ -72,7 +74,8 @@ fn an_nv12m_frame_in_two_buffers_is_one_image_without_a_copy() {
     let (w, h) = (640usize, 480usize);
     let (y, uv) = nv12m(h, w);
     let planes = vec![PlaneFd::new(dup(&y), 0, w), PlaneFd::new(dup(&uv), 0, w)];
-    let t = Tensor::<u8>::image_from_planes(planes, w, h, PixelFormat::Nv12, RW).unwrap();
+    let t = Tensor::<u8>::image_from_planes(planes, &ImageSpec::new(PixelFormat::Nv12, w, h), RW)
+        .unwrap();
     assert_eq!(t.shape(), &[h * 3 / 2, w]);
     assert_eq!(t.memory(), TensorMemory::Shm);
     {
@@ -99,7 +102,8 @@ fn an_image_in_two_buffers_also_travels_inline_and_copies_like_any_image() {
     let (w, h) = (1280usize, 720usize);
     let (y, uv) = nv12m(h, w);
     let planes = vec![PlaneFd::new(y, 0, w), PlaneFd::new(uv, 0, w)];
-    let t = Tensor::<u8>::image_from_planes(planes, w, h, PixelFormat::Nv12, RW).unwrap();
+    let t = Tensor::<u8>::image_from_planes(planes, &ImageSpec::new(PixelFormat::Nv12, w, h), RW)
+        .unwrap();
     let expected = t.to_vec().unwrap();
     let back = import_inline(&export_inline(&TensorDyn::from(t.clone())).unwrap())
         .unwrap()
@@ -121,7 +125,8 @@ fn nv12m_image(y: &OwnedFd, uv: &OwnedFd) -> Tensor<u8> {
         PlaneFd::new(dup(y), 0, 640),
         PlaneFd::new(dup(uv), CHROMA_AT, 640),
     ];
-    Tensor::<u8>::image_from_planes(planes, 640, 480, PixelFormat::Nv12, RW).unwrap()
+    Tensor::<u8>::image_from_planes(planes, &ImageSpec::new(PixelFormat::Nv12, 640, 480), RW)
+        .unwrap()
 }
 
 fn owned(fds: &[BorrowedFd<'_>]) -> Vec<OwnedFd> {
@@ -290,7 +295,8 @@ fn planes_of_one_buffer_as_libcamera_lists_them_import_as_that_buffer() {
         PlaneFd::new(dup(&fd), at, stride),
         PlaneFd::new(dup(&fd), at + stride * h, stride),
     ];
-    let t = Tensor::<u8>::image_from_planes(planes, w, h, PixelFormat::Nv12, RW).unwrap();
+    let t = Tensor::<u8>::image_from_planes(planes, &ImageSpec::new(PixelFormat::Nv12, w, h), RW)
+        .unwrap();
     assert!(t.as_fd().is_some(), "one buffer, handed on by its fd");
     assert_eq!(t.byte_offset(), at);
     let m = t.map_strided_read().unwrap();
@@ -304,13 +310,15 @@ fn a_chroma_buffer_that_cannot_start_on_a_page_is_refused_naming_the_fix() {
     let (w, h) = (1920usize, 1080usize);
     let (y, uv) = nv12m(h, w);
     let planes = vec![PlaneFd::new(y, 0, w), PlaneFd::new(uv, 0, w)];
-    let err = Tensor::<u8>::image_from_planes(planes, w, h, PixelFormat::Nv12, RW).unwrap_err();
+    let err = Tensor::<u8>::image_from_planes(planes, &ImageSpec::new(PixelFormat::Nv12, w, h), RW)
+        .unwrap_err();
     assert!(matches!(err, Error::Image(_)), "{err}");
     assert!(err.to_string().contains("1920x1088"), "{err}");
     // The same frame with rows padded to 2048 bytes joins without a copy.
     let (y, uv) = nv12m(h, 2048);
     let planes = vec![PlaneFd::new(y, 0, 2048), PlaneFd::new(uv, 0, 2048)];
-    let t = Tensor::<u8>::image_from_planes(planes, w, h, PixelFormat::Nv12, RW).unwrap();
+    let t = Tensor::<u8>::image_from_planes(planes, &ImageSpec::new(PixelFormat::Nv12, w, h), RW)
+        .unwrap();
     assert_eq!(t.row_stride(), Some(2048));
     let rows: Vec<Vec<u8>> = t
         .map_strided_read()
@@ -326,7 +334,8 @@ fn a_plane_list_that_does_not_describe_the_format_is_refused_by_name() {
     let (w, h) = (640usize, 480usize);
     let (y, uv) = nv12m(h, w);
     let one = vec![PlaneFd::new(dup(&y), 0, w)];
-    let err = Tensor::<u8>::image_from_planes(one, w, h, PixelFormat::Nv12, RW).unwrap_err();
+    let err = Tensor::<u8>::image_from_planes(one, &ImageSpec::new(PixelFormat::Nv12, w, h), RW)
+        .unwrap_err();
     assert!(
         err.to_string().contains("2 plane(s); 1 were given"),
         "{err}"
@@ -336,9 +345,11 @@ fn a_plane_list_that_does_not_describe_the_format_is_refused_by_name() {
         PlaneFd::new(dup(&y), 0, w),
         PlaneFd::new(dup(&uv), 0, w - 64),
     ];
-    let err = Tensor::<u8>::image_from_planes(skewed, w, h, PixelFormat::Nv12, RW).unwrap_err();
+    let err = Tensor::<u8>::image_from_planes(skewed, &ImageSpec::new(PixelFormat::Nv12, w, h), RW)
+        .unwrap_err();
     assert!(matches!(err, Error::RowStride(_)), "{err}");
-    let none = Tensor::<u8>::image_from_planes(Vec::new(), w, h, PixelFormat::Nv12, RW);
+    let none =
+        Tensor::<u8>::image_from_planes(Vec::new(), &ImageSpec::new(PixelFormat::Nv12, w, h), RW);
     assert!(none.is_err());
 }
 
@@ -348,14 +359,16 @@ fn a_plane_whose_fd_is_short_or_not_memory_is_refused() {
     let y = memfd(w * h);
     let short = memfd(w * h / 4);
     let planes = vec![PlaneFd::new(dup(&y), 0, w), PlaneFd::new(short, 0, w)];
-    let err = Tensor::<u8>::image_from_planes(planes, w, h, PixelFormat::Nv12, RW).unwrap_err();
+    let err = Tensor::<u8>::image_from_planes(planes, &ImageSpec::new(PixelFormat::Nv12, w, h), RW)
+        .unwrap_err();
     assert!(
         matches!(err, Error::TooSmall { needed, .. } if needed == w * h / 2),
         "{err}"
     );
     let (r, _w) = rustix::pipe::pipe().unwrap();
     let planes = vec![PlaneFd::new(dup(&y), 0, w), PlaneFd::new(r, 0, w)];
-    let err = Tensor::<u8>::image_from_planes(planes, w, h, PixelFormat::Nv12, RW).unwrap_err();
+    let err = Tensor::<u8>::image_from_planes(planes, &ImageSpec::new(PixelFormat::Nv12, w, h), RW)
+        .unwrap_err();
     assert!(matches!(err, Error::Fd(_)), "{err}");
 }
 
@@ -364,8 +377,12 @@ fn a_read_only_import_of_planes_refuses_write_maps() {
     let (w, h) = (640usize, 480usize);
     let (y, uv) = nv12m(h, w);
     let planes = vec![PlaneFd::new(y, 0, w), PlaneFd::new(uv, 0, w)];
-    let t =
-        Tensor::<u8>::image_from_planes(planes, w, h, PixelFormat::Nv12, CpuAccess::Read).unwrap();
+    let t = Tensor::<u8>::image_from_planes(
+        planes,
+        &ImageSpec::new(PixelFormat::Nv12, w, h),
+        CpuAccess::Read,
+    )
+    .unwrap();
     assert!(matches!(t.map_write(), Err(Error::AccessDenied { .. })));
     assert!(t.map_read().is_ok());
 }
@@ -378,8 +395,14 @@ fn an_image_in_two_buffers_uploads_to_gpu_memory_and_back() {
     let (w, h) = (640usize, 480usize);
     let (y, uv) = nv12m(h, w);
     let planes = vec![PlaneFd::new(y, 0, w), PlaneFd::new(uv, 0, w)];
-    let t = Tensor::<u8>::image_from_planes(planes, w, h, PixelFormat::Nv12, RW).unwrap();
-    let gpu = Tensor::<u8>::image(w, h, PixelFormat::Nv12, Some(TensorMemory::Gpu), RW).unwrap();
+    let t = Tensor::<u8>::image_from_planes(planes, &ImageSpec::new(PixelFormat::Nv12, w, h), RW)
+        .unwrap();
+    let gpu = Tensor::<u8>::image(
+        &ImageSpec::new(PixelFormat::Nv12, w, h),
+        Some(TensorMemory::Gpu),
+        RW,
+    )
+    .unwrap();
     gpu.copy_from(&t).unwrap();
     assert_eq!(gpu.to_vec().unwrap(), t.to_vec().unwrap());
     t.copy_from(&gpu).unwrap();
@@ -390,13 +413,19 @@ fn a_frame_that_cannot_be_joined_in_place_is_copied_when_the_caller_asks() {
     let (w, h) = (1920usize, 1080usize);
     let (y, uv) = nv12m(h, w);
     let planes = || vec![PlaneFd::new(dup(&y), 0, w), PlaneFd::new(dup(&uv), 0, w)];
-    let err = Tensor::<u8>::image_from_planes(planes(), w, h, PixelFormat::Nv12, RW).unwrap_err();
+    let err =
+        Tensor::<u8>::image_from_planes(planes(), &ImageSpec::new(PixelFormat::Nv12, w, h), RW)
+            .unwrap_err();
     assert!(
         err.to_string().contains("image_copied_from_planes"),
         "{err}"
     );
-    let t =
-        Tensor::<u8>::image_copied_from_planes(planes(), w, h, PixelFormat::Nv12, None).unwrap();
+    let t = Tensor::<u8>::image_copied_from_planes(
+        planes(),
+        &ImageSpec::new(PixelFormat::Nv12, w, h),
+        None,
+    )
+    .unwrap();
     let m = t.map_read().unwrap();
     assert!((0..w * h).all(|i| m[i] == luma(i)), "the luma rows");
     assert!(
@@ -405,16 +434,18 @@ fn a_frame_that_cannot_be_joined_in_place_is_copied_when_the_caller_asks() {
     );
     drop(m);
     let short = vec![PlaneFd::new(dup(&y), 0, w), PlaneFd::new(memfd(16), 0, w)];
-    let err = Tensor::<u8>::image_copied_from_planes(short, w, h, PixelFormat::Nv12, None);
+    let err = Tensor::<u8>::image_copied_from_planes(
+        short,
+        &ImageSpec::new(PixelFormat::Nv12, w, h),
+        None,
+    );
     assert!(err.is_err(), "a chroma fd too small for its plane");
     if common::device_or_skip(test_name!()).is_none() {
         return;
     }
     let gpu = Tensor::<u8>::image_copied_from_planes(
         planes(),
-        w,
-        h,
-        PixelFormat::Nv12,
+        &ImageSpec::new(PixelFormat::Nv12, w, h),
         Some(TensorMemory::Gpu),
     )
     .unwrap();

@@ -7,7 +7,7 @@
 mod common;
 
 use common::device_or_skip;
-use hwtensor::{CpuAccess, PixelFormat, Tensor, TensorMemory};
+use hwtensor::{CpuAccess, ImageSpec, PixelFormat, Tensor, TensorMemory};
 
 fn pattern(n: usize, seed: u32) -> Vec<u32> {
     (0..n as u32)
@@ -92,9 +92,7 @@ fn gpu_images_get_a_64_byte_pitch() {
         return;
     }
     let t = Tensor::<u8>::image(
-        100,
-        8,
-        PixelFormat::Rgb,
+        &ImageSpec::new(PixelFormat::Rgb, 100, 8),
         Some(TensorMemory::Gpu),
         CpuAccess::ReadWrite,
     )
@@ -123,9 +121,7 @@ fn a_crop_of_a_padded_image_copies_into_and_out_of_gpu_memory() {
     for memory in [TensorMemory::Mem, TensorMemory::Gpu] {
         // 256x16 RGBA: large enough that heap memory is imported into the device.
         let img = Tensor::<u8>::image(
-            256,
-            16,
-            PixelFormat::Rgba,
+            &ImageSpec::new(PixelFormat::Rgba, 256, 16),
             Some(memory),
             CpuAccess::ReadWrite,
         )
@@ -140,9 +136,7 @@ fn a_crop_of_a_padded_image_copies_into_and_out_of_gpu_memory() {
         assert!(g.to_vec().unwrap() == expected, "{memory} crop -> gpu");
 
         let back = Tensor::<u8>::image(
-            256,
-            16,
-            PixelFormat::Rgba,
+            &ImageSpec::new(PixelFormat::Rgba, 256, 16),
             Some(memory),
             CpuAccess::ReadWrite,
         )

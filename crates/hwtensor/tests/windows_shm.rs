@@ -5,7 +5,7 @@
 
 mod common;
 
-use hwtensor::{BufferIdentity, CpuAccess, PixelFormat, Tensor, TensorMemory};
+use hwtensor::{BufferIdentity, CpuAccess, ImageSpec, PixelFormat, Tensor, TensorMemory};
 
 use common::handles;
 
@@ -46,9 +46,7 @@ fn a_shm_tensor_is_a_section_of_this_process_that_maps_reads_and_writes() {
 #[test]
 fn images_and_empty_tensors_live_in_sections_too() {
     let image = Tensor::<u8>::image(
-        1280,
-        720,
-        PixelFormat::Nv12,
+        &ImageSpec::new(PixelFormat::Nv12, 1280, 720),
         Some(TensorMemory::Shm),
         CpuAccess::ReadWrite,
     )

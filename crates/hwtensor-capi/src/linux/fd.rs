@@ -4,7 +4,8 @@ use std::os::fd::{IntoRawFd, OwnedFd, RawFd};
 
 use hwtensor::{PlaneFd, TensorDyn};
 
-use crate::codes::{access_of, dtype_of, format_of, memory_of};
+use crate::codes::{access_of, dtype_of, memory_of};
+use crate::image::{spec_in, HwtImageSpec};
 use crate::status::{guard, put, slice_in, HwtStatus, OrStatus};
 use crate::tensor::{hand_out, tensor, HwtTensor, HWT_MAX_DIMS};
 
@@ -41,39 +42,28 @@ pub unsafe extern "C" fn hwt_tensor_from_fd(
     })
 }
 
-/// A `width` x `height` image of `format` over `fd` (duplicated; the caller keeps its own)
-/// starting `offset` bytes in, rows `row_stride` bytes apart (0: tight), with `cpu_access` (an
-/// `HwtAccess`).
+/// The image `spec` describes over `fd` (duplicated; the caller keeps its own) starting
+/// `offset` bytes in (rows tight unless `spec` gives a stride), elements of `dtype`, with
+/// `cpu_access` (an `HwtAccess`). A modifier other than LINEAR (a tiled frame) is carried, and
+/// the image then declares no CPU access.
 ///
 /// # Safety
-/// `out` must be valid for one write.
+/// `spec` must be valid for one read; `out` valid for one write.
 #[no_mangle]
 pub unsafe extern "C" fn hwt_tensor_image_from_fd(
     fd: i32,
     offset: usize,
-    width: usize,
-    height: usize,
-    format: u32,
+    spec: *const HwtImageSpec,
     dtype: u32,
-    row_stride: usize,
     cpu_access: u32,
     out: *mut *mut HwtTensor,
 ) -> HwtStatus {
     guard(|| {
-        let format = format_of(format)?;
+        // SAFETY: the caller's contract.
+        let spec = unsafe { spec_in(spec) }?;
         let (dtype, access) = (dtype_of(dtype)?, access_of(cpu_access)?);
-        let stride = (row_stride != 0).then_some(row_stride);
-        let t = TensorDyn::image_from_fd_at(
-            dup_callers(fd)?,
-            offset,
-            width,
-            height,
-            format,
-            dtype,
-            stride,
-            access,
-        )
-        .or_status()?;
+        let fd = dup_callers(fd)?;
+        let t = TensorDyn::image_from_fd_at(fd, offset, &spec, dtype, access).or_status()?;
         hand_out(out, t)
     })
 }
@@ -95,9 +85,10 @@ pub struct HwtPlaneFd {
 /// Most planes an image has (planar RGBA).
 pub const HWT_MAX_PLANES: usize = 4;
 
-/// A `width` x `height` image of `format` whose `count` planes are listed in `planes`, one fd
-/// each (V4L2 MPLANE: a buffer per plane) or the same fd at several offsets (libcamera), with
-/// `cpu_access` (an `HwtAccess`), without a copy. The first plane's row stride is the image's;
+/// The image `spec` describes, its `count` planes listed in `planes`, one fd each (V4L2
+/// MPLANE: a buffer per plane) or the same fd at several offsets (libcamera), with
+/// `cpu_access` (an `HwtAccess`), without a copy. The planes say the strides (strides in
+/// `spec` must be 0 or agree): the first plane's row stride is the image's;
 /// the chroma planes share one of their own (kept where it differs from the format's rule), and
 /// planar RGB's planes share the first plane's. Planes in separate buffers
 /// must each start on a page (`HWT_STATUS_INVALID_ARGUMENT` otherwise, with the fix in
@@ -105,25 +96,23 @@ pub const HWT_MAX_PLANES: usize = 4;
 /// (`hwt_tensor_clone_fd` is `HWT_STATUS_UNAVAILABLE`) and is sent inline.
 ///
 /// # Safety
-/// `planes` must hold `count` entries; `out` must be valid for one write.
+/// `planes` must hold `count` entries; `spec` valid for one read; `out` valid for one write.
 #[no_mangle]
 pub unsafe extern "C" fn hwt_tensor_image_from_planes(
     planes: *const HwtPlaneFd,
     count: usize,
-    width: usize,
-    height: usize,
-    format: u32,
+    spec: *const HwtImageSpec,
     dtype: u32,
     cpu_access: u32,
     out: *mut *mut HwtTensor,
 ) -> HwtStatus {
     guard(|| {
-        let format = format_of(format)?;
+        // SAFETY: the caller's contract.
+        let spec = unsafe { spec_in(spec) }?;
         let (dtype, access) = (dtype_of(dtype)?, access_of(cpu_access)?);
         // SAFETY: the caller's contract.
         let owned = unsafe { plane_fds(planes, count) }?;
-        let t = TensorDyn::image_from_planes(owned, width, height, format, dtype, access)
-            .or_status()?;
+        let t = TensorDyn::image_from_planes(owned, &spec, dtype, access).or_status()?;
         hand_out(out, t)
     })
 }
@@ -134,25 +123,23 @@ pub unsafe extern "C" fn hwt_tensor_image_from_planes(
 /// rows). The fds are duplicated and read; the caller keeps its own.
 ///
 /// # Safety
-/// `planes` must hold `count` entries; `out` must be valid for one write.
+/// `planes` must hold `count` entries; `spec` valid for one read; `out` valid for one write.
 #[no_mangle]
 pub unsafe extern "C" fn hwt_tensor_image_copied_from_planes(
     planes: *const HwtPlaneFd,
     count: usize,
-    width: usize,
-    height: usize,
-    format: u32,
+    spec: *const HwtImageSpec,
     dtype: u32,
     memory: u32,
     out: *mut *mut HwtTensor,
 ) -> HwtStatus {
     guard(|| {
-        let format = format_of(format)?;
+        // SAFETY: the caller's contract.
+        let spec = unsafe { spec_in(spec) }?;
         let (dtype, memory) = (dtype_of(dtype)?, memory_of(memory)?);
         // SAFETY: the caller's contract, bounded by HWT_MAX_PLANES.
         let owned = unsafe { plane_fds(planes, count) }?;
-        let t = TensorDyn::image_copied_from_planes(owned, width, height, format, dtype, memory)
-            .or_status()?;
+        let t = TensorDyn::image_copied_from_planes(owned, &spec, dtype, memory).or_status()?;
         hand_out(out, t)
     })
 }

@@ -13,7 +13,8 @@ use hwtensor::gpu::windows::core::Interface;
 use hwtensor::gpu::windows::Win32::Graphics::Direct3D11::ID3D11Texture2D;
 use hwtensor::{Error, GpuErrorKind, TensorDyn};
 
-use crate::codes::{access_of, dtype_of, format_of};
+use crate::codes::{access_of, dtype_of};
+use crate::image::{spec_in, HwtImageSpec};
 use crate::status::{guard, invalid, OrStatus};
 use crate::tensor::{hand_out, HwtTensor};
 use crate::{with_device, HwtStatus};
@@ -73,15 +74,13 @@ pub extern "C" fn hwt_gpu_export_fence_handle(out_handle: *mut *mut c_void) -> H
 /// as are a null texture, one of another device and one that is not this image.
 ///
 /// # Safety
-/// `texture` must be null or a live `ID3D11Texture2D*`; `out` valid for one write.
+/// `texture` must be null or a live `ID3D11Texture2D*`; `spec` valid for one read; `out` valid
+/// for one write.
 #[no_mangle]
-#[allow(clippy::too_many_arguments)] // the image's description, one value each
 pub unsafe extern "C" fn hwt_tensor_from_d3d11_texture(
     texture: *mut c_void,
     completion: u64,
-    width: usize,
-    height: usize,
-    format: u32,
+    spec: *const HwtImageSpec,
     dtype: u32,
     cpu_access: u32,
     out: *mut *mut HwtTensor,
@@ -91,12 +90,11 @@ pub unsafe extern "C" fn hwt_tensor_from_d3d11_texture(
         // for the call (the tensor adds its own reference).
         let texture = unsafe { ID3D11Texture2D::from_raw_borrowed(&texture) }
             .ok_or_else(|| invalid("the texture is null"))?;
-        let (format, dtype, access) =
-            (format_of(format)?, dtype_of(dtype)?, access_of(cpu_access)?);
-        let t = TensorDyn::from_d3d11_texture(
-            texture, completion, width, height, format, dtype, access,
-        )
-        .or_status()?;
+        // SAFETY: the caller's contract.
+        let spec = unsafe { spec_in(spec) }?;
+        let (dtype, access) = (dtype_of(dtype)?, access_of(cpu_access)?);
+        let t =
+            TensorDyn::from_d3d11_texture(texture, completion, &spec, dtype, access).or_status()?;
         hand_out(out, t)
     })
 }
@@ -110,11 +108,15 @@ mod tests {
     const RW: hwtensor::CpuAccess = hwtensor::CpuAccess::ReadWrite;
 
     fn from_texture(texture: *mut c_void, out: &mut *mut HwtTensor) -> HwtStatus {
-        let (rgba, u8_, rw) = (HwtPixelFormat::Rgba, HwtDType::U8, HwtAccess::ReadWrite);
+        let (u8_, rw) = (HwtDType::U8, HwtAccess::ReadWrite);
+        let spec = HwtImageSpec {
+            format: HwtPixelFormat::Rgba as u32,
+            width: 8,
+            height: 2,
+            ..HwtImageSpec::default()
+        };
         // SAFETY: `texture` is null or a live texture of this test; `out` a local.
-        unsafe {
-            hwt_tensor_from_d3d11_texture(texture, 0, 8, 2, rgba as u32, u8_ as u32, rw as u32, out)
-        }
+        unsafe { hwt_tensor_from_d3d11_texture(texture, 0, &spec, u8_ as u32, rw as u32, out) }
     }
 
     #[test]
@@ -125,7 +127,11 @@ mod tests {
             HwtStatus::InvalidArgument
         );
         // A host's texture on the process device: here, the one a GPU image of ours has.
-        let made = hwtensor::Tensor::<u8>::image(8, 2, hwtensor::PixelFormat::Rgba, GPU, RW);
+        let made = hwtensor::Tensor::<u8>::image(
+            &hwtensor::ImageSpec::new(hwtensor::PixelFormat::Rgba, 8, 2),
+            GPU,
+            RW,
+        );
         let Some(resource) = made.ok().and_then(|t| t.d3d11_texture()) else {
             return eprintln!(
                 "SKIPPED: a_c_host_wraps_its_own_texture_and_a_null_one_is_refused - no D3D11 device"

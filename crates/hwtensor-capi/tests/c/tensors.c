@@ -158,8 +158,7 @@ static int a_dmabuf_tensor_maps_and_its_fd_imports_as_the_same_dmabuf(void) {
  * I420 rule would give 682). */
 static int an_i420_image_keeps_a_chroma_stride_of_its_own(void) {
     HwtTensor *img = NULL;
-    CHECK(hwt_tensor_new_image_strided(1364, 8, HWT_PIXEL_FORMAT_I420, HWT_D_TYPE_U8, 1364, 684,
-                                       HWT_MEMORY_MEM, HWT_ACCESS_READ_WRITE, &img));
+    CHECK(hwt_tensor_new_image(&(HwtImageSpec){.format = HWT_PIXEL_FORMAT_I420, .width = 1364, .height = 8, .row_stride = 1364, .chroma_stride = 684}, HWT_D_TYPE_U8, HWT_MEMORY_MEM, HWT_ACCESS_READ_WRITE, &img));
     size_t chroma = 0, nplanes = 0;
     CHECK(hwt_tensor_chroma_stride(img, &chroma));
     ASSERT(chroma == 684);
@@ -167,9 +166,21 @@ static int an_i420_image_keeps_a_chroma_stride_of_its_own(void) {
     CHECK(hwt_tensor_plane_table(img, planes, 4, &nplanes));
     ASSERT(nplanes == 3 && planes[1].row_stride == 684 && planes[2].offset == 1364 * 8 + 684 * 4);
     hwt_tensor_release(img);
-    EXPECT(hwt_tensor_new_image_strided(1364, 8, HWT_PIXEL_FORMAT_I420, HWT_D_TYPE_U8, 1364, 600,
-                                        HWT_MEMORY_MEM, HWT_ACCESS_READ_WRITE, &img),
+    EXPECT(hwt_tensor_new_image(&(HwtImageSpec){.format = HWT_PIXEL_FORMAT_I420, .width = 1364, .height = 8, .row_stride = 1364, .chroma_stride = 600}, HWT_D_TYPE_U8, HWT_MEMORY_MEM, HWT_ACCESS_READ_WRITE, &img),
            HWT_STATUS_INVALID_ARGUMENT); /* too narrow for a chroma row */
+    /* The spec carries colours; a tiled modifier is an import's, never an allocation's. */
+    HwtImageSpec bt709 = {.format = HWT_PIXEL_FORMAT_NV12, .width = 16, .height = 8,
+                          .colorimetry = {.primaries = 1, .transfer = 1, .matrix = 2, .range = 1}};
+    CHECK(hwt_tensor_new_image(&bt709, HWT_D_TYPE_U8, HWT_MEMORY_MEM, HWT_ACCESS_READ_WRITE, &img));
+    HwtColorimetry said = {0};
+    CHECK(hwt_tensor_colorimetry(img, &said));
+    ASSERT(said.primaries == 1 && said.matrix == 2 && said.range == 1);
+    hwt_tensor_release(img);
+    img = NULL;
+    HwtImageSpec tiled = {.format = HWT_PIXEL_FORMAT_NV12, .width = 16, .height = 8, .drm_modifier = 0x0100000000000001ull};
+    EXPECT(hwt_tensor_new_image(&tiled, HWT_D_TYPE_U8, HWT_MEMORY_MEM, HWT_ACCESS_READ_WRITE, &img), HWT_STATUS_INVALID_ARGUMENT);
+    EXPECT(hwt_tensor_new_image(NULL, HWT_D_TYPE_U8, HWT_MEMORY_MEM, HWT_ACCESS_READ_WRITE, &img), HWT_STATUS_INVALID_ARGUMENT);
+    ASSERT(img == NULL);
     return 0;
 }
 
@@ -206,8 +217,7 @@ static int a_tensor_without_pending_writes_exports_no_sync_file(void) {
 
 static int a_view_of_an_image_writes_only_its_region(void) {
     HwtTensor *img = NULL, *view = NULL;
-    CHECK(hwt_tensor_new_image(64, 32, HWT_PIXEL_FORMAT_RGBA, HWT_D_TYPE_U8, 0, HWT_MEMORY_SHM,
-                               HWT_ACCESS_READ_WRITE, &img));
+    CHECK(hwt_tensor_new_image(&(HwtImageSpec){.format = HWT_PIXEL_FORMAT_RGBA, .width = 64, .height = 32}, HWT_D_TYPE_U8, HWT_MEMORY_SHM, HWT_ACCESS_READ_WRITE, &img));
     size_t w = 0, h = 0, stride = 0;
     CHECK(hwt_tensor_image_size(img, &w, &h, &stride));
     ASSERT(w == 64 && h == 32 && stride >= 64 * 4);
@@ -217,14 +227,12 @@ static int a_view_of_an_image_writes_only_its_region(void) {
     ASSERT(nplanes == 1 && planes[0].row_stride == stride && planes[0].rows == 32);
 
     HwtTensor *pitched = NULL;
-    CHECK(hwt_tensor_new_image(40, 8, HWT_PIXEL_FORMAT_RGBA, HWT_D_TYPE_U8, 256, HWT_MEMORY_MEM,
-                               HWT_ACCESS_READ_WRITE, &pitched));
+    CHECK(hwt_tensor_new_image(&(HwtImageSpec){.format = HWT_PIXEL_FORMAT_RGBA, .width = 40, .height = 8, .row_stride = 256}, HWT_D_TYPE_U8, HWT_MEMORY_MEM, HWT_ACCESS_READ_WRITE, &pitched));
     size_t pitch = 0;
     CHECK(hwt_tensor_image_size(pitched, NULL, NULL, &pitch));
     ASSERT(pitch == 256);
     hwt_tensor_release(pitched);
-    EXPECT(hwt_tensor_new_image(40, 8, HWT_PIXEL_FORMAT_RGBA, HWT_D_TYPE_U8, 100, HWT_MEMORY_MEM,
-                                HWT_ACCESS_READ_WRITE, &pitched),
+    EXPECT(hwt_tensor_new_image(&(HwtImageSpec){.format = HWT_PIXEL_FORMAT_RGBA, .width = 40, .height = 8, .row_stride = 100}, HWT_D_TYPE_U8, HWT_MEMORY_MEM, HWT_ACCESS_READ_WRITE, &pitched),
            HWT_STATUS_INVALID_ARGUMENT); /* a pitch that cannot hold a row */
 
     CHECK(hwt_tensor_view(img, 8, 4, 8, 8, &view));
@@ -364,7 +372,7 @@ static int an_nv12m_frame_in_two_buffers_imports_as_one_image(void) {
     ASSERT(y >= 0 && uv >= 0);
     const HwtPlaneFd planes[2] = {{.fd = y, .offset = 0, .row_stride = w}, {.fd = uv, .offset = 0, .row_stride = w}};
     HwtTensor *t = NULL;
-    CHECK(hwt_tensor_image_from_planes(planes, 2, w, h, HWT_PIXEL_FORMAT_NV12, HWT_D_TYPE_U8, HWT_ACCESS_READ_WRITE, &t));
+    CHECK(hwt_tensor_image_from_planes(planes, 2, &(HwtImageSpec){.format = HWT_PIXEL_FORMAT_NV12, .width = w, .height = h}, HWT_D_TYPE_U8, HWT_ACCESS_READ_WRITE, &t));
     HwtMap m;
     CHECK(hwt_tensor_map(t, HWT_ACCESS_READ, &m));
     const uint8_t *px = m.data;
@@ -376,23 +384,23 @@ static int an_nv12m_frame_in_two_buffers_imports_as_one_image(void) {
 
     HwtTensor *bad = NULL;
     const HwtPlaneFd skewed[2] = {{.fd = y, .offset = 0, .row_stride = w}, {.fd = uv, .offset = 0, .row_stride = w + 64}};
-    EXPECT(hwt_tensor_image_from_planes(skewed, 2, w, h, HWT_PIXEL_FORMAT_NV12, HWT_D_TYPE_U8, HWT_ACCESS_READ, &bad),
+    EXPECT(hwt_tensor_image_from_planes(skewed, 2, &(HwtImageSpec){.format = HWT_PIXEL_FORMAT_NV12, .width = w, .height = h}, HWT_D_TYPE_U8, HWT_ACCESS_READ, &bad),
            HWT_STATUS_INVALID_ARGUMENT);
-    EXPECT(hwt_tensor_image_from_planes(planes, 1, w, h, HWT_PIXEL_FORMAT_NV12, HWT_D_TYPE_U8, HWT_ACCESS_READ, &bad),
+    EXPECT(hwt_tensor_image_from_planes(planes, 1, &(HwtImageSpec){.format = HWT_PIXEL_FORMAT_NV12, .width = w, .height = h}, HWT_D_TYPE_U8, HWT_ACCESS_READ, &bad),
            HWT_STATUS_INVALID_ARGUMENT); /* NV12 has two planes */
-    EXPECT(hwt_tensor_image_from_planes(planes, 99, w, h, HWT_PIXEL_FORMAT_NV12, HWT_D_TYPE_U8, HWT_ACCESS_READ, &bad),
+    EXPECT(hwt_tensor_image_from_planes(planes, 99, &(HwtImageSpec){.format = HWT_PIXEL_FORMAT_NV12, .width = w, .height = h}, HWT_D_TYPE_U8, HWT_ACCESS_READ, &bad),
            HWT_STATUS_INVALID_ARGUMENT);
-    EXPECT(hwt_tensor_image_from_planes(NULL, 2, w, h, HWT_PIXEL_FORMAT_NV12, HWT_D_TYPE_U8, HWT_ACCESS_READ, &bad),
+    EXPECT(hwt_tensor_image_from_planes(NULL, 2, &(HwtImageSpec){.format = HWT_PIXEL_FORMAT_NV12, .width = w, .height = h}, HWT_D_TYPE_U8, HWT_ACCESS_READ, &bad),
            HWT_STATUS_INVALID_ARGUMENT);
     /* 1920x1080 luma does not end on a page: its chroma buffer cannot follow it in place... */
     const size_t fw = 1920, fh = 1080;
     int fy = patterned_memfd(fw * fh, 0), fuv = patterned_memfd(fw * fh / 2, 100);
     ASSERT(fy >= 0 && fuv >= 0);
     const HwtPlaneFd full[2] = {{.fd = fy, .offset = 0, .row_stride = fw}, {.fd = fuv, .offset = 0, .row_stride = fw}};
-    EXPECT(hwt_tensor_image_from_planes(full, 2, fw, fh, HWT_PIXEL_FORMAT_NV12, HWT_D_TYPE_U8, HWT_ACCESS_READ, &bad),
+    EXPECT(hwt_tensor_image_from_planes(full, 2, &(HwtImageSpec){.format = HWT_PIXEL_FORMAT_NV12, .width = fw, .height = fh}, HWT_D_TYPE_U8, HWT_ACCESS_READ, &bad),
            HWT_STATUS_INVALID_ARGUMENT);
     /* ...so the caller asks for a copy. */
-    CHECK(hwt_tensor_image_copied_from_planes(full, 2, fw, fh, HWT_PIXEL_FORMAT_NV12, HWT_D_TYPE_U8, HWT_MEMORY_MEM, &t));
+    CHECK(hwt_tensor_image_copied_from_planes(full, 2, &(HwtImageSpec){.format = HWT_PIXEL_FORMAT_NV12, .width = fw, .height = fh}, HWT_D_TYPE_U8, HWT_MEMORY_MEM, &t));
     CHECK(hwt_tensor_map(t, HWT_ACCESS_READ, &m));
     px = m.data;
     ASSERT(px[fw * 3 + 1] == (uint8_t)(fw * 3 + 1) && px[fw * fh + 5] == 105);
@@ -402,7 +410,7 @@ static int an_nv12m_frame_in_two_buffers_imports_as_one_image(void) {
     close(fuv);
     /* A closed plane fd (the first: a later one's number would be reused by the first's dup). */
     close(y);
-    EXPECT(hwt_tensor_image_from_planes(planes, 2, w, h, HWT_PIXEL_FORMAT_NV12, HWT_D_TYPE_U8, HWT_ACCESS_READ, &bad),
+    EXPECT(hwt_tensor_image_from_planes(planes, 2, &(HwtImageSpec){.format = HWT_PIXEL_FORMAT_NV12, .width = w, .height = h}, HWT_D_TYPE_U8, HWT_ACCESS_READ, &bad),
            HWT_STATUS_BAD_FD);
     close(uv);
     ASSERT(open_fds() == before);
@@ -418,7 +426,7 @@ static int every_bad_input_is_a_status_with_a_message_and_leaks_no_fd(void) {
     EXPECT(hwt_tensor_new(NULL, 2, HWT_D_TYPE_U8, HWT_MEMORY_MEM, &t), HWT_STATUS_INVALID_ARGUMENT);
     EXPECT(hwt_tensor_new(shape, 2, HWT_D_TYPE_U8, HWT_MEMORY_MEM, NULL), HWT_STATUS_INVALID_ARGUMENT);
     EXPECT(hwt_tensor_new(shape, 1000, HWT_D_TYPE_U8, HWT_MEMORY_MEM, &t), HWT_STATUS_INVALID_ARGUMENT);
-    EXPECT(hwt_tensor_new_image(8, 8, 77, HWT_D_TYPE_U8, 0, HWT_MEMORY_MEM, HWT_ACCESS_READ_WRITE, &t),
+    EXPECT(hwt_tensor_new_image(&(HwtImageSpec){.format = 77, .width = 8, .height = 8}, HWT_D_TYPE_U8, HWT_MEMORY_MEM, HWT_ACCESS_READ_WRITE, &t),
            HWT_STATUS_INVALID_ARGUMENT);
     EXPECT(hwt_tensor_ndim(NULL, NULL), HWT_STATUS_INVALID_ARGUMENT);
 
@@ -455,8 +463,7 @@ static int every_bad_input_is_a_status_with_a_message_and_leaks_no_fd(void) {
 
     /* A tiled frame (I915_FORMAT_MOD_X_TILED) is carried, and refused where read as rows. */
     HwtTensor *linear = NULL, *tiled = NULL;
-    CHECK(hwt_tensor_new_image(8, 8, HWT_PIXEL_FORMAT_RGBA, HWT_D_TYPE_U8, 0, HWT_MEMORY_MEM,
-                               HWT_ACCESS_READ_WRITE, &linear));
+    CHECK(hwt_tensor_new_image(&(HwtImageSpec){.format = HWT_PIXEL_FORMAT_RGBA, .width = 8, .height = 8}, HWT_D_TYPE_U8, HWT_MEMORY_MEM, HWT_ACCESS_READ_WRITE, &linear));
     uint64_t modifier = 1;
     CHECK(hwt_tensor_drm_modifier(linear, &modifier));
     ASSERT(modifier == HWT_DRM_FORMAT_MOD_LINEAR);
@@ -471,7 +478,7 @@ static int every_bad_input_is_a_status_with_a_message_and_leaks_no_fd(void) {
     hwt_tensor_release(linear);
 
     HwtTensor *ro = NULL;
-    CHECK(hwt_tensor_new_image(8, 8, HWT_PIXEL_FORMAT_GREY, HWT_D_TYPE_U8, 0, HWT_MEMORY_MEM, HWT_ACCESS_READ, &ro));
+    CHECK(hwt_tensor_new_image(&(HwtImageSpec){.format = HWT_PIXEL_FORMAT_GREY, .width = 8, .height = 8}, HWT_D_TYPE_U8, HWT_MEMORY_MEM, HWT_ACCESS_READ, &ro));
     EXPECT(hwt_tensor_map(ro, HWT_ACCESS_WRITE, &m), HWT_STATUS_INVALID_OPERATION);
     hwt_tensor_release(ro);
 
@@ -546,8 +553,7 @@ static int child(int sock) {
 
 static int a_child_process_answers_in_the_same_buffer(const char *self) {
     HwtTensor *img = NULL, *back = NULL;
-    CHECK(hwt_tensor_new_image(320, 240, HWT_PIXEL_FORMAT_RGBA, HWT_D_TYPE_U8, 0, HWT_MEMORY_SHM,
-                               HWT_ACCESS_READ_WRITE, &img));
+    CHECK(hwt_tensor_new_image(&(HwtImageSpec){.format = HWT_PIXEL_FORMAT_RGBA, .width = 320, .height = 240}, HWT_D_TYPE_U8, HWT_MEMORY_SHM, HWT_ACCESS_READ_WRITE, &img));
     size_t w = 0, h = 0, stride = 0;
     CHECK(hwt_tensor_image_size(img, &w, &h, &stride));
     HwtMap m;
@@ -841,8 +847,7 @@ static int a_pooled_buffer_is_reshaped_repointed_and_says_its_colours(void) {
     CHECK(hwt_tensor_shape(r, got, HWT_MAX_DIMS));
     ASSERT(ndim == 1 && got[0] == 24);
     EXPECT(hwt_tensor_repoint(t, big, 1, &bad), HWT_STATUS_INVALID_ARGUMENT);
-    CHECK(hwt_tensor_new_image(64, 32, HWT_PIXEL_FORMAT_RGBA, HWT_D_TYPE_U8, 0, HWT_MEMORY_SHM,
-                               HWT_ACCESS_READ_WRITE, &img));
+    CHECK(hwt_tensor_new_image(&(HwtImageSpec){.format = HWT_PIXEL_FORMAT_RGBA, .width = 64, .height = 32}, HWT_D_TYPE_U8, HWT_MEMORY_SHM, HWT_ACCESS_READ_WRITE, &img));
     CHECK(hwt_tensor_repoint_image(img, 64, 32, HWT_PIXEL_FORMAT_NV12, 128, &nv12));
     HwtColorimetry c = {0}, want = {1, 1, 2, 1}; /* BT.709 primaries, transfer, matrix; limited */
     CHECK(hwt_tensor_colorimetry(nv12, &c));

@@ -54,8 +54,11 @@ using Tensor = std::unique_ptr<HwtTensor, Release>;
 
 Tensor image(size_t w, size_t h, uint32_t memory) {
     HwtTensor *t = nullptr;
-    check(hwt_tensor_new_image(w, h, HWT_PIXEL_FORMAT_RGBA, HWT_D_TYPE_U8, 0, memory, HWT_ACCESS_READ_WRITE, &t),
-          "hwt_tensor_new_image");
+    HwtImageSpec spec{};
+    spec.format = HWT_PIXEL_FORMAT_RGBA;
+    spec.width = w;
+    spec.height = h;
+    check(hwt_tensor_new_image(&spec, HWT_D_TYPE_U8, memory, HWT_ACCESS_READ_WRITE, &t), "hwt_tensor_new_image");
     return Tensor(t);
 }
 

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use hwtensor::gpu;
-use hwtensor::{CpuAccess, PixelFormat, Tensor, TensorMemory};
+use hwtensor::{CpuAccess, ImageSpec, PixelFormat, Tensor, TensorMemory};
 
 use crate::bench::Samples;
 use crate::timing::{fmt, median};
@@ -100,16 +100,12 @@ fn images(s: &Samples) -> crate::Result {
     println!("\n== 1080p RGBA GPU image (medians) ==");
     let (w, h) = (1920, 1080);
     let a = Tensor::<u8>::image(
-        w,
-        h,
-        PixelFormat::Rgba,
+        &ImageSpec::new(PixelFormat::Rgba, w, h),
         Some(TensorMemory::Gpu),
         CpuAccess::ReadWrite,
     )?;
     let b = Tensor::<u8>::image(
-        w,
-        h,
-        PixelFormat::Rgba,
+        &ImageSpec::new(PixelFormat::Rgba, w, h),
         Some(TensorMemory::Gpu),
         CpuAccess::ReadWrite,
     )?;
@@ -122,9 +118,7 @@ fn images(s: &Samples) -> crate::Result {
     // Strided maps: a staging texture's pitch may pad its rows.
     let write = timed(s.rounds, || a.map_strided_write().unwrap().fill(3));
     let host = Tensor::<u8>::image(
-        w,
-        h,
-        PixelFormat::Rgba,
+        &ImageSpec::new(PixelFormat::Rgba, w, h),
         Some(TensorMemory::Mem),
         CpuAccess::ReadWrite,
     )?;

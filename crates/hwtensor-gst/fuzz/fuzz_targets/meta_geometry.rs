@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 
 use gst::glib::translate::IntoGlib;
 use gst_video::{VideoFormat, VideoInfo};
-use hwtensor::{CpuAccess, DType, PixelFormat, TensorDyn, TensorMemory};
+use hwtensor::{ImageSpec, CpuAccess, DType, PixelFormat, TensorDyn, TensorMemory};
 use libfuzzer_sys::fuzz_target;
 
 /// The most bytes a fuzzed buffer holds.
@@ -34,14 +34,7 @@ fn setup() -> &'static Setup {
         .into_iter()
         .map(|(gst_format, format, w, h)| {
             let info = VideoInfo::builder(gst_format, w, h).build().unwrap();
-            let slot = TensorDyn::image(
-                w as usize,
-                h as usize,
-                format,
-                DType::U8,
-                Some(TensorMemory::Mem),
-                CpuAccess::ReadWrite,
-            )
+            let slot = TensorDyn::image(&ImageSpec::new(format, w as usize, h as usize), DType::U8, Some(TensorMemory::Mem), CpuAccess::ReadWrite)
             .unwrap();
             (info, slot)
         })

@@ -17,7 +17,7 @@ use std::os::fd::{AsFd, BorrowedFd};
 
 use gst_video::VideoInfo;
 use hwtensor::stream::{Producer, Slot};
-use hwtensor::{CpuAccess, PlaneFd, TensorDyn};
+use hwtensor::{CpuAccess, ImageSpec, PlaneFd, TensorDyn};
 
 use crate::caps::Geometry;
 
@@ -157,9 +157,7 @@ fn import(planes: &[PlaneAt<'_>], g: &Geometry) -> Result<TensorDyn, String> {
         .collect::<Result<Vec<_>, String>>()?;
     TensorDyn::image_from_planes(
         planes,
-        g.width,
-        g.height,
-        g.format,
+        &ImageSpec::new(g.format, g.width, g.height),
         g.dtype,
         CpuAccess::Read,
     )

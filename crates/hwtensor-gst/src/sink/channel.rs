@@ -9,7 +9,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use hwtensor::stream::Slot;
-use hwtensor::{CpuAccess, TensorDyn, TensorMemory};
+use hwtensor::{CpuAccess, ImageSpec, TensorDyn, TensorMemory};
 
 use super::state::{Channel, State};
 use super::{PoolMemory, WhenFull, CAT};
@@ -263,29 +263,22 @@ pub(super) fn accept_loop(listener: UnixListener, hub: Weak<Hub>, stop: Arc<Atom
 /// out as GStreamer does.
 pub(super) fn pool_tensor(g: &Geometry, memory: PoolMemory) -> hwtensor::Result<TensorDyn> {
     let on = |memory| match (g.gst_stride, g.gst_chroma) {
-        (Some(stride), Some(chroma)) => TensorDyn::image_with_strides(
-            g.width,
-            g.height,
-            g.format,
+        (Some(stride), Some(chroma)) => TensorDyn::image(
+            &ImageSpec::new(g.format, g.width, g.height)
+                .with_row_stride(stride)
+                .with_chroma_stride(chroma),
             g.dtype,
-            stride,
-            chroma,
             Some(memory),
             CpuAccess::ReadWrite,
         ),
-        (Some(stride), None) => TensorDyn::image_with_pitch(
-            g.width,
-            g.height,
-            g.format,
+        (Some(stride), None) => TensorDyn::image(
+            &ImageSpec::new(g.format, g.width, g.height).with_row_stride(stride),
             g.dtype,
-            stride,
             Some(memory),
             CpuAccess::ReadWrite,
         ),
         (None, _) => TensorDyn::image(
-            g.width,
-            g.height,
-            g.format,
+            &ImageSpec::new(g.format, g.width, g.height),
             g.dtype,
             Some(memory),
             CpuAccess::ReadWrite,

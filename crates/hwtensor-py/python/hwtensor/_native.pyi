@@ -71,14 +71,10 @@ class Tensor:
     ) -> None: ...
     @staticmethod
     def image(
-        width: int,
-        height: int,
-        format: str,
+        spec: "ImageSpec",
         dtype: Any = "uint8",
         memory: Optional[str] = None,
         access: str = "read_write",
-        row_stride: Optional[int] = None,
-        chroma_stride: Optional[int] = None,
     ) -> "Tensor": ...
     @property
     def shape(self) -> Tuple[int, ...]: ...
@@ -137,24 +133,20 @@ class Tensor:
     @staticmethod
     def image_from_fd(
         fd: int,
-        width: int,
-        height: int,
-        format: str,
+        spec: "ImageSpec",
         dtype: Any = "uint8",
         offset: int = 0,
-        row_stride: Optional[int] = None,
         access: str = "read_write",
-    ) -> "Tensor": ...
+    ) -> "Tensor":
+        """The image ``spec`` describes over ``fd`` (duplicated) from byte ``offset`` on."""
     @staticmethod
     def image_from_planes(
         planes: list[Tuple[int, int, int]],
-        width: int,
-        height: int,
-        format: str,
+        spec: "ImageSpec",
         dtype: Any = "uint8",
         access: str = "read_write",
     ) -> "Tensor":
-        """An image over one ``(fd, offset, row_stride)`` per plane (each fd duplicated)."""
+        """The image ``spec`` describes over one ``(fd, offset, row_stride)`` per plane."""
     def fd(self) -> int:
         """The buffer's fd, borrowed: valid while the tensor lives; never close it."""
     def clone_fd(self) -> int:
@@ -200,6 +192,34 @@ class Tensor:
     def torch(self) -> Any:
         """A PyTorch tensor over this memory in one call (``torch.from_dlpack(t)``, cheaper);
         CUDA memory is ordered on PyTorch's current stream. Needs PyTorch."""
+
+class ImageSpec:
+    """What an image is asked to be: format, size, and where dictated, strides, colours and
+    the DRM format modifier (taken by every image constructor)."""
+
+    def __init__(
+        self,
+        format: str,
+        width: int,
+        height: int,
+        *,
+        row_stride: Optional[int] = None,
+        chroma_stride: Optional[int] = None,
+        colorimetry: Optional[dict] = None,
+        drm_modifier: int = 0,
+    ) -> None: ...
+    @property
+    def format(self) -> str: ...
+    @property
+    def width(self) -> int: ...
+    @property
+    def height(self) -> int: ...
+    @property
+    def row_stride(self) -> Optional[int]: ...
+    @property
+    def chroma_stride(self) -> Optional[int]: ...
+    @property
+    def drm_modifier(self) -> int: ...
 
 class Marker:
     """A frame's marker: kind "frame", "end_of_stream" or "caps_change", PTS and duration."""

@@ -11,8 +11,8 @@ use std::time::Duration;
 use edgefirst_schemas::edgefirst_msgs::CameraFrame;
 use edgefirst_schemas::tensor::{Tensor as EfTensor, TensorPlaneView};
 use hwtensor::{
-    CpuAccess, DType, Direction, DrmModifier, Layout, PixelFormat, PlaneFd, Quantization, SyncFile,
-    TensorDyn, TensorMemory,
+    CpuAccess, DType, Direction, DrmModifier, ImageSpec, Layout, PixelFormat, PlaneFd,
+    Quantization, SyncFile, TensorDyn, TensorMemory,
 };
 
 use super::codes::{colorimetry_of, dtype_of, format_of, STORAGE_DMA_BUF, STORAGE_SHM};
@@ -246,19 +246,22 @@ fn inline(
     let mem = Some(TensorMemory::Mem);
     let image = match planes.get(1).filter(|_| format.has_chroma_planes()) {
         // The chroma planes' stride is theirs (a producer that pads each plane on its own).
-        Some(chroma) => TensorDyn::image_with_strides(
-            w,
-            h,
-            format,
+        Some(chroma) => TensorDyn::image(
+            &ImageSpec::new(format, w, h)
+                .with_row_stride(stride)
+                .with_chroma_stride(chroma.stride as usize),
             dtype,
-            stride,
-            chroma.stride as usize,
             mem,
             CpuAccess::ReadWrite,
         )
         .map_err(|e| format!("planes[1].stride: {e}"))?,
-        None => TensorDyn::image_with_pitch(w, h, format, dtype, stride, mem, CpuAccess::ReadWrite)
-            .map_err(|e| format!("planes[0].stride: {e}"))?,
+        None => TensorDyn::image(
+            &ImageSpec::new(format, w, h).with_row_stride(stride),
+            dtype,
+            mem,
+            CpuAccess::ReadWrite,
+        )
+        .map_err(|e| format!("planes[0].stride: {e}"))?,
     };
     let table = image.plane_table().map_err(|e| e.to_string())?;
     count_planes(planes, table.len(), format)?;
@@ -350,8 +353,8 @@ fn by_reference(
             let fd = publisher.take_once(planes[0].handle, "planes[0].handle")?;
             let offset =
                 usize::try_from(planes[0].offset).map_err(|_| "planes[0].offset: too large")?;
-            let stride = Some(planes[0].stride as usize);
-            TensorDyn::image_from_fd_at(fd, offset, w, h, format, dtype, stride, CpuAccess::Read)
+            let spec = ImageSpec::new(format, w, h).with_row_stride(planes[0].stride as usize);
+            TensorDyn::image_from_fd_at(fd, offset, &spec, dtype, CpuAccess::Read)
                 .map_err(|e| format!("planes: {e}"))?
         }
         Some((format, w, h)) => {
@@ -362,7 +365,7 @@ fn by_reference(
                     .map_err(|_| format!("planes[{k}].offset: too large"))?;
                 fds.push(PlaneFd::new(fd, offset, p.stride as usize));
             }
-            TensorDyn::image_from_planes(fds, w, h, format, dtype, CpuAccess::Read)
+            TensorDyn::image_from_planes(fds, &ImageSpec::new(format, w, h), dtype, CpuAccess::Read)
                 .map_err(|e| format!("planes: {e}"))?
         }
     };

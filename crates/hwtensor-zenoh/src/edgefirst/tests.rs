@@ -7,8 +7,8 @@ use std::os::fd::AsRawFd;
 use edgefirst_schemas::edgefirst_msgs::CameraFrame;
 use edgefirst_schemas::tensor::{TensorFields, TensorPlaneView};
 use hwtensor::{
-    Colorimetry, CpuAccess, DType, Direction, PixelFormat, Quantization, Tensor, TensorDyn,
-    TensorMemory,
+    Colorimetry, CpuAccess, DType, Direction, ImageSpec, PixelFormat, Quantization, Tensor,
+    TensorDyn, TensorMemory,
 };
 
 use super::{encode, Schema, Stamp};
@@ -34,12 +34,9 @@ fn image(format: PixelFormat, memory: TensorMemory) -> TensorDyn {
     };
     let (w, h) = (64, 48);
     let stride = format.min_row_bytes(w, dtype.size()).unwrap() + 64;
-    let mut t = TensorDyn::image_with_pitch(
-        w,
-        h,
-        format,
+    let mut t = TensorDyn::image(
+        &ImageSpec::new(format, w, h).with_row_stride(stride),
         dtype,
-        stride,
         Some(memory),
         CpuAccess::ReadWrite,
     )
@@ -375,13 +372,11 @@ fn a_message_at_an_odd_address_is_read_like_any_other() {
 fn an_i420_frame_whose_chroma_planes_are_padded_on_their_own_round_trips_both_ways() {
     let _fds = super::fds_held();
     for memory in [TensorMemory::Mem, TensorMemory::Shm] {
-        let t = TensorDyn::image_with_strides(
-            1364,
-            8,
-            PixelFormat::I420,
+        let t = TensorDyn::image(
+            &ImageSpec::new(PixelFormat::I420, 1364, 8)
+                .with_row_stride(1364)
+                .with_chroma_stride(684),
             DType::U8,
-            1364,
-            684,
             Some(memory),
             CpuAccess::ReadWrite,
         )

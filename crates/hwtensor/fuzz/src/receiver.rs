@@ -8,7 +8,7 @@
 //! corpus exercises the wire format on every platform.
 
 use hwtensor::blob::{export_inline, import_inline};
-use hwtensor::{f16, DType, Element, Region, Tensor, TensorDyn, TensorMemory};
+use hwtensor::{f16, DType, Element, ImageSpec, Region, Tensor, TensorDyn, TensorMemory};
 
 /// Imports `data` as described above and, when that succeeds, uses the tensor.
 pub fn receive(data: &[u8]) {
@@ -44,9 +44,7 @@ fn make_seeds() -> hwtensor::Result<Vec<Seed>> {
     let mut q = Tensor::<i8>::new(&[2, 3, 4], Some(memory))?;
     q.set_quantization(Some(Quantization::per_tensor(0.5, 1)))?;
     let image = TensorDyn::image(
-        16,
-        8,
-        PixelFormat::Rgba,
+        &ImageSpec::new(PixelFormat::Rgba, 16, 8),
         DType::U8,
         Some(memory),
         CpuAccess::ReadWrite,
@@ -56,17 +54,13 @@ fn make_seeds() -> hwtensor::Result<Vec<Seed>> {
         image.view(Region::new(2, 2, 8, 4))?,
         image,
         TensorDyn::image(
-            8,
-            6,
-            PixelFormat::Nv12,
+            &ImageSpec::new(PixelFormat::Nv12, 8, 6),
             DType::U8,
             Some(memory),
             CpuAccess::Read,
         )?,
         TensorDyn::image(
-            4,
-            4,
-            PixelFormat::PlanarRgb,
+            &ImageSpec::new(PixelFormat::PlanarRgb, 4, 4),
             DType::F32,
             Some(memory),
             CpuAccess::Read,

@@ -3,20 +3,20 @@
 //! the blob.
 
 use hwtensor::blob::{export, Transport};
-use hwtensor::{CpuAccess, DType, PixelFormat, Quantization, Region, Tensor, TensorDyn, TensorMemory};
+use hwtensor::{ImageSpec, CpuAccess, DType, PixelFormat, Quantization, Region, Tensor, TensorDyn, TensorMemory};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = std::env::args().nth(1).ok_or("usage: seeds DIR")?;
     std::fs::create_dir_all(&dir)?;
     let mut q = Tensor::<i8>::new(&[2, 3, 4], Some(TensorMemory::Shm))?;
     q.set_quantization(Some(Quantization::per_tensor(0.5, 1)))?;
-    let image = Tensor::<u8>::image(16, 8, PixelFormat::Rgba, Some(TensorMemory::Shm), CpuAccess::ReadWrite)?;
+    let image = Tensor::<u8>::image(&ImageSpec::new(PixelFormat::Rgba, 16, 8), Some(TensorMemory::Shm), CpuAccess::ReadWrite)?;
     let tensors: Vec<TensorDyn> = vec![
         q.into(),
         image.view(Region::new(2, 2, 8, 4))?.into(),
         image.into(),
-        TensorDyn::image(8, 6, PixelFormat::Nv12, DType::U8, Some(TensorMemory::Shm), CpuAccess::Read)?,
-        TensorDyn::image(4, 4, PixelFormat::PlanarRgb, DType::F32, Some(TensorMemory::Shm), CpuAccess::Read)?,
+        TensorDyn::image(&ImageSpec::new(PixelFormat::Nv12, 8, 6), DType::U8, Some(TensorMemory::Shm), CpuAccess::Read)?,
+        TensorDyn::image(&ImageSpec::new(PixelFormat::PlanarRgb, 4, 4), DType::F32, Some(TensorMemory::Shm), CpuAccess::Read)?,
     ];
     for (i, t) in tensors.iter().enumerate() {
         let (blob, _) = export(t, Transport::Reference)?;

@@ -178,6 +178,7 @@ mod tests {
     use super::*;
     use crate::gpu::testing::device_or_skip;
     use crate::os::handles::held as handles;
+    use crate::ImageSpec;
     use crate::{CpuAccess, PixelFormat};
     use std::os::windows::io::FromRawHandle;
     use windows::Win32::System::Threading::CreateEventW;
@@ -206,7 +207,12 @@ mod tests {
     /// A small GPU image on the process device.
     fn gpu_image() -> Tensor<u8> {
         let (format, access) = (PixelFormat::Rgba, CpuAccess::ReadWrite);
-        Tensor::<u8>::image(16, 8, format, Some(TensorMemory::Gpu), access).unwrap()
+        Tensor::<u8>::image(
+            &ImageSpec::new(format, 16, 8),
+            Some(TensorMemory::Gpu),
+            access,
+        )
+        .unwrap()
     }
 
     fn no_identity() -> BufferIdentity {
