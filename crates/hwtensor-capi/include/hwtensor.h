@@ -408,7 +408,7 @@ enum HwtPixelFormat
   HWT_PIXEL_FORMAT_P010 = 17,
   /**
    * Planar 4:2:0: Y, then U and V at half width and height (chroma stride half the row
-   * stride, unless given: `hwt_tensor_new_image_strided`).
+   * stride, unless given: `HwtImageSpec.chroma_stride`).
    */
   HWT_PIXEL_FORMAT_I420 = 18,
   /**

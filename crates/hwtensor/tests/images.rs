@@ -690,5 +690,8 @@ fn an_import_carries_the_specs_modifier_and_planes_that_disagree_with_its_stride
         hwtensor::PlaneFd::new(memfd(4096), 0, 64),
     ];
     let err = Tensor::<u8>::image_from_planes(planes, &nv12, RW).unwrap_err();
-    assert!(err.to_string().contains("disagree with the planes"), "{err}");
+    assert!(
+        err.to_string().contains("disagree with the planes"),
+        "{err}"
+    );
 }

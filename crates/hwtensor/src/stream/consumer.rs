@@ -4,9 +4,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::access::{Lending, Refusal};
+use super::access::Lending;
 use super::os::{self, Conn, Link, PeerFence};
 use super::ring::{Entry, Ring};
+use super::setup::Refusal;
 use super::{FrameMeta, Woken, PAYLOAD_BYTES, SPIN};
 use crate::gpu::GPU_WAIT;
 use crate::handoff::{self, MID_MESSAGE_TIMEOUT};

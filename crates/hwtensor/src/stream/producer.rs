@@ -3,10 +3,11 @@
 
 use std::time::{Duration, Instant};
 
-use super::access::{self, Access, Lending, Peer, Refusal};
+use super::access::{self, Access, Lending, Peer};
 use super::info::{self, MAX_STREAM_INFO};
 use super::os::{self, Conn, Link};
 use super::ring::{self, Entry, Ring};
+use super::setup::Refusal;
 use super::{FrameMeta, Woken, SPIN};
 use crate::{Error, Result, TensorDyn};
 

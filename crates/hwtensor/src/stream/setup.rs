@@ -3,7 +3,6 @@
 //! handles (fds in the same message on Linux, handle values to duplicate on Windows: see the
 //! platform folders); the pool's buffers follow as ordinary hand-offs. Parsed as hostile input.
 
-use super::access::{Refusal, REFUSAL_MAGIC};
 use super::ring::{MAX_CAPACITY, VERSION};
 use crate::{Error, Result};
 
@@ -62,6 +61,75 @@ impl Flags {
 
 /// The message for a pool of `slots` buffers and rings of `capacity` entries, lent read-only
 /// or not.
+/// "HWTREFUS": what a refusal starts with, in the place of a set-up message.
+pub(crate) const REFUSAL_MAGIC: [u8; 8] = *b"HWTREFUS";
+
+/// Why a producer refused a consumer: the code a refusal carries. Codes are only appended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// The attach policy does not admit this consumer's user.
+    NotAdmitted = 1,
+    /// The consumer asked to write, and the producer lent the pool read-only (the consumer
+    /// says this to itself: the set-up says read-only).
+    WriteNotGranted = 2,
+    /// The pool holds memory that cannot be lent read-only, and this consumer of another user
+    /// may not write.
+    CannotLendReadOnly = 3,
+}
+
+impl Refusal {
+    fn from_code(code: u32) -> Option<Refusal> {
+        [
+            Refusal::NotAdmitted,
+            Refusal::WriteNotGranted,
+            Refusal::CannotLendReadOnly,
+        ]
+        .into_iter()
+        .find(|r| *r as u32 == code)
+    }
+
+    /// The error the consumer's connect returns for this refusal.
+    pub(crate) fn to_error(self) -> Error {
+        Error::NotPermitted(
+            match self {
+                Refusal::NotAdmitted => {
+                    "the producer's attach policy does not admit this process's user; \
+                     [[admit_peer]]"
+                }
+                Refusal::WriteNotGranted => {
+                    "this consumer asked to write the pool, and the producer lends it read-only \
+                     to this process's user; connect to read only, or [[grant_write]]"
+                }
+                Refusal::CannotLendReadOnly => {
+                    "the pool holds DMA-BUF, GPU or CUDA memory, which cannot be lent read-only, \
+                     and this consumer of another user may not write; [[grant_write]]"
+                }
+            }
+            .into(),
+        )
+    }
+
+    /// The message that says this refusal in the set-up's place.
+    pub(crate) fn encode(self) -> [u8; LEN] {
+        let mut msg = [0u8; LEN];
+        msg[..8].copy_from_slice(&REFUSAL_MAGIC);
+        msg[8..12].copy_from_slice(&super::ring::VERSION.to_le_bytes());
+        msg[12..16].copy_from_slice(&(self as u32).to_le_bytes());
+        msg
+    }
+
+    /// The error a refusal message `msg` says (an unknown code still refuses, by number).
+    pub(crate) fn parse(msg: &[u8; LEN]) -> Error {
+        let code = u32::from_le_bytes([msg[12], msg[13], msg[14], msg[15]]);
+        match Refusal::from_code(code) {
+            Some(r) => r.to_error(),
+            None => {
+                Error::NotPermitted(format!("the producer refused this consumer (code {code})"))
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 pub(crate) fn encode(slots: u32, capacity: u32, has_fence: bool, read_only: bool) -> [u8; LEN] {
     let flags = Flags {
@@ -201,5 +269,21 @@ mod tests {
                 proptest::prop_assert!(s.capacity.is_power_of_two() && s.capacity <= MAX_CAPACITY);
             }
         }
+    }
+
+    #[test]
+    fn every_refusal_reads_back_as_the_error_it_names() {
+        for r in [
+            Refusal::NotAdmitted,
+            Refusal::WriteNotGranted,
+            Refusal::CannotLendReadOnly,
+        ] {
+            let err = Refusal::parse(&r.encode());
+            assert!(matches!(err, Error::NotPermitted(_)), "{err:?}");
+            assert_eq!(err.to_string(), r.to_error().to_string());
+        }
+        let mut unknown = Refusal::NotAdmitted.encode();
+        unknown[12] = 77;
+        assert!(Refusal::parse(&unknown).to_string().contains("code 77"));
     }
 }

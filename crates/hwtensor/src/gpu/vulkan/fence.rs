@@ -394,6 +394,26 @@ impl Timeline {
 }
 
 /// Makes a completion fd readable: one byte down its pipe (the write end is dropped after).
+/// A timeline semaphore at `initial`, exportable as an fd where asked: the process timeline, a
+/// copy's tracked one, or a private one.
+pub(super) fn create_semaphore(
+    device: &ash::Device,
+    initial: u64,
+    exportable: bool,
+) -> std::result::Result<vk::Semaphore, vk::Result> {
+    let mut type_info = vk::SemaphoreTypeCreateInfo::default()
+        .semaphore_type(vk::SemaphoreType::TIMELINE)
+        .initial_value(initial);
+    let mut export = vk::ExportSemaphoreCreateInfo::default()
+        .handle_types(vk::ExternalSemaphoreHandleTypeFlags::OPAQUE_FD);
+    let mut info = vk::SemaphoreCreateInfo::default().push_next(&mut type_info);
+    if exportable {
+        info = info.push_next(&mut export);
+    }
+    // SAFETY: a plain creation on a live device; the chain outlives the call.
+    unsafe { device.create_semaphore(&info, None) }
+}
+
 fn signal_done(write: &OwnedFd) {
     let _ = rustix::io::write(write, &[1]);
 }

@@ -175,7 +175,7 @@ impl PeerTimeline {
             op: "dup of a fence fd",
             source: e,
         })?;
-        let semaphore = super::create::create_semaphore(&device.device, 0, false).map_err(|e| {
+        let semaphore = super::fence::create_semaphore(&device.device, 0, false).map_err(|e| {
             Error::gpu(
                 super::vk_kind(e),
                 format!("creating a timeline failed: {e}"),

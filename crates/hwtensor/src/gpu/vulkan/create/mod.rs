@@ -12,7 +12,7 @@ use ash::vk;
 use ash::vk::Handle;
 
 use super::adapter::AdapterInfo;
-use super::fence::{words_in_record, Timeline};
+use super::fence::{create_semaphore, words_in_record, Timeline};
 use super::record::{self, Found, ProcessKey, Published, Record};
 use super::{extensions, failed, peer, submit, sync_fd, vk_kind, ExternalDevice, GpuDevice};
 use crate::gpu::process_device::DeviceCell;
@@ -345,24 +345,6 @@ fn tracked(device: &ash::Device, exported: bool) -> Result<Option<vk::Semaphore>
     create_semaphore(device, 0, false)
         .map(Some)
         .map_err(failed("creating a timeline"))
-}
-
-pub(super) fn create_semaphore(
-    device: &ash::Device,
-    initial: u64,
-    exportable: bool,
-) -> std::result::Result<vk::Semaphore, vk::Result> {
-    let mut type_info = vk::SemaphoreTypeCreateInfo::default()
-        .semaphore_type(vk::SemaphoreType::TIMELINE)
-        .initial_value(initial);
-    let mut export = vk::ExportSemaphoreCreateInfo::default()
-        .handle_types(vk::ExternalSemaphoreHandleTypeFlags::OPAQUE_FD);
-    let mut info = vk::SemaphoreCreateInfo::default().push_next(&mut type_info);
-    if exportable {
-        info = info.push_next(&mut export);
-    }
-    // SAFETY: a plain creation on a live device; the chain outlives the call.
-    unsafe { device.create_semaphore(&info, None) }
 }
 
 impl GpuDevice {

@@ -7,7 +7,7 @@ use std::os::fd::{AsFd, IntoRawFd, OwnedFd};
 use ash::vk;
 
 use super::super::{Features, GpuDevice};
-use super::staging::staging_forced;
+use super::STAGING_ENV;
 use crate::gpu::MemorySource;
 use crate::{Error, Result, TensorMemory};
 
@@ -351,4 +351,10 @@ pub(super) fn import_size_fits(source: MemorySource, allocation_size: u64, neede
         MemorySource::Vulkan => allocation_size == needed,
         MemorySource::Cuda => allocation_size >= needed,
     }
+}
+
+/// Whether `HWTENSOR_GPU_STAGING=1` asks for the staged CPU path even where memory maps directly
+/// (so lavapipe runs the path NVIDIA needs).
+fn staging_forced() -> bool {
+    std::env::var(STAGING_ENV).is_ok_and(|v| v.trim() == "1")
 }

@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 use ash::vk;
 
 use super::bound::{BoundBuffer, MemoryExtra};
-use super::{copy, GpuMemory, STAGING_ENV};
+use super::{copy, GpuMemory};
 use crate::gpu::vulkan::submit::Queue;
 use crate::gpu::vulkan::GpuDevice;
 use crate::gpu::GPU_WAIT;
@@ -36,10 +36,6 @@ unsafe impl Sync for Staging {}
 
 /// `staged_at` of a staging copy that reflects no write (none made yet, or an import's).
 pub(super) const NEVER_STAGED: u64 = u64::MAX;
-
-pub(super) fn staging_forced() -> bool {
-    std::env::var(STAGING_ENV).is_ok_and(|v| v.trim() == "1")
-}
 
 impl GpuDevice {
     pub(super) fn staging(&'static self, size: u64) -> Result<Staging> {
