@@ -23,6 +23,11 @@ use crate::timing::{fmt, median, percentile};
 const POOL: usize = 3;
 /// How long either side waits for the other before calling it dead.
 const PEER_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the producer waits for the consumer program to connect: longer than a frame's
+/// wait, since a consumer starts from nothing (Python importing NumPy took over 10 s in the
+/// test command's emulated VM, and the demo then failed a consumer that was fine). A consumer
+/// that dies meanwhile is seen at once, so a long wait costs nothing when it fails.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Where the demo's frames live.
 fn frame_memory(gpu: bool) -> TensorMemory {
@@ -130,7 +135,7 @@ pub fn producer(frames: u32, gpu: bool, cuda: bool, consumer: Option<&str>) -> c
 /// Accepts the consumer's connection, or gives up when it dies or does not come.
 fn accept(listener: &UnixListener, child: &mut Child) -> crate::Result<UnixStream> {
     listener.set_nonblocking(true)?;
-    let deadline = Instant::now() + PEER_TIMEOUT;
+    let deadline = Instant::now() + CONNECT_TIMEOUT;
     loop {
         match listener.accept() {
             Ok((stream, _)) => {
@@ -145,7 +150,7 @@ fn accept(listener: &UnixListener, child: &mut Child) -> crate::Result<UnixStrea
         }
         if Instant::now() > deadline {
             let _ = child.kill();
-            return Err(format!("the consumer did not connect within {PEER_TIMEOUT:?}").into());
+            return Err(format!("the consumer did not connect within {CONNECT_TIMEOUT:?}").into());
         }
         std::thread::sleep(Duration::from_millis(1));
     }
