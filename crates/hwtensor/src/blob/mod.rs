@@ -2,8 +2,8 @@
 //! with its fds (reference mode, Linux) or with its bytes (inline mode, every platform).
 //!
 //! The codec (`wire/`: the header's field table, each section's reader and writer, the feature
-//! bits) touches no fd and no device, builds no buffer, and compiles everywhere: [`export_inline`] and
-//! [`import_inline`] are the inline transport on every platform. Only the fd path
+//! bits) touches no fd and no device, builds no buffer, and compiles everywhere:
+//! [`export_inline`] and [`import_inline`] are the inline transport on every platform. Only the fd path
 //! (`reference.rs`: `export`, `import`, `import_with`) is Linux-only; the GPU section of a
 //! reference blob is written and read by the GPU backend through two hooks (describe a buffer;
 //! accept a peer's description and fence).
@@ -11,9 +11,9 @@
 //! A blob arrives from another process, and that process may be buggy or hostile. Parsing is
 //! therefore total: every length and offset is bounded by the bytes present, every count by a
 //! small maximum, every code by its enum, every fd index by the fd table, and every plane and
-//! the tensor's extent by the real size of the fd. Any violation is an [`Error::Blob`] naming the
-//! field; nothing panics, and every fd handed to `import` is either kept by the tensor or
-//! closed before it returns.
+//! the tensor's extent by the real size of the fd. Any violation is an
+//! [`Error::Blob`](crate::Error::Blob) naming the field; nothing panics, and every fd handed to
+//! `import` is either kept by the tensor or closed before it returns.
 //!
 //! # Format (version 1)
 //!
@@ -67,9 +67,9 @@
 //!
 //! # Trust
 //!
-//! Parsing trusts nothing: hostile bytes get an [`Error::Blob`]. What the fds may be is the
-//! `ImportPolicy`'s: shm and DMA-BUF from anyone (a memfd must be sealable, and is sealed
-//! before its size is read); GPU memory by reference only from a peer trusted as this process
+//! Parsing trusts nothing: hostile bytes get an [`Error::Blob`](crate::Error::Blob). What the
+//! fds may be is the `ImportPolicy`'s: shm and DMA-BUF from anyone (a memfd must be sealable,
+//! and is sealed before its size is read); GPU memory by reference only from a peer trusted as this process
 //! is, because the driver trusts the fd's content (`import` refuses it, `import_with` and
 //! `handoff::recv` accept it from a trusted or same-user peer). A
 //! completion is waited for on the CPU through the fence that came with it, at most
@@ -167,8 +167,8 @@ fn is_spread_view<T: Element>(t: &Tensor<T>) -> bool {
 }
 
 /// Turns an inline blob into a heap tensor holding its bytes. Every platform; hostile bytes
-/// get an [`Error::Blob`] naming the field. A reference blob is refused: its fds are not here
-/// (see `import` on Linux).
+/// get an [`Error::Blob`](crate::Error::Blob) naming the field. A reference blob is refused:
+/// its fds are not here (see `import` on Linux).
 pub fn import_inline(blob: &[u8]) -> Result<TensorDyn> {
     let d = Described::read(blob)?;
     match d.inline {
