@@ -3,10 +3,10 @@
 //! from and written into a frame's metadata, so a C consumer of `hwtensorsink` never decodes
 //! the payload's bytes by hand.
 
-use hwtensor::stream::{FrameKind, Marker};
+use hwtensor::stream::{FrameKind, Marker, MARKER_BYTES};
 
 use crate::status::{guard, invalid, put, HwtStatus, OrStatus};
-use crate::stream::{meta_of, HwtFrameMeta};
+use crate::stream::{meta_of, HwtFrameMeta, HWT_FRAME_PAYLOAD_BYTES};
 
 /// A time field's value when the frame has none.
 pub const HWT_NO_TIME: u64 = u64::MAX;
@@ -35,13 +35,19 @@ pub struct HwtMarker {
     pub duration_ns: u64,
 }
 
+/// The library's kinds and their C values, one row each: both directions read it.
+const KINDS: [(FrameKind, HwtFrameKind); 3] = [
+    (FrameKind::Frame, HwtFrameKind::Frame),
+    (FrameKind::EndOfStream, HwtFrameKind::EndOfStream),
+    (FrameKind::CapsChange, HwtFrameKind::CapsChange),
+];
+
 impl HwtMarker {
     fn of(m: Marker) -> HwtMarker {
-        let kind = match m.kind {
-            FrameKind::Frame => HwtFrameKind::Frame,
-            FrameKind::EndOfStream => HwtFrameKind::EndOfStream,
-            FrameKind::CapsChange => HwtFrameKind::CapsChange,
-        };
+        let kind = KINDS
+            .iter()
+            .find(|(k, _)| *k == m.kind)
+            .map_or(HwtFrameKind::Frame, |(_, c)| *c);
         HwtMarker {
             kind: kind as u32,
             pts_ns: m.pts_ns.unwrap_or(HWT_NO_TIME),
@@ -50,12 +56,11 @@ impl HwtMarker {
     }
 
     fn marker(&self) -> Result<Marker, HwtStatus> {
-        let kind = match self.kind {
-            k if k == HwtFrameKind::Frame as u32 => FrameKind::Frame,
-            k if k == HwtFrameKind::EndOfStream as u32 => FrameKind::EndOfStream,
-            k if k == HwtFrameKind::CapsChange as u32 => FrameKind::CapsChange,
-            k => return Err(invalid(format!("kind {k} is no HWT_FRAME_KIND_* value"))),
-        };
+        let kind = KINDS
+            .iter()
+            .find(|(_, c)| *c as u32 == self.kind)
+            .map(|(k, _)| *k)
+            .ok_or_else(|| invalid(format!("kind {} is no HWT_FRAME_KIND_* value", self.kind)))?;
         let time = |t: u64| (t != HWT_NO_TIME).then_some(t);
         Ok(Marker {
             kind,
@@ -98,11 +103,9 @@ pub unsafe extern "C" fn hwt_frame_meta_set_marker(
         let marker = marker.marker()?;
         // SAFETY: null refused; otherwise valid for a read and a write (the contract).
         let meta = unsafe { meta.as_mut() }.ok_or_else(|| invalid("meta is null"))?;
-        let with =
-            hwtensor::stream::FrameMeta::new(meta.seq, meta.timestamp_ns).with_marker(&marker);
-        meta.payload = [0; crate::stream::HWT_FRAME_PAYLOAD_BYTES];
-        meta.payload[..with.payload().len()].copy_from_slice(with.payload());
-        meta.payload_len = with.payload().len() as u32;
+        meta.payload = [0; HWT_FRAME_PAYLOAD_BYTES];
+        meta.payload[..MARKER_BYTES].copy_from_slice(&marker.encode());
+        meta.payload_len = MARKER_BYTES as u32;
         Ok(())
     })
 }

@@ -103,17 +103,24 @@ fn colorimetry_of(d: &Bound<'_, PyDict>) -> PyResult<Colorimetry> {
     let mut c = Colorimetry::default();
     for (key, value) in d.iter() {
         let (key, value): (String, String) = (key.extract()?, value.extract()?);
-        match key.as_str() {
-            "primaries" => c.primaries = value.parse().or_py()?,
-            "transfer" => c.transfer = value.parse().or_py()?,
-            "matrix" => c.matrix = value.parse().or_py()?,
-            "range" => c.range = value.parse().or_py()?,
-            other => {
-                return Err(InvalidArgument::new_err(format!(
-                    "colorimetry key {other:?}: the keys are primaries, transfer, matrix, range"
-                )))
-            }
-        }
+        set_colour(&mut c, &key, &value)?;
     }
     Ok(c)
+}
+
+/// Sets the `part` of `c` ("primaries", "transfer", "matrix" or "range") to the one `name`s:
+/// what `ImageSpec(colorimetry=)` and `Tensor.with_colorimetry` both read.
+pub(crate) fn set_colour(c: &mut Colorimetry, part: &str, name: &str) -> PyResult<()> {
+    match part {
+        "primaries" => c.primaries = name.parse().or_py()?,
+        "transfer" => c.transfer = name.parse().or_py()?,
+        "matrix" => c.matrix = name.parse().or_py()?,
+        "range" => c.range = name.parse().or_py()?,
+        other => {
+            return Err(InvalidArgument::new_err(format!(
+                "colorimetry key {other:?}: the keys are primaries, transfer, matrix, range"
+            )))
+        }
+    }
+    Ok(())
 }

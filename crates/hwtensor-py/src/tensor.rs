@@ -402,17 +402,16 @@ impl PyTensor {
             .image_info()
             .map(|i| i.colorimetry)
             .unwrap_or_default();
-        if let Some(p) = primaries {
-            c.primaries = p.parse().or_py()?;
-        }
-        if let Some(t) = transfer {
-            c.transfer = t.parse().or_py()?;
-        }
-        if let Some(m) = matrix {
-            c.matrix = m.parse().or_py()?;
-        }
-        if let Some(r) = range {
-            c.range = r.parse().or_py()?;
+        let given = [
+            ("primaries", primaries),
+            ("transfer", transfer),
+            ("matrix", matrix),
+            ("range", range),
+        ];
+        for (part, name) in given {
+            if let Some(name) = name {
+                crate::image::set_colour(&mut c, part, name)?;
+            }
         }
         let mut t = self.inner.clone();
         t.set_colorimetry(c).or_py()?;

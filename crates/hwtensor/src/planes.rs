@@ -200,16 +200,17 @@ fn plane_model(
         }
         _ => None,
     };
-    let given = (spec.row_stride, spec.chroma_stride);
-    let planes_say = (
-        stride,
-        chroma.unwrap_or(format.derived_chroma_stride(stride)),
-    );
-    if given.0.is_some_and(|s| s != planes_say.0) || given.1.is_some_and(|c| c != planes_say.1) {
+    let chroma_rows = chroma.unwrap_or(format.derived_chroma_stride(stride));
+    let disagree = [
+        ("row", spec.row_stride, stride),
+        ("chroma", spec.chroma_stride, chroma_rows),
+    ]
+    .into_iter()
+    .find(|(_, given, planes)| given.is_some_and(|g| g != *planes));
+    if let Some((which, Some(given), planes)) = disagree {
         return Err(Error::RowStride(format!(
-            "the spec's strides {given:?} disagree with the planes' ({}, {}); leave them out: \
-             the planes say them",
-            planes_say.0, planes_say.1
+            "strides that disagree with the planes: the spec's {which} stride is {given} bytes, \
+             the planes' {planes}; leave it out: the planes say it"
         )));
     }
     let info = ImageInfo {

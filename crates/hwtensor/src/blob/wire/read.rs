@@ -61,7 +61,13 @@ impl<'a> Described<'a> {
                 .map_err(|e| bad(format!("quantization: {e}")))?;
         }
         check_fences(&h, memory)?;
-        let plane_offsets = check_plane_table(&h, &layout, image.as_ref(), dtype, byte_offset)?;
+        let plane_offsets = check_plane_table(
+            &h,
+            &layout,
+            image.as_ref(),
+            dtype,
+            (byte_offset, buffer_len),
+        )?;
         let parts = Parts {
             offset: byte_offset,
             shape: layout.shape,
@@ -132,16 +138,16 @@ fn check_fences(h: &Header, memory: TensorMemory) -> Result<()> {
     Ok(())
 }
 
-/// The plane records must be what the tensor implies; with an fd per plane (bit 8), where
-/// each plane starts in its fd (empty otherwise).
+/// The plane records must be what the tensor implies, with its first element at `byte_offset`
+/// of a `buffer_len`-byte buffer; with an fd per plane (bit 8), where each plane starts in its
+/// fd (empty otherwise).
 fn check_plane_table(
     h: &Header,
     layout: &Layout,
     image: Option<&ImageInfo>,
     dtype: DType,
-    byte_offset: usize,
+    (byte_offset, buffer_len): (usize, usize),
 ) -> Result<Vec<usize>> {
-    let buffer_len = to_usize(h.buffer_len, "buffer_len")?;
     let expected = expected_planes(image, dtype, byte_offset, &layout.shape, &layout.strides)?;
     if h.required & REQUIRES_PLANE_FDS != 0 {
         return check_plane_fds(&layout.planes, &expected, buffer_len);
